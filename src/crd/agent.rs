@@ -1,0 +1,495 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An LLM agent that lives in a worker process: it sleeps on its inbox, wakes when humans or
+/// other agents write to it, thinks in one multi-step tool-calling cycle, persists its memory
+/// ("consciousness") and sleeps again.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "agentfleet.dev",
+    version = "v1alpha1",
+    kind = "Agent",
+    namespaced,
+    status = "AgentStatus",
+    shortname = "ag",
+    category = "agentfleet",
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.name"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Inbox", type_ = "integer", json_path = ".status.inboxDepth"),
+    printcolumn(name = "Cycles", type_ = "integer", json_path = ".status.cycles"),
+    printcolumn(
+        name = "Checkpoint",
+        type_ = "integer",
+        json_path = ".status.checkpoint.cycle"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpec {
+    /// The language model this agent thinks with.
+    pub model: ModelSpec,
+
+    /// The author's part of the system prompt: who the agent is and how it behaves. The rest
+    /// of the system prompt (identity, spaces and their members, memories, goals, time) is
+    /// rebuilt fresh by the worker for every cycle.
+    #[serde(default)]
+    pub instructions: String,
+
+    /// Names of the Spaces (in this namespace) the agent is a member of. Membership is declared
+    /// here: a Space's member list is derived from the Agents that name it.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(inner(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")))]
+    #[schemars(inner(length(max = 63)))]
+    pub spaces: Vec<String>,
+
+    /// The tools the agent may call.
+    #[serde(default)]
+    pub tools: ToolsSpec,
+
+    /// Limits and behaviour of one think cycle.
+    #[serde(default)]
+    pub cycle: CycleSpec,
+
+    /// How the agent's persisted memory (its conversation history) is kept bounded and
+    /// checkpointed.
+    #[serde(default)]
+    pub consciousness: ConsciousnessSpec,
+
+    /// How many worker replicas the agent runs and when.
+    #[serde(default)]
+    pub scaling: ScalingSpec,
+
+    /// The worker pod that runs the agent.
+    #[serde(default)]
+    pub worker: WorkerSpec,
+
+    /// Hold the agent at zero workers. Events still queue in its inbox and are handled when
+    /// it is resumed.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// The model an agent thinks with.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// Who serves the model: `openai` (any OpenAI-compatible endpoint such as vLLM, Ollama or
+    /// LiteLLM), `anthropic`, or `scripted` (a built-in deterministic model for demos and tests
+    /// that needs no network and no key).
+    pub provider: ModelProvider,
+
+    /// The model's name as the provider knows it (for example `gpt-4o-mini` or
+    /// `claude-sonnet-4-5`).
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+
+    /// Base URL of the provider's API, for example `http://vllm.llm.svc:8000/v1`. Defaults to
+    /// the provider's public endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
+    pub base_url: Option<String>,
+
+    /// The Secret key that holds the API key. The worker gets it as the environment variable
+    /// `AGENTFLEET_MODEL_API_KEY`; it never appears in logs, status or events. Required for
+    /// `anthropic` and for `openai` without a `baseUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_secret_ref: Option<SecretKeyRef>,
+
+    /// Upper bound on the tokens the model may generate in one step.
+    #[serde(default = "default_max_output_tokens")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub max_output_tokens: u32,
+
+    /// Sampling temperature; the provider's default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 2.0))]
+    pub temperature: Option<f64>,
+}
+
+fn default_max_output_tokens() -> u32 {
+    4096
+}
+
+/// The provider that serves an agent's model.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelProvider {
+    /// Any OpenAI-compatible chat completions endpoint.
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// The built-in deterministic model: no network, no key.
+    Scripted,
+}
+
+impl ModelProvider {
+    /// The name used in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelProvider::Openai => "openai",
+            ModelProvider::Anthropic => "anthropic",
+            ModelProvider::Scripted => "scripted",
+        }
+    }
+}
+
+/// A key in a Secret in the Agent's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Name of the Secret, in the Agent's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within the Secret.
+    #[serde(default = "default_secret_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+fn default_secret_key() -> String {
+    "apiKey".to_string()
+}
+
+/// The tools an agent may call.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsSpec {
+    /// Built-in tools to enable. Defaults to all of them.
+    #[serde(default = "BuiltinTool::all")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub builtin: Vec<BuiltinTool>,
+}
+
+impl Default for ToolsSpec {
+    fn default() -> Self {
+        Self {
+            builtin: BuiltinTool::all(),
+        }
+    }
+}
+
+/// A tool that every worker provides.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinTool {
+    /// Post a message to the active space or to another space the agent is a member of.
+    SendMessage,
+    /// Make a space the active one and see its recent messages.
+    EnterSpace,
+    /// Read messages of a space the agent is a member of.
+    ReadMessages,
+    /// End the cycle without acting; nothing of it is remembered.
+    Skip,
+    /// Store facts the agent keeps across cycles.
+    SetMemories,
+    /// Remove stored memories.
+    DeleteMemories,
+    /// Set the goals the agent is working towards.
+    SetGoals,
+}
+
+impl BuiltinTool {
+    /// Every built-in tool, in a stable order.
+    pub fn all() -> Vec<BuiltinTool> {
+        vec![
+            BuiltinTool::SendMessage,
+            BuiltinTool::EnterSpace,
+            BuiltinTool::ReadMessages,
+            BuiltinTool::Skip,
+            BuiltinTool::SetMemories,
+            BuiltinTool::DeleteMemories,
+            BuiltinTool::SetGoals,
+        ]
+    }
+}
+
+/// Limits and behaviour of one think cycle.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CycleSpec {
+    /// The most model steps (model call + tool calls) one cycle may take.
+    #[serde(default = "default_max_steps")]
+    #[schemars(range(min = 1, max = 200))]
+    pub max_steps: u32,
+
+    /// The most tokens (prompt + completion, over all steps) one cycle may spend; the cycle
+    /// stops after the step that crosses it.
+    #[serde(default = "default_token_budget")]
+    #[schemars(range(min = 1000))]
+    pub token_budget: u64,
+
+    /// What the agent sees of events that arrive while it is thinking: `off` (nothing until the
+    /// next cycle), `preview` (a short transient preview of waiting events at every step), or
+    /// `urgent` (the preview, plus urgent events injected in full and remembered).
+    #[serde(default)]
+    pub mid_cycle_inbox: MidCycleInbox,
+}
+
+impl Default for CycleSpec {
+    fn default() -> Self {
+        Self {
+            max_steps: default_max_steps(),
+            token_budget: default_token_budget(),
+            mid_cycle_inbox: MidCycleInbox::default(),
+        }
+    }
+}
+
+fn default_max_steps() -> u32 {
+    20
+}
+
+fn default_token_budget() -> u64 {
+    50_000
+}
+
+/// What the agent sees of events that arrive mid-cycle.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MidCycleInbox {
+    /// Nothing until the next cycle.
+    Off,
+    /// A transient preview of waiting events at every step.
+    Preview,
+    /// The preview, plus urgent events injected in full.
+    #[default]
+    Urgent,
+}
+
+/// How consciousness is kept bounded and checkpointed.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsciousnessSpec {
+    /// Size of the remembered conversation, in tokens; older messages are compacted when a
+    /// cycle's commit goes over it.
+    #[serde(default = "default_window_tokens")]
+    #[schemars(range(min = 1000))]
+    pub window_tokens: u64,
+
+    /// How messages that leave the window are handled: `summarize` (a model-written summary of
+    /// what drops out is kept) or `slidingWindow` (they are dropped).
+    #[serde(default)]
+    pub compaction: Compaction,
+
+    /// Messages at the end of the conversation that compaction always keeps.
+    #[serde(default = "default_keep_recent_messages")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub keep_recent_messages: u32,
+
+    /// How many versioned checkpoints (one per committed cycle) are kept.
+    #[serde(default = "default_checkpoints_retained")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub checkpoints_retained: u32,
+
+    /// Keep the agent's consciousness, inbox and checkpoints in the data plane when the Agent
+    /// is deleted.
+    #[serde(default)]
+    pub retain_on_delete: bool,
+}
+
+impl Default for ConsciousnessSpec {
+    fn default() -> Self {
+        Self {
+            window_tokens: default_window_tokens(),
+            compaction: Compaction::default(),
+            keep_recent_messages: default_keep_recent_messages(),
+            checkpoints_retained: default_checkpoints_retained(),
+            retain_on_delete: false,
+        }
+    }
+}
+
+fn default_window_tokens() -> u64 {
+    32_000
+}
+
+fn default_keep_recent_messages() -> u32 {
+    12
+}
+
+fn default_checkpoints_retained() -> u32 {
+    10
+}
+
+/// How messages that leave the consciousness window are handled.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Compaction {
+    /// Keep a model-written summary of what drops out.
+    #[default]
+    Summarize,
+    /// Drop what leaves the window.
+    SlidingWindow,
+}
+
+/// How many workers an agent runs.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingSpec {
+    /// Workers kept when the agent is idle: 0 (scale to zero, woken by its inbox) or 1
+    /// (always on).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1))]
+    pub min_replicas: i32,
+
+    /// Seconds with an empty inbox and nothing in flight before an idle worker is scaled to
+    /// zero.
+    #[serde(default = "default_idle_seconds")]
+    #[schemars(range(min = 0))]
+    pub idle_seconds: u32,
+
+    /// Someone else (HPA, KEDA, GitOps) owns the worker's replica count; the operator never
+    /// writes it.
+    #[serde(default)]
+    pub external: bool,
+}
+
+impl Default for ScalingSpec {
+    fn default() -> Self {
+        Self {
+            min_replicas: 0,
+            idle_seconds: default_idle_seconds(),
+            external: false,
+        }
+    }
+}
+
+fn default_idle_seconds() -> u32 {
+    300
+}
+
+/// The pod that runs the agent.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerSpec {
+    /// Container image of the worker; the operator's configured worker image when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+
+    /// Compute resources of the worker container; small defaults when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Extra environment variables of the worker container. Names starting with
+    /// `AGENTFLEET_` are reserved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+
+    /// Service account the worker pod runs as. The worker needs no Kubernetes API access; its
+    /// token is never mounted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+
+    /// Node labels the worker pod must be scheduled on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Tolerations of the worker pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Observed state of an Agent.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    /// `Pending` (worker not up yet), `Sleeping` (waiting on its inbox), `Thinking` (in a
+    /// cycle), `ScaledToZero` (no worker; events wake it), or `Failed` (the spec or its model
+    /// configuration cannot run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<AgentPhase>,
+
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// `Ready`, `WorkerAvailable`, `ModelConfigured` and `SpacesResolved`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// Worker replicas the operator asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// Worker replicas that are available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i32>,
+
+    /// Hash of the rendered agent configuration the worker Deployment runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+
+    /// Events waiting in the agent's inbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbox_depth: Option<i64>,
+
+    /// Think cycles committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<u64>,
+
+    /// When the last cycle was committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_cycle_time: Option<Time>,
+
+    /// Model tokens used over the agent's life (prompt + completion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_used: Option<u64>,
+
+    /// The latest consciousness checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointStatus>,
+}
+
+/// Lifecycle phase of an Agent.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum AgentPhase {
+    /// The worker is not running yet.
+    Pending,
+    /// The worker waits on the inbox.
+    Sleeping,
+    /// The worker is in a think cycle.
+    Thinking,
+    /// No worker runs; an event wakes the agent.
+    ScaledToZero,
+    /// The spec or its model configuration cannot run; see the conditions.
+    Failed,
+}
+
+/// Metadata of a consciousness checkpoint (the content itself lives in the data plane).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointStatus {
+    /// The cycle the checkpoint was taken after.
+    pub cycle: u64,
+    /// Where the checkpoint is stored.
+    pub storage_ref: String,
+    /// Content digest (`sha256:…`).
+    pub digest: String,
+    /// Messages in the checkpointed consciousness.
+    pub messages: u64,
+    /// Estimated tokens of the checkpointed consciousness.
+    pub tokens: u64,
+    /// When the checkpoint was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}

@@ -1,0 +1,130 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A room shared by humans and agents. Agents join by naming the space in their own
+/// `spec.spaces`; humans are listed here.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "agentfleet.dev",
+    version = "v1alpha1",
+    kind = "Space",
+    namespaced,
+    status = "SpaceStatus",
+    shortname = "sp",
+    category = "agentfleet",
+    printcolumn(
+        name = "Display Name",
+        type_ = "string",
+        json_path = ".spec.displayName"
+    ),
+    printcolumn(name = "Members", type_ = "integer", json_path = ".status.memberCount"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceSpec {
+    /// Name shown to humans and agents; the Space's name when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub display_name: Option<String>,
+
+    /// Human members of the space. Agents are not listed here: an Agent joins by naming the
+    /// space in its `spec.spaces`.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
+    pub members: Vec<HumanMember>,
+
+    /// How long the space's message log is kept.
+    #[serde(default)]
+    pub retention: RetentionSpec,
+}
+
+/// A human member of a space.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HumanMember {
+    /// Entity id of the human (what gateway tokens map to), for example `husam`.
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9][-A-Za-z0-9_.@]*$")
+    )]
+    pub id: String,
+    /// Display name; the id when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub name: Option<String>,
+}
+
+/// How long a space's message log is kept.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionSpec {
+    /// The most messages kept; older ones are trimmed.
+    #[serde(default = "default_max_messages")]
+    #[schemars(range(min = 1))]
+    pub max_messages: u64,
+}
+
+impl Default for RetentionSpec {
+    fn default() -> Self {
+        Self {
+            max_messages: default_max_messages(),
+        }
+    }
+}
+
+fn default_max_messages() -> u64 {
+    10_000
+}
+
+/// Observed state of a Space.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Who is in the space: the Agents that name it, then the human members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<ResolvedMember>,
+
+    /// Number of members (agents and humans).
+    #[serde(default)]
+    pub member_count: u32,
+
+    /// `Ready`: the membership is applied to the data plane.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A resolved member of a space.
+#[derive(
+    Deserialize, Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedMember {
+    /// `Agent` or `Human`.
+    pub kind: MemberKind,
+    /// The Agent's name, or the human's entity id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// What kind of entity a space member is.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum MemberKind {
+    /// An Agent in the space's namespace.
+    Agent,
+    /// A human listed in the space.
+    Human,
+}

@@ -1,0 +1,187 @@
+//! Space membership, derived from the manifests by one pure function.
+//!
+//! An Agent declares the spaces it belongs to (`spec.spaces`); a Space lists its human
+//! members. [`derive`] maps all Agents and Spaces to the member list of every Space. The
+//! operator applies the result from the cluster, `agentfleet dev` from files.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use kube::ResourceExt;
+
+use crate::crd::{Agent, MemberKind, ResolvedMember, Space};
+
+/// A space, by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpaceKey {
+    /// Namespace of the Space.
+    pub namespace: String,
+    /// Name of the Space.
+    pub name: String,
+}
+
+impl SpaceKey {
+    /// A key from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a Space object (`default` namespace when unset, as for a manifest file).
+    pub fn of(space: &Space) -> Self {
+        Self::new(
+            space.namespace().unwrap_or_else(|| "default".to_string()),
+            space.name_any(),
+        )
+    }
+}
+
+impl fmt::Display for SpaceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Members of every Space: the Agents (of the same namespace, not being deleted) that name it,
+/// sorted by name, then its human members in the order the Space lists them.
+///
+/// Agents naming a Space that does not exist belong to nothing; see [`missing_spaces`].
+pub fn derive(agents: &[&Agent], spaces: &[&Space]) -> BTreeMap<SpaceKey, Vec<ResolvedMember>> {
+    let mut out: BTreeMap<SpaceKey, Vec<ResolvedMember>> = spaces
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .map(|s| (SpaceKey::of(s), Vec::new()))
+        .collect();
+    let mut sorted: Vec<&&Agent> = agents
+        .iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+        .collect();
+    sorted.sort_by_key(|a| a.name_any());
+    for agent in sorted {
+        let ns = agent.namespace().unwrap_or_else(|| "default".to_string());
+        for space in &agent.spec.spaces {
+            if let Some(members) = out.get_mut(&SpaceKey::new(ns.clone(), space.clone())) {
+                if !members.iter().any(|m| m.id == agent.name_any()) {
+                    members.push(ResolvedMember {
+                        kind: MemberKind::Agent,
+                        id: agent.name_any(),
+                        name: agent.name_any(),
+                    });
+                }
+            }
+        }
+    }
+    for space in spaces {
+        if let Some(members) = out.get_mut(&SpaceKey::of(space)) {
+            members.extend(space.spec.members.iter().map(|h| ResolvedMember {
+                kind: MemberKind::Human,
+                id: h.id.clone(),
+                name: h.name.clone().unwrap_or_else(|| h.id.clone()),
+            }));
+        }
+    }
+    out
+}
+
+/// The spaces an Agent names that do not exist in its namespace, in the order it names them.
+pub fn missing_spaces(agent: &Agent, spaces: &[&Space]) -> Vec<String> {
+    let ns = agent.namespace().unwrap_or_else(|| "default".to_string());
+    agent
+        .spec
+        .spaces
+        .iter()
+        .filter(|name| {
+            !spaces.iter().any(|s| {
+                s.metadata.deletion_timestamp.is_none()
+                    && SpaceKey::of(s) == SpaceKey::new(ns.clone(), name.as_str())
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(yaml: &str) -> Agent {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn space(yaml: &str) -> Space {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    const MODEL: &str = "model: {provider: scripted, name: echo}";
+
+    #[test]
+    fn agents_join_spaces_of_their_namespace_and_humans_follow() {
+        let b = agent(&format!(
+            "{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: bob, namespace: fam}}, spec: {{{MODEL}, spaces: [family]}}}}"
+        ));
+        let a = agent(&format!(
+            "{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: alice, namespace: fam}}, spec: {{{MODEL}, spaces: [family, work]}}}}"
+        ));
+        let other_ns = agent(&format!(
+            "{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: carol, namespace: other}}, spec: {{{MODEL}, spaces: [family]}}}}"
+        ));
+        let family = space(
+            "{apiVersion: agentfleet.dev/v1alpha1, kind: Space, metadata: {name: family, namespace: fam}, spec: {members: [{id: husam, name: Husam}, {id: ahmad}]}}",
+        );
+        let m = derive(&[&b, &a, &other_ns], &[&family]);
+        assert_eq!(m.len(), 1);
+        let members = &m[&SpaceKey::new("fam", "family")];
+        let ids: Vec<(MemberKind, &str, &str)> = members
+            .iter()
+            .map(|m| (m.kind, m.id.as_str(), m.name.as_str()))
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                (MemberKind::Agent, "alice", "alice"),
+                (MemberKind::Agent, "bob", "bob"),
+                (MemberKind::Human, "husam", "Husam"),
+                (MemberKind::Human, "ahmad", "ahmad"),
+            ]
+        );
+        assert_eq!(missing_spaces(&a, &[&family]), vec!["work".to_string()]);
+        assert!(missing_spaces(&b, &[&family]).is_empty());
+    }
+
+    #[test]
+    fn deleted_objects_are_not_members() {
+        let mut a = agent(&format!(
+            "{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: alice, namespace: fam}}, spec: {{{MODEL}, spaces: [family]}}}}"
+        ));
+        let mut family = space(
+            "{apiVersion: agentfleet.dev/v1alpha1, kind: Space, metadata: {name: family, namespace: fam}, spec: {}}",
+        );
+        assert_eq!(
+            derive(&[&a], &[&family])[&SpaceKey::new("fam", "family")].len(),
+            1
+        );
+        a.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert!(derive(&[&a], &[&family])[&SpaceKey::new("fam", "family")].is_empty());
+        family.metadata.deletion_timestamp = a.metadata.deletion_timestamp.clone();
+        assert!(derive(&[&a], &[&family]).is_empty());
+    }
+
+    #[test]
+    fn derivation_is_deterministic_whatever_the_input_order() {
+        let agents: Vec<Agent> = (0..20)
+            .map(|i| {
+                agent(&format!(
+                    "{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: a{i:02}, namespace: ns}}, spec: {{{MODEL}, spaces: [s]}}}}"
+                ))
+            })
+            .collect();
+        let s = space("{apiVersion: agentfleet.dev/v1alpha1, kind: Space, metadata: {name: s, namespace: ns}, spec: {}}");
+        let fwd: Vec<&Agent> = agents.iter().collect();
+        let rev: Vec<&Agent> = agents.iter().rev().collect();
+        assert_eq!(derive(&fwd, &[&s]), derive(&rev, &[&s]));
+    }
+}
