@@ -4,5 +4,7 @@
 
 pub mod crd;
 pub mod membership;
+pub mod operator;
 pub mod store;
+pub mod telemetry;
 pub mod testing;

@@ -1,6 +1,46 @@
-fn main() {
-    match agentfleet::crd::render_all() {
-        Ok(s) => print!("{s}"),
-        Err(e) => eprintln!("{e}"),
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use agentfleet::telemetry::{self, LogFormat};
+
+/// Runs fleets of living LLM agents on Kubernetes.
+#[derive(Parser, Debug)]
+#[command(name = "agentfleet", version, about)]
+struct Cli {
+    /// Log line format.
+    #[arg(long, global = true, env = "AGENTFLEET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the Agent and Space controllers.
+    Operator(Box<agentfleet::operator::Args>),
+    /// Print every CustomResourceDefinition as YAML.
+    Crd,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init_tracing(cli.log_format);
+    let result = match cli.command {
+        Command::Crd => agentfleet::crd::render_all()
+            .map(|yaml| print!("{yaml}"))
+            .map_err(anyhow::Error::from),
+        Command::Operator(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(agentfleet::operator::run(*args))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentfleet: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -18,26 +18,13 @@ use serde::{Deserialize, Serialize};
     status = "AgentStatus",
     shortname = "ag",
     category = "agentfleet",
-    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.name"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Inbox", type_ = "integer", json_path = ".status.inboxDepth"),
-    printcolumn(name = "Cycles", type_ = "integer", json_path = ".status.cycles"),
-    printcolumn(
-        name = "Checkpoint",
-        type_ = "integer",
-        json_path = ".status.checkpoint.cycle"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        priority = "1"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name":"Model","type":"string","jsonPath":".spec.model.name"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Inbox","type":"integer","jsonPath":".status.inboxDepth"}"#,
+    printcolumn = r#"{"name":"Cycles","type":"integer","jsonPath":".status.cycles"}"#,
+    printcolumn = r#"{"name":"Checkpoint","type":"integer","jsonPath":".status.checkpoint.cycle"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct AgentSpec {

@@ -14,17 +14,9 @@ use serde::{Deserialize, Serialize};
     status = "SpaceStatus",
     shortname = "sp",
     category = "agentfleet",
-    printcolumn(
-        name = "Display Name",
-        type_ = "string",
-        json_path = ".spec.displayName"
-    ),
-    printcolumn(name = "Members", type_ = "integer", json_path = ".status.memberCount"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name":"Display Name","type":"string","jsonPath":".spec.displayName"}"#,
+    printcolumn = r#"{"name":"Members","type":"integer","jsonPath":".status.memberCount"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SpaceSpec {

@@ -1,0 +1,531 @@
+//! Pure builders: from an Agent to the objects the operator applies. No client, no I/O; unit
+//! tested from YAML fixtures.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::ResourceExt;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::crd::{Agent, AgentSpec};
+
+/// Field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "agentfleet-operator";
+/// Value of `app.kubernetes.io/managed-by` on every child object.
+pub const MANAGED_BY: &str = "agentfleet-operator";
+/// Label naming the Agent a child belongs to.
+pub const AGENT_LABEL: &str = "agentfleet.dev/agent";
+/// Pod-template annotation carrying the rendered configuration's hash, so a change rolls the pod.
+pub const CONFIG_HASH_ANNOTATION: &str = "agentfleet.dev/config-hash";
+/// Where the worker finds the rendered Agent manifest.
+pub const AGENT_FILE: &str = "/etc/agentfleet/agent.yaml";
+/// Key of the rendered manifest in the ConfigMap.
+pub const AGENT_FILE_KEY: &str = "agent.yaml";
+/// Port of the worker's `/metrics`.
+pub const WORKER_METRICS_PORT: i32 = 9090;
+/// Environment variable that carries the model API key.
+pub const API_KEY_ENV: &str = "AGENTFLEET_MODEL_API_KEY";
+/// Environment variable that carries the Redis URL.
+pub const REDIS_URL_ENV: &str = "AGENTFLEET_REDIS_URL";
+/// The user and group the worker runs as.
+const WORKER_UID: i64 = 65532;
+
+/// What the operator's own configuration contributes to every worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerDefaults {
+    /// Image used when the Agent names none.
+    pub image: String,
+    /// Pull policy of the worker image; the cluster's default when unset.
+    pub image_pull_policy: Option<String>,
+    /// Redis URL the workers use.
+    pub redis_url: String,
+}
+
+/// Name of the worker Deployment of an Agent.
+pub fn deployment_name(agent: &str) -> String {
+    format!("{agent}-worker")
+}
+
+/// Name of the ConfigMap holding an Agent's rendered manifest.
+pub fn configmap_name(agent: &str) -> String {
+    format!("{agent}-agent")
+}
+
+/// Labels of every child of an Agent.
+pub fn labels(agent: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "agentfleet-worker".into()),
+        ("app.kubernetes.io/instance".into(), agent.into()),
+        ("app.kubernetes.io/component".into(), "worker".into()),
+        ("app.kubernetes.io/part-of".into(), "agentfleet".into()),
+        ("app.kubernetes.io/managed-by".into(), MANAGED_BY.into()),
+        (AGENT_LABEL.into(), agent.into()),
+    ])
+}
+
+fn selector_labels(agent: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "agentfleet-worker".into()),
+        (AGENT_LABEL.into(), agent.into()),
+    ])
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RenderedAgent<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: RenderedMeta<'a>,
+    spec: &'a AgentSpec,
+}
+
+#[derive(Serialize)]
+struct RenderedMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    uid: &'a str,
+}
+
+/// The Agent manifest the worker reads: apiVersion, kind, identity and the spec with every
+/// default filled in. Deterministic: the same Agent renders to the same bytes.
+pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
+    let name = agent.name_any();
+    let namespace = agent.namespace().unwrap_or_default();
+    let uid = agent.uid().unwrap_or_default();
+    serde_yaml::to_string(&RenderedAgent {
+        api_version: "agentfleet.dev/v1alpha1",
+        kind: "Agent",
+        metadata: RenderedMeta {
+            name: &name,
+            namespace: &namespace,
+            uid: &uid,
+        },
+        spec: &agent.spec,
+    })
+}
+
+/// A short, stable hash of a rendered manifest (and the worker defaults, which also shape the
+/// pod).
+pub fn config_hash(manifest: &str, defaults: &WorkerDefaults) -> String {
+    let mut h = Sha256::new();
+    h.update(manifest.as_bytes());
+    h.update(b"\0");
+    h.update(defaults.image.as_bytes());
+    h.update(b"\0");
+    h.update(defaults.redis_url.as_bytes());
+    let digest = h.finalize();
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The ConfigMap holding the rendered manifest.
+pub fn configmap(agent: &Agent, owner: &OwnerReference, manifest: &str) -> ConfigMap {
+    let name = agent.name_any();
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(configmap_name(&name)),
+            namespace: agent.namespace(),
+            labels: Some(labels(&name)),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            AGENT_FILE_KEY.to_string(),
+            manifest.to_string(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+/// Worker replicas the operator asks for: none when `scaling.external` (someone else owns the
+/// count), 0 when paused, otherwise 1.
+pub fn desired_replicas(spec: &AgentSpec) -> Option<i32> {
+    if spec.scaling.external {
+        None
+    } else if spec.paused {
+        Some(0)
+    } else {
+        Some(1)
+    }
+}
+
+fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".into(), Quantity("10m".into())),
+            ("memory".into(), Quantity("32Mi".into())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".into(),
+            Quantity("256Mi".into()),
+        )])),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent.yaml`,
+/// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
+/// filesystem, no service-account token, the model key from the Agent's Secret.
+pub fn deployment(
+    agent: &Agent,
+    owner: &OwnerReference,
+    defaults: &WorkerDefaults,
+    config_hash: &str,
+) -> Deployment {
+    let name = agent.name_any();
+    let spec = &agent.spec;
+    let mut env = vec![
+        EnvVar {
+            name: REDIS_URL_ENV.into(),
+            value: Some(defaults.redis_url.clone()),
+            ..EnvVar::default()
+        },
+        EnvVar {
+            name: "AGENTFLEET_POD_NAME".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".into(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+    ];
+    if let Some(key_ref) = &spec.model.api_key_secret_ref {
+        env.push(EnvVar {
+            name: API_KEY_ENV.into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: key_ref.name.clone(),
+                    key: key_ref.key.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        });
+    }
+    env.extend(spec.worker.env.iter().cloned());
+
+    let container = Container {
+        name: "worker".into(),
+        image: Some(
+            spec.worker
+                .image
+                .clone()
+                .unwrap_or_else(|| defaults.image.clone()),
+        ),
+        image_pull_policy: defaults.image_pull_policy.clone(),
+        args: Some(vec![
+            "worker".into(),
+            "--agent".into(),
+            AGENT_FILE.into(),
+            "--metrics-addr".into(),
+            format!("0.0.0.0:{WORKER_METRICS_PORT}"),
+        ]),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: WORKER_METRICS_PORT,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        resources: Some(
+            spec.worker
+                .resources
+                .clone()
+                .unwrap_or_else(default_resources),
+        ),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "agent".into(),
+                mount_path: "/etc/agentfleet".into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "tmp".into(),
+                mount_path: "/tmp".into(),
+                ..VolumeMount::default()
+            },
+        ]),
+        ..Container::default()
+    };
+
+    let pod = PodSpec {
+        containers: vec![container],
+        automount_service_account_token: Some(false),
+        service_account_name: spec.worker.service_account_name.clone(),
+        node_selector: (!spec.worker.node_selector.is_empty())
+            .then(|| spec.worker.node_selector.clone()),
+        tolerations: (!spec.worker.tolerations.is_empty()).then(|| spec.worker.tolerations.clone()),
+        // A cycle in flight is finished on SIGTERM; give it time.
+        termination_grace_period_seconds: Some(120),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(WORKER_UID),
+            run_as_group: Some(WORKER_UID),
+            fs_group: Some(WORKER_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        volumes: Some(vec![
+            Volume {
+                name: "agent".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: configmap_name(&name),
+                    items: Some(vec![KeyToPath {
+                        key: AGENT_FILE_KEY.into(),
+                        path: AGENT_FILE_KEY.into(),
+                        ..KeyToPath::default()
+                    }]),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: Some(Quantity("64Mi".into())),
+                    ..EmptyDirVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+        ]),
+        ..PodSpec::default()
+    };
+
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(deployment_name(&name)),
+            namespace: agent.namespace(),
+            labels: Some(labels(&name)),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: desired_replicas(spec),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".into()),
+                ..DeploymentStrategy::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(&name)),
+                    annotations: Some(BTreeMap::from([(
+                        CONFIG_HASH_ANNOTATION.to_string(),
+                        config_hash.to_string(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::Resource;
+
+    fn fixture(name: &str) -> Agent {
+        let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    fn defaults() -> WorkerDefaults {
+        WorkerDefaults {
+            image: "ghcr.io/agentfleet/agentfleet:0.1.0".into(),
+            image_pull_policy: None,
+            redis_url: "redis://redis:6379".into(),
+        }
+    }
+
+    fn owner(agent: &Agent) -> OwnerReference {
+        agent.controller_owner_ref(&()).unwrap()
+    }
+
+    #[test]
+    fn deployment_runs_the_worker_safely_with_the_key_from_the_secret() {
+        let agent = fixture("agent-openai.yaml");
+        let d = deployment(&agent, &owner(&agent), &defaults(), "abc123");
+        assert_eq!(d.metadata.name.as_deref(), Some("assistant-worker"));
+        assert_eq!(d.metadata.namespace.as_deref(), Some("family"));
+        let owner_ref = &d.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner_ref.kind.as_str(), owner_ref.name.as_str()),
+            ("Agent", "assistant")
+        );
+        assert_eq!(owner_ref.controller, Some(true));
+
+        let spec = d.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(1));
+        assert_eq!(
+            spec.strategy.as_ref().unwrap().type_.as_deref(),
+            Some("Recreate")
+        );
+        let template = &spec.template;
+        let annotations = template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap();
+        assert_eq!(annotations[CONFIG_HASH_ANNOTATION], "abc123");
+        // The selector picks the template's labels.
+        let tl = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        for (k, v) in spec.selector.match_labels.as_ref().unwrap() {
+            assert_eq!(tl.get(k), Some(v));
+        }
+
+        let pod = template.spec.as_ref().unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(pod.service_account_name.as_deref(), Some("assistant-sa"));
+        assert_eq!(
+            pod.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        assert_eq!(pod.node_selector.as_ref().unwrap()["pool"], "agents");
+        assert_eq!(pod.tolerations.as_ref().unwrap().len(), 1);
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some("registry.local/agentfleet:dev"));
+        assert_eq!(
+            c.args.as_ref().unwrap()[..3],
+            ["worker".to_string(), "--agent".into(), AGENT_FILE.into()]
+        );
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        let env = c.env.as_ref().unwrap();
+        let key = env.iter().find(|e| e.name == API_KEY_ENV).unwrap();
+        assert!(key.value.is_none(), "the key is never inlined");
+        let sel = key
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (sel.name.as_str(), sel.key.as_str()),
+            ("openai-key", "token")
+        );
+        assert!(env
+            .iter()
+            .any(|e| e.name == "TZ" && e.value.as_deref() == Some("Asia/Amman")));
+        assert_eq!(
+            c.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"],
+            Quantity("512Mi".into())
+        );
+        let mounts = c.volume_mounts.as_ref().unwrap();
+        assert!(mounts
+            .iter()
+            .any(|m| m.mount_path == "/etc/agentfleet" && m.read_only == Some(true)));
+    }
+
+    #[test]
+    fn minimal_agent_gets_defaults_and_no_key() {
+        let agent = fixture("agent-scripted.yaml");
+        let d = deployment(&agent, &owner(&agent), &defaults(), "h");
+        let pod = d.spec.unwrap().template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(
+            c.image.as_deref(),
+            Some("ghcr.io/agentfleet/agentfleet:0.1.0")
+        );
+        assert!(c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|e| e.name != API_KEY_ENV));
+        assert_eq!(c.resources, Some(default_resources()));
+        assert!(pod.node_selector.is_none());
+    }
+
+    #[test]
+    fn replicas_follow_paused_and_external() {
+        let mut agent = fixture("agent-scripted.yaml");
+        assert_eq!(desired_replicas(&agent.spec), Some(1));
+        agent.spec.paused = true;
+        assert_eq!(desired_replicas(&agent.spec), Some(0));
+        agent.spec.scaling.external = true;
+        assert_eq!(desired_replicas(&agent.spec), None);
+        let d = deployment(&agent, &owner(&agent), &defaults(), "h");
+        let json = serde_json::to_value(&d).unwrap();
+        assert!(
+            json["spec"].get("replicas").is_none(),
+            "external scaling: replicas never written"
+        );
+    }
+
+    #[test]
+    fn manifest_renders_with_defaults_and_round_trips() {
+        let agent = fixture("agent-scripted.yaml");
+        let manifest = render_manifest(&agent).unwrap();
+        let back: Agent = serde_yaml::from_str(&manifest).unwrap();
+        assert_eq!(back.spec, agent.spec);
+        assert_eq!(back.name_any(), "echo");
+        assert!(manifest.contains("maxSteps: 20"), "{manifest}");
+        assert!(!manifest.contains("status"));
+        let cm = configmap(&agent, &owner(&agent), &manifest);
+        assert_eq!(cm.metadata.name.as_deref(), Some("echo-agent"));
+        assert_eq!(cm.data.unwrap()[AGENT_FILE_KEY], manifest);
+    }
+
+    #[test]
+    fn config_hash_changes_with_the_spec_only() {
+        let agent = fixture("agent-scripted.yaml");
+        let a = config_hash(&render_manifest(&agent).unwrap(), &defaults());
+        assert_eq!(
+            a,
+            config_hash(&render_manifest(&agent).unwrap(), &defaults())
+        );
+        let mut changed = agent.clone();
+        changed.spec.instructions.push_str(" Be brief.");
+        assert_ne!(
+            a,
+            config_hash(&render_manifest(&changed).unwrap(), &defaults())
+        );
+        let mut with_status = agent.clone();
+        with_status.status = Some(crate::crd::AgentStatus {
+            cycles: Some(7),
+            ..Default::default()
+        });
+        assert_eq!(
+            a,
+            config_hash(&render_manifest(&with_status).unwrap(), &defaults())
+        );
+        assert_eq!(a.len(), 16);
+    }
+}

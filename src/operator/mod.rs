@@ -1,0 +1,582 @@
+//! `agentfleet operator`: the Agent and Space controllers, leader election, and the
+//! `/metrics`, `/healthz`, `/readyz` endpoints.
+
+pub mod agent;
+pub mod build;
+pub mod conditions;
+pub mod leader;
+pub mod space;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store as Cache};
+use kube::runtime::{watcher, Controller};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::crd::{Agent, Space};
+use crate::store::{RedisStore, Store, StoreError};
+use crate::telemetry::{self, OperatorMetrics};
+use build::WorkerDefaults;
+
+/// Flags of `agentfleet operator`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Redis URL of the data plane.
+    #[arg(
+        long,
+        env = "AGENTFLEET_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    pub redis: String,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Image of the workers, unless an Agent names its own.
+    #[arg(long, env = "AGENTFLEET_WORKER_IMAGE", default_value = concat!("ghcr.io/agentfleet/agentfleet:", env!("CARGO_PKG_VERSION")))]
+    pub worker_image: String,
+    /// Pull policy of the worker image (the cluster's default when unset).
+    #[arg(long, env = "AGENTFLEET_WORKER_IMAGE_PULL_POLICY")]
+    pub worker_image_pull_policy: Option<String>,
+    /// Redis URL given to the workers (the operator's own when unset).
+    #[arg(long, env = "AGENTFLEET_WORKER_REDIS_URL")]
+    pub worker_redis: Option<String>,
+    /// Namespace of the leader Lease (the operator's own namespace in a pod).
+    #[arg(long, env = "AGENTFLEET_LEASE_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(
+        long,
+        env = "AGENTFLEET_LEASE_NAME",
+        default_value = "agentfleet-operator"
+    )]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (the pod name in a pod).
+    #[arg(long, env = "AGENTFLEET_POD_NAME")]
+    pub identity: Option<String>,
+    /// Seconds a leader's lease lasts without renewal.
+    #[arg(long, default_value_t = 15)]
+    pub lease_seconds: u64,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API refused or failed a request.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[source] kube::Error),
+    /// The data plane failed.
+    #[error("data plane: {0}")]
+    Store(#[from] StoreError),
+    /// The Agent manifest could not be rendered.
+    #[error("rendering the agent manifest: {0}")]
+    Render(#[from] serde_yaml::Error),
+    /// The object lacks a field the API server always sets.
+    #[error("object has no {0}")]
+    MissingField(&'static str),
+    /// A cache this reconcile reads has not synced.
+    #[error("cache not synced")]
+    CacheNotReady,
+    /// Adding or removing a finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A bounded label for metrics (never the error's text).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(_)) => "kube_api",
+            Error::Kube(_) => "kube_client",
+            Error::Store(e) => e.category(),
+            Error::Render(_) => "render",
+            Error::MissingField(_) => "invalid_object",
+            Error::CacheNotReady => "cache",
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(inner)
+                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.category(),
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// The data plane.
+    pub store: Arc<dyn Store>,
+    /// Operator metrics.
+    pub metrics: OperatorMetrics,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+    /// What every worker gets from the operator's configuration.
+    pub worker: WorkerDefaults,
+    /// Cache of every Agent.
+    pub agents: Cache<Agent>,
+    /// Cache of every Space.
+    pub spaces: Cache<Space>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context over the given caches.
+    pub fn new(
+        client: Client,
+        store: Arc<dyn Store>,
+        metrics: OperatorMetrics,
+        worker: WorkerDefaults,
+        agents: Cache<Agent>,
+        spaces: Cache<Space>,
+        instance: Option<String>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "agentfleet-operator".into(),
+            instance,
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            store,
+            metrics,
+            worker,
+            agents,
+            spaces,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Publishes an Event about `obj`; a failure is logged, never fatal.
+    pub async fn publish<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            warn!(error = %e, reason, "cannot publish event");
+        }
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Backoff after a failed reconcile of `key`: 1 s doubling to 5 min.
+    fn backoff(&self, key: String) -> Duration {
+        let mut failures = self.failures();
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs((1u64 << (*n - 1).min(9)).min(300))
+    }
+
+    fn succeeded(&self, key: &str) {
+        self.failures().remove(key);
+    }
+}
+
+/// Wraps a reconciler with metrics and failure bookkeeping.
+async fn instrumented<K, F, Fut>(
+    controller: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    f: F,
+) -> Result<Action, Error>
+where
+    K: Resource + ResourceExt,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, Error>>,
+{
+    let key = format!(
+        "{controller}/{}/{}",
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    );
+    let timer = ctx
+        .metrics
+        .reconcile_duration
+        .with_label_values(&[controller])
+        .start_timer();
+    ctx.metrics
+        .reconciles
+        .with_label_values(&[controller])
+        .inc();
+    let result = f(obj, ctx.clone()).await;
+    timer.observe_duration();
+    match &result {
+        Ok(_) => ctx.succeeded(&key),
+        Err(e) => ctx
+            .metrics
+            .reconcile_errors
+            .with_label_values(&[controller, e.category()])
+            .inc(),
+    }
+    result
+}
+
+fn error_policy<K: ResourceExt>(
+    controller: &'static str,
+) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
+    move |obj, error, ctx| {
+        let key = format!(
+            "{controller}/{}/{}",
+            obj.namespace().unwrap_or_default(),
+            obj.name_any()
+        );
+        let delay = ctx.backoff(key);
+        warn!(%controller, object = %obj.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+/// Liveness and readiness of this replica.
+#[derive(Default)]
+pub struct Health {
+    leader: AtomicBool,
+    caches_synced: AtomicBool,
+    controllers_stopped: AtomicBool,
+    elector_heartbeat: AtomicI64,
+}
+
+fn now_secs() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+#[derive(Clone)]
+struct HttpState {
+    health: Arc<Health>,
+    store: Arc<dyn Store>,
+    lease_seconds: i64,
+}
+
+async fn healthz(State(s): State<HttpState>) -> (StatusCode, String) {
+    if s.health.controllers_stopped.load(Ordering::Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "controllers stopped\n".into(),
+        );
+    }
+    let age = now_secs() - s.health.elector_heartbeat.load(Ordering::Relaxed);
+    if age > 2 * s.lease_seconds + 10 {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("leader election stalled for {age}s\n"),
+        );
+    }
+    (StatusCode::OK, "ok\n".into())
+}
+
+async fn readyz(State(s): State<HttpState>) -> (StatusCode, String) {
+    match tokio::time::timeout(Duration::from_secs(2), s.store.ping()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("data plane: {e}\n"),
+            )
+        }
+        Err(_) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "data plane: no answer within 2s\n".into(),
+            )
+        }
+    }
+    if s.health.leader.load(Ordering::Relaxed) {
+        if !s.health.caches_synced.load(Ordering::Relaxed) {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "leader: caches not synced yet\n".into(),
+            );
+        }
+        return (StatusCode::OK, "ok: leader\n".into());
+    }
+    (StatusCode::OK, "ok: standby\n".into())
+}
+
+/// Agents in `space`'s namespace that name it.
+fn agents_naming(agents: &Cache<Agent>, space: &Space) -> Vec<ObjectRef<Agent>> {
+    let ns = space.namespace();
+    let name = space.name_any();
+    agents
+        .state()
+        .iter()
+        .filter(|a| a.namespace() == ns && a.spec.spaces.contains(&name))
+        .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .collect()
+}
+
+/// Every Space in `agent`'s namespace (an Agent's change can add it to or remove it from any).
+fn spaces_of_namespace(spaces: &Cache<Space>, agent: &Agent) -> Vec<ObjectRef<Space>> {
+    let ns = agent.namespace();
+    spaces
+        .state()
+        .iter()
+        .filter(|s| s.namespace() == ns)
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+/// Runs both controllers until `shutdown` resolves or a controller stops.
+pub async fn run_controllers(
+    client: Client,
+    store: Arc<dyn Store>,
+    metrics: OperatorMetrics,
+    worker: WorkerDefaults,
+    instance: Option<String>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let wc = watcher::Config::default().any_semantic();
+    let children = watcher::Config::default()
+        .labels(&format!(
+            "app.kubernetes.io/managed-by={}",
+            build::MANAGED_BY
+        ))
+        .any_semantic();
+    let agents_api = Api::<Agent>::all(client.clone());
+    let spaces_api = Api::<Space>::all(client.clone());
+    let agent_ctl = Controller::new(agents_api.clone(), wc.clone());
+    let space_ctl = Controller::new(spaces_api.clone(), wc.clone());
+    let agent_cache = agent_ctl.store();
+    let space_cache = space_ctl.store();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        store,
+        metrics,
+        worker,
+        agent_cache.clone(),
+        space_cache.clone(),
+        instance,
+    ));
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    let agents = {
+        let spaces_for_agents = agent_cache.clone();
+        agent_ctl
+            .owns(Api::<Deployment>::all(client.clone()), children.clone())
+            .owns(Api::<ConfigMap>::all(client.clone()), children)
+            .watches(spaces_api, wc.clone(), move |space| {
+                agents_naming(&spaces_for_agents, &space)
+            })
+            .graceful_shutdown_on(stopped(stop_rx.clone()))
+            .run(
+                |obj, ctx| instrumented("agent", obj, ctx, agent::reconcile),
+                error_policy("agent"),
+                ctx.clone(),
+            )
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    warn!(error = %e, "agent controller");
+                }
+            })
+    };
+    let spaces = {
+        let cache = space_cache.clone();
+        space_ctl
+            .watches(agents_api, wc, move |agent| {
+                spaces_of_namespace(&cache, &agent)
+            })
+            .graceful_shutdown_on(stopped(stop_rx.clone()))
+            .run(
+                |obj, ctx| instrumented("space", obj, ctx, space::reconcile),
+                error_policy("space"),
+                ctx.clone(),
+            )
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    warn!(error = %e, "space controller");
+                }
+            })
+    };
+    let synced = {
+        let health = health.clone();
+        let (a, s) = (agent_cache.clone(), space_cache.clone());
+        async move {
+            if a.wait_until_ready().await.is_ok() && s.wait_until_ready().await.is_ok() {
+                health.caches_synced.store(true, Ordering::Relaxed);
+                info!("caches synced");
+            }
+        }
+    };
+    let sweeper = {
+        let ctx = ctx.clone();
+        let mut stop = stop_rx.clone();
+        async move {
+            loop {
+                match space::sweep_orphans(&ctx).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(removed = n, "orphaned space memberships removed"),
+                    Err(e) => warn!(error = %e, "orphan sweep failed"),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(300)) => {}
+                    _ = stop.wait_for(|v| *v) => return,
+                }
+            }
+        }
+    };
+    tokio::join!(agents, spaces, synced, sweeper);
+    health.controllers_stopped.store(true, Ordering::Relaxed);
+}
+
+/// `agentfleet operator`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis).context("data plane")?);
+    let metrics = OperatorMetrics::new().context("registering metrics")?;
+    let health = Arc::new(Health::default());
+    health
+        .elector_heartbeat
+        .store(now_secs(), Ordering::Relaxed);
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "agentfleet-operator".into()),
+            std::process::id()
+        )
+    });
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        telemetry::shutdown_signal().await;
+        info!("shutting down");
+        let _ = shutdown_tx.send(true);
+    });
+    let wait_shutdown = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+
+    let router = telemetry::metrics_router(metrics.registry.clone()).merge(
+        Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .with_state(HttpState {
+                health: health.clone(),
+                store: store.clone(),
+                lease_seconds: i64::try_from(args.lease_seconds).unwrap_or(15),
+            }),
+    );
+    let server = tokio::spawn(telemetry::serve(
+        args.metrics_addr,
+        router,
+        wait_shutdown(shutdown_rx.clone()),
+    ));
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.lease_namespace);
+    let elector = leader::Elector::new(
+        leases.clone(),
+        &args.lease_name,
+        &identity,
+        Duration::from_secs(args.lease_seconds),
+    );
+    let (leader_tx, mut leader_rx) = watch::channel(false);
+    let elector_task = {
+        let health = health.clone();
+        tokio::spawn(elector.run(leader_tx, move || {
+            health
+                .elector_heartbeat
+                .store(now_secs(), Ordering::Relaxed);
+        }))
+    };
+    info!(%identity, lease = %args.lease_name, "waiting for leadership");
+
+    let mut shutdown = shutdown_rx.clone();
+    tokio::select! {
+        _ = leader_rx.wait_for(|v| *v) => {}
+        _ = shutdown.wait_for(|v| *v) => {
+            elector_task.abort();
+            return Ok(());
+        }
+    }
+    health.leader.store(true, Ordering::Relaxed);
+    metrics.leader.set(1);
+
+    let worker = WorkerDefaults {
+        image: args.worker_image.clone(),
+        image_pull_policy: args.worker_image_pull_policy.clone(),
+        redis_url: args
+            .worker_redis
+            .clone()
+            .unwrap_or_else(|| args.redis.clone()),
+    };
+    // Stop the controllers on shutdown, or as soon as leadership is lost.
+    let lost = Arc::new(AtomicBool::new(false));
+    let stop = {
+        let lost = lost.clone();
+        let mut leader_rx = leader_rx.clone();
+        let mut shutdown = shutdown_rx.clone();
+        async move {
+            tokio::select! {
+                _ = leader_rx.wait_for(|v| !*v) => lost.store(true, Ordering::Relaxed),
+                _ = shutdown.wait_for(|v| *v) => {}
+            }
+        }
+    };
+    run_controllers(
+        client.clone(),
+        store,
+        metrics.clone(),
+        worker,
+        Some(identity.clone()),
+        health.clone(),
+        stop,
+    )
+    .await;
+    elector_task.abort();
+    health.leader.store(false, Ordering::Relaxed);
+    metrics.leader.set(0);
+    if lost.load(Ordering::Relaxed) {
+        error!("lost the leader lease; exiting so that a fresh start campaigns again");
+        anyhow::bail!("lost the leader lease");
+    }
+    let releaser = leader::Elector::new(
+        leases,
+        &args.lease_name,
+        &identity,
+        Duration::from_secs(args.lease_seconds),
+    );
+    if let Err(e) = releaser.release().await {
+        warn!(error = %e, "could not release the leader lease");
+    }
+    let _ = server.await;
+    Ok(())
+}

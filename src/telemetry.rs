@@ -1,0 +1,165 @@
+//! Tracing and Prometheus metrics shared by every role, and the small HTTP server that exposes
+//! `/metrics`, `/healthz` and `/readyz`.
+
+use std::net::SocketAddr;
+
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+use tracing_subscriber::{fmt, EnvFilter};
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Installs the global tracing subscriber (level from `RUST_LOG`, `info` by default).
+pub fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second initialisation (tests) keeps the first subscriber.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// The operator's metrics, all prefixed `agentfleet_`.
+#[derive(Clone)]
+pub struct OperatorMetrics {
+    /// The registry they are registered in.
+    pub registry: Registry,
+    /// Reconciles run, by controller.
+    pub reconciles: IntCounterVec,
+    /// Reconcile errors, by controller and bounded error category.
+    pub reconcile_errors: IntCounterVec,
+    /// Reconcile duration, by controller.
+    pub reconcile_duration: HistogramVec,
+    /// 1 while this replica holds the leader lease.
+    pub leader: IntGauge,
+}
+
+impl OperatorMetrics {
+    /// Creates and registers the metrics in a fresh registry.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let reconciles = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_reconcile_total",
+                "Reconciles run, by controller.",
+            ),
+            &["controller"],
+        )?;
+        let reconcile_errors = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_reconcile_errors_total",
+                "Reconcile errors, by controller and error category.",
+            ),
+            &["controller", "category"],
+        )?;
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_reconcile_duration_seconds",
+                "Time one reconcile took, by controller.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["controller"],
+        )?;
+        let leader = IntGauge::new(
+            "agentfleet_operator_leader",
+            "1 while this operator replica holds the leader lease.",
+        )?;
+        registry.register(Box::new(reconciles.clone()))?;
+        registry.register(Box::new(reconcile_errors.clone()))?;
+        registry.register(Box::new(reconcile_duration.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
+        Ok(Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            leader,
+        })
+    }
+}
+
+/// The registry's metrics in the Prometheus text format.
+pub fn encode(registry: &Registry) -> impl IntoResponse {
+    let mut buf = Vec::new();
+    match TextEncoder::new().encode(&registry.gather(), &mut buf) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+            buf,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+/// Serves `router` plus nothing else on `addr` until `shutdown` resolves.
+pub async fn serve(
+    addr: SocketAddr,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    axum::serve(listener, router.into_make_service())
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// A router with `/metrics` for `registry`.
+pub fn metrics_router(registry: Registry) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let registry = registry.clone();
+            async move { encode(&registry) }
+        }),
+    )
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
