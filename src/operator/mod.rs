@@ -580,3 +580,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = server.await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

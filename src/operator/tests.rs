@@ -1,0 +1,595 @@
+//! Reconcile tests against a mocked Kubernetes API (`tower-test`): each test scripts the
+//! requests the reconcile must make, in order, and what the API server answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use kube::Client;
+use serde_json::{json, Value};
+
+use super::build::WorkerDefaults;
+use super::{agent, space, Context};
+use crate::crd::{Agent, Space};
+use crate::membership::SpaceKey;
+use crate::store::{MemoryStore, Store};
+use crate::telemetry::OperatorMetrics;
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+/// One expected request: method, a substring of the path and query, and the answer (status,
+/// body). `None` as the body echoes the request body back.
+struct Expect {
+    method: Method,
+    path: &'static str,
+    status: StatusCode,
+    body: Option<Value>,
+}
+
+fn expect(method: Method, path: &'static str) -> Expect {
+    Expect {
+        method,
+        path,
+        status: StatusCode::OK,
+        body: None,
+    }
+}
+
+fn answering(mut e: Expect, status: StatusCode, body: Value) -> Expect {
+    e.status = status;
+    e.body = Some(body);
+    e
+}
+
+fn not_found(kind: &str, name: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": format!("{kind} \"{name}\" not found"), "reason": "NotFound", "code": 404})
+}
+
+/// Serves the expected requests in order, then checks that no other request comes. Returns
+/// the request bodies.
+async fn serve(mut handle: Handle, script: Vec<Expect>, base: Value) -> Vec<Value> {
+    let mut bodies = Vec::new();
+    for e in script {
+        let (req, send) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("no request came; expected {} {}", e.method, e.path))
+            .expect("client dropped before the expected request");
+        let uri = req.uri().to_string();
+        assert_eq!(req.method(), e.method, "request {uri}");
+        assert!(
+            uri.contains(e.path),
+            "expected a request to {}, got {} {uri}",
+            e.path,
+            req.method()
+        );
+        let bytes = req.into_body().collect_bytes().await.unwrap();
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        // Echo the applied object; for a status apply or a JSON patch, answer with the object
+        // under test updated by it, as the API server would.
+        let answer = e.body.clone().unwrap_or_else(|| match &body {
+            Value::Object(m) if m.contains_key("metadata") => body.clone(),
+            Value::Object(m) => {
+                let mut merged = base.clone();
+                for (k, v) in m {
+                    merged[k] = v.clone();
+                }
+                merged
+            }
+            _ => base.clone(),
+        });
+        bodies.push(body);
+        send.send_response(
+            Response::builder()
+                .status(e.status)
+                .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                .unwrap(),
+        );
+    }
+    if let Ok(Some((req, _))) =
+        tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
+    {
+        panic!("unexpected request {} {}", req.method(), req.uri());
+    }
+    bodies
+}
+
+fn cache<K>(objects: Vec<K>) -> (kube::runtime::reflector::Store<K>, Writer<K>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut writer = Writer::<K>::new(());
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for o in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(o));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    (writer.as_reader(), writer)
+}
+
+struct Harness {
+    ctx: Arc<Context>,
+    handle: Option<Handle>,
+    store: Arc<MemoryStore>,
+    _writers: (Writer<Agent>, Writer<Space>),
+}
+
+fn harness(agents: Vec<Agent>, spaces: Vec<Space>) -> Harness {
+    let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "default");
+    let (agents, aw) = cache(agents);
+    let (spaces, sw) = cache(spaces);
+    let store = Arc::new(MemoryStore::new());
+    let ctx = Context::new(
+        client,
+        store.clone(),
+        OperatorMetrics::new().unwrap(),
+        WorkerDefaults {
+            image: "agentfleet:test".into(),
+            image_pull_policy: None,
+            redis_url: "redis://redis:6379".into(),
+        },
+        agents,
+        spaces,
+        Some("test".into()),
+    );
+    Harness {
+        ctx: Arc::new(ctx),
+        handle: Some(handle),
+        store,
+        _writers: (aw, sw),
+    }
+}
+
+impl Harness {
+    async fn run_agent(
+        &mut self,
+        agent: Agent,
+        script: Vec<Expect>,
+    ) -> (Result<Action, super::Error>, Vec<Value>) {
+        let handle = self.handle.take().unwrap();
+        let verifier = tokio::spawn(serve(handle, script, serde_json::to_value(&agent).unwrap()));
+        let result = agent::reconcile(Arc::new(agent), self.ctx.clone()).await;
+        (result, verifier.await.unwrap())
+    }
+
+    async fn run_space(
+        &mut self,
+        space: Space,
+        script: Vec<Expect>,
+    ) -> (Result<Action, super::Error>, Vec<Value>) {
+        let handle = self.handle.take().unwrap();
+        let verifier = tokio::spawn(serve(handle, script, serde_json::to_value(&space).unwrap()));
+        let result = space::reconcile(Arc::new(space), self.ctx.clone()).await;
+        (result, verifier.await.unwrap())
+    }
+}
+
+fn agent_yaml(extra_spec: &str) -> Agent {
+    serde_yaml::from_str(&format!(
+        r#"
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {{name: echo, namespace: default, uid: 11111111-2222-3333-4444-555555555555, generation: 2}}
+spec:
+  model: {{provider: scripted, name: echo}}
+  spaces: [lobby]
+{extra_spec}
+"#
+    ))
+    .unwrap()
+}
+
+fn lobby(finalized: bool) -> Space {
+    let mut s: Space = serde_yaml::from_str(
+        r#"
+apiVersion: agentfleet.dev/v1alpha1
+kind: Space
+metadata: {name: lobby, namespace: default, uid: 99999999-2222-3333-4444-555555555555, generation: 1}
+spec:
+  displayName: Lobby
+  members: [{id: husam, name: Husam}]
+"#,
+    )
+    .unwrap();
+    if finalized {
+        s.metadata.finalizers = Some(vec![space::FINALIZER.to_string()]);
+    }
+    s
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+}
+
+#[tokio::test]
+async fn new_agent_gets_configmap_deployment_event_and_status() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let (result, bodies) = h
+        .run_agent(
+            agent_yaml(""),
+            vec![
+                expect(Method::PATCH, "/api/v1/namespaces/default/configmaps/echo-agent?&force=true&fieldManager=agentfleet-operator"),
+                expect(Method::PATCH, "/apis/apps/v1/namespaces/default/deployments/echo-worker?&force=true&fieldManager=agentfleet-operator"),
+                expect(Method::POST, "/apis/events.k8s.io/v1/namespaces/default/events"),
+                expect(Method::PATCH, "/apis/agentfleet.dev/v1alpha1/namespaces/default/agents/echo/status?&force=true&fieldManager=agentfleet-operator"),
+            ],
+        )
+        .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
+
+    let cm = &bodies[0];
+    assert_eq!(cm["kind"], "ConfigMap");
+    assert!(cm["data"]["agent.yaml"]
+        .as_str()
+        .unwrap()
+        .contains("name: echo"));
+    let deploy = &bodies[1];
+    assert_eq!(deploy["spec"]["replicas"], 1);
+    assert_eq!(deploy["metadata"]["ownerReferences"][0]["kind"], "Agent");
+    assert_eq!(deploy["metadata"]["ownerReferences"][0]["controller"], true);
+    let event = &bodies[2];
+    assert_eq!(event["reason"], "WorkerConfigured");
+    assert_eq!(event["type"], "Normal");
+
+    let status = &bodies[3]["status"];
+    assert_eq!(
+        status["phase"], "Pending",
+        "no worker is available yet: {status}"
+    );
+    assert_eq!(status["observedGeneration"], 2);
+    assert_eq!(condition(status, "Ready")["status"], "False");
+    assert_eq!(condition(status, "Ready")["reason"], "WorkerUnavailable");
+    assert_eq!(
+        condition(status, "ModelConfigured")["reason"],
+        "NoKeyNeeded"
+    );
+    assert_eq!(condition(status, "SpacesResolved")["status"], "True");
+    assert_eq!(condition(status, "WorkerAvailable")["status"], "False");
+    assert_eq!(status["configHash"].as_str().unwrap().len(), 16);
+}
+
+#[tokio::test]
+async fn unchanged_agent_writes_no_status_and_no_event() {
+    // First pass: learn the status the operator writes.
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let (_, bodies) = h
+        .run_agent(
+            agent_yaml(""),
+            vec![
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                expect(Method::PATCH, "/deployments/echo-worker"),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    let mut agent = agent_yaml("");
+    agent.status = Some(serde_json::from_value(bodies[3]["status"].clone()).unwrap());
+
+    // Second pass on the same state: children re-applied (idempotent), nothing else.
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let (result, _) = h
+        .run_agent(
+            agent,
+            vec![
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                expect(Method::PATCH, "/deployments/echo-worker"),
+            ],
+        )
+        .await;
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn missing_key_secret_is_a_false_condition_and_a_warning() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let agent = agent_yaml("");
+    let mut agent: Agent = serde_yaml::from_str(&serde_yaml::to_string(&agent).unwrap()).unwrap();
+    agent.spec.model = serde_yaml::from_str(
+        "{provider: openai, name: gpt-4o-mini, apiKeySecretRef: {name: openai}}",
+    )
+    .unwrap();
+    let (result, bodies) = h
+        .run_agent(
+            agent,
+            vec![
+                answering(
+                    expect(Method::GET, "/api/v1/namespaces/default/secrets/openai"),
+                    StatusCode::NOT_FOUND,
+                    not_found("secrets", "openai"),
+                ),
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                expect(Method::PATCH, "/deployments/echo-worker"),
+                expect(Method::POST, "/events"),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        result.unwrap(),
+        Action::requeue(Duration::from_secs(30)),
+        "secrets are not watched: look again soon"
+    );
+    let key_env = &bodies[2]["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        key_env
+            .to_string()
+            .contains("\"secretKeyRef\":{\"key\":\"apiKey\",\"name\":\"openai\""),
+        "{key_env}"
+    );
+    let warning = &bodies[4];
+    assert_eq!(
+        (warning["type"].as_str(), warning["reason"].as_str()),
+        (Some("Warning"), Some("SecretNotFound"))
+    );
+    assert_eq!(warning["note"], "Secret openai not found");
+    let status = &bodies[5]["status"];
+    assert_eq!(status["phase"], "Failed");
+    assert_eq!(condition(status, "ModelConfigured")["status"], "False");
+    assert_eq!(
+        condition(status, "ModelConfigured")["reason"],
+        "SecretNotFound"
+    );
+    assert_eq!(condition(status, "Ready")["reason"], "SecretNotFound");
+}
+
+#[tokio::test]
+async fn secret_without_the_key_is_reported_without_its_values() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let mut agent = agent_yaml("");
+    agent.spec.model = serde_yaml::from_str(
+        "{provider: anthropic, name: claude, apiKeySecretRef: {name: llm, key: anthropic}}",
+    )
+    .unwrap();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llm", "namespace": "default"},
+                        "data": {"openai": "c2stc2VjcmV0LXZhbHVl"}});
+    let (_, bodies) = h
+        .run_agent(
+            agent,
+            vec![
+                answering(expect(Method::GET, "/secrets/llm"), StatusCode::OK, secret),
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                expect(Method::PATCH, "/deployments/echo-worker"),
+                expect(Method::POST, "/events"),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    let all = serde_json::to_string(&bodies).unwrap();
+    assert!(
+        !all.contains("c2stc2VjcmV0LXZhbHVl") && !all.contains("sk-secret-value"),
+        "a secret value leaked"
+    );
+    assert_eq!(
+        condition(&bodies[5]["status"], "ModelConfigured")["reason"],
+        "SecretKeyNotFound"
+    );
+    assert_eq!(bodies[4]["note"], "Secret llm has no key anthropic");
+}
+
+#[tokio::test]
+async fn anthropic_without_a_key_is_refused_before_any_call() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let mut agent = agent_yaml("");
+    agent.spec.model = serde_yaml::from_str("{provider: anthropic, name: claude}").unwrap();
+    let (_, bodies) = h
+        .run_agent(
+            agent,
+            vec![
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                expect(Method::PATCH, "/deployments/echo-worker"),
+                expect(Method::POST, "/events"),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    assert_eq!(bodies[3]["reason"], "ApiKeyRequired");
+    assert_eq!(
+        condition(&bodies[4]["status"], "Ready")["reason"],
+        "ApiKeyRequired"
+    );
+}
+
+#[tokio::test]
+async fn invalid_spec_leaves_the_worker_alone_and_says_why() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let agent = agent_yaml("  worker: {env: [{name: AGENTFLEET_MODEL_API_KEY, value: stolen}]}");
+    let (result, bodies) = h
+        .run_agent(
+            agent,
+            vec![
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    assert_eq!(bodies[0]["type"], "Warning");
+    assert_eq!(bodies[0]["reason"], "InvalidSpec");
+    let status = &bodies[1]["status"];
+    assert_eq!(status["phase"], "Failed");
+    let ready = condition(status, "Ready");
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert!(ready["message"]
+        .as_str()
+        .unwrap()
+        .contains("reserved prefix AGENTFLEET_"));
+}
+
+#[tokio::test]
+async fn deployment_rejected_by_the_api_server_is_a_condition_not_a_retry_loop() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let rejected = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+        "message": "Deployment.apps \"echo-worker\" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit"});
+    let (result, bodies) = h
+        .run_agent(
+            agent_yaml(""),
+            vec![
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                answering(
+                    expect(Method::PATCH, "/deployments/echo-worker"),
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    rejected,
+                ),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
+    assert_eq!(bodies[2]["reason"], "WorkerRejected");
+    let status = &bodies[3]["status"];
+    assert_eq!(status["phase"], "Failed");
+    assert!(condition(status, "WorkerAvailable")["message"]
+        .as_str()
+        .unwrap()
+        .contains("must be less than or equal to cpu limit"));
+}
+
+#[tokio::test]
+async fn missing_space_is_reported() {
+    let mut h = harness(vec![], vec![]);
+    let (_, bodies) = h
+        .run_agent(
+            agent_yaml(""),
+            vec![
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                expect(Method::PATCH, "/deployments/echo-worker"),
+                expect(Method::POST, "/events"),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    assert_eq!(bodies[3]["reason"], "SpaceNotFound");
+    assert_eq!(bodies[3]["note"], "no Space lobby in namespace default");
+    assert_eq!(
+        condition(&bodies[4]["status"], "Ready")["reason"],
+        "SpaceNotFound"
+    );
+}
+
+#[tokio::test]
+async fn api_server_outage_is_an_error_for_backoff() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let outage = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "InternalError", "code": 500, "message": "etcdserver: request timed out"});
+    let (result, _) = h
+        .run_agent(
+            agent_yaml(""),
+            vec![answering(
+                expect(Method::PATCH, "/configmaps/echo-agent"),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                outage,
+            )],
+        )
+        .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.category(), "kube_api");
+    assert_eq!(h.ctx.backoff("x".into()), Duration::from_secs(1));
+    assert_eq!(h.ctx.backoff("x".into()), Duration::from_secs(2));
+    assert_eq!(h.ctx.backoff("x".into()), Duration::from_secs(4));
+}
+
+#[tokio::test]
+async fn space_membership_lands_in_the_store_and_status() {
+    let alice = agent_yaml("");
+    let mut h = harness(vec![alice], vec![lobby(true)]);
+    let (result, bodies) = h
+        .run_space(
+            lobby(true),
+            vec![
+                expect(Method::PATCH, "/apis/agentfleet.dev/v1alpha1/namespaces/default/spaces/lobby/status?&force=true&fieldManager=agentfleet-operator"),
+                expect(Method::POST, "/events"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    let status = &bodies[0]["status"];
+    assert_eq!(status["memberCount"], 2);
+    assert_eq!(
+        status["members"],
+        json!([{"kind": "Agent", "id": "echo", "name": "echo"}, {"kind": "Human", "id": "husam", "name": "Husam"}])
+    );
+    assert_eq!(condition(status, "Ready")["reason"], "MembershipApplied");
+    assert_eq!(bodies[1]["reason"], "MembershipApplied");
+    assert_eq!(bodies[1]["note"], "members: agent echo, human husam");
+    let stored = h
+        .store
+        .space_members(&SpaceKey::new("default", "lobby"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.len(), 2);
+}
+
+#[tokio::test]
+async fn new_space_gets_the_finalizer_first() {
+    let mut h = harness(vec![], vec![lobby(false)]);
+    let (result, bodies) = h
+        .run_space(lobby(false), vec![expect(Method::PATCH, "/spaces/lobby?")])
+        .await;
+    result.unwrap();
+    assert!(
+        bodies[0].to_string().contains(space::FINALIZER),
+        "{}",
+        bodies[0]
+    );
+}
+
+#[tokio::test]
+async fn deleted_space_leaves_the_store_and_drops_the_finalizer() {
+    let mut h = harness(vec![], vec![]);
+    let key = SpaceKey::new("default", "lobby");
+    h.store.apply_space_members(&key, &[]).await.unwrap();
+    let mut deleted = lobby(true);
+    deleted.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    let (result, bodies) = h
+        .run_space(deleted, vec![expect(Method::PATCH, "/spaces/lobby?")])
+        .await;
+    result.unwrap();
+    let ops = bodies[0].as_array().expect("a JSON patch");
+    assert!(
+        ops.iter()
+            .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0"),
+        "{}",
+        bodies[0]
+    );
+    assert_eq!(h.store.space_members(&key).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
+    let h = harness(vec![], vec![lobby(true)]);
+    h.store
+        .apply_space_members(&SpaceKey::new("default", "lobby"), &[])
+        .await
+        .unwrap();
+    h.store
+        .apply_space_members(&SpaceKey::new("default", "gone"), &[])
+        .await
+        .unwrap();
+    assert_eq!(space::sweep_orphans(&h.ctx).await.unwrap(), 1);
+    assert_eq!(
+        h.store.spaces().await.unwrap(),
+        vec![SpaceKey::new("default", "lobby")]
+    );
+}
