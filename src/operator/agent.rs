@@ -64,7 +64,11 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     // The model's key Secret: existence and key only, the value is never read into a message.
     let model = check_model(&Api::namespaced(ctx.client.clone(), &ns), &agent.spec).await?;
 
-    // Spaces named by the agent.
+    // Spaces named by the agent (never judged from a cache that has not synced yet).
+    ctx.spaces
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheNotReady)?;
     let spaces = ctx.spaces.state();
     let space_refs: Vec<&Space> = spaces.iter().map(Arc::as_ref).collect();
     let missing = membership::missing_spaces(&agent, &space_refs);
@@ -114,7 +118,10 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
                     format!("Deployment rejected: {rejected}"),
                 ),
                 Ok(applied) => {
-                    if previous.config_hash.as_deref() != Some(hash.as_str()) {
+                    // The cached status may lag our own last write; remember what we applied.
+                    let key = format!("{ns}/{name}");
+                    let known = ctx.applied_hash(&key).or(previous.config_hash.clone());
+                    if known.as_deref() != Some(hash.as_str()) {
                         info!(config_hash = %hash, "worker configuration applied");
                         ctx.publish(
                             &*agent,
@@ -128,6 +135,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
                         )
                         .await;
                     }
+                    ctx.record_applied_hash(key, &hash);
                     status.config_hash = Some(hash);
                     status.replicas = applied.spec.as_ref().and_then(|s| s.replicas);
                     status.available_replicas = Some(

@@ -134,6 +134,7 @@ pub struct Context {
     /// Cache of every Space.
     pub spaces: Cache<Space>,
     failures: Mutex<HashMap<String, u32>>,
+    applied: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -160,6 +161,7 @@ impl Context {
             agents,
             spaces,
             failures: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
         }
     }
 
@@ -196,6 +198,22 @@ impl Context {
         let n = failures.entry(key).or_insert(0);
         *n = n.saturating_add(1);
         Duration::from_secs((1u64 << (*n - 1).min(9)).min(300))
+    }
+
+    /// The worker configuration hash this process last applied for `ns/name`.
+    fn applied_hash(&self, key: &str) -> Option<String> {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    fn record_applied_hash(&self, key: String, hash: &str) {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, hash.to_string());
     }
 
     fn succeeded(&self, key: &str) {

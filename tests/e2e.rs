@@ -1,0 +1,560 @@
+//! End-to-end against a real Kubernetes API server: apply the CRDs and the samples, run the
+//! operator's controllers in this process with a real `redis-server`, and watch what a user
+//! would see.
+//!
+//! Runs when asked for, with a cluster named by `AGENTFLEET_E2E_KUBECONFIG`:
+//!
+//! ```sh
+//! AGENTFLEET_E2E_KUBECONFIG=~/.kube/config cargo test --test e2e -- --ignored --nocapture
+//! ```
+//!
+//! Without the variable it fails (it never passes silently). Pods need not start: the suite
+//! works on an API server without kubelets, where workers stay Pending.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentfleet::crd::{Agent, Space};
+use agentfleet::membership::SpaceKey;
+use agentfleet::operator::build::WorkerDefaults;
+use agentfleet::operator::{run_controllers, Health};
+use agentfleet::store::{RedisStore, Store};
+use agentfleet::telemetry::OperatorMetrics;
+use agentfleet::testing::RedisServer;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
+use serde_json::json;
+
+const MANAGER: &str = "agentfleet-e2e";
+
+async fn client() -> Client {
+    let path = std::env::var("AGENTFLEET_E2E_KUBECONFIG").expect(
+        "AGENTFLEET_E2E_KUBECONFIG must name the kubeconfig of a real cluster for the e2e suite",
+    );
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Polls `check` until it returns `Some`, or fails with `what` after `timeout`.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            eprintln!("  ok after {:>5} ms: {what}", start.elapsed().as_millis());
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn condition(agent: &Agent, type_: &str) -> Option<(String, String)> {
+    agent
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn apply_yaml<K>(api: &Api<K>, yaml: &str) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {name}: {e}"))
+}
+
+#[tokio::test]
+#[ignore = "needs a real cluster: set AGENTFLEET_E2E_KUBECONFIG and pass --ignored"]
+async fn operator_on_a_real_api_server() {
+    let client = client().await;
+    let redis = RedisServer::start().unwrap();
+    let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+
+    eprintln!("step: CRDs");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [Agent::crd(), Space::crd()] {
+        let name = crd.name_any();
+        crds.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+        eventually(
+            &format!("CRD {name} established"),
+            Duration::from_secs(30),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    let crd = crds.get(&name).await.ok()?;
+                    let established = crd
+                        .status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    established.then_some(())
+                }
+            },
+        )
+        .await;
+    }
+
+    let ns = format!("agentfleet-e2e-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    eprintln!("namespace {ns}");
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controllers = tokio::spawn(run_controllers(
+        client.clone(),
+        store.clone(),
+        OperatorMetrics::new().unwrap(),
+        WorkerDefaults {
+            image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
+            image_pull_policy: Some("IfNotPresent".into()),
+            redis_url: redis.url(),
+        },
+        Some("e2e".into()),
+        Arc::new(Health::default()),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+
+    let agents: Api<Agent> = Api::namespaced(client.clone(), &ns);
+    let spaces: Api<Space> = Api::namespaced(client.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+
+    eprintln!("step: samples");
+    let sample = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/samples/family.yaml"
+    ))
+    .unwrap();
+    for doc in sample.split("\n---\n") {
+        let value: serde_yaml::Value = serde_yaml::from_str(doc).unwrap();
+        match value["kind"].as_str() {
+            Some("Space") => drop(apply_yaml(&spaces, doc).await),
+            Some("Agent") => drop(apply_yaml(&agents, doc).await),
+            other => panic!("unexpected kind {other:?}"),
+        }
+    }
+
+    let deploy = eventually("worker Deployment created", Duration::from_secs(20), || {
+        let deployments = deployments.clone();
+        async move { deployments.get_opt("assistant-worker").await.ok().flatten() }
+    })
+    .await;
+    let spec = deploy.spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
+    assert_eq!(deploy.owner_references()[0].kind, "Agent");
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert_eq!(
+        pod.containers[0]
+            .security_context
+            .as_ref()
+            .unwrap()
+            .read_only_root_filesystem,
+        Some(true)
+    );
+    let hash =
+        spec.template.metadata.unwrap().annotations.unwrap()["agentfleet.dev/config-hash"].clone();
+    let cm = configmaps.get("assistant-agent").await.unwrap();
+    assert!(cm.data.unwrap()["agent.yaml"].contains("name: assistant"));
+
+    let agent = eventually(
+        "Agent status with conditions",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("assistant").await.ok()?;
+                (condition(&a, "ModelConfigured")? == ("True".into(), "NoKeyNeeded".into())
+                    && condition(&a, "SpacesResolved")?.0 == "True")
+                    .then_some(a)
+            }
+        },
+    )
+    .await;
+    let status = agent.status.clone().unwrap();
+    eprintln!(
+        "  phase {:?}, conditions {:?}",
+        status.phase,
+        status
+            .conditions
+            .iter()
+            .map(|c| (&c.type_, &c.status, &c.reason))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(status.config_hash.as_deref(), Some(hash.as_str()));
+    assert_eq!(status.observed_generation, agent.metadata.generation);
+
+    eprintln!("step: space membership in status and data plane");
+    let family = SpaceKey::new(&ns, "family");
+    eventually(
+        "family lists the assistant and both humans",
+        Duration::from_secs(20),
+        || {
+            let spaces = spaces.clone();
+            async move {
+                let s = spaces.get("family").await.ok()?;
+                let ids: Vec<String> = s.status?.members.into_iter().map(|m| m.id).collect();
+                (ids == ["assistant", "husam", "muhammad"]).then_some(())
+            }
+        },
+    )
+    .await;
+    let stored = store.space_members(&family).await.unwrap().unwrap();
+    assert_eq!(
+        stored.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        ["assistant", "husam", "muhammad"]
+    );
+
+    eprintln!("step: adding a space to the agent updates both within seconds");
+    apply_yaml(
+        &spaces,
+        "{apiVersion: agentfleet.dev/v1alpha1, kind: Space, metadata: {name: garden}, spec: {}}",
+    )
+    .await;
+    agents
+        .patch(
+            "assistant",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"spaces": ["family", "garden"]}})),
+        )
+        .await
+        .unwrap();
+    let garden = SpaceKey::new(&ns, "garden");
+    eventually(
+        "garden has the assistant in status and data plane",
+        Duration::from_secs(10),
+        || {
+            let spaces = spaces.clone();
+            let store = store.clone();
+            let garden = garden.clone();
+            async move {
+                let s = spaces.get("garden").await.ok()?;
+                let in_status = s.status?.members.iter().any(|m| m.id == "assistant");
+                let in_store = store
+                    .space_members(&garden)
+                    .await
+                    .ok()??
+                    .iter()
+                    .any(|m| m.id == "assistant");
+                (in_status && in_store).then_some(())
+            }
+        },
+    )
+    .await;
+    eventually(
+        "config change rolls the pod template",
+        Duration::from_secs(10),
+        || {
+            let deployments = deployments.clone();
+            let hash = hash.clone();
+            async move {
+                let d = deployments.get("assistant-worker").await.ok()?;
+                let now =
+                    d.spec?.template.metadata?.annotations?["agentfleet.dev/config-hash"].clone();
+                (now != hash).then_some(())
+            }
+        },
+    )
+    .await;
+
+    eprintln!("step: removing the space from the agent removes it from the space");
+    agents
+        .patch(
+            "assistant",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"spaces": ["family"]}})),
+        )
+        .await
+        .unwrap();
+    eventually("garden is empty again", Duration::from_secs(10), || {
+        let store = store.clone();
+        let garden = garden.clone();
+        async move {
+            store
+                .space_members(&garden)
+                .await
+                .ok()?
+                .filter(|m| m.is_empty())
+        }
+    })
+    .await;
+
+    eprintln!("step: an edited or deleted child is repaired");
+    deployments
+        .patch(
+            "assistant-worker",
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 5}
+            })),
+        )
+        .await
+        .unwrap();
+    eventually("replicas back to 1", Duration::from_secs(10), || {
+        let deployments = deployments.clone();
+        async move {
+            (deployments
+                .get("assistant-worker")
+                .await
+                .ok()?
+                .spec?
+                .replicas
+                == Some(1))
+            .then_some(())
+        }
+    })
+    .await;
+    configmaps
+        .delete("assistant-agent", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("ConfigMap recreated", Duration::from_secs(10), || {
+        let configmaps = configmaps.clone();
+        async move { configmaps.get_opt("assistant-agent").await.ok().flatten() }
+    })
+    .await;
+
+    eprintln!("step: the API server refuses what the schema can refuse");
+    for (bad, needle) in [
+        ("{model: {provider: gpt, name: x}}", "provider"),
+        (
+            "{model: {provider: scripted, name: x}, cycle: {maxSteps: 0}}",
+            "maxSteps",
+        ),
+        (
+            "{model: {provider: scripted, name: x}, spaces: [Not_A_Name]}",
+            "spaces",
+        ),
+        (
+            "{model: {provider: scripted, name: x}, scaling: {minReplicas: 3}}",
+            "minReplicas",
+        ),
+        (
+            "{model: {provider: openai, name: x, temperature: 7}}",
+            "temperature",
+        ),
+    ] {
+        let yaml = format!("{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: bad}}, spec: {bad}}}");
+        let obj: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+        let err = agents
+            .patch("bad", &PatchParams::apply(MANAGER), &Patch::Apply(&obj))
+            .await
+            .expect_err(&format!("API server accepted {bad}"));
+        let kube::Error::Api(resp) = err else {
+            panic!("not an API error: {err}")
+        };
+        assert_eq!(resp.code, 422, "{}", resp.message);
+        assert!(
+            resp.message.contains(needle),
+            "message for {bad} names {needle}: {}",
+            resp.message
+        );
+        eprintln!("  refused: {}", resp.message);
+    }
+
+    eprintln!("step: a missing key Secret is a False condition and a Warning event, then heals");
+    apply_yaml(&agents, "{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {name: keyed}, spec: {model: {provider: openai, name: gpt-4o-mini, apiKeySecretRef: {name: llm-key}}, spaces: [family]}}").await;
+    eventually(
+        "keyed: ModelConfigured False SecretNotFound, phase Failed",
+        Duration::from_secs(15),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("keyed").await.ok()?;
+                let failed = a.status.as_ref()?.phase == Some(agentfleet::crd::AgentPhase::Failed);
+                (condition(&a, "ModelConfigured")? == ("False".into(), "SecretNotFound".into())
+                    && failed)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "Warning event SecretNotFound on keyed",
+        Duration::from_secs(10),
+        || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|e| {
+                        e.reason.as_deref() == Some("SecretNotFound")
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("keyed")
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "llm-key"}, "stringData": {"apiKey": "sk-e2e-not-a-real-key"}})).unwrap())
+        .await
+        .unwrap();
+    let keyed = eventually(
+        "keyed: ModelConfigured True once the Secret exists",
+        Duration::from_secs(45),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("keyed").await.ok()?;
+                (condition(&a, "ModelConfigured")?.0 == "True").then_some(a)
+            }
+        },
+    )
+    .await;
+    let everything = format!(
+        "{}{}",
+        serde_json::to_string(&keyed).unwrap(),
+        serde_json::to_string(&events.list(&ListParams::default()).await.unwrap()).unwrap()
+    );
+    assert!(
+        !everything.contains("sk-e2e-not-a-real-key"),
+        "the key leaked into status or events"
+    );
+
+    eprintln!("step: paused holds the worker at zero");
+    agents
+        .patch(
+            "keyed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "keyed: replicas 0, phase ScaledToZero, Ready True (Paused)",
+        Duration::from_secs(10),
+        || {
+            let agents = agents.clone();
+            let deployments = deployments.clone();
+            async move {
+                let d = deployments.get("keyed-worker").await.ok()?;
+                let a = agents.get("keyed").await.ok()?;
+                (d.spec?.replicas == Some(0)
+                    && a.status.as_ref()?.phase == Some(agentfleet::crd::AgentPhase::ScaledToZero)
+                    && condition(&a, "Ready")? == ("True".into(), "Paused".into()))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    eprintln!("step: deleting an Agent collects its children");
+    agents
+        .delete("keyed", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "keyed's Deployment and ConfigMap collected",
+        Duration::from_secs(120),
+        || {
+            let deployments = deployments.clone();
+            let configmaps = configmaps.clone();
+            async move {
+                let d = deployments.get_opt("keyed-worker").await.ok()?;
+                let c = configmaps.get_opt("keyed-agent").await.ok()?;
+                (d.is_none() && c.is_none()).then_some(())
+            }
+        },
+    )
+    .await;
+
+    eprintln!("step: deleting a Space removes its membership from the data plane");
+    spaces
+        .delete("garden", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "garden gone from cluster and data plane",
+        Duration::from_secs(15),
+        || {
+            let spaces = spaces.clone();
+            let store = store.clone();
+            let garden = garden.clone();
+            async move {
+                let gone = spaces.get_opt("garden").await.ok()?.is_none();
+                let forgotten = store.space_members(&garden).await.ok()?.is_none();
+                (gone && forgotten).then_some(())
+            }
+        },
+    )
+    .await;
+
+    if std::env::var("AGENTFLEET_E2E_KEEP").is_ok() {
+        let _ = stop_tx.send(());
+        let _ = controllers.await;
+        eprintln!("keeping namespace {ns} (AGENTFLEET_E2E_KEEP)");
+        return;
+    }
+    // Let the controllers release the remaining Space before the namespace goes.
+    spaces
+        .delete("family", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "family released by its finalizer",
+        Duration::from_secs(15),
+        || {
+            let spaces = spaces.clone();
+            async move { spaces.get_opt("family").await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
+    namespaces
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(20), controllers)
+        .await
+        .expect("controllers stop on shutdown")
+        .unwrap();
+}
