@@ -148,7 +148,7 @@ async fn operator_on_a_real_api_server() {
         WorkerDefaults {
             image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
             image_pull_policy: Some("IfNotPresent".into()),
-            redis_url: redis.url(),
+            redis: agentfleet::operator::build::RedisUrlSource::Value(redis.url()),
         },
         Some("e2e".into()),
         Arc::new(Health::default()),

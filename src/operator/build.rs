@@ -46,8 +46,53 @@ pub struct WorkerDefaults {
     pub image: String,
     /// Pull policy of the worker image; the cluster's default when unset.
     pub image_pull_policy: Option<String>,
-    /// Redis URL the workers use.
-    pub redis_url: String,
+    /// Where the workers get their Redis URL.
+    pub redis: RedisUrlSource,
+}
+
+/// Where a worker's Redis URL comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisUrlSource {
+    /// Inline in the Deployment (for URLs without a password).
+    Value(String),
+    /// A key of a Secret in the Agent's namespace (for URLs with a password).
+    Secret {
+        /// Name of the Secret.
+        name: String,
+        /// Key within the Secret.
+        key: String,
+    },
+}
+
+impl RedisUrlSource {
+    fn env(&self) -> EnvVar {
+        match self {
+            RedisUrlSource::Value(url) => EnvVar {
+                name: REDIS_URL_ENV.into(),
+                value: Some(url.clone()),
+                ..EnvVar::default()
+            },
+            RedisUrlSource::Secret { name, key } => EnvVar {
+                name: REDIS_URL_ENV.into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: name.clone(),
+                        key: key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+        }
+    }
+
+    fn fingerprint(&self) -> String {
+        match self {
+            RedisUrlSource::Value(url) => format!("value:{url}"),
+            RedisUrlSource::Secret { name, key } => format!("secret:{name}/{key}"),
+        }
+    }
 }
 
 /// Name of the worker Deployment of an Agent.
@@ -121,7 +166,7 @@ pub fn config_hash(manifest: &str, defaults: &WorkerDefaults) -> String {
     h.update(b"\0");
     h.update(defaults.image.as_bytes());
     h.update(b"\0");
-    h.update(defaults.redis_url.as_bytes());
+    h.update(defaults.redis.fingerprint().as_bytes());
     let digest = h.finalize();
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
@@ -183,11 +228,7 @@ pub fn deployment(
     let name = agent.name_any();
     let spec = &agent.spec;
     let mut env = vec![
-        EnvVar {
-            name: REDIS_URL_ENV.into(),
-            value: Some(defaults.redis_url.clone()),
-            ..EnvVar::default()
-        },
+        defaults.redis.env(),
         EnvVar {
             name: "AGENTFLEET_POD_NAME".into(),
             value_from: Some(EnvVarSource {
@@ -366,8 +407,42 @@ mod tests {
         WorkerDefaults {
             image: "ghcr.io/agentfleet/agentfleet:0.1.0".into(),
             image_pull_policy: None,
-            redis_url: "redis://redis:6379".into(),
+            redis: RedisUrlSource::Value("redis://redis:6379".into()),
         }
+    }
+
+    #[test]
+    fn redis_url_from_a_secret_never_inlines_it() {
+        let agent = fixture("agent-scripted.yaml");
+        let mut d = defaults();
+        let inline = config_hash("m", &d);
+        d.redis = RedisUrlSource::Secret {
+            name: "redis-url".into(),
+            key: "url".into(),
+        };
+        assert_ne!(
+            inline,
+            config_hash("m", &d),
+            "switching the source rolls the workers"
+        );
+        let deploy = deployment(&agent, &owner(&agent), &d, "h");
+        let c = &deploy.spec.unwrap().template.spec.unwrap().containers[0];
+        let env = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|e| e.name == REDIS_URL_ENV)
+            .unwrap();
+        assert!(env.value.is_none());
+        let sel = env
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!((sel.name.as_str(), sel.key.as_str()), ("redis-url", "url"));
     }
 
     fn owner(agent: &Agent) -> OwnerReference {

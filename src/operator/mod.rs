@@ -33,7 +33,7 @@ use tracing::{error, info, warn};
 use crate::crd::{Agent, Space};
 use crate::store::{RedisStore, Store, StoreError};
 use crate::telemetry::{self, OperatorMetrics};
-use build::WorkerDefaults;
+use build::{RedisUrlSource, WorkerDefaults};
 
 /// Flags of `agentfleet operator`.
 #[derive(clap::Args, Debug, Clone)]
@@ -54,9 +54,25 @@ pub struct Args {
     /// Pull policy of the worker image (the cluster's default when unset).
     #[arg(long, env = "AGENTFLEET_WORKER_IMAGE_PULL_POLICY")]
     pub worker_image_pull_policy: Option<String>,
-    /// Redis URL given to the workers (the operator's own when unset).
-    #[arg(long, env = "AGENTFLEET_WORKER_REDIS_URL")]
+    /// Redis URL given to the workers, inline in their Deployments (the operator's own when
+    /// neither this nor `--worker-redis-secret` is set).
+    #[arg(
+        long,
+        env = "AGENTFLEET_WORKER_REDIS_URL",
+        conflicts_with = "worker_redis_secret"
+    )]
     pub worker_redis: Option<String>,
+    /// Name of a Secret, in each Agent's namespace, holding the workers' Redis URL (use this
+    /// when the URL carries a password).
+    #[arg(long, env = "AGENTFLEET_WORKER_REDIS_SECRET")]
+    pub worker_redis_secret: Option<String>,
+    /// Key of the Redis URL in `--worker-redis-secret`.
+    #[arg(
+        long,
+        env = "AGENTFLEET_WORKER_REDIS_SECRET_KEY",
+        default_value = "url"
+    )]
+    pub worker_redis_secret_key: String,
     /// Namespace of the leader Lease (the operator's own namespace in a pod).
     #[arg(long, env = "AGENTFLEET_LEASE_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -548,13 +564,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     health.leader.store(true, Ordering::Relaxed);
     metrics.leader.set(1);
 
+    let redis = match (&args.worker_redis_secret, &args.worker_redis) {
+        (Some(name), _) => RedisUrlSource::Secret {
+            name: name.clone(),
+            key: args.worker_redis_secret_key.clone(),
+        },
+        (None, url) => {
+            let url = url.clone().unwrap_or_else(|| args.redis.clone());
+            if crate::store::redact_url(&url) != url {
+                warn!(
+                    url = %crate::store::redact_url(&url),
+                    "the workers' Redis URL carries a password and would be visible in their Deployments; use --worker-redis-secret"
+                );
+            }
+            RedisUrlSource::Value(url)
+        }
+    };
     let worker = WorkerDefaults {
         image: args.worker_image.clone(),
         image_pull_policy: args.worker_image_pull_policy.clone(),
-        redis_url: args
-            .worker_redis
-            .clone()
-            .unwrap_or_else(|| args.redis.clone()),
+        redis,
     };
     // Stop the controllers on shutdown, or as soon as leadership is lost.
     let lost = Arc::new(AtomicBool::new(false));

@@ -135,7 +135,7 @@ fn harness(agents: Vec<Agent>, spaces: Vec<Space>) -> Harness {
         WorkerDefaults {
             image: "agentfleet:test".into(),
             image_pull_policy: None,
-            redis_url: "redis://redis:6379".into(),
+            redis: super::build::RedisUrlSource::Value("redis://redis:6379".into()),
         },
         agents,
         spaces,

@@ -12,7 +12,7 @@ mod memory;
 mod redis;
 
 pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub use self::redis::{redact_url, RedisStore};
 
 use async_trait::async_trait;
 
