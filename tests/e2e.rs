@@ -30,7 +30,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, Config, ResourceExt};
 use serde_json::json;
 
 const MANAGER: &str = "agentfleet-e2e";
@@ -100,7 +100,7 @@ async fn operator_on_a_real_api_server() {
 
     eprintln!("step: CRDs");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [Agent::crd(), Space::crd()] {
+    for crd in agentfleet::crd::definitions() {
         let name = crd.name_any();
         crds.patch(
             &name,

@@ -9,18 +9,141 @@ mod space;
 pub use agent::*;
 pub use space::*;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use kube::CustomResourceExt;
 
 /// API group of every agentfleet resource.
 pub const GROUP: &str = "agentfleet.dev";
 
+/// Every CRD of the project, as the API server gets it: the generated schema with rustdoc
+/// paragraphs unwrapped (so `kubectl explain` reflows them) and the kind's own doc at the root.
+pub fn definitions() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![Agent::crd(), Space::crd()];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                let kind_doc = schema
+                    .properties
+                    .as_ref()
+                    .and_then(|p| p.get("spec"))
+                    .and_then(|spec| spec.description.clone());
+                schema.description = kind_doc;
+                unwrap_descriptions(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// Joins the lines of each paragraph of every description below `schema`.
+fn unwrap_descriptions(schema: &mut JSONSchemaProps) {
+    if let Some(d) = schema.description.as_mut() {
+        *d = d
+            .split("\n\n")
+            .map(|para| {
+                para.split('\n')
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n");
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        unwrap_descriptions(child);
+    }
+    if let Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(items)) =
+        schema.items.as_mut()
+    {
+        unwrap_descriptions(items);
+    }
+    if let Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrBool::Schema(extra)) =
+        schema.additional_properties.as_mut()
+    {
+        unwrap_descriptions(extra);
+    }
+}
+
 /// Every CRD of the project, as one multi-document YAML stream (what `agentfleet crd` prints
 /// and what `crds/agentfleet.yaml` holds).
 pub fn render_all() -> Result<String, serde_yaml::Error> {
     let mut out = String::new();
-    for crd in [Agent::crd(), Space::crd()] {
+    for crd in definitions() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&quote_yaml11_keywords(&serde_yaml::to_string(&crd)?));
     }
     Ok(out)
+}
+
+/// Words that YAML 1.2 (what serde_yaml writes) reads as strings but YAML 1.1 (what kubectl
+/// and Helm read) reads as booleans or null.
+const YAML11_KEYWORDS: &[&str] = &[
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+    "OFF",
+];
+
+/// Quotes plain scalars that a YAML 1.1 reader would not take as strings, so that
+/// `midCycleInbox: off` stays the string `"off"` whichever tool reads the file.
+fn quote_yaml11_keywords(yaml: &str) -> String {
+    let mut out = String::with_capacity(yaml.len());
+    for line in yaml.lines() {
+        let (head, value) = match line.trim_start().strip_prefix("- ") {
+            Some(v) => (&line[..line.len() - v.len()], v),
+            None => match line.rfind(": ") {
+                Some(i) => (&line[..i + 2], &line[i + 2..]),
+                None => (line, ""),
+            },
+        };
+        if YAML11_KEYWORDS.contains(&value) {
+            out.push_str(head);
+            out.push('\'');
+            out.push_str(value);
+            out.push('\'');
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml11_keywords_are_quoted() {
+        let rendered = render_all().unwrap();
+        assert!(
+            rendered.contains("- 'off'"),
+            "midCycleInbox's enum keeps the string off"
+        );
+        for line in rendered.lines() {
+            let value = line.trim_start().trim_start_matches("- ");
+            let value = value.rsplit(": ").next().unwrap_or(value);
+            assert!(
+                !YAML11_KEYWORDS.contains(&value),
+                "unquoted YAML 1.1 keyword: {line}"
+            );
+        }
+        // Still the same documents.
+        let docs: Vec<CustomResourceDefinition> = serde_yaml::Deserializer::from_str(&rendered)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect();
+        assert_eq!(docs, definitions());
+    }
+
+    #[test]
+    fn quoting_leaves_other_lines_alone() {
+        assert_eq!(
+            quote_yaml11_keywords("a: off\n- on\nb: offline\n- 'no'\n"),
+            "a: 'off'\n- 'on'\nb: offline\n- 'no'\n"
+        );
+    }
 }
