@@ -140,6 +140,27 @@ async fn operator_on_a_real_api_server() {
         .unwrap();
     eprintln!("namespace {ns}");
 
+    let agents: Api<Agent> = Api::namespaced(client.clone(), &ns);
+    let spaces: Api<Space> = Api::namespaced(client.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+
+    eprintln!("step: samples");
+    for file in ["family.yaml", "engineering.yaml"] {
+        let path = format!("{}/config/samples/{file}", env!("CARGO_MANIFEST_DIR"));
+        let sample = std::fs::read_to_string(&path).unwrap();
+        for doc in sample.split("\n---\n") {
+            let value: serde_yaml::Value = serde_yaml::from_str(doc).unwrap();
+            match value["kind"].as_str() {
+                Some("Space") => drop(apply_yaml(&spaces, doc).await),
+                Some("Agent") => drop(apply_yaml(&agents, doc).await),
+                other => panic!("unexpected kind {other:?} in {path}"),
+            }
+        }
+    }
+
+    // Started after the samples exist: every first reconcile then races the cache sync (a
+    // regression test for reconciles that waited on the cache and were never woken).
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controllers = tokio::spawn(run_controllers(
         client.clone(),
@@ -157,26 +178,25 @@ async fn operator_on_a_real_api_server() {
         },
     ));
 
-    let agents: Api<Agent> = Api::namespaced(client.clone(), &ns);
-    let spaces: Api<Space> = Api::namespaced(client.clone(), &ns);
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-
-    eprintln!("step: samples");
-    let sample = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/samples/family.yaml"
-    ))
-    .unwrap();
-    for doc in sample.split("\n---\n") {
-        let value: serde_yaml::Value = serde_yaml::from_str(doc).unwrap();
-        match value["kind"].as_str() {
-            Some("Space") => drop(apply_yaml(&spaces, doc).await),
-            Some("Agent") => drop(apply_yaml(&agents, doc).await),
-            other => panic!("unexpected kind {other:?}"),
-        }
-    }
-
+    eventually(
+        "every sample agent has a worker and a status",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            let deployments = deployments.clone();
+            async move {
+                for name in ["assistant", "reviewer", "oncall"] {
+                    deployments
+                        .get_opt(&format!("{name}-worker"))
+                        .await
+                        .ok()??;
+                    agents.get(name).await.ok()?.status?.phase?;
+                }
+                Some(())
+            }
+        },
+    )
+    .await;
     let deploy = eventually("worker Deployment created", Duration::from_secs(20), || {
         let deployments = deployments.clone();
         async move { deployments.get_opt("assistant-worker").await.ok().flatten() }
@@ -534,17 +554,24 @@ async fn operator_on_a_real_api_server() {
         eprintln!("keeping namespace {ns} (AGENTFLEET_E2E_KEEP)");
         return;
     }
-    // Let the controllers release the remaining Space before the namespace goes.
-    spaces
-        .delete("family", &DeleteParams::default())
-        .await
-        .unwrap();
+    // Let the controllers release the remaining Spaces before the namespace goes.
+    for name in ["family", "engineering"] {
+        spaces.delete(name, &DeleteParams::default()).await.unwrap();
+    }
     eventually(
-        "family released by its finalizer",
+        "remaining Spaces released by their finalizer",
         Duration::from_secs(15),
         || {
             let spaces = spaces.clone();
-            async move { spaces.get_opt("family").await.ok()?.is_none().then_some(()) }
+            async move {
+                spaces
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                    .then_some(())
+            }
         },
     )
     .await;

@@ -65,10 +65,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     let model = check_model(&Api::namespaced(ctx.client.clone(), &ns), &agent.spec).await?;
 
     // Spaces named by the agent (never judged from a cache that has not synced yet).
-    ctx.spaces
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheNotReady)?;
+    ctx.caches_synced().await?;
     let spaces = ctx.spaces.state();
     let space_refs: Vec<&Space> = spaces.iter().map(Arc::as_ref).collect();
     let missing = membership::missing_spaces(&agent, &space_refs);

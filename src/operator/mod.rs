@@ -151,6 +151,7 @@ pub struct Context {
     pub spaces: Cache<Space>,
     failures: Mutex<HashMap<String, u32>>,
     applied: Mutex<HashMap<String, String>>,
+    caches_ready: watch::Sender<bool>,
 }
 
 impl Context {
@@ -178,6 +179,7 @@ impl Context {
             spaces,
             failures: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
+            caches_ready: watch::Sender::new(false),
         }
     }
 
@@ -214,6 +216,25 @@ impl Context {
         let n = failures.entry(key).or_insert(0);
         *n = n.saturating_add(1);
         Duration::from_secs((1u64 << (*n - 1).min(9)).min(300))
+    }
+
+    /// Waits until both caches have synced. Any number of reconciles may wait here.
+    ///
+    /// (kube-runtime's `Store::wait_until_ready` keeps only the last waiter's waker, so with
+    /// several concurrent waiters all but one hang forever; one task awaits the stores and
+    /// opens this gate instead.)
+    pub async fn caches_synced(&self) -> Result<(), Error> {
+        self.caches_ready
+            .subscribe()
+            .wait_for(|ready| *ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| Error::CacheNotReady)
+    }
+
+    /// Opens the gate of [`Context::caches_synced`].
+    pub fn mark_caches_synced(&self) {
+        self.caches_ready.send_replace(true);
     }
 
     /// The worker configuration hash this process last applied for `ns/name`.
@@ -461,9 +482,12 @@ pub async fn run_controllers(
     };
     let synced = {
         let health = health.clone();
+        let ctx = ctx.clone();
         let (a, s) = (agent_cache.clone(), space_cache.clone());
+        // The only task that awaits the stores themselves (see `Context::caches_synced`).
         async move {
             if a.wait_until_ready().await.is_ok() && s.wait_until_ready().await.is_ok() {
+                ctx.mark_caches_synced();
                 health.caches_synced.store(true, Ordering::Relaxed);
                 info!("caches synced");
             }

@@ -49,10 +49,7 @@ pub async fn reconcile(space: Arc<Space>, ctx: Arc<Context>) -> Result<Action, E
 async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
     let key = SpaceKey::of(&space);
     // Never derive from a half-filled cache: that would drop members from the data plane.
-    ctx.agents
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheNotReady)?;
+    ctx.caches_synced().await?;
     let agents = ctx.agents.state();
     let agent_refs: Vec<&Agent> = agents
         .iter()
@@ -183,10 +180,7 @@ async fn cleanup(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
 /// Removes from the data plane the membership of spaces that no longer exist (left behind
 /// when a Space was deleted while the data plane was unreachable). Returns how many.
 pub async fn sweep_orphans(ctx: &Context) -> Result<usize, Error> {
-    ctx.spaces
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheNotReady)?;
+    ctx.caches_synced().await?;
     let existing: std::collections::BTreeSet<SpaceKey> =
         ctx.spaces.state().iter().map(|s| SpaceKey::of(s)).collect();
     let mut removed = 0;

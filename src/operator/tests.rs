@@ -141,6 +141,7 @@ fn harness(agents: Vec<Agent>, spaces: Vec<Space>) -> Harness {
         spaces,
         Some("test".into()),
     );
+    ctx.mark_caches_synced();
     Harness {
         ctx: Arc::new(ctx),
         handle: Some(handle),
@@ -592,4 +593,43 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
         h.store.spaces().await.unwrap(),
         vec![SpaceKey::new("default", "lobby")]
     );
+}
+
+#[tokio::test]
+async fn every_reconcile_waiting_for_the_caches_is_woken() {
+    let (svc, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (agents, _aw) = cache::<Agent>(vec![]);
+    let (spaces, _sw) = cache::<Space>(vec![]);
+    let ctx = Arc::new(Context::new(
+        Client::new(svc, "default"),
+        Arc::new(MemoryStore::new()),
+        OperatorMetrics::new().unwrap(),
+        WorkerDefaults {
+            image: "agentfleet:test".into(),
+            image_pull_policy: None,
+            redis: super::build::RedisUrlSource::Value("redis://redis:6379".into()),
+        },
+        agents,
+        spaces,
+        None,
+    ));
+    let waiters: Vec<_> = (0..16)
+        .map(|_| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move { ctx.caches_synced().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        waiters.iter().all(|w| !w.is_finished()),
+        "nobody passes before the sync"
+    );
+    ctx.mark_caches_synced();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(2), w)
+            .await
+            .expect("a waiter was never woken")
+            .unwrap()
+            .unwrap();
+    }
 }
