@@ -72,18 +72,7 @@ impl RedisUrlSource {
                 value: Some(url.clone()),
                 ..EnvVar::default()
             },
-            RedisUrlSource::Secret { name, key } => EnvVar {
-                name: REDIS_URL_ENV.into(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: name.clone(),
-                        key: key.clone(),
-                        optional: Some(false),
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
+            RedisUrlSource::Secret { name, key } => secret_env(REDIS_URL_ENV, name, key),
         }
     }
 
@@ -171,17 +160,38 @@ pub fn config_hash(manifest: &str, defaults: &WorkerDefaults) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// Metadata of a child object of an Agent: its namespace, labels and controller reference.
+fn child_meta(agent: &Agent, name: String, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: agent.namespace(),
+        labels: Some(labels(&agent.name_any())),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// An environment variable read from a key of a Secret that must exist.
+fn secret_env(var: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: var.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
 /// The ConfigMap holding the rendered manifest.
 pub fn configmap(agent: &Agent, owner: &OwnerReference, manifest: &str) -> ConfigMap {
     let name = agent.name_any();
     ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(configmap_name(&name)),
-            namespace: agent.namespace(),
-            labels: Some(labels(&name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..ObjectMeta::default()
-        },
+        metadata: child_meta(agent, configmap_name(&name), owner),
         data: Some(BTreeMap::from([(
             AGENT_FILE_KEY.to_string(),
             manifest.to_string(),
@@ -242,18 +252,7 @@ pub fn deployment(
         },
     ];
     if let Some(key_ref) = &spec.model.api_key_secret_ref {
-        env.push(EnvVar {
-            name: API_KEY_ENV.into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: key_ref.name.clone(),
-                    key: key_ref.key.clone(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        });
+        env.push(secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key));
     }
     env.extend(spec.worker.env.iter().cloned());
 
@@ -359,13 +358,7 @@ pub fn deployment(
     };
 
     Deployment {
-        metadata: ObjectMeta {
-            name: Some(deployment_name(&name)),
-            namespace: agent.namespace(),
-            labels: Some(labels(&name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..ObjectMeta::default()
-        },
+        metadata: child_meta(agent, deployment_name(&name), owner),
         spec: Some(DeploymentSpec {
             replicas: desired_replicas(spec),
             selector: LabelSelector {

@@ -122,14 +122,15 @@ struct Harness {
     _writers: (Writer<Agent>, Writer<Space>),
 }
 
-fn harness(agents: Vec<Agent>, spaces: Vec<Space>) -> Harness {
+/// A context over the given objects, its API client answered by the returned handle. The
+/// caches are synced (and the gate open) only when `synced`.
+fn context(agents: Vec<Agent>, spaces: Vec<Space>, synced: bool) -> Harness {
     let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(svc, "default");
     let (agents, aw) = cache(agents);
     let (spaces, sw) = cache(spaces);
     let store = Arc::new(MemoryStore::new());
     let ctx = Context::new(
-        client,
+        Client::new(svc, "default"),
         store.clone(),
         OperatorMetrics::new().unwrap(),
         WorkerDefaults {
@@ -141,13 +142,19 @@ fn harness(agents: Vec<Agent>, spaces: Vec<Space>) -> Harness {
         spaces,
         Some("test".into()),
     );
-    ctx.mark_caches_synced();
+    if synced {
+        ctx.mark_caches_synced();
+    }
     Harness {
         ctx: Arc::new(ctx),
         handle: Some(handle),
         store,
         _writers: (aw, sw),
     }
+}
+
+fn harness(agents: Vec<Agent>, spaces: Vec<Space>) -> Harness {
+    context(agents, spaces, true)
 }
 
 impl Harness {
@@ -597,22 +604,8 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
 
 #[tokio::test]
 async fn every_reconcile_waiting_for_the_caches_is_woken() {
-    let (svc, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let (agents, _aw) = cache::<Agent>(vec![]);
-    let (spaces, _sw) = cache::<Space>(vec![]);
-    let ctx = Arc::new(Context::new(
-        Client::new(svc, "default"),
-        Arc::new(MemoryStore::new()),
-        OperatorMetrics::new().unwrap(),
-        WorkerDefaults {
-            image: "agentfleet:test".into(),
-            image_pull_policy: None,
-            redis: super::build::RedisUrlSource::Value("redis://redis:6379".into()),
-        },
-        agents,
-        spaces,
-        None,
-    ));
+    let h = context(vec![], vec![], false);
+    let ctx = h.ctx.clone();
     let waiters: Vec<_> = (0..16)
         .map(|_| {
             let ctx = ctx.clone();
