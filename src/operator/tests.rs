@@ -45,6 +45,18 @@ fn answering(mut e: Expect, status: StatusCode, body: Value) -> Expect {
     e
 }
 
+/// The requests of a reconcile that applies the echo agent's children, publishes `events`
+/// events and writes its status.
+fn applied_then(events: usize) -> Vec<Expect> {
+    let mut script = vec![
+        expect(Method::PATCH, "/configmaps/echo-agent"),
+        expect(Method::PATCH, "/deployments/echo-worker"),
+    ];
+    script.extend((0..events).map(|_| expect(Method::POST, "/events")));
+    script.push(expect(Method::PATCH, "/agents/echo/status"));
+    script
+}
+
 fn not_found(kind: &str, name: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": format!("{kind} \"{name}\" not found"), "reason": "NotFound", "code": 404})
@@ -274,17 +286,7 @@ async fn new_agent_gets_configmap_deployment_event_and_status() {
 async fn unchanged_agent_writes_no_status_and_no_event() {
     // First pass: learn the status the operator writes.
     let mut h = harness(vec![], vec![lobby(true)]);
-    let (_, bodies) = h
-        .run_agent(
-            agent_yaml(""),
-            vec![
-                expect(Method::PATCH, "/configmaps/echo-agent"),
-                expect(Method::PATCH, "/deployments/echo-worker"),
-                expect(Method::POST, "/events"),
-                expect(Method::PATCH, "/agents/echo/status"),
-            ],
-        )
-        .await;
+    let (_, bodies) = h.run_agent(agent_yaml(""), applied_then(1)).await;
     let mut agent = agent_yaml("");
     agent.status = Some(serde_json::from_value(bodies[3]["status"].clone()).unwrap());
 
@@ -396,18 +398,7 @@ async fn anthropic_without_a_key_is_refused_before_any_call() {
     let mut h = harness(vec![], vec![lobby(true)]);
     let mut agent = agent_yaml("");
     agent.spec.model = serde_yaml::from_str("{provider: anthropic, name: claude}").unwrap();
-    let (_, bodies) = h
-        .run_agent(
-            agent,
-            vec![
-                expect(Method::PATCH, "/configmaps/echo-agent"),
-                expect(Method::PATCH, "/deployments/echo-worker"),
-                expect(Method::POST, "/events"),
-                expect(Method::POST, "/events"),
-                expect(Method::PATCH, "/agents/echo/status"),
-            ],
-        )
-        .await;
+    let (_, bodies) = h.run_agent(agent, applied_then(2)).await;
     assert_eq!(bodies[3]["reason"], "ApiKeyRequired");
     assert_eq!(
         condition(&bodies[4]["status"], "Ready")["reason"],
@@ -474,18 +465,7 @@ async fn deployment_rejected_by_the_api_server_is_a_condition_not_a_retry_loop()
 #[tokio::test]
 async fn missing_space_is_reported() {
     let mut h = harness(vec![], vec![]);
-    let (_, bodies) = h
-        .run_agent(
-            agent_yaml(""),
-            vec![
-                expect(Method::PATCH, "/configmaps/echo-agent"),
-                expect(Method::PATCH, "/deployments/echo-worker"),
-                expect(Method::POST, "/events"),
-                expect(Method::POST, "/events"),
-                expect(Method::PATCH, "/agents/echo/status"),
-            ],
-        )
-        .await;
+    let (_, bodies) = h.run_agent(agent_yaml(""), applied_then(2)).await;
     assert_eq!(bodies[3]["reason"], "SpaceNotFound");
     assert_eq!(bodies[3]["note"], "no Space lobby in namespace default");
     assert_eq!(
