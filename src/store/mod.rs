@@ -7,14 +7,31 @@
 //! What the store holds so far:
 //! - **Space membership**: for every Space, its resolved members (agents and humans), derived
 //!   from the manifests by [`crate::membership::derive`] and applied idempotently.
+//! - **Inbox** per agent, drained reliably: waiting moves events to an in-flight list, and they
+//!   leave it only when the cycle is acknowledged, so a crash mid-cycle loses nothing. An event
+//!   id seen before is dropped. Urgent events go to a second queue while the agent thinks.
+//! - **Lease** per agent with a fencing token: one worker thinks; a worker whose token is no
+//!   longer current cannot take events or acknowledge.
+//! - **Wake**: a push to the inbox of an agent whose lease nobody holds publishes the agent's
+//!   `NS/NAME` on [`WAKE_CHANNEL`].
 
 mod memory;
 mod redis;
+mod types;
 
 pub use self::memory::MemoryStore;
 pub use self::redis::{redact_url, RedisStore};
+pub use self::types::*;
+
+use std::time::Duration;
 
 use async_trait::async_trait;
+
+/// Pub/sub channel of wake signals (payload: the agent's `NS/NAME`).
+pub const WAKE_CHANNEL: &str = "agentfleet:wake";
+
+/// How many recent event ids an inbox remembers to drop duplicates.
+pub const SEEN_IDS: usize = 10_000;
 
 use crate::crd::ResolvedMember;
 use crate::membership::SpaceKey;
@@ -51,6 +68,12 @@ pub enum StoreError {
     /// The store's address is not usable.
     #[error("invalid redis URL: {0}")]
     InvalidUrl(String),
+    /// The caller's lease is no longer current: another worker holds the agent.
+    #[error("lease of agent {agent} lost: another worker holds it")]
+    Fenced {
+        /// The agent.
+        agent: String,
+    },
 }
 
 impl StoreError {
@@ -61,6 +84,7 @@ impl StoreError {
             StoreError::Timeout { .. } => "store_timeout",
             StoreError::Decode { .. } => "store_decode",
             StoreError::InvalidUrl(_) => "store_config",
+            StoreError::Fenced { .. } => "fenced",
         }
     }
 }
@@ -89,6 +113,65 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every space the store holds membership for, sorted.
     async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError>;
+
+    /// Queues an event in an agent's inbox (the urgent queue when the event is urgent and the
+    /// agent is thinking). Idempotent by event id.
+    async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError>;
+
+    /// Takes the agent's lease for `holder` if nobody holds it (or `holder` already does).
+    /// `None` while another worker holds it.
+    async fn acquire_lease(
+        &self,
+        agent: &AgentKey,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError>;
+
+    /// Extends the lease. `false` when it is no longer ours.
+    async fn renew_lease(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Gives the lease up (a no-op when it is no longer ours).
+    async fn release_lease(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+
+    /// The events of the next cycle. Events already in flight (a cycle that never finished)
+    /// come back first; otherwise waits, without polling, up to `timeout` for the inbox to
+    /// hold an event, then moves the whole inbox in flight and marks the agent thinking.
+    /// Empty when the wait timed out.
+    async fn wait_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        timeout: Duration,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// Moves the urgent queue in flight (acknowledged with the cycle) and returns it.
+    async fn take_urgent(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// The first `limit` events waiting in the inbox, left in place (mid-cycle preview).
+    async fn peek_inbox(
+        &self,
+        agent: &AgentKey,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// Events waiting: inbox plus urgent queue (not counting those in flight).
+    async fn inbox_depth(&self, agent: &AgentKey) -> Result<u64, StoreError>;
+
+    /// Events in flight: taken by a cycle that has not been acknowledged.
+    async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError>;
+
+    /// Ends a cycle: drops the in-flight events, marks the agent sleeping, and moves urgent
+    /// events that arrived late back to the inbox (so they wake the next cycle).
+    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
 }
 
 #[cfg(test)]

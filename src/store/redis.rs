@@ -11,15 +11,27 @@
 //! | `agentfleet:{space:NS/NAME}:members` | string | the resolved members, JSON `[{kind, id, name}]` |
 //! | `agentfleet:{space:NS/NAME}:agents` | set | names of the member agents (for fan-out) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
+//! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
+//! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
+//! | `agentfleet:{agent:NS/NAME}:inflight` | list | events of the cycle under way |
+//! | `agentfleet:{agent:NS/NAME}:ids` | sorted set | recent event ids (score: time), for dedupe |
+//! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
+//! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
+//! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
+//!
+//! Every step that takes events or acknowledges them is one Lua script on the agent's slot
+//! and starts by checking the caller's `HOLDER|TOKEN` against the lease (error `FENCED`).
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncCommands, AsyncConnectionConfig, Script};
 use tokio::sync::OnceCell;
 
-use super::{Store, StoreError};
+use super::{AgentKey, InboxEvent, Lease, Pushed, Store, StoreError, SEEN_IDS, WAKE_CHANNEL};
 use crate::crd::{MemberKind, ResolvedMember};
 use crate::membership::SpaceKey;
 
@@ -43,11 +55,138 @@ fn spaces_index_key() -> String {
     format!("{PREFIX}spaces")
 }
 
+fn agent_key(agent: &AgentKey, suffix: &str) -> String {
+    format!(
+        "{PREFIX}{{agent:{}/{}}}:{suffix}",
+        agent.namespace, agent.name
+    )
+}
+
+fn lease_value(lease: &Lease) -> String {
+    format!("{}|{}", lease.holder, lease.token)
+}
+
+/// Checks the caller's lease (ARGV[1]) against KEYS[1]. Prepended to fenced scripts.
+const FENCE: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('FENCED the lease is held by another worker')
+end
+local function move_all(src, dst)
+  local items = redis.call('LRANGE', src, 0, -1)
+  for i = 1, #items, 1000 do
+    redis.call('RPUSH', dst, unpack(items, i, math.min(i + 999, #items)))
+  end
+  redis.call('DEL', src)
+  return items
+end
+"#;
+
+/// KEYS: inbox, urgent, ids, state, lease. ARGV: id, json, urgent, time_ms, seen_max, agent,
+/// wake channel. Returns {queued, woke}.
+static PUSH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[1]) == 0 then return {0, 0} end
+local n = redis.call('ZCARD', KEYS[3])
+local max = tonumber(ARGV[5])
+if n > max then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, n - max - 1) end
+if ARGV[3] == '1' and redis.call('GET', KEYS[4]) == 'thinking' then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+else
+  redis.call('RPUSH', KEYS[1], ARGV[2])
+end
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  redis.call('PUBLISH', ARGV[7], ARGV[6])
+  return {1, 1}
+end
+return {1, 0}
+"#,
+    )
+});
+
+/// KEYS: lease, fence. ARGV: holder, ttl_ms. Returns the token, or nil while another holds it.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local holder, token = string.match(cur, '^(.*)|(%d+)$')
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(token)
+  end
+  return false
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+return token
+"#,
+    )
+});
+
+/// KEYS: lease. ARGV: lease value, ttl_ms (0: release). Returns 1 when it was ours.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then redis.call('DEL', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+"#,
+    )
+});
+
+/// KEYS: lease, inbox, inflight, state. ARGV: lease value. Moves the inbox in flight and
+/// returns everything in flight.
+static DRAIN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{FENCE}
+move_all(KEYS[2], KEYS[3])
+local all = redis.call('LRANGE', KEYS[3], 0, -1)
+if #all > 0 then redis.call('SET', KEYS[4], 'thinking') end
+return all
+"#
+    ))
+});
+
+/// KEYS: lease, urgent, inflight. ARGV: lease value. Moves the urgent queue in flight.
+static TAKE_URGENT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{FENCE}
+local items = move_all(KEYS[2], KEYS[3])
+return items
+"#
+    ))
+});
+
+/// KEYS: lease, inflight, state, urgent, inbox. ARGV: lease value. Ends the cycle.
+static ACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{FENCE}
+redis.call('DEL', KEYS[2], KEYS[3])
+move_all(KEYS[4], KEYS[5])
+return 1
+"#
+    ))
+});
+
+fn decode_events(agent: &AgentKey, raw: Vec<String>) -> Result<Vec<InboxEvent>, StoreError> {
+    raw.iter()
+        .map(|j| {
+            serde_json::from_str(j).map_err(|source| StoreError::Decode {
+                what: format!("an inbox event of agent {agent}"),
+                source,
+            })
+        })
+        .collect()
+}
+
 /// A [`Store`] on Redis. Connects lazily and reconnects by itself, so a process can start
 /// (and report not ready) while Redis is down.
 pub struct RedisStore {
     client: redis::Client,
     conn: OnceCell<ConnectionManager>,
+    /// One connection per agent for blocking waits, which would stall a shared one.
+    blocking: Mutex<HashMap<AgentKey, MultiplexedConnection>>,
 }
 
 impl RedisStore {
@@ -59,7 +198,54 @@ impl RedisStore {
         Ok(Self {
             client,
             conn: OnceCell::new(),
+            blocking: Mutex::new(HashMap::new()),
         })
+    }
+
+    async fn blocking_conn(&self, agent: &AgentKey) -> Result<MultiplexedConnection, StoreError> {
+        let cached = self
+            .blocking
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(agent)
+            .cloned();
+        if let Some(conn) = cached {
+            return Ok(conn);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(None);
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(redis_err("connect"))?;
+        self.blocking
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(agent.clone(), conn.clone());
+        Ok(conn)
+    }
+
+    fn forget_blocking(&self, agent: &AgentKey) {
+        self.blocking
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(agent);
+    }
+
+    async fn drain(&self, agent: &AgentKey, lease: &Lease) -> Result<Vec<InboxEvent>, StoreError> {
+        let mut conn = self.conn().await?;
+        let raw: Vec<String> = DRAIN
+            .key(agent_key(agent, "lease"))
+            .key(agent_key(agent, "inbox"))
+            .key(agent_key(agent, "inflight"))
+            .key(agent_key(agent, "state"))
+            .arg(lease_value(lease))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(fenced(agent, "drain inbox"))?;
+        decode_events(agent, raw)
     }
 
     async fn conn(&self) -> Result<ConnectionManager, StoreError> {
@@ -96,6 +282,26 @@ pub fn redact_url(url: &str) -> String {
 
 fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> StoreError {
     move |source| StoreError::Redis { op, source }
+}
+
+/// Like [`redis_err`], but a `FENCED` script error becomes [`StoreError::Fenced`].
+fn fenced<'a>(
+    agent: &'a AgentKey,
+    op: &'static str,
+) -> impl FnOnce(redis::RedisError) -> StoreError + 'a {
+    move |source| {
+        if source.code() == Some("FENCED") {
+            StoreError::Fenced {
+                agent: agent.to_string(),
+            }
+        } else {
+            StoreError::Redis { op, source }
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 #[async_trait]
@@ -196,6 +402,187 @@ impl Store for RedisStore {
             .collect();
         keys.sort();
         Ok(keys)
+    }
+
+    async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {
+        let json = serde_json::to_string(event).map_err(|source| StoreError::Decode {
+            what: format!("event {}", event.id),
+            source,
+        })?;
+        let mut conn = self.conn().await?;
+        let (queued, woke): (u8, u8) = PUSH
+            .key(agent_key(agent, "inbox"))
+            .key(agent_key(agent, "urgent"))
+            .key(agent_key(agent, "ids"))
+            .key(agent_key(agent, "state"))
+            .key(agent_key(agent, "lease"))
+            .arg(&event.id)
+            .arg(json)
+            .arg(if event.urgent { "1" } else { "0" })
+            .arg(event.time_ms)
+            .arg(SEEN_IDS)
+            .arg(agent.to_string())
+            .arg(WAKE_CHANNEL)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(redis_err("push event"))?;
+        Ok(Pushed {
+            queued: queued == 1,
+            woke: woke == 1,
+        })
+    }
+
+    async fn acquire_lease(
+        &self,
+        agent: &AgentKey,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        let mut conn = self.conn().await?;
+        let token: Option<u64> = ACQUIRE
+            .key(agent_key(agent, "lease"))
+            .key(agent_key(agent, "fence"))
+            .arg(holder)
+            .arg(millis(ttl))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(redis_err("acquire lease"))?;
+        Ok(token.map(|token| Lease {
+            holder: holder.to_string(),
+            token,
+        }))
+    }
+
+    async fn renew_lease(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn().await?;
+        let ours: u8 = RENEW
+            .key(agent_key(agent, "lease"))
+            .arg(lease_value(lease))
+            .arg(millis(ttl))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(redis_err("renew lease"))?;
+        Ok(ours == 1)
+    }
+
+    async fn release_lease(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        RENEW
+            .key(agent_key(agent, "lease"))
+            .arg(lease_value(lease))
+            .arg(0)
+            .invoke_async::<u8>(&mut conn)
+            .await
+            .map_err(redis_err("release lease"))?;
+        self.forget_blocking(agent);
+        Ok(())
+    }
+
+    async fn wait_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        timeout: Duration,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        // A cycle that never finished comes back first (and the fence is checked).
+        let events = self.drain(agent, lease).await?;
+        if !events.is_empty() {
+            return Ok(events);
+        }
+        // Sleep on the inbox: the first event moves in flight atomically, so nothing is lost
+        // if this process dies right after.
+        let mut conn = self.blocking_conn(agent).await?;
+        let moved: Option<String> = conn
+            .blmove(
+                agent_key(agent, "inbox"),
+                agent_key(agent, "inflight"),
+                redis::Direction::Left,
+                redis::Direction::Right,
+                timeout.as_secs_f64().max(0.01),
+            )
+            .await
+            .map_err(|e| {
+                self.forget_blocking(agent);
+                StoreError::Redis {
+                    op: "wait on inbox",
+                    source: e,
+                }
+            })?;
+        if moved.is_none() {
+            return Ok(Vec::new());
+        }
+        self.drain(agent, lease).await
+    }
+
+    async fn take_urgent(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let mut conn = self.conn().await?;
+        let raw: Vec<String> = TAKE_URGENT
+            .key(agent_key(agent, "lease"))
+            .key(agent_key(agent, "urgent"))
+            .key(agent_key(agent, "inflight"))
+            .arg(lease_value(lease))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(fenced(agent, "take urgent events"))?;
+        decode_events(agent, raw)
+    }
+
+    async fn peek_inbox(
+        &self,
+        agent: &AgentKey,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        let stop = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
+        let raw: Vec<String> = conn
+            .lrange(agent_key(agent, "inbox"), 0, stop)
+            .await
+            .map_err(redis_err("peek inbox"))?;
+        decode_events(agent, raw)
+    }
+
+    async fn inbox_depth(&self, agent: &AgentKey) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        let (inbox, urgent): (u64, u64) = redis::pipe()
+            .llen(agent_key(agent, "inbox"))
+            .llen(agent_key(agent, "urgent"))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("inbox depth"))?;
+        Ok(inbox + urgent)
+    }
+
+    async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        conn.llen(agent_key(agent, "inflight"))
+            .await
+            .map_err(redis_err("in-flight count"))
+    }
+
+    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        ACK.key(agent_key(agent, "lease"))
+            .key(agent_key(agent, "inflight"))
+            .key(agent_key(agent, "state"))
+            .key(agent_key(agent, "urgent"))
+            .key(agent_key(agent, "inbox"))
+            .arg(lease_value(lease))
+            .invoke_async::<u8>(&mut conn)
+            .await
+            .map_err(fenced(agent, "acknowledge cycle"))?;
+        Ok(())
     }
 }
 

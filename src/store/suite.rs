@@ -51,6 +51,262 @@ async fn ping_answers(store: &dyn Store) {
     store.ping().await.unwrap();
 }
 
+fn event(id: &str, text: &str) -> InboxEvent {
+    InboxEvent {
+        id: id.into(),
+        kind: EventKind::SpaceMessage,
+        time_ms: now_ms(),
+        urgent: false,
+        space: Some("family".into()),
+        sender: Some(Sender {
+            id: "husam".into(),
+            name: "Husam".into(),
+            kind: Some(MemberKind::Human),
+        }),
+        text: Some(text.into()),
+        data: None,
+    }
+}
+
+fn urgent(id: &str, text: &str) -> InboxEvent {
+    InboxEvent {
+        urgent: true,
+        ..event(id, text)
+    }
+}
+
+const TTL: std::time::Duration = std::time::Duration::from_secs(30);
+const SHORT: std::time::Duration = std::time::Duration::from_millis(50);
+
+async fn inbox_drains_whole_batches_in_order_and_drops_duplicates(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    assert!(
+        store
+            .wait_inbox(&a, &lease, SHORT)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing to do: times out empty"
+    );
+    for (id, text) in [
+        ("e1", "Tell Muhammad the meeting is at 3pm"),
+        ("e2", "Also tell him to bring the documents"),
+        ("e3", "Status of Q4?"),
+    ] {
+        assert!(store.push_event(&a, &event(id, text)).await.unwrap().queued);
+    }
+    assert!(
+        !store
+            .push_event(&a, &event("e2", "again"))
+            .await
+            .unwrap()
+            .queued,
+        "a seen id is dropped"
+    );
+    assert_eq!(store.inbox_depth(&a).await.unwrap(), 3);
+    assert_eq!(
+        store
+            .peek_inbox(&a, 2)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect::<Vec<_>>(),
+        ["e1", "e2"]
+    );
+    let batch = store.wait_inbox(&a, &lease, TTL).await.unwrap();
+    assert_eq!(
+        batch.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["e1", "e2", "e3"]
+    );
+    assert_eq!(
+        batch[1].text.as_deref(),
+        Some("Also tell him to bring the documents")
+    );
+    assert_eq!(
+        (
+            store.inbox_depth(&a).await.unwrap(),
+            store.inflight(&a).await.unwrap()
+        ),
+        (0, 3)
+    );
+    assert!(
+        !store
+            .push_event(&a, &event("e1", "redelivered by a retrying producer"))
+            .await
+            .unwrap()
+            .queued
+    );
+    store.ack_cycle(&a, &lease).await.unwrap();
+    assert_eq!(store.inflight(&a).await.unwrap(), 0);
+    assert!(store
+        .wait_inbox(&a, &lease, SHORT)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn unacknowledged_events_come_back_to_the_next_worker(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let first = store
+        .acquire_lease(&a, "w1", std::time::Duration::from_millis(200))
+        .await
+        .unwrap()
+        .unwrap();
+    store.push_event(&a, &event("e1", "hello")).await.unwrap();
+    assert_eq!(store.wait_inbox(&a, &first, TTL).await.unwrap().len(), 1);
+    // The worker dies mid-cycle: no ack, and its lease runs out.
+    assert_eq!(
+        store.acquire_lease(&a, "w2", TTL).await.unwrap(),
+        None,
+        "the lease still holds"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = store.acquire_lease(&a, "w2", TTL).await.unwrap().unwrap();
+    assert!(second.token > first.token, "fencing tokens grow");
+    store
+        .push_event(&a, &event("e2", "are you there?"))
+        .await
+        .unwrap();
+    let again = store.wait_inbox(&a, &second, TTL).await.unwrap();
+    assert_eq!(
+        again.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["e1", "e2"],
+        "nothing lost, order kept"
+    );
+    // The old worker, back from the dead, can neither take nor acknowledge.
+    assert!(matches!(
+        store.wait_inbox(&a, &first, SHORT).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(matches!(
+        store.ack_cycle(&a, &first).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(!store.renew_lease(&a, &first, TTL).await.unwrap());
+    store.ack_cycle(&a, &second).await.unwrap();
+}
+
+async fn one_worker_holds_the_lease(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let w1 = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    assert_eq!(store.acquire_lease(&a, "w2", TTL).await.unwrap(), None);
+    assert_eq!(
+        store.acquire_lease(&a, "w1", TTL).await.unwrap(),
+        Some(w1.clone()),
+        "re-acquiring keeps the token"
+    );
+    assert!(store.renew_lease(&a, &w1, TTL).await.unwrap());
+    store.release_lease(&a, &w1).await.unwrap();
+    let w2 = store.acquire_lease(&a, "w2", TTL).await.unwrap().unwrap();
+    assert!(w2.token > w1.token);
+    store.release_lease(&a, &w1).await.unwrap();
+    assert_eq!(
+        store.acquire_lease(&a, "w3", TTL).await.unwrap(),
+        None,
+        "releasing someone else's lease is a no-op"
+    );
+}
+
+async fn wake_is_signalled_only_without_a_worker(store: &dyn Store) {
+    let a = AgentKey::new("fam", "sleepy");
+    let pushed = store.push_event(&a, &event("e1", "wake up")).await.unwrap();
+    assert_eq!(
+        pushed,
+        Pushed {
+            queued: true,
+            woke: true
+        }
+    );
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    assert!(
+        !store
+            .push_event(&a, &event("e2", "again"))
+            .await
+            .unwrap()
+            .woke
+    );
+    store.release_lease(&a, &lease).await.unwrap();
+    assert!(
+        store
+            .push_event(&a, &event("e3", "and again"))
+            .await
+            .unwrap()
+            .woke
+    );
+}
+
+async fn urgent_events_wait_in_their_own_queue_while_thinking(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    // Sleeping: an urgent event simply wakes the agent.
+    store.push_event(&a, &urgent("u0", "fire!")).await.unwrap();
+    assert_eq!(store.wait_inbox(&a, &lease, TTL).await.unwrap().len(), 1);
+    // Thinking: urgent events queue apart, normal ones wait for the next cycle.
+    store
+        .push_event(&a, &urgent("u1", "stop the deploy"))
+        .await
+        .unwrap();
+    store.push_event(&a, &event("n1", "lunch?")).await.unwrap();
+    assert_eq!(
+        store
+            .peek_inbox(&a, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect::<Vec<_>>(),
+        ["n1"]
+    );
+    assert_eq!(store.inbox_depth(&a).await.unwrap(), 2);
+    let taken = store.take_urgent(&a, &lease).await.unwrap();
+    assert_eq!(
+        taken.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["u1"]
+    );
+    assert_eq!(
+        store.inflight(&a).await.unwrap(),
+        2,
+        "injected urgent events are acknowledged with the cycle"
+    );
+    store
+        .push_event(&a, &urgent("u2", "too late for this cycle"))
+        .await
+        .unwrap();
+    store.ack_cycle(&a, &lease).await.unwrap();
+    let next = store.wait_inbox(&a, &lease, TTL).await.unwrap();
+    assert_eq!(
+        next.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["n1", "u2"]
+    );
+}
+
+async fn a_sleeping_worker_wakes_on_push(store: std::sync::Arc<dyn Store>) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    let waiter = {
+        let store = store.clone();
+        let a = a.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let events = store
+                .wait_inbox(&a, &lease, std::time::Duration::from_secs(20))
+                .await
+                .unwrap();
+            (events, started.elapsed())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    store.push_event(&a, &event("e1", "ping")).await.unwrap();
+    let (events, waited) = waiter.await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "woken by the push, not the timeout ({waited:?})"
+    );
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -74,7 +330,50 @@ macro_rules! suite {
     };
 }
 
-suite!(membership_is_applied_idempotently, ping_answers);
+suite!(
+    membership_is_applied_idempotently,
+    ping_answers,
+    inbox_drains_whole_batches_in_order_and_drops_duplicates,
+    unacknowledged_events_come_back_to_the_next_worker,
+    one_worker_holds_the_lease,
+    wake_is_signalled_only_without_a_worker,
+    urgent_events_wait_in_their_own_queue_while_thinking,
+);
+
+#[tokio::test]
+async fn memory_sleeping_worker_wakes_on_push() {
+    a_sleeping_worker_wakes_on_push(std::sync::Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn redis_sleeping_worker_wakes_on_push() {
+    let server = RedisServer::start().unwrap();
+    a_sleeping_worker_wakes_on_push(std::sync::Arc::new(RedisStore::new(&server.url()).unwrap()))
+        .await;
+}
+
+#[tokio::test]
+async fn redis_wake_signal_is_published() {
+    use futures::StreamExt;
+    let server = RedisServer::start().unwrap();
+    let store = RedisStore::new(&server.url()).unwrap();
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe(WAKE_CHANNEL).await.unwrap();
+    let a = AgentKey::new("fam", "sleepy");
+    store.push_event(&a, &event("e1", "wake up")).await.unwrap();
+    let msg = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        pubsub.on_message().next(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        msg.get_payload::<String>().unwrap(),
+        "fam/assistant".replace("assistant", "sleepy")
+    );
+}
 
 #[tokio::test]
 async fn redis_members_set_tracks_agents_for_fan_out() {
