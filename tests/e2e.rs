@@ -263,9 +263,13 @@ async fn operator_on_a_real_api_server() {
         },
     )
     .await;
-    let stored = store.space_members(&family).await.unwrap().unwrap();
+    let stored = store.space(&family).await.unwrap().unwrap();
     assert_eq!(
-        stored.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        stored
+            .members
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect::<Vec<_>>(),
         ["assistant", "husam", "muhammad"]
     );
 
@@ -294,12 +298,7 @@ async fn operator_on_a_real_api_server() {
             async move {
                 let s = spaces.get("garden").await.ok()?;
                 let in_status = s.status?.members.iter().any(|m| m.id == "assistant");
-                let in_store = store
-                    .space_members(&garden)
-                    .await
-                    .ok()??
-                    .iter()
-                    .any(|m| m.id == "assistant");
+                let in_store = store.space(&garden).await.ok()??.has_agent("assistant");
                 (in_status && in_store).then_some(())
             }
         },
@@ -335,10 +334,10 @@ async fn operator_on_a_real_api_server() {
         let garden = garden.clone();
         async move {
             store
-                .space_members(&garden)
+                .space(&garden)
                 .await
                 .ok()?
-                .filter(|m| m.is_empty())
+                .filter(|s| s.members.is_empty())
         }
     })
     .await;
@@ -541,7 +540,7 @@ async fn operator_on_a_real_api_server() {
             let garden = garden.clone();
             async move {
                 let gone = spaces.get_opt("garden").await.ok()?.is_none();
-                let forgotten = store.space_members(&garden).await.ok()?.is_none();
+                let forgotten = store.space(&garden).await.ok()?.is_none();
                 (gone && forgotten).then_some(())
             }
         },

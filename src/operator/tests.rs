@@ -16,7 +16,7 @@ use super::build::WorkerDefaults;
 use super::{agent, space, Context};
 use crate::crd::{Agent, Space};
 use crate::membership::SpaceKey;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, SpaceRecord, Store};
 use crate::telemetry::OperatorMetrics;
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
@@ -520,11 +520,11 @@ async fn space_membership_lands_in_the_store_and_status() {
     assert_eq!(bodies[1]["note"], "members: agent echo, human husam");
     let stored = h
         .store
-        .space_members(&SpaceKey::new("default", "lobby"))
+        .space(&SpaceKey::new("default", "lobby"))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(stored.len(), 2);
+    assert_eq!(stored.members.len(), 2);
 }
 
 #[tokio::test]
@@ -545,7 +545,17 @@ async fn new_space_gets_the_finalizer_first() {
 async fn deleted_space_leaves_the_store_and_drops_the_finalizer() {
     let mut h = harness(vec![], vec![]);
     let key = SpaceKey::new("default", "lobby");
-    h.store.apply_space_members(&key, &[]).await.unwrap();
+    h.store
+        .apply_space(
+            &key,
+            &SpaceRecord {
+                display_name: "x".into(),
+                members: vec![],
+                max_messages: 1,
+            },
+        )
+        .await
+        .unwrap();
     let mut deleted = lobby(true);
     deleted.metadata.deletion_timestamp = Some(
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
@@ -561,18 +571,32 @@ async fn deleted_space_leaves_the_store_and_drops_the_finalizer() {
         "{}",
         bodies[0]
     );
-    assert_eq!(h.store.space_members(&key).await.unwrap(), None);
+    assert_eq!(h.store.space(&key).await.unwrap(), None);
 }
 
 #[tokio::test]
 async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
     let h = harness(vec![], vec![lobby(true)]);
     h.store
-        .apply_space_members(&SpaceKey::new("default", "lobby"), &[])
+        .apply_space(
+            &SpaceKey::new("default", "lobby"),
+            &SpaceRecord {
+                display_name: "x".into(),
+                members: vec![],
+                max_messages: 1,
+            },
+        )
         .await
         .unwrap();
     h.store
-        .apply_space_members(&SpaceKey::new("default", "gone"), &[])
+        .apply_space(
+            &SpaceKey::new("default", "gone"),
+            &SpaceRecord {
+                display_name: "x".into(),
+                members: vec![],
+                max_messages: 1,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(space::sweep_orphans(&h.ctx).await.unwrap(), 1);

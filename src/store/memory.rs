@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{AgentKey, InboxEvent, Lease, Pushed, Store, StoreError, SEEN_IDS};
-use crate::crd::ResolvedMember;
+use super::{AgentKey, InboxEvent, Lease, Pushed, SpaceRecord, Store, StoreError, SEEN_IDS};
 use crate::membership::SpaceKey;
 
 /// A [`Store`] held in this process's memory.
@@ -20,7 +19,7 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct State {
-    members: BTreeMap<SpaceKey, Vec<ResolvedMember>>,
+    spaces: BTreeMap<SpaceKey, SpaceRecord>,
     agents: HashMap<AgentKey, AgentState>,
 }
 
@@ -92,33 +91,30 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn apply_space_members(
+    async fn apply_space(
         &self,
         space: &SpaceKey,
-        members: &[ResolvedMember],
+        record: &SpaceRecord,
     ) -> Result<bool, StoreError> {
         Ok(self.with(|s| {
-            let changed = s.members.get(space).map(Vec::as_slice) != Some(members);
+            let changed = s.spaces.get(space) != Some(record);
             if changed {
-                s.members.insert(space.clone(), members.to_vec());
+                s.spaces.insert(space.clone(), record.clone());
             }
             changed
         }))
     }
 
-    async fn space_members(
-        &self,
-        space: &SpaceKey,
-    ) -> Result<Option<Vec<ResolvedMember>>, StoreError> {
-        Ok(self.with(|s| s.members.get(space).cloned()))
+    async fn space(&self, space: &SpaceKey) -> Result<Option<SpaceRecord>, StoreError> {
+        Ok(self.with(|s| s.spaces.get(space).cloned()))
     }
 
     async fn remove_space(&self, space: &SpaceKey) -> Result<bool, StoreError> {
-        Ok(self.with(|s| s.members.remove(space).is_some()))
+        Ok(self.with(|s| s.spaces.remove(space).is_some()))
     }
 
     async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError> {
-        Ok(self.with(|s| s.members.keys().cloned().collect()))
+        Ok(self.with(|s| s.spaces.keys().cloned().collect()))
     }
 
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {

@@ -33,7 +33,6 @@ pub const WAKE_CHANNEL: &str = "agentfleet:wake";
 /// How many recent event ids an inbox remembers to drop duplicates.
 pub const SEEN_IDS: usize = 10_000;
 
-use crate::crd::ResolvedMember;
 use crate::membership::SpaceKey;
 
 /// Why a store operation failed. The text never carries credentials.
@@ -95,18 +94,13 @@ pub trait Store: Send + Sync + 'static {
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Sets the members of a space. Idempotent: returns whether anything changed.
-    async fn apply_space_members(
-        &self,
-        space: &SpaceKey,
-        members: &[ResolvedMember],
-    ) -> Result<bool, StoreError>;
+    /// Sets what the data plane knows of a space (members, display name, retention).
+    /// Idempotent: returns whether anything changed.
+    async fn apply_space(&self, space: &SpaceKey, record: &SpaceRecord)
+        -> Result<bool, StoreError>;
 
-    /// The members of a space, or `None` when the store knows no such space.
-    async fn space_members(
-        &self,
-        space: &SpaceKey,
-    ) -> Result<Option<Vec<ResolvedMember>>, StoreError>;
+    /// What the data plane knows of a space, or `None` when it knows no such space.
+    async fn space(&self, space: &SpaceKey) -> Result<Option<SpaceRecord>, StoreError>;
 
     /// Forgets a space's membership. Returns whether there was any.
     async fn remove_space(&self, space: &SpaceKey) -> Result<bool, StoreError>;

@@ -8,7 +8,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `agentfleet:{space:NS/NAME}:members` | string | the resolved members, JSON `[{kind, id, name}]` |
+//! | `agentfleet:{space:NS/NAME}:info` | string | the space record, JSON `{displayName, members, maxMessages}` |
 //! | `agentfleet:{space:NS/NAME}:agents` | set | names of the member agents (for fan-out) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
@@ -31,8 +31,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::{AsyncCommands, AsyncConnectionConfig, Script};
 use tokio::sync::OnceCell;
 
-use super::{AgentKey, InboxEvent, Lease, Pushed, Store, StoreError, SEEN_IDS, WAKE_CHANNEL};
-use crate::crd::{MemberKind, ResolvedMember};
+use super::{
+    AgentKey, InboxEvent, Lease, Pushed, SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
+};
+use crate::crd::MemberKind;
 use crate::membership::SpaceKey;
 
 const PREFIX: &str = "agentfleet:";
@@ -43,8 +45,8 @@ fn space_tag(space: &SpaceKey) -> String {
     format!("{PREFIX}{{space:{}/{}}}", space.namespace, space.name)
 }
 
-fn members_key(space: &SpaceKey) -> String {
-    format!("{}:members", space_tag(space))
+fn info_key(space: &SpaceKey) -> String {
+    format!("{}:info", space_tag(space))
 }
 
 fn agents_key(space: &SpaceKey) -> String {
@@ -315,18 +317,19 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    async fn apply_space_members(
+    async fn apply_space(
         &self,
         space: &SpaceKey,
-        members: &[ResolvedMember],
+        record: &SpaceRecord,
     ) -> Result<bool, StoreError> {
-        let json = serde_json::to_string(members).map_err(|source| StoreError::Decode {
+        let members = &record.members;
+        let json = serde_json::to_string(record).map_err(|source| StoreError::Decode {
             what: format!("members of space {space}"),
             source,
         })?;
         let mut conn = self.conn().await?;
         let current: Option<String> = conn
-            .get(members_key(space))
+            .get(info_key(space))
             .await
             .map_err(redis_err("get space members"))?;
         let changed = current.as_deref() != Some(json.as_str());
@@ -338,7 +341,7 @@ impl Store for RedisStore {
                 .collect();
             let mut tx = redis::pipe();
             tx.atomic()
-                .set(members_key(space), &json)
+                .set(info_key(space), &json)
                 .ignore()
                 .del(agents_key(space))
                 .ignore();
@@ -356,13 +359,10 @@ impl Store for RedisStore {
         Ok(changed)
     }
 
-    async fn space_members(
-        &self,
-        space: &SpaceKey,
-    ) -> Result<Option<Vec<ResolvedMember>>, StoreError> {
+    async fn space(&self, space: &SpaceKey) -> Result<Option<SpaceRecord>, StoreError> {
         let mut conn = self.conn().await?;
         let json: Option<String> = conn
-            .get(members_key(space))
+            .get(info_key(space))
             .await
             .map_err(redis_err("get space members"))?;
         json.map(|j| {
@@ -378,7 +378,7 @@ impl Store for RedisStore {
         let mut conn = self.conn().await?;
         let (removed, _): (u64, u64) = redis::pipe()
             .atomic()
-            .del(members_key(space))
+            .del(info_key(space))
             .del(agents_key(space))
             .query_async(&mut conn)
             .await
@@ -614,7 +614,7 @@ mod tests {
     #[test]
     fn keys_of_one_space_share_a_hash_tag() {
         let s = SpaceKey::new("ns", "family");
-        assert_eq!(members_key(&s), "agentfleet:{space:ns/family}:members");
+        assert_eq!(info_key(&s), "agentfleet:{space:ns/family}:info");
         assert_eq!(agents_key(&s), "agentfleet:{space:ns/family}:agents");
     }
 }

@@ -1,7 +1,7 @@
 //! One behaviour suite, run against both stores: the embedded one and a real `redis-server`.
 
 use super::*;
-use crate::crd::MemberKind;
+use crate::crd::{MemberKind, ResolvedMember};
 use crate::testing::RedisServer;
 
 fn member(kind: MemberKind, id: &str) -> ResolvedMember {
@@ -12,30 +12,54 @@ fn member(kind: MemberKind, id: &str) -> ResolvedMember {
     }
 }
 
+fn record(members: Vec<ResolvedMember>) -> SpaceRecord {
+    SpaceRecord {
+        display_name: "Family".into(),
+        members,
+        max_messages: 100,
+    }
+}
+
 async fn membership_is_applied_idempotently(store: &dyn Store) {
     let family = SpaceKey::new("fam", "family");
     let work = SpaceKey::new("fam", "work");
-    assert_eq!(store.space_members(&family).await.unwrap(), None);
+    assert_eq!(store.space(&family).await.unwrap(), None);
     let members = vec![
         member(MemberKind::Agent, "alice"),
         member(MemberKind::Human, "husam"),
     ];
-    assert!(store.apply_space_members(&family, &members).await.unwrap());
+    assert!(store
+        .apply_space(&family, &record(members.clone()))
+        .await
+        .unwrap());
     assert!(
-        !store.apply_space_members(&family, &members).await.unwrap(),
+        !store
+            .apply_space(&family, &record(members.clone()))
+            .await
+            .unwrap(),
         "same members again: no change"
     );
     assert_eq!(
-        store.space_members(&family).await.unwrap(),
-        Some(members.clone())
+        store.space(&family).await.unwrap(),
+        Some(record(members.clone()))
     );
+    let mut renamed = record(members.clone());
+    renamed.display_name = "The Family".into();
+    assert!(
+        store.apply_space(&family, &renamed).await.unwrap(),
+        "a new display name is a change"
+    );
+    assert_eq!(store.space(&family).await.unwrap(), Some(renamed));
 
     let fewer = vec![member(MemberKind::Human, "husam")];
-    assert!(store.apply_space_members(&family, &fewer).await.unwrap());
-    assert_eq!(store.space_members(&family).await.unwrap(), Some(fewer));
+    assert!(store
+        .apply_space(&family, &record(fewer.clone()))
+        .await
+        .unwrap());
+    assert_eq!(store.space(&family).await.unwrap(), Some(record(fewer)));
 
-    assert!(store.apply_space_members(&work, &[]).await.unwrap());
-    assert_eq!(store.space_members(&work).await.unwrap(), Some(vec![]));
+    assert!(store.apply_space(&work, &record(vec![])).await.unwrap());
+    assert_eq!(store.space(&work).await.unwrap(), Some(record(vec![])));
     assert_eq!(
         store.spaces().await.unwrap(),
         vec![family.clone(), work.clone()]
@@ -43,7 +67,7 @@ async fn membership_is_applied_idempotently(store: &dyn Store) {
 
     assert!(store.remove_space(&family).await.unwrap());
     assert!(!store.remove_space(&family).await.unwrap());
-    assert_eq!(store.space_members(&family).await.unwrap(), None);
+    assert_eq!(store.space(&family).await.unwrap(), None);
     assert_eq!(store.spaces().await.unwrap(), vec![work]);
 }
 
@@ -382,13 +406,13 @@ async fn redis_members_set_tracks_agents_for_fan_out() {
     let store = RedisStore::new(&server.url()).unwrap();
     let s = SpaceKey::new("ns", "eng");
     store
-        .apply_space_members(
+        .apply_space(
             &s,
-            &[
+            &record(vec![
                 member(MemberKind::Agent, "a"),
                 member(MemberKind::Agent, "b"),
                 member(MemberKind::Human, "h"),
-            ],
+            ]),
         )
         .await
         .unwrap();
@@ -401,7 +425,7 @@ async fn redis_members_set_tracks_agents_for_fan_out() {
     agents.sort();
     assert_eq!(agents, vec!["a", "b"]);
     store
-        .apply_space_members(&s, &[member(MemberKind::Agent, "b")])
+        .apply_space(&s, &record(vec![member(MemberKind::Agent, "b")]))
         .await
         .unwrap();
     let agents: Vec<String> = conn

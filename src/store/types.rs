@@ -37,6 +37,36 @@ impl fmt::Display for AgentKey {
     }
 }
 
+/// What the data plane knows of a space: derived from its Space object and the Agents that
+/// name it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceRecord {
+    /// Name shown to humans and agents.
+    pub display_name: String,
+    /// Agents, then humans.
+    pub members: Vec<crate::crd::ResolvedMember>,
+    /// The most messages its log keeps.
+    pub max_messages: u64,
+}
+
+impl SpaceRecord {
+    /// Whether an agent of this name is a member.
+    pub fn has_agent(&self, name: &str) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.kind == MemberKind::Agent && m.id == name)
+    }
+
+    /// Names of the member agents.
+    pub fn agents(&self) -> impl Iterator<Item = &str> {
+        self.members
+            .iter()
+            .filter(|m| m.kind == MemberKind::Agent)
+            .map(|m| m.id.as_str())
+    }
+}
+
 /// Who wrote something: an agent, a human or a service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sender {
