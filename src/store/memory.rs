@@ -5,10 +5,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
-use super::{AgentKey, InboxEvent, Lease, Pushed, SpaceRecord, Store, StoreError, SEEN_IDS};
+use super::{
+    now_ms, AgentKey, EventKind, InboxEvent, Lease, LiveEvent, NewMessage, Posted, Pushed,
+    ReadQuery, SpaceMessage, SpaceRecord, Store, StoreError, SEEN_IDS,
+};
 use crate::membership::SpaceKey;
 
 /// A [`Store`] held in this process's memory.
@@ -21,6 +26,44 @@ pub struct MemoryStore {
 struct State {
     spaces: BTreeMap<SpaceKey, SpaceRecord>,
     agents: HashMap<AgentKey, AgentState>,
+    logs: HashMap<SpaceKey, SpaceLog>,
+    live: HashMap<SpaceKey, broadcast::Sender<LiveEvent>>,
+}
+
+#[derive(Default)]
+struct SpaceLog {
+    messages: VecDeque<SpaceMessage>,
+    last_ms: i64,
+    seq: u64,
+    idempotency: HashMap<String, String>,
+}
+
+impl SpaceLog {
+    /// The next id, `MILLIS-SEQ`, strictly increasing like a Redis stream's.
+    fn next_id(&mut self, now: i64) -> String {
+        if now > self.last_ms {
+            self.last_ms = now;
+            self.seq = 0;
+        } else {
+            self.seq += 1;
+        }
+        format!("{}-{}", self.last_ms, self.seq)
+    }
+}
+
+/// Orders `MILLIS-SEQ` ids.
+fn id_key(id: &str) -> (i64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+impl State {
+    fn live(&mut self, space: &SpaceKey) -> broadcast::Sender<LiveEvent> {
+        self.live
+            .entry(space.clone())
+            .or_insert_with(|| broadcast::channel(1024).0)
+            .clone()
+    }
 }
 
 #[derive(Default)]
@@ -51,6 +94,32 @@ impl AgentState {
             Err(StoreError::Fenced {
                 agent: agent.to_string(),
             })
+        }
+    }
+
+    fn push(&mut self, event: &InboxEvent) -> Pushed {
+        let a = self;
+        if !a.seen.insert(event.id.clone()) {
+            return Pushed {
+                queued: false,
+                woke: false,
+            };
+        }
+        a.seen_order.push_back(event.id.clone());
+        while a.seen_order.len() > SEEN_IDS {
+            if let Some(old) = a.seen_order.pop_front() {
+                a.seen.remove(&old);
+            }
+        }
+        if event.urgent && a.thinking {
+            a.urgent.push_back(event.clone());
+        } else {
+            a.inbox.push_back(event.clone());
+            a.notify.notify_one();
+        }
+        Pushed {
+            queued: true,
+            woke: a.lease_holder().is_none(),
         }
     }
 
@@ -118,30 +187,7 @@ impl Store for MemoryStore {
     }
 
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {
-        Ok(self.agent(agent, |a| {
-            if !a.seen.insert(event.id.clone()) {
-                return Pushed {
-                    queued: false,
-                    woke: false,
-                };
-            }
-            a.seen_order.push_back(event.id.clone());
-            while a.seen_order.len() > SEEN_IDS {
-                if let Some(old) = a.seen_order.pop_front() {
-                    a.seen.remove(&old);
-                }
-            }
-            if event.urgent && a.thinking {
-                a.urgent.push_back(event.clone());
-            } else {
-                a.inbox.push_back(event.clone());
-                a.notify.notify_one();
-            }
-            Pushed {
-                queued: true,
-                woke: a.lease_holder().is_none(),
-            }
-        }))
+        Ok(self.agent(agent, |a| a.push(event)))
     }
 
     async fn acquire_lease(
@@ -265,5 +311,136 @@ impl Store for MemoryStore {
             }
             Ok(())
         })
+    }
+
+    async fn post_message(
+        &self,
+        space: &SpaceKey,
+        message: &NewMessage,
+    ) -> Result<Posted, StoreError> {
+        self.with(|s| {
+            let record = s
+                .spaces
+                .get(space)
+                .filter(|r| r.members.iter().any(|m| m.id == message.sender.id))
+                .cloned()
+                .ok_or_else(|| StoreError::NotMember {
+                    space: space.to_string(),
+                    sender: message.sender.id.clone(),
+                })?;
+            let log = s.logs.entry(space.clone()).or_default();
+            if let Some(id) = message
+                .idempotency_key
+                .as_ref()
+                .and_then(|k| log.idempotency.get(k))
+            {
+                return Ok(Posted {
+                    id: id.clone(),
+                    duplicate: true,
+                    delivered: Vec::new(),
+                });
+            }
+            let time_ms = now_ms();
+            let id = log.next_id(time_ms);
+            let posted = SpaceMessage {
+                id: id.clone(),
+                space: space.name.clone(),
+                sender: message.sender.clone(),
+                text: message.text.clone(),
+                time_ms,
+                mention: message.mention.clone(),
+            };
+            if let Some(k) = &message.idempotency_key {
+                log.idempotency.insert(k.clone(), id.clone());
+            }
+            log.messages.push_back(posted.clone());
+            while log.messages.len() as u64 > record.max_messages {
+                log.messages.pop_front();
+            }
+            let event = message_event(&posted, message.urgent);
+            let mut delivered = Vec::new();
+            for agent in record.agents().filter(|a| *a != message.sender.id) {
+                let key = AgentKey::new(space.namespace.clone(), agent);
+                if s.agents.entry(key).or_default().push(&event).queued {
+                    delivered.push(agent.to_string());
+                }
+            }
+            let _ = s.live(space).send(LiveEvent::Message { message: posted });
+            Ok(Posted {
+                id,
+                duplicate: false,
+                delivered,
+            })
+        })
+    }
+
+    async fn read_messages(
+        &self,
+        space: &SpaceKey,
+        query: &ReadQuery,
+    ) -> Result<Vec<SpaceMessage>, StoreError> {
+        Ok(self.with(|s| {
+            let Some(log) = s.logs.get(space) else {
+                return Vec::new();
+            };
+            if let Some(after) = &query.after {
+                let after = id_key(after);
+                log.messages
+                    .iter()
+                    .filter(|m| id_key(&m.id) > after)
+                    .take(query.limit)
+                    .cloned()
+                    .collect()
+            } else {
+                let before = query.before.as_deref().map(id_key);
+                log.messages
+                    .iter()
+                    .rev()
+                    .filter(|m| before.is_none_or(|b| id_key(&m.id) < b))
+                    .take(query.limit)
+                    .cloned()
+                    .collect()
+            }
+        }))
+    }
+
+    async fn publish_live(&self, space: &SpaceKey, event: &LiveEvent) -> Result<(), StoreError> {
+        let sender = self.with(|s| s.live(space));
+        let _ = sender.send(event.clone());
+        Ok(())
+    }
+
+    async fn subscribe_live(
+        &self,
+        space: &SpaceKey,
+    ) -> Result<BoxStream<'static, LiveEvent>, StoreError> {
+        let rx = self.with(|s| s.live(space).subscribe());
+        Ok(futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(event) => return Some((event, rx)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed())
+    }
+}
+
+/// The inbox event a posted message becomes for the other member agents.
+pub(crate) fn message_event(message: &SpaceMessage, urgent: bool) -> InboxEvent {
+    InboxEvent {
+        id: format!("msg:{}:{}", message.space, message.id),
+        kind: EventKind::SpaceMessage,
+        time_ms: message.time_ms,
+        urgent,
+        space: Some(message.space.clone()),
+        sender: Some(message.sender.clone()),
+        text: Some(message.text.clone()),
+        data: Some(serde_json::json!({
+            "messageId": message.id,
+            "mention": message.mention,
+        })),
     }
 }

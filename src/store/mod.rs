@@ -12,6 +12,9 @@
 //!   id seen before is dropped. Urgent events go to a second queue while the agent thinks.
 //! - **Lease** per agent with a fencing token: one worker thinks; a worker whose token is no
 //!   longer current cannot take events or acknowledge.
+//! - **Space messages**: an append-only log per space with stable ids; posting a message and
+//!   pushing it to every other member agent's inbox is one atomic step, idempotent by key.
+//! - **Live events** per space on pub/sub (messages, streamed text, activity).
 //! - **Wake**: a push to the inbox of an agent whose lease nobody holds publishes the agent's
 //!   `NS/NAME` on [`WAKE_CHANNEL`].
 
@@ -26,6 +29,7 @@ pub use self::types::*;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::stream::BoxStream;
 
 /// Pub/sub channel of wake signals (payload: the agent's `NS/NAME`).
 pub const WAKE_CHANNEL: &str = "agentfleet:wake";
@@ -67,6 +71,14 @@ pub enum StoreError {
     /// The store's address is not usable.
     #[error("invalid redis URL: {0}")]
     InvalidUrl(String),
+    /// The sender is not a member of the space (or the space does not exist).
+    #[error("{sender} is not a member of space {space}")]
+    NotMember {
+        /// The space.
+        space: String,
+        /// The sender's id.
+        sender: String,
+    },
     /// The caller's lease is no longer current: another worker holds the agent.
     #[error("lease of agent {agent} lost: another worker holds it")]
     Fenced {
@@ -84,6 +96,7 @@ impl StoreError {
             StoreError::Decode { .. } => "store_decode",
             StoreError::InvalidUrl(_) => "store_config",
             StoreError::Fenced { .. } => "fenced",
+            StoreError::NotMember { .. } => "not_member",
         }
     }
 }
@@ -162,6 +175,31 @@ pub trait Store: Send + Sync + 'static {
 
     /// Events in flight: taken by a cycle that has not been acknowledged.
     async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError>;
+
+    /// Posts a message as a member of the space and delivers it, in the same atomic step, to
+    /// the inbox of every member agent but the sender. Refused with
+    /// [`StoreError::NotMember`] when the sender is not a member.
+    async fn post_message(
+        &self,
+        space: &SpaceKey,
+        message: &NewMessage,
+    ) -> Result<Posted, StoreError>;
+
+    /// Messages of a space's log (see [`ReadQuery`]).
+    async fn read_messages(
+        &self,
+        space: &SpaceKey,
+        query: &ReadQuery,
+    ) -> Result<Vec<SpaceMessage>, StoreError>;
+
+    /// Publishes a live event of a space (streamed text, activity).
+    async fn publish_live(&self, space: &SpaceKey, event: &LiveEvent) -> Result<(), StoreError>;
+
+    /// The live events of a space from now on.
+    async fn subscribe_live(
+        &self,
+        space: &SpaceKey,
+    ) -> Result<BoxStream<'static, LiveEvent>, StoreError>;
 
     /// Ends a cycle: drops the in-flight events, marks the agent sleeping, and moves urgent
     /// events that arrived late back to the inbox (so they wake the next cycle).

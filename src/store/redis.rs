@@ -10,6 +10,9 @@
 //! |---|---|---|
 //! | `agentfleet:{space:NS/NAME}:info` | string | the space record, JSON `{displayName, members, maxMessages}` |
 //! | `agentfleet:{space:NS/NAME}:agents` | set | names of the member agents (for fan-out) |
+//! | `agentfleet:{space:NS/NAME}:log` | stream | messages (field `m`: JSON), trimmed to the retention |
+//! | `agentfleet:{space:NS/NAME}:idem:KEY` | string | message id of an idempotent post (1 day) |
+//! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
 //! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
@@ -27,12 +30,16 @@ use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncCommands, AsyncConnectionConfig, Script};
 use tokio::sync::OnceCell;
 
+use super::memory::message_event;
 use super::{
-    AgentKey, InboxEvent, Lease, Pushed, SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
+    now_ms, AgentKey, InboxEvent, Lease, LiveEvent, NewMessage, Posted, Pushed, ReadQuery,
+    SpaceMessage, SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
 use crate::crd::MemberKind;
 use crate::membership::SpaceKey;
@@ -55,6 +62,14 @@ fn agents_key(space: &SpaceKey) -> String {
 
 fn spaces_index_key() -> String {
     format!("{PREFIX}spaces")
+}
+
+fn log_key(space: &SpaceKey) -> String {
+    format!("{}:log", space_tag(space))
+}
+
+fn live_channel(space: &SpaceKey) -> String {
+    format!("{}:live", space_tag(space))
 }
 
 fn agent_key(agent: &AgentKey, suffix: &str) -> String {
@@ -83,27 +98,83 @@ local function move_all(src, dst)
 end
 "#;
 
+/// `push(inbox, urgent, ids, state, lease, id, json, urgent, time_ms, seen_max, agent, wake)`:
+/// queues one event unless its id was seen; returns queued, woke (0/1).
+const PUSH_ONE: &str = r#"
+local function push(inbox, urgent, ids, state, lease, id, json, is_urgent, time_ms, seen_max, agent, wake)
+  if redis.call('ZADD', ids, 'NX', time_ms, id) == 0 then return 0, 0 end
+  local n = redis.call('ZCARD', ids)
+  local max = tonumber(seen_max)
+  if n > max then redis.call('ZREMRANGEBYRANK', ids, 0, n - max - 1) end
+  if is_urgent == '1' and redis.call('GET', state) == 'thinking' then
+    redis.call('RPUSH', urgent, json)
+  else
+    redis.call('RPUSH', inbox, json)
+  end
+  if redis.call('EXISTS', lease) == 0 then
+    redis.call('PUBLISH', wake, agent)
+    return 1, 1
+  end
+  return 1, 0
+end
+"#;
+
 /// KEYS: inbox, urgent, ids, state, lease. ARGV: id, json, urgent, time_ms, seen_max, agent,
 /// wake channel. Returns {queued, woke}.
 static PUSH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[1]) == 0 then return {0, 0} end
-local n = redis.call('ZCARD', KEYS[3])
-local max = tonumber(ARGV[5])
-if n > max then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, n - max - 1) end
-if ARGV[3] == '1' and redis.call('GET', KEYS[4]) == 'thinking' then
-  redis.call('RPUSH', KEYS[2], ARGV[2])
-else
-  redis.call('RPUSH', KEYS[1], ARGV[2])
+    Script::new(&format!(
+        r#"{PUSH_ONE}
+local queued, woke = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+return {{queued, woke}}
+"#
+    ))
+});
+
+/// Placeholder for the message id in templates the post script fills in.
+const ID_PLACEHOLDER: &str = "@@agentfleet-message-id@@";
+
+/// KEYS: log, agents, idempotency, then per agent: inbox, urgent, ids, state, lease.
+/// ARGV: 1 message json (no id), 2 max messages, 3 live channel, 4 wake channel, 5 seen max,
+/// 6 time_ms, 7 urgent, 8 event template, 9 live template, 10 sender id, 11 event id prefix,
+/// 12 has idempotency key, then per agent: name, NS/NAME.
+/// Returns {id, duplicate, delivered agent...}.
+static POST: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{PUSH_ONE}
+local function fill(template, id)
+  local out, init = {{}}, 1
+  while true do
+    local i, j = string.find(template, '{ID_PLACEHOLDER}', init, true)
+    if not i then break end
+    table.insert(out, string.sub(template, init, i - 1))
+    table.insert(out, id)
+    init = j + 1
+  end
+  table.insert(out, string.sub(template, init))
+  return table.concat(out)
 end
-if redis.call('EXISTS', KEYS[5]) == 0 then
-  redis.call('PUBLISH', ARGV[7], ARGV[6])
-  return {1, 1}
+if ARGV[12] == '1' then
+  local existing = redis.call('GET', KEYS[3])
+  if existing then return {{existing, '1'}} end
 end
-return {1, 0}
-"#,
-    )
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[2], '*', 'm', ARGV[1])
+if ARGV[12] == '1' then redis.call('SET', KEYS[3], id, 'EX', 86400) end
+local event = fill(ARGV[8], id)
+local result = {{id, '0'}}
+local agents = (#ARGV - 12) / 2
+for i = 0, agents - 1 do
+  local name = ARGV[13 + 2 * i]
+  local k = 4 + 5 * i
+  if name ~= ARGV[10] and redis.call('SISMEMBER', KEYS[2], name) == 1 then
+    local queued = push(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
+      ARGV[11] .. id, event, ARGV[7], ARGV[6], ARGV[5], ARGV[14 + 2 * i], ARGV[4])
+    if queued == 1 then table.insert(result, name) end
+  end
+end
+redis.call('PUBLISH', ARGV[3], fill(ARGV[9], id))
+return result
+"#
+    ))
 });
 
 /// KEYS: lease, fence. ARGV: holder, ttl_ms. Returns the token, or nil while another holds it.
@@ -170,6 +241,18 @@ return 1
 "#
     ))
 });
+
+/// Serialization through one closure for the values a post encodes.
+mod erased_json {
+    pub trait Json {
+        fn json(&self) -> Result<String, serde_json::Error>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> Result<String, serde_json::Error> {
+            serde_json::to_string(self)
+        }
+    }
+}
 
 fn decode_events(agent: &AgentKey, raw: Vec<String>) -> Result<Vec<InboxEvent>, StoreError> {
     raw.iter()
@@ -569,6 +652,160 @@ impl Store for RedisStore {
         conn.llen(agent_key(agent, "inflight"))
             .await
             .map_err(redis_err("in-flight count"))
+    }
+
+    async fn post_message(
+        &self,
+        space: &SpaceKey,
+        message: &NewMessage,
+    ) -> Result<Posted, StoreError> {
+        let record = self
+            .space(space)
+            .await?
+            .filter(|r| r.members.iter().any(|m| m.id == message.sender.id))
+            .ok_or_else(|| StoreError::NotMember {
+                space: space.to_string(),
+                sender: message.sender.id.clone(),
+            })?;
+        let encode = |what: &str, v: &dyn erased_json::Json| {
+            v.json().map_err(|source| StoreError::Decode {
+                what: format!("{what} for space {space}"),
+                source,
+            })
+        };
+        let time_ms = now_ms();
+        let stored = SpaceMessage {
+            id: String::new(),
+            space: space.name.clone(),
+            sender: message.sender.clone(),
+            text: message.text.clone(),
+            time_ms,
+            mention: message.mention.clone(),
+        };
+        let templated = SpaceMessage {
+            id: ID_PLACEHOLDER.into(),
+            ..stored.clone()
+        };
+        let stored_json = encode("a message", &stored)?;
+        let event_template = encode("an inbox event", &message_event(&templated, message.urgent))?;
+        let live_template = encode("a live event", &LiveEvent::Message { message: templated })?;
+        let idempotency = message.idempotency_key.as_deref().unwrap_or("");
+        let agents: Vec<&str> = record.agents().collect();
+
+        let mut invocation = POST.prepare_invoke();
+        invocation
+            .key(log_key(space))
+            .key(agents_key(space))
+            .key(format!("{}:idem:{idempotency}", space_tag(space)));
+        for agent in &agents {
+            let a = AgentKey::new(space.namespace.clone(), *agent);
+            for suffix in ["inbox", "urgent", "ids", "state", "lease"] {
+                invocation.key(agent_key(&a, suffix));
+            }
+        }
+        invocation
+            .arg(stored_json)
+            .arg(record.max_messages)
+            .arg(live_channel(space))
+            .arg(WAKE_CHANNEL)
+            .arg(SEEN_IDS)
+            .arg(time_ms)
+            .arg(if message.urgent { "1" } else { "0" })
+            .arg(event_template)
+            .arg(live_template)
+            .arg(&message.sender.id)
+            .arg(format!("msg:{}:", space.name))
+            .arg(if idempotency.is_empty() { "0" } else { "1" });
+        for agent in &agents {
+            invocation
+                .arg(*agent)
+                .arg(format!("{}/{agent}", space.namespace));
+        }
+        let mut conn = self.conn().await?;
+        let mut reply = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(redis_err("post message"))
+            .map(Vec::<String>::into_iter)?;
+        let id = reply.next().unwrap_or_default();
+        let duplicate = reply.next().as_deref() == Some("1");
+        let delivered: Vec<String> = reply.collect();
+        Ok(Posted {
+            id,
+            duplicate,
+            delivered,
+        })
+    }
+
+    async fn read_messages(
+        &self,
+        space: &SpaceKey,
+        query: &ReadQuery,
+    ) -> Result<Vec<SpaceMessage>, StoreError> {
+        let mut conn = self.conn().await?;
+        let count = query.limit.max(1);
+        let reply: redis::streams::StreamRangeReply = match (&query.after, &query.before) {
+            (Some(after), _) => {
+                conn.xrange_count(log_key(space), format!("({after}"), "+", count)
+                    .await
+            }
+            (None, Some(before)) => {
+                conn.xrevrange_count(log_key(space), format!("({before}"), "-", count)
+                    .await
+            }
+            (None, None) => conn.xrevrange_count(log_key(space), "+", "-", count).await,
+        }
+        .map_err(redis_err("read messages"))?;
+        if query.limit == 0 {
+            return Ok(Vec::new());
+        }
+        reply
+            .ids
+            .into_iter()
+            .map(|entry| {
+                let json: String = entry.get("m").unwrap_or_default();
+                let mut message: SpaceMessage =
+                    serde_json::from_str(&json).map_err(|source| StoreError::Decode {
+                        what: format!("message {} of space {space}", entry.id),
+                        source,
+                    })?;
+                message.id = entry.id;
+                Ok(message)
+            })
+            .collect()
+    }
+
+    async fn publish_live(&self, space: &SpaceKey, event: &LiveEvent) -> Result<(), StoreError> {
+        let json = serde_json::to_string(event).map_err(|source| StoreError::Decode {
+            what: format!("a live event of space {space}"),
+            source,
+        })?;
+        let mut conn = self.conn().await?;
+        conn.publish::<_, _, ()>(live_channel(space), json)
+            .await
+            .map_err(redis_err("publish live event"))
+    }
+
+    async fn subscribe_live(
+        &self,
+        space: &SpaceKey,
+    ) -> Result<BoxStream<'static, LiveEvent>, StoreError> {
+        let mut pubsub = self
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(redis_err("subscribe"))?;
+        pubsub
+            .subscribe(live_channel(space))
+            .await
+            .map_err(redis_err("subscribe"))?;
+        Ok(pubsub
+            .into_on_message()
+            .filter_map(|msg| async move {
+                let payload: String = msg.get_payload().ok()?;
+                serde_json::from_str(&payload).ok()
+            })
+            .boxed())
     }
 
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {

@@ -306,6 +306,247 @@ async fn urgent_events_wait_in_their_own_queue_while_thinking(store: &dyn Store)
     );
 }
 
+fn human(id: &str) -> Sender {
+    Sender {
+        id: id.into(),
+        name: id.to_uppercase(),
+        kind: Some(MemberKind::Human),
+    }
+}
+
+fn agent_sender(id: &str) -> Sender {
+    Sender {
+        id: id.into(),
+        name: id.into(),
+        kind: Some(MemberKind::Agent),
+    }
+}
+
+fn say(sender: Sender, text: &str) -> NewMessage {
+    NewMessage {
+        sender,
+        text: text.into(),
+        mention: None,
+        idempotency_key: None,
+        urgent: false,
+    }
+}
+
+async fn family_space(store: &dyn Store, max_messages: u64) -> SpaceKey {
+    let family = SpaceKey::new("fam", "family");
+    let record = SpaceRecord {
+        display_name: "Family".into(),
+        members: vec![
+            member(MemberKind::Agent, "alice"),
+            member(MemberKind::Agent, "bob"),
+            member(MemberKind::Human, "husam"),
+        ],
+        max_messages,
+    };
+    store.apply_space(&family, &record).await.unwrap();
+    family
+}
+
+async fn posting_delivers_to_every_other_member_agent(store: &dyn Store) {
+    let family = family_space(store, 100).await;
+    let alice = AgentKey::new("fam", "alice");
+    let bob = AgentKey::new("fam", "bob");
+    let posted = store
+        .post_message(&family, &say(human("husam"), "Find me hotels in Tokyo"))
+        .await
+        .unwrap();
+    assert!(!posted.duplicate);
+    assert_eq!(posted.delivered, ["alice", "bob"]);
+    let from_alice = store
+        .post_message(&family, &say(agent_sender("alice"), "What's your budget?"))
+        .await
+        .unwrap();
+    assert_eq!(
+        from_alice.delivered,
+        ["bob"],
+        "the sender's own inbox is skipped"
+    );
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 1);
+    let events = store.peek_inbox(&bob, 10).await.unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].id, format!("msg:family:{}", posted.id));
+    assert_eq!(events[0].kind, EventKind::SpaceMessage);
+    assert_eq!(events[0].space.as_deref(), Some("family"));
+    assert_eq!(
+        events[0].sender.as_ref().map(|s| s.id.as_str()),
+        Some("husam")
+    );
+    assert_eq!(events[0].text.as_deref(), Some("Find me hotels in Tokyo"));
+    assert_eq!(
+        events[0].data.as_ref().unwrap()["messageId"],
+        posted.id.as_str()
+    );
+    assert_eq!(events[1].text.as_deref(), Some("What's your budget?"));
+
+    let err = store
+        .post_message(&family, &say(human("carol"), "let me in"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotMember { .. }), "{err}");
+    let nowhere = SpaceKey::new("fam", "nowhere");
+    assert!(matches!(
+        store
+            .post_message(&nowhere, &say(human("husam"), "hi"))
+            .await,
+        Err(StoreError::NotMember { .. })
+    ));
+}
+
+async fn a_retried_post_never_duplicates(store: &dyn Store) {
+    let family = family_space(store, 100).await;
+    let bob = AgentKey::new("fam", "bob");
+    let mut m = say(agent_sender("alice"), "Found 3 hotels");
+    m.idempotency_key = Some("alice:cycle-7:call-2".into());
+    let first = store.post_message(&family, &m).await.unwrap();
+    let again = store.post_message(&family, &m).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.id, first.id);
+    assert!(again.delivered.is_empty());
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .read_messages(
+                &family,
+                &ReadQuery {
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+async fn reading_pages_newest_first_or_since_an_id(store: &dyn Store) {
+    let family = family_space(store, 4).await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            store
+                .post_message(&family, &say(human("husam"), &format!("m{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let texts = |v: Vec<SpaceMessage>| v.into_iter().map(|m| m.text).collect::<Vec<_>>();
+    let all = store
+        .read_messages(
+            &family,
+            &ReadQuery {
+                limit: 100,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(all.clone()),
+        ["m5", "m4", "m3", "m2"],
+        "newest first, trimmed to the retention"
+    );
+    assert_eq!(all[0].id, ids[5]);
+    assert_eq!(all[0].space, "family");
+    assert_eq!(all[0].sender.id, "husam");
+    let page = store
+        .read_messages(
+            &family,
+            &ReadQuery {
+                limit: 2,
+                before: Some(ids[4].clone()),
+                after: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(texts(page), ["m3", "m2"]);
+    let since = store
+        .read_messages(
+            &family,
+            &ReadQuery {
+                limit: 10,
+                before: None,
+                after: Some(ids[3].clone()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(texts(since), ["m4", "m5"], "oldest first after the id");
+    let nothing = SpaceKey::new("fam", "empty");
+    assert!(store
+        .read_messages(
+            &nothing,
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            }
+        )
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn live_events_reach_subscribers(store: &dyn Store) {
+    use futures::StreamExt;
+    let family = family_space(store, 100).await;
+    let mut live = store.subscribe_live(&family).await.unwrap();
+    let posted = store
+        .post_message(&family, &say(human("husam"), "hello"))
+        .await
+        .unwrap();
+    let delta = LiveEvent::Delta {
+        stream_id: "s1".into(),
+        sender: agent_sender("alice"),
+        delta: "Hi Hu".into(),
+    };
+    store.publish_live(&family, &delta).await.unwrap();
+    let five = std::time::Duration::from_secs(5);
+    let first = tokio::time::timeout(five, live.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let LiveEvent::Message { message } = first else {
+        panic!("expected the message, got {first:?}")
+    };
+    assert_eq!(
+        (message.id.as_str(), message.text.as_str()),
+        (posted.id.as_str(), "hello")
+    );
+    let second = tokio::time::timeout(five, live.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second, delta);
+}
+
+async fn urgent_posts_become_urgent_events(store: &dyn Store) {
+    let family = family_space(store, 100).await;
+    let alice = AgentKey::new("fam", "alice");
+    let lease = store
+        .acquire_lease(&alice, "w1", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .post_message(&family, &say(human("husam"), "start"))
+        .await
+        .unwrap();
+    store.wait_inbox(&alice, &lease, TTL).await.unwrap();
+    let mut m = say(human("husam"), "stop, wrong city!");
+    m.urgent = true;
+    store.post_message(&family, &m).await.unwrap();
+    let urgent = store.take_urgent(&alice, &lease).await.unwrap();
+    assert_eq!(urgent.len(), 1);
+    assert!(urgent[0].urgent);
+}
+
 async fn a_sleeping_worker_wakes_on_push(store: std::sync::Arc<dyn Store>) {
     let a = AgentKey::new("fam", "assistant");
     let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
@@ -362,6 +603,11 @@ suite!(
     one_worker_holds_the_lease,
     wake_is_signalled_only_without_a_worker,
     urgent_events_wait_in_their_own_queue_while_thinking,
+    posting_delivers_to_every_other_member_agent,
+    a_retried_post_never_duplicates,
+    reading_pages_newest_first_or_since_an_id,
+    live_events_reach_subscribers,
+    urgent_posts_become_urgent_events,
 );
 
 #[tokio::test]

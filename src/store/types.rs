@@ -143,3 +143,91 @@ pub struct Lease {
 pub fn now_ms() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond()
 }
+
+/// A message to post in a space.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewMessage {
+    /// Who posts it; must be a member of the space.
+    pub sender: Sender,
+    /// The text.
+    pub text: String,
+    /// An agent member addressed by the message.
+    pub mention: Option<String>,
+    /// Posting again with the same key returns the first message instead of a second one (and
+    /// fans out nothing new), so a retried or re-run post never duplicates.
+    pub idempotency_key: Option<String>,
+    /// Deliver to the member agents as urgent events.
+    pub urgent: bool,
+}
+
+/// A message of a space's log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceMessage {
+    /// Stable id, ordered by posting time (`MILLIS-SEQ`).
+    #[serde(default)]
+    pub id: String,
+    /// Name of the space.
+    pub space: String,
+    /// Who posted it.
+    pub sender: Sender,
+    /// The text.
+    pub text: String,
+    /// When it was posted, in milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// An agent member addressed by the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mention: Option<String>,
+}
+
+/// The outcome of a post.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Posted {
+    /// The message (the first one, for a repeated idempotency key).
+    pub id: String,
+    /// An earlier post had the same idempotency key; nothing new was written.
+    pub duplicate: bool,
+    /// Agents whose inbox received the message.
+    pub delivered: Vec<String>,
+}
+
+/// Which messages of a space to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadQuery {
+    /// The most messages returned.
+    pub limit: usize,
+    /// Newest first, older than this id.
+    pub before: Option<String>,
+    /// Oldest first, newer than this id (takes precedence over `before`).
+    pub after: Option<String>,
+}
+
+/// What a space's live stream carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LiveEvent {
+    /// A message was posted.
+    Message {
+        /// The message.
+        message: SpaceMessage,
+    },
+    /// Text an agent is generating for the space, as it streams.
+    Delta {
+        /// Groups the deltas of one message being written.
+        stream_id: String,
+        /// The writing agent.
+        sender: Sender,
+        /// The next piece of text.
+        delta: String,
+    },
+    /// What an agent is doing (`thinking`, `tool`, `idle`), for "who is typing".
+    Activity {
+        /// The agent.
+        sender: Sender,
+        /// `thinking`, `tool` or `idle`.
+        activity: String,
+        /// The tool being run, for `tool`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+    },
+}
