@@ -10,9 +10,11 @@ use futures::StreamExt;
 use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
+use super::types::{plan_commit, WindowState};
 use super::{
-    now_ms, AgentKey, EventKind, InboxEvent, Lease, LiveEvent, NewMessage, Posted, Pushed,
-    ReadQuery, SpaceMessage, SpaceRecord, Store, StoreError, SEEN_IDS,
+    now_ms, AgentKey, Checkpoint, Consciousness, CycleCommit, EventKind, Goal, InboxEvent, Lease,
+    LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord, Store,
+    StoreError, SEEN_IDS,
 };
 use crate::membership::SpaceKey;
 
@@ -77,6 +79,16 @@ struct AgentState {
     lease: Option<(String, u64, Instant)>,
     fence: u64,
     notify: Arc<Notify>,
+    log: Vec<String>,
+    base: u64,
+    window: WindowState,
+    summaries: BTreeMap<u64, String>,
+    checkpoints: Vec<Checkpoint>,
+    tokens: u64,
+    tokens_used: u64,
+    last_cycle_ms: Option<i64>,
+    memories: Memories,
+    goals: BTreeMap<String, Goal>,
 }
 
 impl AgentState {
@@ -121,6 +133,21 @@ impl AgentState {
             queued: true,
             woke: a.lease_holder().is_none(),
         }
+    }
+
+    fn ack(&mut self) {
+        self.inflight.clear();
+        self.thinking = false;
+        let late: Vec<InboxEvent> = self.urgent.drain(..).collect();
+        if !late.is_empty() {
+            self.inbox.extend(late);
+            self.notify.notify_one();
+        }
+    }
+
+    fn message(&self, seq: u64) -> Option<&String> {
+        seq.checked_sub(self.base)
+            .and_then(|i| self.log.get(usize::try_from(i).ok()?))
     }
 
     /// Moves the inbox in flight; returns everything in flight.
@@ -302,13 +329,7 @@ impl Store for MemoryStore {
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
-            a.inflight.clear();
-            a.thinking = false;
-            let late: Vec<InboxEvent> = a.urgent.drain(..).collect();
-            if !late.is_empty() {
-                a.inbox.extend(late);
-                a.notify.notify_one();
-            }
+            a.ack();
             Ok(())
         })
     }
@@ -425,6 +446,154 @@ impl Store for MemoryStore {
             }
         })
         .boxed())
+    }
+
+    async fn commit_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        commit: &CycleCommit,
+    ) -> Result<Checkpoint, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            let plan =
+                plan_commit(&a.window, &a.checkpoints, commit, now_ms()).map_err(|reason| {
+                    StoreError::InvalidCommit {
+                        agent: agent.to_string(),
+                        reason,
+                    }
+                })?;
+            a.log.extend(commit.new_messages.iter().cloned());
+            if let (Some(c), Some(cycle)) = (&commit.compaction, plan.checkpoint.summary_cycle) {
+                if let Some(summary) = &c.summary {
+                    a.summaries.insert(cycle, summary.clone());
+                }
+            }
+            for s in &plan.drop_summaries {
+                a.summaries.remove(s);
+            }
+            let cp = &plan.checkpoint;
+            a.window = WindowState {
+                cycle: cp.cycle,
+                start: cp.start,
+                end: cp.end,
+                summary_cycle: cp.summary_cycle,
+                digest: cp.digest.clone(),
+            };
+            a.tokens = cp.tokens;
+            a.tokens_used += commit.cycle_tokens;
+            a.last_cycle_ms = Some(cp.time_ms);
+            a.checkpoints = plan.retained.clone();
+            if plan.trim_before > a.base {
+                let drop = usize::try_from(plan.trim_before - a.base)
+                    .unwrap_or(usize::MAX)
+                    .min(a.log.len());
+                a.log.drain(..drop);
+                a.base = plan.trim_before;
+            }
+            a.ack();
+            Ok(plan.checkpoint)
+        })
+    }
+
+    async fn consciousness(&self, agent: &AgentKey) -> Result<Consciousness, StoreError> {
+        Ok(self.agent(agent, |a| Consciousness {
+            cycle: a.window.cycle,
+            summary: a
+                .window
+                .summary_cycle
+                .and_then(|c| a.summaries.get(&c).cloned()),
+            messages: (a.window.start..a.window.end)
+                .filter_map(|seq| a.message(seq).cloned())
+                .collect(),
+            start: a.window.start,
+            tokens: a.tokens,
+            digest: a.window.digest.clone(),
+            tokens_used: a.tokens_used,
+            last_cycle_ms: a.last_cycle_ms,
+        }))
+    }
+
+    async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(self.agent(agent, |a| a.checkpoints.clone()))
+    }
+
+    async fn restore_checkpoint(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        cycle: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            let Some(cp) = a.checkpoints.iter().find(|c| c.cycle == cycle).cloned() else {
+                return Ok(None);
+            };
+            a.checkpoints.retain(|c| c.cycle <= cycle);
+            let keep = usize::try_from(cp.end.saturating_sub(a.base)).unwrap_or(usize::MAX);
+            a.log.truncate(keep);
+            a.window = WindowState {
+                cycle: cp.cycle,
+                start: cp.start,
+                end: cp.end,
+                summary_cycle: cp.summary_cycle,
+                digest: cp.digest.clone(),
+            };
+            a.tokens = cp.tokens;
+            Ok(Some(cp))
+        })
+    }
+
+    async fn set_memories(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        memories: &Memories,
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            a.memories
+                .extend(memories.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Ok(())
+        })
+    }
+
+    async fn delete_memories(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        keys: &[String],
+    ) -> Result<u64, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            Ok(keys
+                .iter()
+                .filter(|k| a.memories.remove(*k).is_some())
+                .count() as u64)
+        })
+    }
+
+    async fn memories(&self, agent: &AgentKey) -> Result<Memories, StoreError> {
+        Ok(self.agent(agent, |a| a.memories.clone()))
+    }
+
+    async fn set_goals(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        goals: &[Goal],
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            for g in goals {
+                a.goals.insert(g.id.clone(), g.clone());
+            }
+            Ok(())
+        })
+    }
+
+    async fn goals(&self, agent: &AgentKey) -> Result<Vec<Goal>, StoreError> {
+        Ok(self.agent(agent, |a| a.goals.values().cloned().collect()))
     }
 }
 

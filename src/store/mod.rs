@@ -15,6 +15,10 @@
 //! - **Space messages**: an append-only log per space with stable ids; posting a message and
 //!   pushing it to every other member agent's inbox is one atomic step, idempotent by key.
 //! - **Live events** per space on pub/sub (messages, streamed text, activity).
+//! - **Consciousness** per agent: an append-only message log with a window (start..end) and
+//!   the summary of what was compacted out; each committed cycle appends its messages, records
+//!   a checkpoint (cycle, window, digest chained over commits, counts; last N kept) and
+//!   acknowledges the inbox in one atomic step, costing O(new messages). Memories and goals.
 //! - **Wake**: a push to the inbox of an agent whose lease nobody holds publishes the agent's
 //!   `NS/NAME` on [`WAKE_CHANNEL`].
 
@@ -71,6 +75,14 @@ pub enum StoreError {
     /// The store's address is not usable.
     #[error("invalid redis URL: {0}")]
     InvalidUrl(String),
+    /// A commit that does not fit the stored consciousness (a bug in the caller).
+    #[error("invalid commit for agent {agent}: {reason}")]
+    InvalidCommit {
+        /// The agent.
+        agent: String,
+        /// What does not fit.
+        reason: String,
+    },
     /// The sender is not a member of the space (or the space does not exist).
     #[error("{sender} is not a member of space {space}")]
     NotMember {
@@ -97,6 +109,7 @@ impl StoreError {
             StoreError::InvalidUrl(_) => "store_config",
             StoreError::Fenced { .. } => "fenced",
             StoreError::NotMember { .. } => "not_member",
+            StoreError::InvalidCommit { .. } => "invalid_commit",
         }
     }
 }
@@ -200,6 +213,61 @@ pub trait Store: Send + Sync + 'static {
         &self,
         space: &SpaceKey,
     ) -> Result<BoxStream<'static, LiveEvent>, StoreError>;
+
+    /// Commits a cycle: appends its messages, applies its compaction, records the checkpoint
+    /// and acknowledges the in-flight events, atomically. Fenced.
+    async fn commit_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        commit: &CycleCommit,
+    ) -> Result<Checkpoint, StoreError>;
+
+    /// The agent's consciousness (empty before its first cycle).
+    async fn consciousness(&self, agent: &AgentKey) -> Result<Consciousness, StoreError>;
+
+    /// The retained checkpoints, newest first.
+    async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError>;
+
+    /// Makes the consciousness what it was after `cycle` (a retained checkpoint); later
+    /// checkpoints and messages are dropped. Fenced: take the lease first. `None` when no
+    /// such checkpoint is retained.
+    async fn restore_checkpoint(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        cycle: u64,
+    ) -> Result<Option<Checkpoint>, StoreError>;
+
+    /// Stores memories (upsert by key). Fenced.
+    async fn set_memories(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        memories: &Memories,
+    ) -> Result<(), StoreError>;
+
+    /// Removes memories by key; returns how many existed. Fenced.
+    async fn delete_memories(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        keys: &[String],
+    ) -> Result<u64, StoreError>;
+
+    /// The agent's memories.
+    async fn memories(&self, agent: &AgentKey) -> Result<Memories, StoreError>;
+
+    /// Stores goals (upsert by id). Fenced.
+    async fn set_goals(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        goals: &[Goal],
+    ) -> Result<(), StoreError>;
+
+    /// The agent's goals, by id.
+    async fn goals(&self, agent: &AgentKey) -> Result<Vec<Goal>, StoreError>;
 
     /// Ends a cycle: drops the in-flight events, marks the agent sleeping, and moves urgent
     /// events that arrived late back to the inbox (so they wake the next cycle).

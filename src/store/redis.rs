@@ -13,6 +13,12 @@
 //! | `agentfleet:{space:NS/NAME}:log` | stream | messages (field `m`: JSON), trimmed to the retention |
 //! | `agentfleet:{space:NS/NAME}:idem:KEY` | string | message id of an idempotent post (1 day) |
 //! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON) |
+//! | `agentfleet:{agent:NS/NAME}:clog` | list | consciousness messages (JSON), append-only, trimmed to what retained checkpoints need |
+//! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs` |
+//! | `agentfleet:{agent:NS/NAME}:checkpoints` | list | retained checkpoints (JSON), newest first |
+//! | `agentfleet:{agent:NS/NAME}:summaries` | hash | compaction summaries by cycle |
+//! | `agentfleet:{agent:NS/NAME}:memories` | hash | key → memory |
+//! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
 //! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
@@ -37,9 +43,11 @@ use redis::{AsyncCommands, AsyncConnectionConfig, Script};
 use tokio::sync::OnceCell;
 
 use super::memory::message_event;
+use super::types::{plan_commit, WindowState};
 use super::{
-    now_ms, AgentKey, InboxEvent, Lease, LiveEvent, NewMessage, Posted, Pushed, ReadQuery,
-    SpaceMessage, SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
+    now_ms, AgentKey, Checkpoint, Consciousness, CycleCommit, Goal, InboxEvent, Lease, LiveEvent,
+    Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord, Store, StoreError,
+    SEEN_IDS, WAKE_CHANNEL,
 };
 use crate::crd::MemberKind;
 use crate::membership::SpaceKey;
@@ -254,6 +262,76 @@ mod erased_json {
     }
 }
 
+/// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, urgent, inbox.
+/// ARGV: lease value, plan (JSON, numbers as strings), new messages...
+static COMMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{FENCE}
+local plan = cjson.decode(ARGV[2])
+local cur = redis.call('HGET', KEYS[3], 'cycle') or '0'
+if cur ~= plan.prevCycle then
+  return redis.error_reply('CONFLICT consciousness is at cycle ' .. cur .. ', the commit expected ' .. plan.prevCycle)
+end
+for i = 3, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if plan.summaryText ~= '' then redis.call('HSET', KEYS[5], plan.summaryCycle, plan.summaryText) end
+for _, s in ipairs(plan.dropSummaries) do redis.call('HDEL', KEYS[5], s) end
+local base = tonumber(redis.call('HGET', KEYS[3], 'base') or '0')
+local trim = tonumber(plan.trimBefore)
+if trim > base then
+  redis.call('LTRIM', KEYS[2], trim - base, -1)
+  base = trim
+end
+redis.call('HSET', KEYS[3], 'base', base, 'start', plan.start, 'end', plan.finish,
+  'summaryCycle', plan.summaryCycle, 'cycle', plan.cycle, 'digest', plan.digest,
+  'tokens', plan.tokens, 'lastCycleMs', plan.timeMs)
+redis.call('HINCRBY', KEYS[3], 'tokensUsed', plan.cycleTokens)
+redis.call('DEL', KEYS[4])
+for _, c in ipairs(plan.checkpoints) do redis.call('RPUSH', KEYS[4], c) end
+redis.call('DEL', KEYS[6], KEYS[7])
+move_all(KEYS[8], KEYS[9])
+return 1
+"#
+    ))
+});
+
+/// KEYS: lease, clog, cmeta, checkpoints. ARGV: lease value, plan (JSON, numbers as strings).
+static RESTORE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{FENCE}
+local plan = cjson.decode(ARGV[2])
+local base = tonumber(redis.call('HGET', KEYS[3], 'base') or '0')
+local keep = tonumber(plan.finish) - base
+if keep <= 0 then redis.call('DEL', KEYS[2]) else redis.call('LTRIM', KEYS[2], 0, keep - 1) end
+redis.call('HSET', KEYS[3], 'start', plan.start, 'end', plan.finish, 'summaryCycle', plan.summaryCycle,
+  'cycle', plan.cycle, 'digest', plan.digest, 'tokens', plan.tokens)
+redis.call('DEL', KEYS[4])
+for _, c in ipairs(plan.checkpoints) do redis.call('RPUSH', KEYS[4], c) end
+return 1
+"#
+    ))
+});
+
+/// KEYS: lease, hash. ARGV: lease value, `set` FIELD VALUE... | `del` FIELD... Returns the
+/// number of fields deleted (0 for `set`).
+static FENCED_HASH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{FENCE}
+if #ARGV < 3 then return 0 end
+if ARGV[2] == 'set' then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+  return 0
+end
+return redis.call('HDEL', KEYS[2], unpack(ARGV, 3))
+"#
+    ))
+});
+
+fn opt_string(v: Option<u64>) -> String {
+    v.map(|n| n.to_string()).unwrap_or_default()
+}
+
 fn decode_events(agent: &AgentKey, raw: Vec<String>) -> Result<Vec<InboxEvent>, StoreError> {
     raw.iter()
         .map(|j| {
@@ -317,6 +395,51 @@ impl RedisStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(agent);
+    }
+
+    /// The window the next commit builds on, and the raw meta hash.
+    async fn window(
+        &self,
+        agent: &AgentKey,
+    ) -> Result<(WindowState, HashMap<String, String>), StoreError> {
+        let mut conn = self.conn().await?;
+        let meta: HashMap<String, String> = conn
+            .hgetall(agent_key(agent, "cmeta"))
+            .await
+            .map_err(redis_err("read consciousness"))?;
+        let num = |k: &str| meta.get(k).and_then(|v| v.parse::<u64>().ok());
+        let window = WindowState {
+            cycle: num("cycle").unwrap_or(0),
+            start: num("start").unwrap_or(0),
+            end: num("end").unwrap_or(0),
+            summary_cycle: num("summaryCycle"),
+            digest: meta.get("digest").cloned().unwrap_or_default(),
+        };
+        Ok((window, meta))
+    }
+
+    async fn fenced_hash(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        hash: &str,
+        op: &str,
+        fields: impl Iterator<Item = String>,
+    ) -> Result<u64, StoreError> {
+        let mut invocation = FENCED_HASH.prepare_invoke();
+        invocation
+            .key(agent_key(agent, "lease"))
+            .key(agent_key(agent, hash))
+            .arg(lease_value(lease))
+            .arg(op);
+        for f in fields {
+            invocation.arg(f);
+        }
+        let mut conn = self.conn().await?;
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(fenced(agent, "write memories or goals"))
     }
 
     async fn drain(&self, agent: &AgentKey, lease: &Lease) -> Result<Vec<InboxEvent>, StoreError> {
@@ -806,6 +929,254 @@ impl Store for RedisStore {
                 serde_json::from_str(&payload).ok()
             })
             .boxed())
+    }
+
+    async fn commit_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        commit: &CycleCommit,
+    ) -> Result<Checkpoint, StoreError> {
+        let (window, _) = self.window(agent).await?;
+        let retained = self.checkpoints(agent).await?;
+        let plan = plan_commit(&window, &retained, commit, now_ms()).map_err(|reason| {
+            StoreError::InvalidCommit {
+                agent: agent.to_string(),
+                reason,
+            }
+        })?;
+        let cp = &plan.checkpoint;
+        let checkpoints = plan
+            .retained
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| StoreError::Decode {
+                what: format!("checkpoints of agent {agent}"),
+                source,
+            })?;
+        let summary_text = commit
+            .compaction
+            .as_ref()
+            .and_then(|c| c.summary.clone())
+            .unwrap_or_default();
+        let plan_json = serde_json::json!({
+            "prevCycle": window.cycle.to_string(),
+            "start": cp.start.to_string(),
+            "finish": cp.end.to_string(),
+            "summaryCycle": opt_string(cp.summary_cycle),
+            "summaryText": summary_text,
+            "cycle": cp.cycle.to_string(),
+            "digest": cp.digest,
+            "tokens": cp.tokens.to_string(),
+            "cycleTokens": commit.cycle_tokens.to_string(),
+            "timeMs": cp.time_ms.to_string(),
+            "trimBefore": plan.trim_before.to_string(),
+            "dropSummaries": plan.drop_summaries.iter().map(u64::to_string).collect::<Vec<_>>(),
+            "checkpoints": checkpoints,
+        });
+        let mut invocation = COMMIT.prepare_invoke();
+        for suffix in [
+            "lease",
+            "clog",
+            "cmeta",
+            "checkpoints",
+            "summaries",
+            "inflight",
+            "state",
+            "urgent",
+            "inbox",
+        ] {
+            invocation.key(agent_key(agent, suffix));
+        }
+        invocation
+            .arg(lease_value(lease))
+            .arg(plan_json.to_string());
+        for m in &commit.new_messages {
+            invocation.arg(m);
+        }
+        let mut conn = self.conn().await?;
+        invocation
+            .invoke_async::<u8>(&mut conn)
+            .await
+            .map_err(|e| match e.code() {
+                Some("CONFLICT") => StoreError::InvalidCommit {
+                    agent: agent.to_string(),
+                    reason: e.detail().unwrap_or("concurrent commit").to_string(),
+                },
+                _ => fenced(agent, "commit cycle")(e),
+            })?;
+        Ok(plan.checkpoint)
+    }
+
+    async fn consciousness(&self, agent: &AgentKey) -> Result<Consciousness, StoreError> {
+        let (window, meta) = self.window(agent).await?;
+        let base = meta
+            .get("base")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let mut conn = self.conn().await?;
+        let messages: Vec<String> = if window.end > window.start {
+            let from = isize::try_from(window.start.saturating_sub(base)).unwrap_or(isize::MAX);
+            let to = isize::try_from(window.end.saturating_sub(base)).unwrap_or(isize::MAX) - 1;
+            conn.lrange(agent_key(agent, "clog"), from, to)
+                .await
+                .map_err(redis_err("read consciousness"))?
+        } else {
+            Vec::new()
+        };
+        let summary: Option<String> = match window.summary_cycle {
+            Some(c) => conn
+                .hget(agent_key(agent, "summaries"), c)
+                .await
+                .map_err(redis_err("read summary"))?,
+            None => None,
+        };
+        let num = |k: &str| meta.get(k).and_then(|v| v.parse::<u64>().ok());
+        Ok(Consciousness {
+            cycle: window.cycle,
+            summary,
+            messages,
+            start: window.start,
+            tokens: num("tokens").unwrap_or(0),
+            digest: window.digest,
+            tokens_used: num("tokensUsed").unwrap_or(0),
+            last_cycle_ms: meta.get("lastCycleMs").and_then(|v| v.parse().ok()),
+        })
+    }
+
+    async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError> {
+        let mut conn = self.conn().await?;
+        let raw: Vec<String> = conn
+            .lrange(agent_key(agent, "checkpoints"), 0, -1)
+            .await
+            .map_err(redis_err("read checkpoints"))?;
+        raw.iter()
+            .map(|j| {
+                serde_json::from_str(j).map_err(|source| StoreError::Decode {
+                    what: format!("a checkpoint of agent {agent}"),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    async fn restore_checkpoint(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        cycle: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        // Fenced before anything else (the script checks again, atomically).
+        let mut conn = self.conn().await?;
+        let holder: Option<String> = conn
+            .get(agent_key(agent, "lease"))
+            .await
+            .map_err(redis_err("read lease"))?;
+        if holder.as_deref() != Some(lease_value(lease).as_str()) {
+            return Err(StoreError::Fenced {
+                agent: agent.to_string(),
+            });
+        }
+        let retained = self.checkpoints(agent).await?;
+        let Some(cp) = retained.iter().find(|c| c.cycle == cycle).cloned() else {
+            return Ok(None);
+        };
+        let kept = retained
+            .iter()
+            .filter(|c| c.cycle <= cycle)
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| StoreError::Decode {
+                what: format!("checkpoints of agent {agent}"),
+                source,
+            })?;
+        let plan = serde_json::json!({
+            "start": cp.start.to_string(),
+            "finish": cp.end.to_string(),
+            "summaryCycle": opt_string(cp.summary_cycle),
+            "cycle": cp.cycle.to_string(),
+            "digest": cp.digest,
+            "tokens": cp.tokens.to_string(),
+            "checkpoints": kept,
+        });
+        RESTORE
+            .key(agent_key(agent, "lease"))
+            .key(agent_key(agent, "clog"))
+            .key(agent_key(agent, "cmeta"))
+            .key(agent_key(agent, "checkpoints"))
+            .arg(lease_value(lease))
+            .arg(plan.to_string())
+            .invoke_async::<u8>(&mut conn)
+            .await
+            .map_err(fenced(agent, "restore checkpoint"))?;
+        Ok(Some(cp))
+    }
+
+    async fn set_memories(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        memories: &Memories,
+    ) -> Result<(), StoreError> {
+        let fields = memories.iter().flat_map(|(k, v)| [k.clone(), v.clone()]);
+        self.fenced_hash(agent, lease, "memories", "set", fields)
+            .await
+            .map(|_| ())
+    }
+
+    async fn delete_memories(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        keys: &[String],
+    ) -> Result<u64, StoreError> {
+        self.fenced_hash(agent, lease, "memories", "del", keys.iter().cloned())
+            .await
+    }
+
+    async fn memories(&self, agent: &AgentKey) -> Result<Memories, StoreError> {
+        let mut conn = self.conn().await?;
+        conn.hgetall(agent_key(agent, "memories"))
+            .await
+            .map_err(redis_err("read memories"))
+    }
+
+    async fn set_goals(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        goals: &[Goal],
+    ) -> Result<(), StoreError> {
+        let mut fields = Vec::new();
+        for g in goals {
+            fields.push(g.id.clone());
+            fields.push(
+                serde_json::to_string(g).map_err(|source| StoreError::Decode {
+                    what: format!("goal {}", g.id),
+                    source,
+                })?,
+            );
+        }
+        self.fenced_hash(agent, lease, "goals", "set", fields.into_iter())
+            .await
+            .map(|_| ())
+    }
+
+    async fn goals(&self, agent: &AgentKey) -> Result<Vec<Goal>, StoreError> {
+        let mut conn = self.conn().await?;
+        let raw: std::collections::BTreeMap<String, String> = conn
+            .hgetall(agent_key(agent, "goals"))
+            .await
+            .map_err(redis_err("read goals"))?;
+        raw.values()
+            .map(|j| {
+                serde_json::from_str(j).map_err(|source| StoreError::Decode {
+                    what: format!("a goal of agent {agent}"),
+                    source,
+                })
+            })
+            .collect()
     }
 
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {

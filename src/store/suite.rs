@@ -547,6 +547,255 @@ async fn urgent_posts_become_urgent_events(store: &dyn Store) {
     assert!(urgent[0].urgent);
 }
 
+fn commit(messages: &[&str], compaction: Option<Compacted>, retained: u32) -> CycleCommit {
+    CycleCommit {
+        new_messages: messages
+            .iter()
+            .map(|m| format!("{{\"role\":\"user\",\"content\":\"{m}\"}}"))
+            .collect(),
+        compaction,
+        tokens: 10 * messages.len() as u64,
+        cycle_tokens: 100,
+        checkpoints_retained: retained,
+    }
+}
+
+async fn cycles_commit_with_checkpoints_and_acknowledge(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    assert_eq!(
+        store.consciousness(&a).await.unwrap(),
+        Consciousness::default()
+    );
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store
+        .push_event(&a, &event("e1", "Find me hotels in Tokyo"))
+        .await
+        .unwrap();
+    store.wait_inbox(&a, &lease, TTL).await.unwrap();
+    let c1 = commit(&["inbox: hotels", "assistant: budget?"], None, 10);
+    let cp1 = store.commit_cycle(&a, &lease, &c1).await.unwrap();
+    assert_eq!(
+        (cp1.cycle, cp1.start, cp1.end, cp1.messages, cp1.tokens),
+        (1, 0, 2, 2, 20)
+    );
+    assert_eq!(
+        cp1.digest,
+        next_digest("", &c1),
+        "the digest is the documented chain"
+    );
+    assert_eq!(
+        store.inflight(&a).await.unwrap(),
+        0,
+        "the commit acknowledges the inbox"
+    );
+    let c2 = commit(
+        &["inbox: $150", "assistant: 3 options", "tool: ok"],
+        None,
+        10,
+    );
+    let cp2 = store.commit_cycle(&a, &lease, &c2).await.unwrap();
+    assert_eq!((cp2.cycle, cp2.start, cp2.end), (2, 0, 5));
+    assert_eq!(cp2.digest, next_digest(&cp1.digest, &c2));
+    let now = store.consciousness(&a).await.unwrap();
+    assert_eq!(now.cycle, 2);
+    assert_eq!(now.messages.len(), 5);
+    assert!(now.messages[4].contains("tool: ok"));
+    assert_eq!(
+        (now.tokens, now.tokens_used, now.digest.as_str()),
+        (30, 200, cp2.digest.as_str())
+    );
+    assert!(now.last_cycle_ms.is_some());
+    let cps = store.checkpoints(&a).await.unwrap();
+    assert_eq!(cps.iter().map(|c| c.cycle).collect::<Vec<_>>(), [2, 1]);
+}
+
+async fn compaction_keeps_a_summary_and_checkpoints_restore(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store
+        .commit_cycle(&a, &lease, &commit(&["m0", "m1"], None, 10))
+        .await
+        .unwrap();
+    store
+        .commit_cycle(&a, &lease, &commit(&["m2", "m3"], None, 10))
+        .await
+        .unwrap();
+    let compact = Compacted {
+        start: 3,
+        summary: Some("Husam asked for hotels; budget $150.".into()),
+    };
+    let cp3 = store
+        .commit_cycle(&a, &lease, &commit(&["m4"], Some(compact), 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        (cp3.start, cp3.end, cp3.messages, cp3.summary_cycle),
+        (3, 5, 2, Some(3))
+    );
+    let now = store.consciousness(&a).await.unwrap();
+    assert_eq!(
+        now.summary.as_deref(),
+        Some("Husam asked for hotels; budget $150.")
+    );
+    assert_eq!(now.start, 3);
+    assert!(now.messages[0].contains("m3") && now.messages[1].contains("m4"));
+
+    let restored = store
+        .restore_checkpoint(&a, &lease, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(restored.cycle, 1);
+    let back = store.consciousness(&a).await.unwrap();
+    assert_eq!(
+        (back.cycle, back.summary.clone(), back.messages.len()),
+        (1, None, 2)
+    );
+    assert_eq!(back.digest, restored.digest);
+    assert_eq!(
+        store
+            .checkpoints(&a)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.cycle)
+            .collect::<Vec<_>>(),
+        [1]
+    );
+    // Life goes on from the restored point.
+    let cp = store
+        .commit_cycle(&a, &lease, &commit(&["m2'"], None, 10))
+        .await
+        .unwrap();
+    assert_eq!((cp.cycle, cp.start, cp.end), (2, 0, 3));
+    assert!(store.consciousness(&a).await.unwrap().messages[2].contains("m2'"));
+    assert_eq!(store.restore_checkpoint(&a, &lease, 9).await.unwrap(), None);
+}
+
+async fn only_the_last_checkpoints_are_kept(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    for i in 0..4u64 {
+        let compaction = (i > 0).then(|| Compacted {
+            start: 2 * i,
+            summary: Some(format!("summary {i}")),
+        });
+        store
+            .commit_cycle(&a, &lease, &commit(&["a", "b"], compaction, 2))
+            .await
+            .unwrap();
+    }
+    let cps = store.checkpoints(&a).await.unwrap();
+    assert_eq!(cps.iter().map(|c| c.cycle).collect::<Vec<_>>(), [4, 3]);
+    assert_eq!(
+        store.restore_checkpoint(&a, &lease, 2).await.unwrap(),
+        None,
+        "dropped with its log entries"
+    );
+    store
+        .restore_checkpoint(&a, &lease, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    let back = store.consciousness(&a).await.unwrap();
+    assert_eq!((back.cycle, back.start, back.messages.len()), (3, 4, 2));
+    assert_eq!(back.summary.as_deref(), Some("summary 2"));
+}
+
+async fn commits_are_fenced_and_validated(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let old = store
+        .acquire_lease(&a, "w1", std::time::Duration::from_millis(100))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let new = store.acquire_lease(&a, "w2", TTL).await.unwrap().unwrap();
+    let err = store
+        .commit_cycle(&a, &old, &commit(&["stale"], None, 10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
+    assert_eq!(
+        store.consciousness(&a).await.unwrap().cycle,
+        0,
+        "a fenced commit changes nothing"
+    );
+    let bad = commit(
+        &["x"],
+        Some(Compacted {
+            start: 7,
+            summary: None,
+        }),
+        10,
+    );
+    assert!(matches!(
+        store.commit_cycle(&a, &new, &bad).await,
+        Err(StoreError::InvalidCommit { .. })
+    ));
+    assert!(matches!(
+        store.restore_checkpoint(&a, &old, 1).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(matches!(
+        store.set_memories(&a, &old, &Memories::new()).await,
+        Err(StoreError::Fenced { .. })
+    ));
+}
+
+async fn memories_and_goals_are_kept(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    let mut m = Memories::new();
+    m.insert(
+        "q4_report".into(),
+        "waiting for budget. Revenue $2.1M".into(),
+    );
+    m.insert("tz".into(), "Asia/Amman".into());
+    store.set_memories(&a, &lease, &m).await.unwrap();
+    let mut update = Memories::new();
+    update.insert("tz".into(), "UTC".into());
+    store.set_memories(&a, &lease, &update).await.unwrap();
+    let got = store.memories(&a).await.unwrap();
+    assert_eq!(got["tz"], "UTC");
+    assert_eq!(got.len(), 2);
+    assert_eq!(
+        store
+            .delete_memories(&a, &lease, &["q4_report".into(), "nope".into()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.memories(&a).await.unwrap().len(), 1);
+    let q4 = Goal {
+        id: "q4".into(),
+        description: "Complete Q4 report".into(),
+        status: "active".into(),
+    };
+    store
+        .set_goals(&a, &lease, std::slice::from_ref(&q4))
+        .await
+        .unwrap();
+    store
+        .set_goals(
+            &a,
+            &lease,
+            &[Goal {
+                status: "completed".into(),
+                ..q4.clone()
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.goals(&a).await.unwrap(),
+        [Goal {
+            status: "completed".into(),
+            ..q4
+        }]
+    );
+}
+
 async fn a_sleeping_worker_wakes_on_push(store: std::sync::Arc<dyn Store>) {
     let a = AgentKey::new("fam", "assistant");
     let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
@@ -608,6 +857,11 @@ suite!(
     reading_pages_newest_first_or_since_an_id,
     live_events_reach_subscribers,
     urgent_posts_become_urgent_events,
+    cycles_commit_with_checkpoints_and_acknowledge,
+    compaction_keeps_a_summary_and_checkpoints_restore,
+    only_the_last_checkpoints_are_kept,
+    commits_are_fenced_and_validated,
+    memories_and_goals_are_kept,
 );
 
 #[tokio::test]

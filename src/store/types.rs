@@ -231,3 +231,189 @@ pub enum LiveEvent {
         tool: Option<String>,
     },
 }
+
+/// An agent's persisted conversation: the summary of what was compacted away, then the
+/// messages of the window (model messages as JSON, opaque to the store).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Consciousness {
+    /// Committed cycles.
+    pub cycle: u64,
+    /// Summary of the messages compacted out of the window.
+    pub summary: Option<String>,
+    /// The window's messages, oldest first.
+    pub messages: Vec<String>,
+    /// Sequence number of `messages[0]` in the agent's message log.
+    pub start: u64,
+    /// Estimated tokens of summary + messages.
+    pub tokens: u64,
+    /// Digest chained over every commit (`sha256:…`); empty before the first.
+    pub digest: String,
+    /// Model tokens used over the agent's life.
+    pub tokens_used: u64,
+    /// When the last cycle was committed (ms since the epoch).
+    pub last_cycle_ms: Option<i64>,
+}
+
+/// A versioned checkpoint: the consciousness as it was after one cycle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// The cycle it was taken after.
+    pub cycle: u64,
+    /// Sequence number of the window's first message.
+    pub start: u64,
+    /// Sequence number after the window's last message.
+    pub end: u64,
+    /// Cycle whose compaction wrote the summary in force, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_cycle: Option<u64>,
+    /// Content digest (`sha256:…`).
+    pub digest: String,
+    /// Messages in the window.
+    pub messages: u64,
+    /// Estimated tokens of summary + window.
+    pub tokens: u64,
+    /// When it was written (ms since the epoch).
+    pub time_ms: i64,
+}
+
+/// What one committed cycle adds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CycleCommit {
+    /// Messages the cycle appends (model messages as JSON).
+    pub new_messages: Vec<String>,
+    /// Compaction done at this commit: the window now starts at sequence `start` (counting
+    /// the new messages), with `summary` covering what dropped out.
+    pub compaction: Option<Compacted>,
+    /// Estimated tokens of summary + window after the commit.
+    pub tokens: u64,
+    /// Model tokens the cycle used.
+    pub cycle_tokens: u64,
+    /// Checkpoints to keep (the oldest beyond are dropped, and so are log entries no
+    /// retained checkpoint needs).
+    pub checkpoints_retained: u32,
+}
+
+/// A compaction recorded by a commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compacted {
+    /// New first sequence number of the window.
+    pub start: u64,
+    /// Summary of everything before `start`.
+    pub summary: Option<String>,
+}
+
+/// A stored memory: a fact the agent keeps across cycles.
+pub type Memories = std::collections::BTreeMap<String, String>;
+
+/// A goal the agent works towards.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Goal {
+    /// Stable id, chosen by the agent.
+    pub id: String,
+    /// What the goal is.
+    #[serde(default)]
+    pub description: String,
+    /// `active`, `completed`, `blocked`, … (free text).
+    #[serde(default)]
+    pub status: String,
+}
+
+/// The digest after a commit: sha256 over the previous digest, then the compaction (if any),
+/// then each new message, length-prefixed. O(new messages), and verifiable by replaying the log.
+pub fn next_digest(previous: &str, commit: &CycleCommit) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    field(previous.as_bytes());
+    if let Some(c) = &commit.compaction {
+        field(b"compact");
+        field(&c.start.to_be_bytes());
+        field(c.summary.as_deref().unwrap_or("").as_bytes());
+    }
+    for m in &commit.new_messages {
+        field(m.as_bytes());
+    }
+    let digest = h.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// Where the window of an agent's consciousness stands: what a commit builds on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WindowState {
+    pub cycle: u64,
+    pub start: u64,
+    pub end: u64,
+    pub summary_cycle: Option<u64>,
+    pub digest: String,
+}
+
+/// Everything a commit writes, computed once for both stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CommitPlan {
+    pub checkpoint: Checkpoint,
+    /// Checkpoints kept afterwards, newest first.
+    pub retained: Vec<Checkpoint>,
+    /// Log entries before this sequence number are needed by no retained checkpoint.
+    pub trim_before: u64,
+    /// Summaries (by cycle) no retained checkpoint refers to any more.
+    pub drop_summaries: Vec<u64>,
+}
+
+/// Plans a commit on `prev` with the retained checkpoints `retained` (newest first).
+pub(crate) fn plan_commit(
+    prev: &WindowState,
+    retained: &[Checkpoint],
+    commit: &CycleCommit,
+    time_ms: i64,
+) -> Result<CommitPlan, String> {
+    let cycle = prev.cycle + 1;
+    let end = prev.end + commit.new_messages.len() as u64;
+    let (start, summary_cycle) = match &commit.compaction {
+        Some(c) if c.start < prev.start || c.start > end => {
+            return Err(format!(
+                "compaction to sequence {} is outside the window {}..{end}",
+                c.start, prev.start
+            ))
+        }
+        Some(c) => (c.start, c.summary.as_ref().map(|_| cycle)),
+        None => (prev.start, prev.summary_cycle),
+    };
+    let checkpoint = Checkpoint {
+        cycle,
+        start,
+        end,
+        summary_cycle,
+        digest: next_digest(&prev.digest, commit),
+        messages: end - start,
+        tokens: commit.tokens,
+        time_ms,
+    };
+    let keep = commit.checkpoints_retained.max(1) as usize;
+    let mut kept: Vec<Checkpoint> = std::iter::once(checkpoint.clone())
+        .chain(retained.iter().cloned())
+        .take(keep)
+        .collect();
+    kept.sort_by_key(|c| std::cmp::Reverse(c.cycle));
+    let trim_before = kept.iter().map(|c| c.start).min().unwrap_or(start);
+    let referenced: std::collections::BTreeSet<u64> =
+        kept.iter().filter_map(|c| c.summary_cycle).collect();
+    let drop_summaries = retained
+        .iter()
+        .filter_map(|c| c.summary_cycle)
+        .chain(prev.summary_cycle)
+        .filter(|s| !referenced.contains(s))
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    Ok(CommitPlan {
+        checkpoint,
+        retained: kept,
+        trim_before,
+        drop_summaries,
+    })
+}
