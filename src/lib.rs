@@ -8,3 +8,15 @@ pub mod operator;
 pub mod store;
 pub mod telemetry;
 pub mod testing;
+
+pub mod model;
+
+/// Installs ring as the process's TLS crypto provider (the one kube uses), once. Safe to call
+/// from every place that builds a TLS client.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An already installed provider (a test harness, an embedding program) is kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

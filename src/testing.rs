@@ -85,3 +85,214 @@ pub fn free_port() -> Result<u16, String> {
         .map(|a| a.port())
         .map_err(|e| format!("no free port: {e}"))
 }
+
+/// One scripted answer of [`MockModel`].
+#[derive(Clone, Debug)]
+pub enum MockTurn {
+    /// A streamed completion: text and/or tool calls `(name, arguments JSON text)`.
+    Reply {
+        /// Text, streamed in small pieces.
+        text: Option<String>,
+        /// Tool calls, arguments streamed in small pieces.
+        tool_calls: Vec<(String, String)>,
+        /// Usage reported in the final chunk `(prompt, completion)`.
+        usage: (u32, u32),
+    },
+    /// An HTTP error status with an OpenAI-style error body.
+    Status(u16, String),
+}
+
+impl MockTurn {
+    /// A text-only answer.
+    pub fn text(t: &str) -> Self {
+        MockTurn::Reply {
+            text: Some(t.into()),
+            tool_calls: Vec::new(),
+            usage: (100, 10),
+        }
+    }
+
+    /// An answer that calls tools.
+    pub fn tools(calls: &[(&str, serde_json::Value)]) -> Self {
+        MockTurn::Reply {
+            text: None,
+            tool_calls: calls
+                .iter()
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .collect(),
+            usage: (100, 20),
+        }
+    }
+}
+
+type Responder = dyn Fn(&serde_json::Value) -> MockTurn + Send + Sync;
+
+struct MockState {
+    turns: std::sync::Mutex<std::collections::VecDeque<MockTurn>>,
+    requests: std::sync::Mutex<Vec<serde_json::Value>>,
+    responder: Option<Box<Responder>>,
+}
+
+/// An OpenAI-compatible chat completions server on a free loopback port, playing scripted
+/// turns as real SSE streams, and recording every request body.
+pub struct MockModel {
+    /// Base URL to put in an Agent's `model.baseUrl`.
+    pub base_url: String,
+    state: std::sync::Arc<MockState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockModel {
+    /// Serves `turns` in order; once they run out, answers 500.
+    pub async fn start(turns: Vec<MockTurn>) -> Result<Self, String> {
+        Self::serve(turns, None).await
+    }
+
+    /// Answers each request with `responder(request body)` (after any queued turns).
+    pub async fn responding(
+        responder: impl Fn(&serde_json::Value) -> MockTurn + Send + Sync + 'static,
+    ) -> Result<Self, String> {
+        Self::serve(Vec::new(), Some(Box::new(responder))).await
+    }
+
+    async fn serve(
+        turns: Vec<MockTurn>,
+        responder: Option<Box<Responder>>,
+    ) -> Result<Self, String> {
+        use axum::routing::post;
+        let state = std::sync::Arc::new(MockState {
+            turns: std::sync::Mutex::new(turns.into()),
+            requests: std::sync::Mutex::new(Vec::new()),
+            responder,
+        });
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(mock_completions))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("binding the mock model server: {e}"))?;
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            state,
+            task,
+        })
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<serde_json::Value> {
+        self.state
+            .requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// Queues more turns.
+    pub fn push(&self, turn: MockTurn) {
+        if let Ok(mut t) = self.state.turns.lock() {
+            t.push_back(turn);
+        }
+    }
+}
+
+impl Drop for MockModel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn mock_completions(
+    axum::extract::State(state): axum::extract::State<std::sync::Arc<MockState>>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let request: serde_json::Value =
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    if let Ok(mut r) = state.requests.lock() {
+        r.push(request.clone());
+    }
+    let queued = state.turns.lock().ok().and_then(|mut t| t.pop_front());
+    let turn = match (queued, &state.responder) {
+        (Some(t), _) => t,
+        (None, Some(f)) => f(&request),
+        (None, None) => MockTurn::Status(500, "the mock model has no more scripted turns".into()),
+    };
+    match turn {
+        MockTurn::Status(code, message) => (
+            axum::http::StatusCode::from_u16(code)
+                .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR),
+            axum::Json(serde_json::json!({"error": {"message": message, "type": "mock"}})),
+        )
+            .into_response(),
+        MockTurn::Reply {
+            text,
+            tool_calls,
+            usage,
+        } => {
+            let sse = sse_body(text.as_deref(), &tool_calls, usage);
+            (
+                [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                sse,
+            )
+                .into_response()
+        }
+    }
+}
+
+fn sse_body(text: Option<&str>, tool_calls: &[(String, String)], usage: (u32, u32)) -> String {
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        serde_json::json!({
+            "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": "mock",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+        })
+    };
+    let mut events = vec![chunk(
+        serde_json::json!({"role": "assistant", "content": ""}),
+        None,
+    )];
+    let pieces = |s: &str| -> Vec<String> {
+        let chars: Vec<char> = s.chars().collect();
+        chars.chunks(7).map(|c| c.iter().collect()).collect()
+    };
+    if let Some(t) = text {
+        events.extend(
+            pieces(t)
+                .into_iter()
+                .map(|p| chunk(serde_json::json!({"content": p}), None)),
+        );
+    }
+    for (i, (name, args)) in tool_calls.iter().enumerate() {
+        events.push(chunk(
+            serde_json::json!({"tool_calls": [{"index": i, "id": format!("call_mock_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            None,
+        ));
+        events.extend(pieces(args).into_iter().map(|p| {
+            chunk(
+                serde_json::json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}),
+                None,
+            )
+        }));
+    }
+    let finish = if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    events.push(chunk(serde_json::json!({}), Some(finish)));
+    events.push(serde_json::json!({
+        "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": "mock", "choices": [],
+        "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
+    }));
+    let mut out = String::new();
+    for e in events {
+        out.push_str("data: ");
+        out.push_str(&e.to_string());
+        out.push_str("\n\n");
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
+}

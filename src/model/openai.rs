@@ -1,0 +1,534 @@
+//! Any OpenAI-compatible chat completions endpoint (OpenAI, vLLM, Ollama, LiteLLM, …),
+//! streamed, with tool calls and usage. Wire types come from `async-openai`.
+
+use std::time::Duration;
+
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls,
+    ChatCompletionRequestAssistantMessage, ChatCompletionRequestAssistantMessageContent,
+    ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage,
+    ChatCompletionRequestSystemMessageContent, ChatCompletionRequestToolMessage,
+    ChatCompletionRequestToolMessageContent, ChatCompletionRequestUserMessage,
+    ChatCompletionRequestUserMessageContent, ChatCompletionStreamOptions, ChatCompletionTool,
+    ChatCompletionToolChoiceOption, ChatCompletionTools, CreateChatCompletionRequest,
+    CreateChatCompletionStreamResponse, FunctionCall, FunctionObject, ToolChoiceOptions,
+};
+use async_trait::async_trait;
+use futures::StreamExt;
+use tracing::warn;
+
+use super::{Delta, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage};
+use crate::crd::ModelSpec;
+
+/// The public endpoint when an Agent names no `baseUrl`.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// Attempts per call for transient errors (the first try included).
+const ATTEMPTS: u32 = 4;
+
+/// An OpenAI-compatible provider.
+pub struct OpenAi {
+    http: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    max_tokens: u32,
+    temperature: Option<f64>,
+    backoff: Duration,
+}
+
+impl OpenAi {
+    /// A provider for the Agent's model spec.
+    pub fn new(spec: &ModelSpec, api_key: Option<String>) -> Result<Self, ModelError> {
+        crate::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(120))
+            .build()
+            .map_err(|e| ModelError::Fatal(format!("building the HTTP client: {e}")))?;
+        let base = spec
+            .base_url
+            .as_deref()
+            .unwrap_or(DEFAULT_BASE_URL)
+            .trim_end_matches('/');
+        Ok(Self {
+            http,
+            url: format!("{base}/chat/completions"),
+            model: spec.name.clone(),
+            api_key: api_key.filter(|k| !k.is_empty()),
+            max_tokens: spec.max_output_tokens,
+            temperature: spec.temperature,
+            backoff: Duration::from_millis(500),
+        })
+    }
+
+    /// Sets the first retry delay (doubling after each failure).
+    pub fn with_backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    fn body(&self, request: &Request) -> CreateChatCompletionRequest {
+        let mut messages = vec![ChatCompletionRequestMessage::System(
+            ChatCompletionRequestSystemMessage {
+                content: ChatCompletionRequestSystemMessageContent::Text(request.system.clone()),
+                name: None,
+            },
+        )];
+        messages.extend(request.messages.iter().map(wire_message));
+        let tools: Vec<ChatCompletionTools> = request
+            .tools
+            .iter()
+            .map(|t| {
+                ChatCompletionTools::Function(ChatCompletionTool {
+                    function: FunctionObject {
+                        name: t.name.clone(),
+                        description: Some(t.description.clone()),
+                        parameters: Some(t.parameters.clone()),
+                        strict: None,
+                    },
+                })
+            })
+            .collect();
+        let tool_choice = (!tools.is_empty()).then_some(ChatCompletionToolChoiceOption::Mode(
+            match request.tool_choice {
+                ToolChoice::Auto => ToolChoiceOptions::Auto,
+                ToolChoice::Required => ToolChoiceOptions::Required,
+                ToolChoice::None => ToolChoiceOptions::None,
+            },
+        ));
+        CreateChatCompletionRequest {
+            messages,
+            model: self.model.clone(),
+            stream: Some(true),
+            stream_options: Some(ChatCompletionStreamOptions {
+                include_usage: Some(true),
+                ..Default::default()
+            }),
+            max_completion_tokens: Some(self.max_tokens),
+            temperature: self.temperature.map(|t| t as f32),
+            tools: (!tools.is_empty()).then_some(tools),
+            tool_choice,
+            ..Default::default()
+        }
+    }
+
+    async fn attempt(
+        &self,
+        body: &CreateChatCompletionRequest,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<Turn, (ModelError, Option<Duration>)> {
+        let json = serde_json::to_vec(body).map_err(|e| {
+            (
+                ModelError::Fatal(format!("encoding the request: {e}")),
+                None,
+            )
+        })?;
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(json);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await.map_err(|e| {
+            (
+                ModelError::Transient(format!("calling {}: {}", self.url, without_url(&e))),
+                None,
+            )
+        })?;
+        let status = resp.status();
+        if !status.is_success() {
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(|s| Duration::from_secs(s.min(30)));
+            let text = resp.text().await.unwrap_or_default();
+            let detail = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+                .unwrap_or_else(|| text.chars().take(300).collect());
+            let msg = format!("{} answered {status}: {detail}", self.url);
+            let transient = status.as_u16() == 429 || status.is_server_error();
+            return Err((
+                if transient {
+                    ModelError::Transient(msg)
+                } else {
+                    ModelError::Fatal(msg)
+                },
+                retry_after,
+            ));
+        }
+        let mut stream = resp.bytes_stream();
+        let mut acc = Accumulator::default();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                (
+                    ModelError::Transient(format!("reading the stream: {}", without_url(&e))),
+                    None,
+                )
+            })?;
+            buf.extend_from_slice(&chunk);
+            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                let line = String::from_utf8_lossy(&line);
+                let line = line.trim();
+                let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                    continue;
+                };
+                if data == "[DONE]" {
+                    return Ok(acc.finish());
+                }
+                let chunk: CreateChatCompletionStreamResponse = serde_json::from_str(data)
+                    .map_err(|e| {
+                        (
+                            ModelError::Fatal(format!(
+                                "malformed stream chunk from {}: {e}",
+                                self.url
+                            )),
+                            None,
+                        )
+                    })?;
+                acc.add(chunk, on_delta);
+            }
+        }
+        if acc.seen_any {
+            Ok(acc.finish())
+        } else {
+            Err((
+                ModelError::Transient(format!("{} closed the stream without an answer", self.url)),
+                None,
+            ))
+        }
+    }
+}
+
+/// A reqwest error's text without the URL (which the caller names once).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(url) = e.url() {
+        s = s.replace(url.as_str(), "");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+#[async_trait]
+impl Model for OpenAi {
+    async fn complete(
+        &self,
+        request: &Request,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<Turn, ModelError> {
+        let body = self.body(request);
+        let mut delay = self.backoff;
+        let mut attempt = 1;
+        loop {
+            match self.attempt(&body, on_delta).await {
+                Ok(mut turn) => {
+                    if turn.usage == Usage::default() {
+                        turn.usage = Usage {
+                            input: estimate_request(request),
+                            output: turn.message().estimate_tokens(),
+                        };
+                    }
+                    return Ok(turn);
+                }
+                Err((ModelError::Transient(msg), retry_after)) if attempt < ATTEMPTS => {
+                    let wait = retry_after.unwrap_or(delay);
+                    warn!(attempt, retry_in = ?wait, error = %msg, "model call failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    delay *= 2;
+                    attempt += 1;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+}
+
+fn estimate_request(request: &Request) -> u64 {
+    (request.system.len() as u64).div_ceil(4)
+        + request
+            .messages
+            .iter()
+            .map(Message::estimate_tokens)
+            .sum::<u64>()
+}
+
+fn wire_message(m: &Message) -> ChatCompletionRequestMessage {
+    match m {
+        Message::User { content } => {
+            ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
+                content: ChatCompletionRequestUserMessageContent::Text(content.clone()),
+                name: None,
+            })
+        }
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => ChatCompletionRequestMessage::Assistant(ChatCompletionRequestAssistantMessage {
+            content: content
+                .clone()
+                .map(ChatCompletionRequestAssistantMessageContent::Text),
+            tool_calls: (!tool_calls.is_empty()).then(|| {
+                tool_calls
+                    .iter()
+                    .map(|c| {
+                        ChatCompletionMessageToolCalls::Function(ChatCompletionMessageToolCall {
+                            id: c.id.clone(),
+                            function: FunctionCall {
+                                name: c.name.clone(),
+                                arguments: c.arguments.clone(),
+                            },
+                        })
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        }),
+        Message::Tool {
+            tool_call_id,
+            content,
+        } => ChatCompletionRequestMessage::Tool(ChatCompletionRequestToolMessage {
+            content: ChatCompletionRequestToolMessageContent::Text(content.clone()),
+            tool_call_id: tool_call_id.clone(),
+        }),
+    }
+}
+
+/// Puts a streamed turn together.
+#[derive(Default)]
+struct Accumulator {
+    text: String,
+    calls: Vec<ToolCall>,
+    usage: Usage,
+    seen_any: bool,
+}
+
+impl Accumulator {
+    fn add(
+        &mut self,
+        chunk: CreateChatCompletionStreamResponse,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) {
+        self.seen_any = true;
+        if let Some(u) = chunk.usage {
+            self.usage = Usage {
+                input: u64::from(u.prompt_tokens),
+                output: u64::from(u.completion_tokens),
+            };
+        }
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+                self.text.push_str(&text);
+                on_delta(Delta::Text(text));
+            }
+            for tc in choice.delta.tool_calls.unwrap_or_default() {
+                let index = tc.index as usize;
+                while self.calls.len() <= index {
+                    self.calls.push(ToolCall {
+                        id: String::new(),
+                        name: String::new(),
+                        arguments: String::new(),
+                    });
+                }
+                let call = &mut self.calls[index];
+                if let Some(id) = tc.id.filter(|s| !s.is_empty()) {
+                    call.id = id;
+                }
+                if let Some(f) = tc.function {
+                    if let Some(name) = f.name.filter(|s| !s.is_empty()) {
+                        call.name.push_str(&name);
+                    }
+                    if let Some(args) = f.arguments.filter(|s| !s.is_empty()) {
+                        call.arguments.push_str(&args);
+                        on_delta(Delta::ToolArguments {
+                            index,
+                            name: call.name.clone(),
+                            delta: args,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> Turn {
+        let calls = self
+            .calls
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| !c.name.is_empty())
+            .map(|(i, mut c)| {
+                if c.id.is_empty() {
+                    c.id = format!("call_{i}");
+                }
+                c
+            })
+            .collect();
+        Turn {
+            text: (!self.text.is_empty()).then_some(self.text),
+            tool_calls: calls,
+            usage: self.usage,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ToolSpec, Usage};
+    use crate::testing::{MockModel, MockTurn};
+    use serde_json::json;
+
+    fn spec(base_url: &str) -> ModelSpec {
+        serde_yaml::from_str(&format!("{{provider: openai, name: mock-1, baseUrl: '{base_url}', maxOutputTokens: 256, temperature: 0.2}}")).unwrap()
+    }
+
+    fn request() -> Request {
+        Request {
+            system: "You are assistant.".into(),
+            messages: vec![
+                Message::user("[Family] Husam: \"hi\""),
+                Message::Assistant {
+                    content: None,
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "read_messages".into(),
+                        arguments: "{}".into(),
+                    }],
+                },
+                Message::Tool {
+                    tool_call_id: "c1".into(),
+                    content: "[]".into(),
+                },
+            ],
+            tools: vec![ToolSpec {
+                name: "send_message".into(),
+                description: "Post a message.".into(),
+                parameters: json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            }],
+            tool_choice: ToolChoice::Required,
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_text_and_tool_calls_with_usage() {
+        let mock = MockModel::start(vec![MockTurn::Reply {
+            text: Some("Let me answer.".into()),
+            tool_calls: vec![(
+                "send_message".into(),
+                json!({"text": "Hi Husam! How can I help today?"}).to_string(),
+            )],
+            usage: (321, 45),
+        }])
+        .await
+        .unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-test-secret".into())).unwrap();
+        let mut deltas = Vec::new();
+        let turn = model
+            .complete(&request(), &mut |d| deltas.push(d))
+            .await
+            .unwrap();
+        assert_eq!(turn.text.as_deref(), Some("Let me answer."));
+        assert_eq!(turn.tool_calls.len(), 1);
+        assert_eq!(turn.tool_calls[0].name, "send_message");
+        assert_eq!(turn.tool_calls[0].id, "call_mock_0");
+        let args: serde_json::Value = serde_json::from_str(&turn.tool_calls[0].arguments).unwrap();
+        assert_eq!(args["text"], "Hi Husam! How can I help today?");
+        assert_eq!(
+            turn.usage,
+            Usage {
+                input: 321,
+                output: 45
+            }
+        );
+        let streamed: String = deltas
+            .iter()
+            .filter_map(|d| match d {
+                Delta::ToolArguments { delta, .. } => Some(delta.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(streamed, turn.tool_calls[0].arguments);
+        assert!(
+            deltas
+                .iter()
+                .filter(|d| matches!(d, Delta::ToolArguments { .. }))
+                .count()
+                > 3,
+            "streamed in pieces"
+        );
+
+        let sent = &mock.requests()[0];
+        assert_eq!(sent["model"], "mock-1");
+        assert_eq!(sent["stream"], true);
+        assert_eq!(sent["stream_options"]["include_usage"], true);
+        assert_eq!(sent["max_completion_tokens"], 256);
+        assert_eq!(sent["tool_choice"], "required");
+        assert_eq!(sent["tools"][0]["function"]["name"], "send_message");
+        let roles: Vec<&str> = sent["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+        assert_eq!(sent["messages"][2]["tool_calls"][0]["id"], "c1");
+        assert_eq!(sent["messages"][3]["tool_call_id"], "c1");
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_retried_fatal_ones_are_not() {
+        let mock = MockModel::start(vec![
+            MockTurn::Status(503, "overloaded".into()),
+            MockTurn::Status(429, "slow down".into()),
+            MockTurn::text("finally"),
+        ])
+        .await
+        .unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), None)
+            .unwrap()
+            .with_backoff(Duration::from_millis(10));
+        let turn = model.complete(&request(), &mut |_| {}).await.unwrap();
+        assert_eq!(turn.text.as_deref(), Some("finally"));
+        assert_eq!(mock.requests().len(), 3);
+
+        let mock = MockModel::start(vec![MockTurn::Status(401, "invalid api key".into())])
+            .await
+            .unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-live-123456".into()))
+            .unwrap()
+            .with_backoff(Duration::from_millis(10));
+        let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
+        assert_eq!(err.category(), "fatal");
+        assert!(
+            err.to_string().contains("401") && err.to_string().contains("invalid api key"),
+            "{err}"
+        );
+        assert!(
+            !err.to_string().contains("sk-live-123456"),
+            "the key never appears in errors"
+        );
+        assert_eq!(mock.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_endpoint_is_a_transient_error_after_the_retries() {
+        let port = crate::testing::free_port().unwrap();
+        let model = OpenAi::new(&spec(&format!("http://127.0.0.1:{port}/v1")), None)
+            .unwrap()
+            .with_backoff(Duration::from_millis(5));
+        let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
+        assert_eq!(err.category(), "transient", "{err}");
+    }
+}
