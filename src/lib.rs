@@ -20,3 +20,4 @@ pub fn install_crypto_provider() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
+pub mod worker;

@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Run the Agent and Space controllers.
     Operator(Box<agentfleet::operator::Args>),
+    /// Run one agent's process loop.
+    Worker(Box<agentfleet::worker::Args>),
     /// Print every CustomResourceDefinition as YAML.
     Crd,
 }
@@ -30,11 +32,12 @@ fn main() -> ExitCode {
         Command::Crd => agentfleet::crd::render_all()
             .map(|yaml| print!("{yaml}"))
             .map_err(anyhow::Error::from),
-        Command::Operator(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(agentfleet::operator::run(*args))),
+        Command::Operator(args) => {
+            runtime().and_then(|rt| rt.block_on(agentfleet::operator::run(*args)))
+        }
+        Command::Worker(args) => {
+            runtime().and_then(|rt| rt.block_on(agentfleet::worker::run(*args)))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -43,4 +46,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }

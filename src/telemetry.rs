@@ -94,6 +94,101 @@ impl OperatorMetrics {
     }
 }
 
+/// A worker's metrics, all prefixed `agentfleet_`, labelled by namespace and agent.
+#[derive(Clone)]
+pub struct WorkerMetrics {
+    /// The registry they are registered in.
+    pub registry: Registry,
+    /// Cycles by result (`completed`, `skipped`, `failed`).
+    pub cycles: IntCounterVec,
+    /// Cycle duration.
+    pub cycle_duration: HistogramVec,
+    /// Event enqueued → first model request of its cycle.
+    pub wake_latency: HistogramVec,
+    /// Model tokens by direction (`input`, `output`).
+    pub tokens: IntCounterVec,
+    /// Tool calls by tool and outcome (`ok`, `error`).
+    pub tool_calls: IntCounterVec,
+    /// Estimated tokens of the consciousness after the last commit.
+    pub consciousness_tokens: prometheus::IntGaugeVec,
+    /// Compactions done.
+    pub compactions: IntCounterVec,
+}
+
+impl WorkerMetrics {
+    /// Creates and registers the metrics in a fresh registry.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let agent = ["namespace", "agent"];
+        let cycles = IntCounterVec::new(
+            Opts::new("agentfleet_cycles_total", "Think cycles, by result."),
+            &["namespace", "agent", "result"],
+        )?;
+        let cycle_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_cycle_duration_seconds",
+                "Duration of a think cycle.",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+            ]),
+            &agent,
+        )?;
+        let wake_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_wake_latency_seconds",
+                "Time from an event entering the inbox to the first model request of its cycle.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
+            ]),
+            &agent,
+        )?;
+        let tokens = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_model_tokens_total",
+                "Model tokens, by direction.",
+            ),
+            &["namespace", "agent", "direction"],
+        )?;
+        let tool_calls = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_tool_calls_total",
+                "Tool calls, by tool and outcome.",
+            ),
+            &["namespace", "agent", "tool", "outcome"],
+        )?;
+        let consciousness_tokens = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_consciousness_tokens",
+                "Estimated tokens of the consciousness after the last commit.",
+            ),
+            &agent,
+        )?;
+        let compactions = IntCounterVec::new(
+            Opts::new("agentfleet_compactions_total", "Consciousness compactions."),
+            &agent,
+        )?;
+        registry.register(Box::new(cycles.clone()))?;
+        registry.register(Box::new(cycle_duration.clone()))?;
+        registry.register(Box::new(wake_latency.clone()))?;
+        registry.register(Box::new(tokens.clone()))?;
+        registry.register(Box::new(tool_calls.clone()))?;
+        registry.register(Box::new(consciousness_tokens.clone()))?;
+        registry.register(Box::new(compactions.clone()))?;
+        Ok(Self {
+            registry,
+            cycles,
+            cycle_duration,
+            wake_latency,
+            tokens,
+            tool_calls,
+            consciousness_tokens,
+            compactions,
+        })
+    }
+}
+
 /// The registry's metrics in the Prometheus text format.
 pub fn encode(registry: &Registry) -> impl IntoResponse {
     let mut buf = Vec::new();

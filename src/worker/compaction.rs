@@ -1,0 +1,123 @@
+//! Keeping consciousness inside its window (seed 002): a sliding window over the messages,
+//! optionally with a model-written summary of what drops out. A tool call and its result are
+//! never separated, and the most recent messages are always kept.
+
+use crate::model::Message;
+
+/// Where the window should start after this commit, or `None` when it fits.
+///
+/// `messages` is the whole window after the cycle (oldest first), `first_seq` the sequence
+/// number of `messages[0]`. When the estimate is over `window_tokens`, messages are dropped
+/// from the front until it is under three quarters of it (so compaction does not run every
+/// cycle), keeping at least `keep_recent` messages, and the new first message is never a
+/// tool result.
+pub fn plan(
+    messages: &[Message],
+    first_seq: u64,
+    summary_tokens: u64,
+    window_tokens: u64,
+    keep_recent: usize,
+) -> Option<u64> {
+    let tokens: Vec<u64> = messages.iter().map(Message::estimate_tokens).collect();
+    let total: u64 = summary_tokens + tokens.iter().sum::<u64>();
+    if total <= window_tokens {
+        return None;
+    }
+    let target = window_tokens * 3 / 4;
+    let max_drop = messages.len().saturating_sub(keep_recent);
+    let mut drop = 0;
+    let mut remaining = total;
+    while drop < max_drop && remaining > target {
+        remaining -= tokens[drop];
+        drop += 1;
+    }
+    // Never start on a tool result: its call would be gone.
+    while drop < messages.len() && matches!(messages[drop], Message::Tool { .. }) {
+        drop += 1;
+    }
+    (drop > 0).then_some(first_seq + drop as u64)
+}
+
+/// The request that asks the model for a summary of what drops out.
+pub fn summary_prompt(previous: Option<&str>, dropped: &[Message]) -> (String, String) {
+    let system = "You maintain the long-term memory of an agent. Write a concise summary (at most 200 words) of the conversation below: who asked what, what was decided and done, what is still open. Keep names, numbers and commitments. Answer with the summary only.".to_string();
+    let mut text = String::new();
+    if let Some(p) = previous {
+        text.push_str("Summary so far:\n");
+        text.push_str(p);
+        text.push_str("\n\nWhat happened next:\n");
+    }
+    for m in dropped {
+        match m {
+            Message::User { content } => text.push_str(&format!("INPUT: {content}\n")),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                if let Some(c) = content {
+                    text.push_str(&format!("AGENT THOUGHT: {c}\n"));
+                }
+                for c in tool_calls {
+                    text.push_str(&format!("AGENT CALLED {}: {}\n", c.name, c.arguments));
+                }
+            }
+            Message::Tool { content, .. } => text.push_str(&format!("RESULT: {content}\n")),
+        }
+    }
+    (system, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolCall;
+
+    fn user(n: usize) -> Message {
+        Message::user("x".repeat(n * 4))
+    }
+
+    #[test]
+    fn fits_means_no_compaction() {
+        assert_eq!(plan(&[user(10), user(10)], 0, 0, 1000, 2), None);
+    }
+
+    #[test]
+    fn drops_from_the_front_to_three_quarters_keeping_recent() {
+        let msgs: Vec<Message> = (0..10).map(|_| user(96)).collect(); // 100 tokens each
+        let start = plan(&msgs, 50, 0, 800, 2).unwrap();
+        assert_eq!(start, 54, "1000 → 600 tokens: four messages go");
+        assert_eq!(
+            plan(&msgs, 0, 0, 100, 4),
+            Some(6),
+            "at least keep_recent stay"
+        );
+    }
+
+    #[test]
+    fn a_tool_call_and_its_result_stay_together() {
+        let call = Message::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "t".into(),
+                arguments: "{}".into(),
+            }],
+        };
+        let result = Message::Tool {
+            tool_call_id: "c".into(),
+            content: "x".repeat(400),
+        };
+        let msgs = vec![user(96), call, result, user(96), user(96)];
+        // Dropping two messages would start on the tool result; the result goes too.
+        let start = plan(&msgs, 0, 0, 300, 1).unwrap();
+        assert!(!matches!(msgs[start as usize], Message::Tool { .. }));
+        assert_eq!(start, 3);
+    }
+
+    #[test]
+    fn the_summary_counts_against_the_window() {
+        let msgs: Vec<Message> = (0..4).map(|_| user(96)).collect();
+        assert_eq!(plan(&msgs, 0, 0, 450, 1), None);
+        assert!(plan(&msgs, 0, 100, 450, 1).is_some());
+    }
+}

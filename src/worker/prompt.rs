@@ -1,0 +1,146 @@
+//! The system prompt, rebuilt fresh for every cycle from the manifest and the data plane.
+//! It is never stored in consciousness (seed 002: fresh context is never copied into history).
+
+use crate::crd::{Agent, MemberKind};
+use crate::model::format::{inbox_line, memory_line, space_line};
+use crate::store::{Goal, InboxEvent, Memories, SpaceRecord};
+
+/// What the prompt is built from.
+pub struct PromptInput<'a> {
+    /// The agent's manifest.
+    pub agent: &'a Agent,
+    /// The agent's spaces: (name, record) — `None` when the data plane does not know it.
+    pub spaces: &'a [(String, Option<SpaceRecord>)],
+    /// Memories.
+    pub memories: &'a Memories,
+    /// Goals.
+    pub goals: &'a [Goal],
+    /// Current time, RFC 3339.
+    pub now: &'a str,
+}
+
+/// The instruction every agent gets about inbox lines, tools and `skip` (seeds 000, 004).
+const HOW_YOU_WORK: &str = "\
+How you work:
+- You wake when events arrive in your inbox; they come as one message, one line each: [Space] Sender: \"text\".
+- Everything you want others to see goes through send_message (to a space you are a member of). Text you write outside tool calls is private reasoning: nobody sees it.
+- You remember this conversation across cycles. Use set_memories and set_goals for what must outlive it.
+- In spaces with several agents and humans you will receive many messages that are not directed at you and are better handled by someone else. If after reading the inbox events you determine that the message is not addressed to you (by name, role, or context), another agent or human is better suited to respond, or you have nothing useful to contribute, call skip() immediately. Do NOT send any messages first.";
+
+/// Builds the system prompt.
+pub fn system_prompt(input: &PromptInput<'_>) -> String {
+    let agent = input.agent;
+    let name = agent.metadata.name.as_deref().unwrap_or("agent");
+    let ns = agent.metadata.namespace.as_deref().unwrap_or("default");
+    let mut out = format!("You are {name}, an agent of namespace {ns}.\n");
+    if !agent.spec.instructions.trim().is_empty() {
+        out.push('\n');
+        out.push_str(agent.spec.instructions.trim());
+        out.push('\n');
+    }
+    out.push_str(&format!("\nCurrent time: {}\n", input.now));
+    out.push_str("\nSpaces you are a member of:\n");
+    if input.spaces.is_empty() {
+        out.push_str("(none)\n");
+    }
+    for (space, record) in input.spaces {
+        match record {
+            Some(r) => {
+                let agents: Vec<&str> = r.agents().collect();
+                let humans: Vec<&str> = r
+                    .members
+                    .iter()
+                    .filter(|m| m.kind == MemberKind::Human)
+                    .map(|m| m.name.as_str())
+                    .collect();
+                out.push_str(&space_line(&r.display_name, space, &agents, &humans));
+            }
+            None => out.push_str(&format!("- space \"{space}\" (not set up yet)")),
+        }
+        out.push('\n');
+    }
+    if !input.memories.is_empty() {
+        out.push_str("\nMemories:\n");
+        for (k, v) in input.memories {
+            out.push_str(&memory_line(k, v));
+            out.push('\n');
+        }
+    }
+    if !input.goals.is_empty() {
+        out.push_str("\nGoals:\n");
+        for g in input.goals {
+            out.push_str(&format!("- [{}] {}: {}\n", g.status, g.id, g.description));
+        }
+    }
+    out.push('\n');
+    out.push_str(HOW_YOU_WORK);
+    out.push('\n');
+    out
+}
+
+/// The display name of a space the agent knows, else its name.
+pub fn display<'a>(spaces: &'a [(String, Option<SpaceRecord>)], space: &'a str) -> &'a str {
+    spaces
+        .iter()
+        .find(|(n, _)| n == space)
+        .and_then(|(_, r)| r.as_ref())
+        .map_or(space, |r| r.display_name.as_str())
+}
+
+/// One inbox event as a line.
+pub fn event_line(spaces: &[(String, Option<SpaceRecord>)], e: &InboxEvent) -> String {
+    let text = e.text.as_deref().unwrap_or("");
+    let sender = e.sender.as_ref().map_or("system", |s| s.name.as_str());
+    let source = match (&e.space, e.kind) {
+        (Some(s), _) => display(spaces, s).to_string(),
+        (None, kind) => match kind {
+            crate::store::EventKind::Plan => "Plan".into(),
+            crate::store::EventKind::Service => "Service".into(),
+            crate::store::EventKind::ToolResult => "Tool result".into(),
+            crate::store::EventKind::SpaceMessage => "Space".into(),
+        },
+    };
+    let mut line = inbox_line(&source, sender, text);
+    if let Some(data) = e
+        .data
+        .as_ref()
+        .filter(|_| e.kind != crate::store::EventKind::SpaceMessage)
+    {
+        line.push_str(&format!(" {data}"));
+    }
+    line
+}
+
+/// The user message of a batch of events.
+pub fn inbox_message(spaces: &[(String, Option<SpaceRecord>)], events: &[InboxEvent]) -> String {
+    events
+        .iter()
+        .map(|e| event_line(spaces, e))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The transient mid-cycle preview of waiting events (seed 000, strategy 2).
+pub fn preview_message(
+    spaces: &[(String, Option<SpaceRecord>)],
+    waiting: &[InboxEvent],
+    total: u64,
+) -> String {
+    let lines: Vec<String> = waiting
+        .iter()
+        .map(|e| {
+            let text: String = e.text.as_deref().unwrap_or("").chars().take(50).collect();
+            let sender = e.sender.as_ref().map_or("system", |s| s.name.as_str());
+            let space = e
+                .space
+                .as_deref()
+                .map(|s| display(spaces, s))
+                .unwrap_or("Inbox");
+            format!("  [{space}] {sender}: \"{text}...\"")
+        })
+        .collect();
+    format!(
+        "[INBOX PREVIEW — {total} new event(s) waiting]\n{}\n(These will be fully processed in your next cycle. If any are urgent or change your current task, adapt accordingly.)",
+        lines.join("\n")
+    )
+}

@@ -1,0 +1,541 @@
+//! The built-in tools. Every space access checks membership; bad arguments, unknown tools and
+//! refused operations come back as an error result the model sees, never as a worker failure.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::crd::{BuiltinTool, MemberKind};
+use crate::membership::SpaceKey;
+use crate::model::{ToolCall, ToolSpec};
+use crate::store::{
+    AgentKey, Goal, Lease, LiveEvent, Memories, NewMessage, ReadQuery, Sender, SpaceRecord, Store,
+};
+
+/// Longest `wait` of `send_message`.
+pub const MAX_WAIT: Duration = Duration::from_secs(120);
+
+/// The name of a built-in tool.
+pub fn name(tool: BuiltinTool) -> &'static str {
+    match tool {
+        BuiltinTool::SendMessage => "send_message",
+        BuiltinTool::EnterSpace => "enter_space",
+        BuiltinTool::ReadMessages => "read_messages",
+        BuiltinTool::Skip => "skip",
+        BuiltinTool::SetMemories => "set_memories",
+        BuiltinTool::DeleteMemories => "delete_memories",
+        BuiltinTool::SetGoals => "set_goals",
+    }
+}
+
+/// The specs of the enabled built-in tools, in a stable order.
+pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
+    let space = json!({"type": "string", "description": "Space name (or display name). Defaults to the active space."});
+    BuiltinTool::all()
+        .into_iter()
+        .filter(|t| enabled.contains(t))
+        .map(|t| {
+            let (description, parameters) = match t {
+                BuiltinTool::SendMessage => (
+                    "Post a message to a space you are a member of (the active space by default). Optionally mention an agent member to address it, and optionally wait for a reply.",
+                    json!({"type": "object", "properties": {
+                        "text": {"type": "string", "description": "Message text."},
+                        "space": space,
+                        "mention": {"type": "string", "description": "Name of an agent member to address."},
+                        "wait": {"type": "object", "description": "Wait for a reply after sending; resolves on the first message matching any condition.",
+                            "properties": {
+                                "for": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
+                                    "type": {"type": "string", "enum": ["any", "agent", "human", "entity"]},
+                                    "entityId": {"type": "string", "description": "Required when type is entity."}}, "required": ["type"]}},
+                                "timeout": {"type": "number", "description": "Seconds to wait (default 60, max 120)."}},
+                            "required": ["for"]}},
+                        "required": ["text"]}),
+                ),
+                BuiltinTool::EnterSpace => (
+                    "Make a space you are a member of the active one, and see its members and recent messages.",
+                    json!({"type": "object", "properties": {"space": space}, "required": ["space"]}),
+                ),
+                BuiltinTool::ReadMessages => (
+                    "Read recent messages of a space you are a member of.",
+                    json!({"type": "object", "properties": {"space": space,
+                        "limit": {"type": "integer", "description": "How many recent messages (default 15, max 50)."}}}),
+                ),
+                BuiltinTool::Skip => (
+                    "Call this when the inbox events are not relevant to you and another agent or human will handle them. This skips the cycle entirely: nothing is sent and nothing of this cycle is remembered.",
+                    json!({"type": "object", "properties": {"reason": {"type": "string", "description": "Brief reason (internal log only)."}}}),
+                ),
+                BuiltinTool::SetMemories => (
+                    "Store facts you keep across cycles (they appear in your system prompt).",
+                    json!({"type": "object", "properties": {"memories": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "key → fact"}}, "required": ["memories"]}),
+                ),
+                BuiltinTool::DeleteMemories => (
+                    "Remove stored memories by key.",
+                    json!({"type": "object", "properties": {"keys": {"type": "array", "items": {"type": "string"}}}, "required": ["keys"]}),
+                ),
+                BuiltinTool::SetGoals => (
+                    "Create or update goals you work towards (upsert by id).",
+                    json!({"type": "object", "properties": {"goals": {"type": "array", "items": {"type": "object", "properties": {
+                        "id": {"type": "string"}, "description": {"type": "string"}, "status": {"type": "string", "description": "active, completed, blocked, …"}},
+                        "required": ["id"]}}}, "required": ["goals"]}),
+                ),
+            };
+            ToolSpec {
+                name: name(t).into(),
+                description: description.into(),
+                parameters,
+            }
+        })
+        .collect()
+}
+
+/// What tools act on, for one cycle.
+pub struct ToolEnv<'a> {
+    /// The data plane.
+    pub store: &'a dyn Store,
+    /// The agent.
+    pub agent: &'a AgentKey,
+    /// Its lease.
+    pub lease: &'a Lease,
+    /// The agent as a message sender.
+    pub me: Sender,
+    /// The agent's spaces as the cycle started.
+    pub spaces: &'a [(String, Option<SpaceRecord>)],
+    /// The active space.
+    pub active: Option<String>,
+    /// Enabled built-ins.
+    pub enabled: &'a [BuiltinTool],
+}
+
+/// A tool's answer: the JSON the model sees and whether it succeeded.
+pub struct Outcome {
+    /// JSON text of the result.
+    pub content: String,
+    /// Whether the tool did its job (for metrics).
+    pub ok: bool,
+}
+
+fn ok(v: Value) -> Outcome {
+    Outcome {
+        content: v.to_string(),
+        ok: true,
+    }
+}
+
+fn err(msg: impl Into<String>) -> Outcome {
+    Outcome {
+        content: json!({"error": msg.into()}).to_string(),
+        ok: false,
+    }
+}
+
+impl ToolEnv<'_> {
+    /// The space `arg` names (by name, or display name ignoring case), else the active one,
+    /// checked to be one the agent is a member of right now.
+    async fn space(&self, arg: Option<&str>) -> Result<(String, SpaceRecord), String> {
+        let wanted = match arg.map(str::trim).filter(|s| !s.is_empty()) {
+            Some(a) => self
+                .spaces
+                .iter()
+                .find(|(n, r)| {
+                    n == a
+                        || r.as_ref()
+                            .is_some_and(|r| r.display_name.eq_ignore_ascii_case(a))
+                })
+                .map(|(n, _)| n.clone())
+                .ok_or_else(|| {
+                    let known: Vec<&str> = self.spaces.iter().map(|(n, _)| n.as_str()).collect();
+                    format!(
+                        "you are not a member of a space called {a:?}; your spaces: {}",
+                        known.join(", ")
+                    )
+                })?,
+            None => self
+                .active
+                .clone()
+                .ok_or("no active space: name one with `space`, or call enter_space first")?,
+        };
+        let key = SpaceKey::new(self.agent.namespace.clone(), wanted.clone());
+        let record = self
+            .store
+            .space(&key)
+            .await
+            .map_err(|e| format!("cannot read space {wanted}: {e}"))?
+            .filter(|r| r.has_agent(&self.agent.name))
+            .ok_or_else(|| format!("you are not a member of space {wanted}"))?;
+        Ok((wanted, record))
+    }
+
+    /// Runs one tool call (not `skip`, which the cycle handles). `idempotency` makes a
+    /// re-run of the same call (after a crash) post nothing twice.
+    pub async fn run(&mut self, call: &ToolCall, idempotency: &str) -> Outcome {
+        let Some(tool) = BuiltinTool::all()
+            .into_iter()
+            .find(|t| name(*t) == call.name)
+        else {
+            return err(format!(
+                "unknown tool {:?}; available: {}",
+                call.name,
+                self.available()
+            ));
+        };
+        if !self.enabled.contains(&tool) {
+            return err(format!(
+                "tool {:?} is not enabled for this agent; available: {}",
+                call.name,
+                self.available()
+            ));
+        }
+        let args: Value = match serde_json::from_str(if call.arguments.trim().is_empty() {
+            "{}"
+        } else {
+            &call.arguments
+        }) {
+            Ok(v) => v,
+            Err(e) => {
+                return err(format!(
+                    "invalid arguments for {}: not JSON ({e})",
+                    call.name
+                ))
+            }
+        };
+        let result = match tool {
+            BuiltinTool::SendMessage => self.send_message(args, idempotency).await,
+            BuiltinTool::EnterSpace => self.enter_space(args).await,
+            BuiltinTool::ReadMessages => self.read_messages(args).await,
+            BuiltinTool::SetMemories => self.set_memories(args).await,
+            BuiltinTool::DeleteMemories => self.delete_memories(args).await,
+            BuiltinTool::SetGoals => self.set_goals(args).await,
+            BuiltinTool::Skip => Ok(json!({"skipped": true})),
+        };
+        match result {
+            Ok(v) => ok(v),
+            Err(e) => err(e),
+        }
+    }
+
+    fn available(&self) -> String {
+        self.enabled
+            .iter()
+            .map(|t| name(*t))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    async fn send_message(&mut self, args: Value, idempotency: &str) -> Result<Value, String> {
+        #[derive(Deserialize)]
+        struct Args {
+            text: String,
+            space: Option<String>,
+            mention: Option<String>,
+            wait: Option<Wait>,
+        }
+        #[derive(Deserialize)]
+        struct Wait {
+            #[serde(rename = "for")]
+            conditions: Vec<Condition>,
+            timeout: Option<f64>,
+        }
+        #[derive(Deserialize)]
+        struct Condition {
+            #[serde(rename = "type")]
+            kind: String,
+            #[serde(rename = "entityId")]
+            entity_id: Option<String>,
+        }
+        let a: Args = serde_json::from_value(args)
+            .map_err(|e| format!("invalid arguments for send_message: {e}"))?;
+        if a.text.trim().is_empty() {
+            return Err("invalid arguments for send_message: text is empty".into());
+        }
+        let (space, record) = self.space(a.space.as_deref()).await?;
+        if let Some(m) = &a.mention {
+            if !record.has_agent(m) {
+                return Err(format!("{m} is not an agent member of space {space}"));
+            }
+        }
+        if let Some(w) = &a.wait {
+            if w.conditions.is_empty() {
+                return Err(
+                    "invalid arguments for send_message: wait.for needs at least one condition"
+                        .into(),
+                );
+            }
+            for c in &w.conditions {
+                match (c.kind.as_str(), &c.entity_id) {
+                    ("any" | "agent" | "human", _) | ("entity", Some(_)) => {}
+                    ("entity", None) => {
+                        return Err("wait condition type entity needs entityId".into())
+                    }
+                    (other, _) => {
+                        return Err(format!(
+                            "unknown wait condition type {other:?} (any, agent, human, entity)"
+                        ))
+                    }
+                }
+            }
+        }
+        let key = SpaceKey::new(self.agent.namespace.clone(), space.clone());
+        // Subscribe before posting so a fast reply is not missed.
+        let mut live = match &a.wait {
+            Some(_) => Some(
+                self.store
+                    .subscribe_live(&key)
+                    .await
+                    .map_err(|e| format!("cannot wait for replies: {e}"))?,
+            ),
+            None => None,
+        };
+        let posted = self
+            .store
+            .post_message(
+                &key,
+                &NewMessage {
+                    sender: self.me.clone(),
+                    text: a.text.clone(),
+                    mention: a.mention.clone(),
+                    idempotency_key: Some(idempotency.to_string()),
+                    urgent: false,
+                },
+            )
+            .await
+            .map_err(|e| format!("message not sent: {e}"))?;
+        self.active = Some(space.clone());
+        let (Some(wait), Some(live)) = (a.wait, live.as_mut()) else {
+            return Ok(json!({"success": true, "messageId": posted.id, "status": "delivered"}));
+        };
+        let timeout = Duration::from_secs_f64(
+            wait.timeout
+                .unwrap_or(60.0)
+                .clamp(0.0, MAX_WAIT.as_secs_f64()),
+        );
+        let me = self.me.id.clone();
+        let matched = tokio::time::timeout(timeout, async {
+            while let Some(event) = live.next().await {
+                let LiveEvent::Message { message } = event else {
+                    continue;
+                };
+                if message.sender.id == me {
+                    continue;
+                }
+                let hit = wait.conditions.iter().any(|c| match c.kind.as_str() {
+                    "any" => true,
+                    "agent" => message.sender.kind == Some(MemberKind::Agent),
+                    "human" => message.sender.kind == Some(MemberKind::Human),
+                    _ => c.entity_id.as_deref() == Some(message.sender.id.as_str()),
+                });
+                if hit {
+                    return Some(message);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        Ok(match matched {
+            Some(reply) => {
+                json!({"messageId": posted.id, "sent": true, "timedOut": false, "reply": {
+                    "text": reply.text, "entityId": reply.sender.id, "entityName": reply.sender.name,
+                    "entityType": match reply.sender.kind { Some(MemberKind::Agent) => "agent", Some(MemberKind::Human) => "human", None => "service" },
+                }})
+            }
+            None => json!({"messageId": posted.id, "sent": true, "timedOut": true, "reply": null}),
+        })
+    }
+
+    async fn enter_space(&mut self, args: Value) -> Result<Value, String> {
+        let space = args
+            .get("space")
+            .and_then(Value::as_str)
+            .ok_or("invalid arguments for enter_space: space is required")?;
+        let (space, record) = self.space(Some(space)).await?;
+        let key = SpaceKey::new(self.agent.namespace.clone(), space.clone());
+        let recent = self.recent(&key, 15).await?;
+        self.active = Some(space.clone());
+        Ok(
+            json!({"space": space, "displayName": record.display_name, "members": record.members, "recentMessages": recent}),
+        )
+    }
+
+    async fn read_messages(&mut self, args: Value) -> Result<Value, String> {
+        let limit = args
+            .get("limit")
+            .and_then(Value::as_u64)
+            .unwrap_or(15)
+            .clamp(1, 50) as usize;
+        let (space, _) = self
+            .space(args.get("space").and_then(Value::as_str))
+            .await?;
+        let key = SpaceKey::new(self.agent.namespace.clone(), space.clone());
+        Ok(json!({"space": space, "messages": self.recent(&key, limit).await?}))
+    }
+
+    async fn recent(&self, key: &SpaceKey, limit: usize) -> Result<Vec<Value>, String> {
+        let mut messages = self
+            .store
+            .read_messages(
+                key,
+                &ReadQuery {
+                    limit,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("cannot read space {}: {e}", key.name))?;
+        messages.reverse();
+        Ok(messages
+            .into_iter()
+            .map(|m| json!({"id": m.id, "sender": m.sender.name, "senderId": m.sender.id, "text": m.text, "timeMs": m.time_ms}))
+            .collect())
+    }
+
+    async fn set_memories(&mut self, args: Value) -> Result<Value, String> {
+        let raw = args
+            .get("memories")
+            .cloned()
+            .ok_or("invalid arguments for set_memories: memories is required")?;
+        let mut memories = Memories::new();
+        match raw {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    memories.insert(k, v.as_str().map_or_else(|| v.to_string(), str::to_string));
+                }
+            }
+            // Also the seed's `[{key, value}]` form.
+            Value::Array(items) => {
+                for item in items {
+                    let (Some(k), Some(v)) =
+                        (item.get("key").and_then(Value::as_str), item.get("value"))
+                    else {
+                        return Err(
+                            "invalid arguments for set_memories: items need key and value".into(),
+                        );
+                    };
+                    memories.insert(
+                        k.into(),
+                        v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                    );
+                }
+            }
+            _ => {
+                return Err(
+                    "invalid arguments for set_memories: memories must be an object of key → fact"
+                        .into(),
+                )
+            }
+        }
+        self.store
+            .set_memories(self.agent, self.lease, &memories)
+            .await
+            .map_err(|e| format!("memories not stored: {e}"))?;
+        Ok(json!({"stored": memories.keys().collect::<Vec<_>>()}))
+    }
+
+    async fn delete_memories(&mut self, args: Value) -> Result<Value, String> {
+        let keys: Vec<String> = serde_json::from_value(
+            args.get("keys").cloned().unwrap_or(Value::Null),
+        )
+        .map_err(|e| {
+            format!("invalid arguments for delete_memories: keys must be a list of strings ({e})")
+        })?;
+        let deleted = self
+            .store
+            .delete_memories(self.agent, self.lease, &keys)
+            .await
+            .map_err(|e| format!("memories not deleted: {e}"))?;
+        Ok(json!({"deleted": deleted}))
+    }
+
+    async fn set_goals(&mut self, args: Value) -> Result<Value, String> {
+        let goals: Vec<Goal> = serde_json::from_value(args.get("goals").cloned().unwrap_or(Value::Null))
+            .map_err(|e| format!("invalid arguments for set_goals: goals must be a list of {{id, description, status}} ({e})"))?;
+        let goals: Vec<Goal> = goals
+            .into_iter()
+            .map(|g| Goal {
+                status: if g.status.is_empty() {
+                    "active".into()
+                } else {
+                    g.status
+                },
+                ..g
+            })
+            .collect();
+        self.store
+            .set_goals(self.agent, self.lease, &goals)
+            .await
+            .map_err(|e| format!("goals not stored: {e}"))?;
+        Ok(json!({"stored": goals.iter().map(|g| g.id.as_str()).collect::<Vec<_>>()}))
+    }
+}
+
+/// The text of a `send_message` call's arguments so far, as they stream: the decoded value of
+/// `"text"` up to where the JSON has arrived (`None` before it starts).
+pub fn partial_text(arguments: &str) -> Option<String> {
+    let start = arguments.find("\"text\"")? + "\"text\"".len();
+    let rest = arguments[start..]
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('"')?;
+    let mut out = String::new();
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => break,
+            '\\' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('u') => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                        Some(ch) if hex.len() == 4 => out.push(ch),
+                        _ => break,
+                    }
+                }
+                Some(other) => out.push(other),
+                None => break,
+            },
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_text_follows_the_stream() {
+        assert_eq!(partial_text(r#"{"spa"#), None);
+        assert_eq!(
+            partial_text(r#"{"space":"Family","text":"Hi Hu"#).as_deref(),
+            Some("Hi Hu")
+        );
+        assert_eq!(
+            partial_text(r#"{"text": "a \"b\"\nc\"#).as_deref(),
+            Some("a \"b\"\nc")
+        );
+        assert_eq!(
+            partial_text(r#"{"text":"done","space":"x"}"#).as_deref(),
+            Some("done")
+        );
+        assert_eq!(
+            partial_text(r#"{"text":"caf\u00e9"#).as_deref(),
+            Some("café")
+        );
+    }
+
+    #[test]
+    fn specs_follow_the_enabled_list() {
+        let names: Vec<String> = specs(&[BuiltinTool::Skip, BuiltinTool::SendMessage])
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["send_message", "skip"]);
+        assert_eq!(specs(&BuiltinTool::all()).len(), 7);
+    }
+}

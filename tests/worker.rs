@@ -1,0 +1,437 @@
+//! The living agent end to end: a real `redis-server`, an in-test OpenAI-compatible server
+//! playing the model, and the worker's process loop — the seeds' scenarios.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentfleet::crd::{Agent, MemberKind, ResolvedMember};
+use agentfleet::membership::SpaceKey;
+use agentfleet::model::openai::OpenAi;
+use agentfleet::store::{
+    AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage, SpaceRecord, Store,
+};
+use agentfleet::telemetry::WorkerMetrics;
+use agentfleet::testing::{MockModel, MockTurn, RedisServer};
+use agentfleet::worker::cycle::Agentlet;
+use agentfleet::worker::{run_agent, Health};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+const NS: &str = "fam";
+
+struct Rig {
+    _redis: RedisServer,
+    store: Arc<RedisStore>,
+}
+
+async fn rig() -> Rig {
+    let redis = RedisServer::start().unwrap();
+    let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    Rig {
+        _redis: redis,
+        store,
+    }
+}
+
+fn manifest(name: &str, spaces: &[&str], base_url: &str, extra: &str) -> Agent {
+    serde_yaml::from_str(&format!(
+        r#"
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  model: {{provider: openai, name: mock, baseUrl: "{base_url}"}}
+  instructions: You help the family.
+  spaces: [{}]
+{extra}
+"#,
+        spaces.join(", ")
+    ))
+    .unwrap()
+}
+
+async fn space(store: &dyn Store, name: &str, agents: &[&str], humans: &[&str]) {
+    let mut members: Vec<ResolvedMember> = agents
+        .iter()
+        .map(|a| ResolvedMember {
+            kind: MemberKind::Agent,
+            id: a.to_string(),
+            name: a.to_string(),
+        })
+        .collect();
+    members.extend(humans.iter().map(|h| ResolvedMember {
+        kind: MemberKind::Human,
+        id: h.to_lowercase(),
+        name: h.to_string(),
+    }));
+    let mut display = name.to_string();
+    display[..1].make_ascii_uppercase();
+    store
+        .apply_space(
+            &SpaceKey::new(NS, name),
+            &SpaceRecord {
+                display_name: display,
+                members,
+                max_messages: 1000,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+async fn say(store: &dyn Store, space: &str, human: &str, text: &str) {
+    store
+        .post_message(
+            &SpaceKey::new(NS, space),
+            &NewMessage {
+                sender: Sender {
+                    id: human.to_lowercase(),
+                    name: human.into(),
+                    kind: Some(MemberKind::Human),
+                },
+                text: text.into(),
+                mention: None,
+                idempotency_key: None,
+                urgent: false,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+fn agentlet(store: Arc<RedisStore>, agent: Agent, base_url: &str) -> Arc<Agentlet> {
+    let model = OpenAi::new(&agent.spec.model, None)
+        .unwrap()
+        .with_backoff(Duration::from_millis(10));
+    let _ = base_url;
+    Arc::new(Agentlet {
+        key: AgentKey::new(NS, agent.metadata.name.clone().unwrap()),
+        agent,
+        store,
+        model: Arc::new(model),
+        metrics: WorkerMetrics::new().unwrap(),
+    })
+}
+
+struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), agentfleet::store::StoreError>>,
+    health: Arc<Health>,
+}
+
+fn start(a: Arc<Agentlet>, holder: &str, ttl: Duration) -> Running {
+    let (stop, rx) = watch::channel(false);
+    let health = Arc::new(Health::default());
+    let task = tokio::spawn(run_agent(a, holder.into(), ttl, health.clone(), rx));
+    Running { stop, task, health }
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+}
+
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn messages(store: &dyn Store, space: &str) -> Vec<SpaceMessage> {
+    let mut m = store
+        .read_messages(
+            &SpaceKey::new(NS, space),
+            &ReadQuery {
+                limit: 1000,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    m.reverse();
+    m
+}
+
+fn send(space: &str, text: &str) -> MockTurn {
+    MockTurn::tools(&[("send_message", json!({"space": space, "text": text}))])
+}
+
+fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn three_quick_messages_are_handled_in_one_cycle() {
+    let r = rig().await;
+    let mock = MockModel::start(vec![
+        send(
+            "family",
+            "Sure: I'll tell Muhammad about 3pm and the documents; Q4 is on track.",
+        ),
+        MockTurn::text("Done."),
+    ])
+    .await
+    .unwrap();
+    space(
+        r.store.as_ref(),
+        "family",
+        &["assistant"],
+        &["Husam", "Ahmad"],
+    )
+    .await;
+    for (who, text) in [
+        ("Husam", "Tell Muhammad the meeting is at 3pm"),
+        ("Husam", "Also tell him to bring the documents"),
+        ("Ahmad", "What's the status of the Q4 report?"),
+    ] {
+        say(r.store.as_ref(), "family", who, text).await;
+    }
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, ""),
+        &mock.base_url,
+    );
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    until("the cycle to commit", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    w.stop().await;
+
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "one cycle: a tool step and a final step");
+    let inbox = last_user_text(&requests[0]);
+    assert_eq!(
+        inbox,
+        "[Family] Husam: \"Tell Muhammad the meeting is at 3pm\"\n[Family] Husam: \"Also tell him to bring the documents\"\n[Family] Ahmad: \"What's the status of the Q4 report?\""
+    );
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("You are assistant") && system.contains("You help the family."),
+        "{system}"
+    );
+    assert!(
+        system.contains("- [Family] space \"family\" — agents: assistant; humans: Husam, Ahmad"),
+        "{system}"
+    );
+    let said = messages(r.store.as_ref(), "family").await;
+    assert_eq!(said.len(), 4);
+    assert_eq!(said[3].sender.id, "assistant");
+    assert!(said[3].text.starts_with("Sure: I'll tell Muhammad"));
+    assert_eq!(r.store.inflight(&a.key).await.unwrap(), 0);
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    assert_eq!(
+        c.messages.len(),
+        4,
+        "inbox, tool call, tool result, final text"
+    );
+    assert!(
+        !c.messages.iter().any(|m| m.contains("You help the family")),
+        "the system prompt is never stored"
+    );
+}
+
+#[tokio::test]
+async fn the_hotel_conversation_continues_from_consciousness() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let mock = MockModel::responding(|req| {
+        let msgs = req["messages"].as_array().unwrap();
+        if msgs.last().unwrap()["role"] == "tool" {
+            return MockTurn::text("Sent.");
+        }
+        let inbox = last_user_text(req);
+        let all = req.to_string();
+        if inbox.contains("Find me hotels in Tokyo") {
+            send("family", "What's your budget per night?")
+        } else if inbox.contains("$150") && all.contains("budget per night") {
+            send(
+                "family",
+                "Found 3 options: 1. Shinjuku Inn, 2. Asakusa Stay, 3. Ginza Lodge",
+            )
+        } else if inbox.contains("Book the second one") && all.contains("2. Asakusa Stay") {
+            send("family", "Booked Asakusa Stay for you.")
+        } else {
+            send("family", "Sorry, I lost track of our conversation.")
+        }
+    })
+    .await
+    .unwrap();
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, ""),
+        &mock.base_url,
+    );
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    for (i, text) in ["Find me hotels in Tokyo", "$150", "Book the second one"]
+        .iter()
+        .enumerate()
+    {
+        say(r.store.as_ref(), "family", "Husam", text).await;
+        until("the cycle", async || {
+            (r.store.consciousness(&a.key).await.unwrap().cycle == i as u64 + 1).then_some(())
+        })
+        .await;
+    }
+    w.stop().await;
+    let replies: Vec<String> = messages(r.store.as_ref(), "family")
+        .await
+        .into_iter()
+        .filter(|m| m.sender.id == "assistant")
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(
+        replies,
+        [
+            "What's your budget per night?",
+            "Found 3 options: 1. Shinjuku Inn, 2. Asakusa Stay, 3. Ginza Lodge",
+            "Booked Asakusa Stay for you."
+        ]
+    );
+    let checkpoints = r.store.checkpoints(&a.key).await.unwrap();
+    assert_eq!(
+        checkpoints.iter().map(|c| c.cycle).collect::<Vec<_>>(),
+        [3, 2, 1]
+    );
+}
+
+#[tokio::test]
+async fn skip_leaves_no_trace() {
+    let r = rig().await;
+    space(
+        r.store.as_ref(),
+        "engineering",
+        &["frontend", "devops"],
+        &["Ahmad"],
+    )
+    .await;
+    let mock = MockModel::start(vec![MockTurn::tools(&[(
+        "skip",
+        json!({"reason": "CSS question for frontend"}),
+    )])])
+    .await
+    .unwrap();
+    let a = agentlet(
+        r.store.clone(),
+        manifest("devops", &["engineering"], &mock.base_url, ""),
+        &mock.base_url,
+    );
+    say(
+        r.store.as_ref(),
+        "engineering",
+        "Ahmad",
+        "Hey frontend, can you check the CSS on the login page?",
+    )
+    .await;
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    until("the skip to be acknowledged", async || {
+        (mock.requests().len() == 1
+            && r.store.inflight(&a.key).await.unwrap() == 0
+            && r.store.inbox_depth(&a.key).await.unwrap() == 0)
+            .then_some(())
+    })
+    .await;
+    w.stop().await;
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    assert_eq!(
+        (c.cycle, c.messages.len(), c.digest.as_str()),
+        (0, 0, ""),
+        "consciousness unchanged"
+    );
+    assert!(
+        r.store.checkpoints(&a.key).await.unwrap().is_empty(),
+        "no checkpoint"
+    );
+    assert_eq!(
+        messages(r.store.as_ref(), "engineering").await.len(),
+        1,
+        "nothing sent"
+    );
+    let skipped = a
+        .metrics
+        .cycles
+        .with_label_values(&[NS, "devops", "skipped"])
+        .get();
+    assert_eq!(skipped, 1);
+    assert_eq!(
+        a.metrics
+            .cycles
+            .with_label_values(&[NS, "devops", "completed"])
+            .get(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn two_workers_of_one_agent_never_both_think() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let mock = MockModel::responding(|req| {
+        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            MockTurn::text("ok")
+        } else {
+            send("family", "hello")
+        }
+    })
+    .await
+    .unwrap();
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, ""),
+        &mock.base_url,
+    );
+    let w1 = start(a.clone(), "w1", Duration::from_secs(2));
+    until("w1 to hold the lease", async || {
+        w1.health.leased().then_some(())
+    })
+    .await;
+    let w2 = start(a.clone(), "w2", Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!w2.health.leased(), "the second worker waits");
+    say(r.store.as_ref(), "family", "Husam", "hi").await;
+    until("one cycle", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    assert_eq!(mock.requests().len(), 2);
+    // The first stops cleanly; the second takes over and thinks next.
+    w1.stop().await;
+    until("w2 to take over", async || w2.health.leased().then_some(())).await;
+    say(r.store.as_ref(), "family", "Husam", "still there?").await;
+    until("the second cycle", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 2).then_some(())
+    })
+    .await;
+    w2.stop().await;
+    assert_eq!(
+        messages(r.store.as_ref(), "family")
+            .await
+            .iter()
+            .filter(|m| m.sender.id == "assistant")
+            .count(),
+        2
+    );
+}
