@@ -100,6 +100,8 @@ pub enum MockTurn {
     },
     /// An HTTP error status with an OpenAI-style error body.
     Status(u16, String),
+    /// Another turn, answered only after a delay.
+    Slow(std::time::Duration, Box<MockTurn>),
 }
 
 impl MockTurn {
@@ -182,6 +184,24 @@ impl MockModel {
         })
     }
 
+    /// How many requests arrived so far.
+    pub fn request_count(&self) -> usize {
+        self.state
+            .requests
+            .lock()
+            .map(|r| r.len())
+            .unwrap_or_default()
+    }
+
+    /// The request bodies received after the first `n`.
+    pub fn requests_since(&self, n: usize) -> Vec<serde_json::Value> {
+        self.state
+            .requests
+            .lock()
+            .map(|r| r.iter().skip(n).cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<serde_json::Value> {
         self.state
@@ -216,12 +236,17 @@ async fn mock_completions(
         r.push(request.clone());
     }
     let queued = state.turns.lock().ok().and_then(|mut t| t.pop_front());
-    let turn = match (queued, &state.responder) {
+    let mut turn = match (queued, &state.responder) {
         (Some(t), _) => t,
         (None, Some(f)) => f(&request),
         (None, None) => MockTurn::Status(500, "the mock model has no more scripted turns".into()),
     };
+    while let MockTurn::Slow(delay, inner) = turn {
+        tokio::time::sleep(delay).await;
+        turn = *inner;
+    }
     match turn {
+        MockTurn::Slow(..) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         MockTurn::Status(code, message) => (
             axum::http::StatusCode::from_u16(code)
                 .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR),

@@ -435,3 +435,255 @@ async fn two_workers_of_one_agent_never_both_think() {
         2
     );
 }
+
+#[tokio::test]
+async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let mock = MockModel::start(vec![
+        send("family", "The answer is 42."),
+        // The model is still thinking about the next step when the worker dies.
+        MockTurn::Slow(
+            Duration::from_secs(30),
+            Box::new(MockTurn::text("never seen")),
+        ),
+    ])
+    .await
+    .unwrap();
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, ""),
+        &mock.base_url,
+    );
+    say(r.store.as_ref(), "family", "Husam", "What is the answer?").await;
+    let w1 = start(a.clone(), "w1", Duration::from_secs(1));
+    until(
+        "the reply to be posted and the next step under way",
+        async || (mock.request_count() == 2).then_some(()),
+    )
+    .await;
+    assert_eq!(messages(r.store.as_ref(), "family").await.len(), 2);
+    // kill -9: no commit, no acknowledgement, no lease release.
+    w1.task.abort();
+    let _ = w1.task.await;
+    assert_eq!(r.store.consciousness(&a.key).await.unwrap().cycle, 0);
+    assert_eq!(
+        r.store.inflight(&a.key).await.unwrap(),
+        1,
+        "the event is still in flight"
+    );
+
+    // The restarted worker (same model behaviour) redoes the cycle once its lease is free.
+    mock.push(send("family", "The answer is 42."));
+    mock.push(MockTurn::text("Answered."));
+    let w2 = start(a.clone(), "w2", Duration::from_secs(1));
+    until("the redone cycle to commit", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    w2.stop().await;
+    let said = messages(r.store.as_ref(), "family").await;
+    let answers: Vec<&str> = said
+        .iter()
+        .filter(|m| m.sender.id == "assistant")
+        .map(|m| m.text.as_str())
+        .collect();
+    assert_eq!(answers, ["The answer is 42."], "answered exactly once");
+    assert_eq!(r.store.inflight(&a.key).await.unwrap(), 0);
+    let redone = &mock.requests()[2];
+    assert!(
+        last_user_text(redone).contains("What is the answer?"),
+        "the redelivered event was processed"
+    );
+}
+
+#[tokio::test]
+async fn memories_survive_compaction_and_restart() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let responder = |req: &Value| {
+        if req.get("tools").is_none() {
+            return MockTurn::text(
+                "SUMMARY: Husam shared the wifi password and chatted about the weekend.",
+            );
+        }
+        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            return MockTurn::text("ok");
+        }
+        let inbox = last_user_text(req);
+        if inbox.contains("remember") {
+            MockTurn::tools(&[("set_memories", json!({"memories": {"wifi": "hunter2"}}))])
+        } else {
+            send(
+                "family",
+                &format!(
+                    "A long answer about the weekend: {}",
+                    "lorem ipsum ".repeat(120)
+                ),
+            )
+        }
+    };
+    let mock = MockModel::responding(responder).await.unwrap();
+    let extra =
+        "  consciousness: {windowTokens: 1000, keepRecentMessages: 2, compaction: summarize}";
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, extra),
+        &mock.base_url,
+    );
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    say(
+        r.store.as_ref(),
+        "family",
+        "Husam",
+        "Please remember the wifi password is hunter2",
+    )
+    .await;
+    until("cycle 1", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    for i in 0..6u64 {
+        say(
+            r.store.as_ref(),
+            "family",
+            "Husam",
+            &format!("Tell me about the weekend, part {i}"),
+        )
+        .await;
+        until("the cycle", async || {
+            (r.store.consciousness(&a.key).await.unwrap().cycle == i + 2).then_some(())
+        })
+        .await;
+    }
+    w.stop().await;
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    assert!(
+        a.metrics
+            .compactions
+            .with_label_values(&[NS, "assistant"])
+            .get()
+            > 0,
+        "compaction ran"
+    );
+    assert_eq!(
+        c.summary.as_deref(),
+        Some("SUMMARY: Husam shared the wifi password and chatted about the weekend.")
+    );
+    assert!(c.tokens <= 1000, "the window holds: {} tokens", c.tokens);
+    assert!(
+        !c.messages.iter().any(|m| m.contains("hunter2")),
+        "the original exchange was compacted away"
+    );
+
+    // Restart: a fresh worker process on the same data plane.
+    let mock2 = MockModel::responding(|req| {
+        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            MockTurn::text("ok")
+        } else {
+            send("family", "It's hunter2.")
+        }
+    })
+    .await
+    .unwrap();
+    let b = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock2.base_url, extra),
+        &mock2.base_url,
+    );
+    let w = start(b.clone(), "w2", Duration::from_secs(5));
+    say(
+        r.store.as_ref(),
+        "family",
+        "Husam",
+        "What's the wifi password again?",
+    )
+    .await;
+    until("the cycle after restart", async || {
+        (r.store.consciousness(&b.key).await.unwrap().cycle == 8).then_some(())
+    })
+    .await;
+    w.stop().await;
+    let first = &mock2.requests()[0];
+    let system = first["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("Memories:\n- wifi: hunter2"), "{system}");
+    assert!(first["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("[SUMMARY of the earlier conversation]"));
+}
+
+#[tokio::test]
+async fn a_thousand_cycles_keep_the_prompt_bounded() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let mock = MockModel::responding(|req| {
+        if req.get("tools").is_none() {
+            return MockTurn::text("SUMMARY: many small talks with Husam.");
+        }
+        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            return MockTurn::text("ok");
+        }
+        send("family", "Noted, thanks for the update!")
+    })
+    .await
+    .unwrap();
+    let extra =
+        "  consciousness: {windowTokens: 2000, keepRecentMessages: 4, checkpointsRetained: 5}";
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, extra),
+        &mock.base_url,
+    );
+    let lease = r
+        .store
+        .acquire_lease(&a.key, "bench", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut sizes = Vec::new();
+    for i in 0..1000 {
+        say(
+            r.store.as_ref(),
+            "family",
+            "Husam",
+            &format!("Update number {i}: all good here."),
+        )
+        .await;
+        assert!(r
+            .store
+            .renew_lease(&a.key, &lease, Duration::from_secs(60))
+            .await
+            .unwrap());
+        let seen = mock.request_count();
+        let events = r
+            .store
+            .wait_inbox(&a.key, &lease, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(events.len(), 1);
+        match a.cycle(&lease, &events).await.unwrap() {
+            agentfleet::worker::cycle::Outcome::Completed(_) => {}
+            other => panic!("cycle {i}: {other:?}"),
+        }
+        let reqs = mock.requests_since(seen);
+        let step0 = reqs
+            .iter()
+            .find(|q| {
+                q.get("tools").is_some()
+                    && last_user_text(q).contains(&format!("Update number {i}:"))
+            })
+            .unwrap();
+        sizes.push(step0["messages"].to_string().len());
+    }
+    let early = *sizes[100..200].iter().max().unwrap();
+    let late = *sizes[900..1000].iter().max().unwrap();
+    assert!(
+        late <= early + early / 10,
+        "the prompt stays bounded: {early} bytes around cycle 150, {late} around cycle 950"
+    );
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    assert_eq!(c.cycle, 1000);
+    assert!(c.tokens <= 2000);
+    assert_eq!(r.store.checkpoints(&a.key).await.unwrap().len(), 5);
+}

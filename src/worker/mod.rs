@@ -66,6 +66,16 @@ pub fn load_manifest(path: &std::path::Path) -> anyhow::Result<Agent> {
     Ok(agent)
 }
 
+/// Aborts a background task when its owner goes away (so a dropped worker stops renewing
+/// its lease, as a killed process would).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A worker's state as its endpoints see it.
 #[derive(Default)]
 pub struct Health {
@@ -113,7 +123,7 @@ pub async fn run_agent(
 
     // Renew in the background; losing it stops the loop (and the store refuses our commits).
     let (lost_tx, mut lost) = watch::channel(false);
-    let renewer = {
+    let renewer = AbortOnDrop({
         let store = store.clone();
         let key = key.clone();
         let lease = lease.clone();
@@ -130,10 +140,10 @@ pub async fn run_agent(
                 }
             }
         })
-    };
+    });
 
     let result = process(&agentlet, &lease, &health, &mut shutdown, &mut lost).await;
-    renewer.abort();
+    drop(renewer);
     health.leased.store(false, Ordering::Relaxed);
     if let Err(e) = store.release_lease(&key, &lease).await {
         warn!(agent = %key, error = %e, "could not release the lease");
