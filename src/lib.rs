@@ -20,4 +20,5 @@ pub fn install_crypto_provider() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
+pub mod cli;
 pub mod worker;

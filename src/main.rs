@@ -21,6 +21,12 @@ enum Command {
     Operator(Box<agentfleet::operator::Args>),
     /// Run one agent's process loop.
     Worker(Box<agentfleet::worker::Args>),
+    /// Post to and read a space of the data plane.
+    #[command(subcommand)]
+    Space(agentfleet::cli::SpaceCommand),
+    /// Show an agent's consciousness and checkpoints, or restore a checkpoint.
+    #[command(subcommand)]
+    Consciousness(agentfleet::cli::ConsciousnessCommand),
     /// Print every CustomResourceDefinition as YAML.
     Crd,
 }
@@ -37,6 +43,10 @@ fn main() -> ExitCode {
         }
         Command::Worker(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::worker::run(*args)))
+        }
+        Command::Space(cmd) => runtime().and_then(|rt| rt.block_on(agentfleet::cli::space(cmd))),
+        Command::Consciousness(cmd) => {
+            runtime().and_then(|rt| rt.block_on(agentfleet::cli::consciousness(cmd)))
         }
     };
     match result {

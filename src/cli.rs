@@ -1,0 +1,303 @@
+//! Operator tools on the data plane: `agentfleet space …` and `agentfleet consciousness …`.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::membership::SpaceKey;
+use crate::model::Message;
+use crate::store::{AgentKey, NewMessage, ReadQuery, RedisStore, Sender, Store};
+
+/// The data plane's address, shared by the tools.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Redis {
+    /// Redis URL of the data plane.
+    #[arg(
+        long,
+        env = "AGENTFLEET_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    pub redis: String,
+}
+
+/// `agentfleet space …`
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum SpaceCommand {
+    /// Post a message as a member of the space (delivered to its agents like any message).
+    Post {
+        /// The space, `NAMESPACE/NAME`.
+        space: String,
+        /// Entity id of the member posting (a human's id or an agent's name).
+        #[arg(long = "from")]
+        from: String,
+        /// The text.
+        text: String,
+        /// Deliver to the agents as an urgent event.
+        #[arg(long)]
+        urgent: bool,
+        #[command(flatten)]
+        redis: Redis,
+    },
+    /// Print the space's recent messages, oldest first.
+    Read {
+        /// The space, `NAMESPACE/NAME`.
+        space: String,
+        /// How many recent messages.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// One JSON object a line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        redis: Redis,
+    },
+}
+
+/// `agentfleet consciousness …`
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum ConsciousnessCommand {
+    /// Show an agent's consciousness: summary, messages, memories, goals and checkpoints.
+    Show {
+        /// The agent, `NAMESPACE/NAME`.
+        agent: String,
+        /// As one JSON document.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        redis: Redis,
+    },
+    /// Make the consciousness what it was after a retained checkpoint's cycle.
+    Restore {
+        /// The agent, `NAMESPACE/NAME`.
+        agent: String,
+        /// The checkpoint's cycle.
+        #[arg(long)]
+        cycle: u64,
+        #[command(flatten)]
+        redis: Redis,
+    },
+}
+
+fn split(kind: &str, s: &str) -> anyhow::Result<(String, String)> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.into(), name.into()))
+        }
+        _ => bail!("{kind} must be written NAMESPACE/NAME, got {s:?}"),
+    }
+}
+
+fn time(ms: i64) -> String {
+    Timestamp::from_millisecond(ms)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| ms.to_string())
+}
+
+/// Runs `agentfleet space …`.
+pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
+    match cmd {
+        SpaceCommand::Post {
+            space,
+            from,
+            text,
+            urgent,
+            redis,
+        } => {
+            let (ns, name) = split("the space", &space)?;
+            let store = RedisStore::new(&redis.redis)?;
+            let key = SpaceKey::new(ns, name);
+            let record = store.space(&key).await?.with_context(|| {
+                format!("space {key} is not set up in the data plane (is the operator running?)")
+            })?;
+            let member = record
+                .members
+                .iter()
+                .find(|m| m.id == from)
+                .with_context(|| format!("{from} is not a member of space {key}"))?;
+            let posted = store
+                .post_message(
+                    &key,
+                    &NewMessage {
+                        sender: Sender {
+                            id: member.id.clone(),
+                            name: member.name.clone(),
+                            kind: Some(member.kind),
+                        },
+                        text,
+                        mention: None,
+                        idempotency_key: None,
+                        urgent,
+                    },
+                )
+                .await?;
+            println!(
+                "posted {} to {key}; delivered to {}",
+                posted.id,
+                if posted.delivered.is_empty() {
+                    "no agent".to_string()
+                } else {
+                    posted.delivered.join(", ")
+                }
+            );
+        }
+        SpaceCommand::Read {
+            space,
+            limit,
+            json,
+            redis,
+        } => {
+            let (ns, name) = split("the space", &space)?;
+            let store = RedisStore::new(&redis.redis)?;
+            let mut messages = store
+                .read_messages(
+                    &SpaceKey::new(ns, name),
+                    &ReadQuery {
+                        limit,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            messages.reverse();
+            for m in messages {
+                if json {
+                    println!("{}", serde_json::to_string(&m)?);
+                } else {
+                    println!("{}  {}: {}", time(m.time_ms), m.sender.name, m.text);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `agentfleet consciousness …`.
+pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
+    match cmd {
+        ConsciousnessCommand::Show { agent, json, redis } => {
+            let (ns, name) = split("the agent", &agent)?;
+            let store = RedisStore::new(&redis.redis)?;
+            let key = AgentKey::new(ns, name);
+            let c = store.consciousness(&key).await?;
+            let memories = store.memories(&key).await?;
+            let goals = store.goals(&key).await?;
+            let checkpoints = store.checkpoints(&key).await?;
+            let messages: Vec<serde_json::Value> = c
+                .messages
+                .iter()
+                .map(|m| serde_json::from_str(m).unwrap_or(serde_json::Value::String(m.clone())))
+                .collect();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "agent": key.to_string(), "cycle": c.cycle, "tokens": c.tokens, "tokensUsed": c.tokens_used,
+                        "digest": c.digest, "summary": c.summary, "messages": messages,
+                        "memories": memories, "goals": goals, "checkpoints": checkpoints,
+                    }))?
+                );
+                return Ok(());
+            }
+            println!("Agent:        {key}");
+            println!("Cycles:       {}", c.cycle);
+            println!(
+                "Last cycle:   {}",
+                c.last_cycle_ms.map_or("never".into(), time)
+            );
+            println!(
+                "Tokens:       {} in consciousness, {} used over its life",
+                c.tokens, c.tokens_used
+            );
+            println!(
+                "Digest:       {}",
+                if c.digest.is_empty() { "-" } else { &c.digest }
+            );
+            if let Some(s) = &c.summary {
+                println!("\nSummary of earlier conversation:\n  {s}");
+            }
+            println!("\nMessages ({}):", c.messages.len());
+            for m in &c.messages {
+                match serde_json::from_str::<Message>(m) {
+                    Ok(Message::User { content }) => {
+                        println!("  [user] {}", content.replace('\n', "\n         "))
+                    }
+                    Ok(Message::Assistant {
+                        content,
+                        tool_calls,
+                    }) => {
+                        if let Some(t) = content {
+                            println!("  [assistant] {t}");
+                        }
+                        for call in tool_calls {
+                            println!("  [assistant → {}] {}", call.name, call.arguments);
+                        }
+                    }
+                    Ok(Message::Tool { content, .. }) => println!("  [tool] {content}"),
+                    Err(_) => println!("  [unreadable] {m}"),
+                }
+            }
+            println!("\nMemories ({}):", memories.len());
+            for (k, v) in &memories {
+                println!("  {k}: {v}");
+            }
+            println!("\nGoals ({}):", goals.len());
+            for g in &goals {
+                println!("  [{}] {}: {}", g.status, g.id, g.description);
+            }
+            println!("\nCheckpoints ({}):", checkpoints.len());
+            println!(
+                "  {:>6}  {:>8}  {:>7}  {:<25}  DIGEST",
+                "CYCLE", "MESSAGES", "TOKENS", "TIME"
+            );
+            for cp in &checkpoints {
+                println!(
+                    "  {:>6}  {:>8}  {:>7}  {:<25}  {}",
+                    cp.cycle,
+                    cp.messages,
+                    cp.tokens,
+                    time(cp.time_ms),
+                    cp.digest
+                );
+            }
+        }
+        ConsciousnessCommand::Restore {
+            agent,
+            cycle,
+            redis,
+        } => {
+            let (ns, name) = split("the agent", &agent)?;
+            let store = RedisStore::new(&redis.redis)?;
+            let key = AgentKey::new(ns, name);
+            let holder = format!("agentfleet-cli-{}", std::process::id());
+            let lease = store
+                .acquire_lease(&key, &holder, Duration::from_secs(30))
+                .await?
+                .with_context(|| format!("agent {key} has a running worker; pause the Agent (spec.paused: true) and try again"))?;
+            let restored = store.restore_checkpoint(&key, &lease, cycle).await;
+            store.release_lease(&key, &lease).await?;
+            match restored? {
+                Some(cp) => println!(
+                    "restored {key} to cycle {} ({} messages, {} tokens, {})",
+                    cp.cycle, cp.messages, cp.tokens, cp.digest
+                ),
+                None => {
+                    let kept: Vec<String> = store
+                        .checkpoints(&key)
+                        .await?
+                        .iter()
+                        .map(|c| c.cycle.to_string())
+                        .collect();
+                    bail!(
+                        "agent {key} has no checkpoint for cycle {cycle}; retained: {}",
+                        if kept.is_empty() {
+                            "none".into()
+                        } else {
+                            kept.join(", ")
+                        }
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,252 @@
+//! The `agentfleet` binary on a real `redis-server`: a worker process with the scripted model,
+//! and the operator tools `space post|read` and `consciousness show|restore`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use agentfleet::crd::{MemberKind, ResolvedMember};
+use agentfleet::membership::SpaceKey;
+use agentfleet::store::{RedisStore, SpaceRecord, Store};
+use agentfleet::testing::{free_port, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
+
+fn run(redis: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("AGENTFLEET_REDIS_URL", redis)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_binary_and_operator_tools() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    let members = vec![
+        ResolvedMember {
+            kind: MemberKind::Agent,
+            id: "assistant".into(),
+            name: "assistant".into(),
+        },
+        ResolvedMember {
+            kind: MemberKind::Human,
+            id: "husam".into(),
+            name: "Husam".into(),
+        },
+    ];
+    store
+        .apply_space(
+            &SpaceKey::new("fam", "family"),
+            &SpaceRecord {
+                display_name: "Family".into(),
+                members,
+                max_messages: 100,
+            },
+        )
+        .await
+        .unwrap();
+
+    // Bad input: a clear message, a failing exit code.
+    let bad = run(
+        &url,
+        &[
+            "space",
+            "post",
+            "fam/family",
+            "--from",
+            "carol",
+            "let me in",
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("carol is not a member of space fam/family"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = run(&url, &["space", "read", "family"]);
+    assert!(stderr(&bad).contains("NAMESPACE/NAME"), "{}", stderr(&bad));
+    let dir = std::env::temp_dir().join(format!("agentfleet-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let broken = dir.join("broken.yaml");
+    std::fs::write(&broken, "kind: Agent\nspec: {model: 3}\n").unwrap();
+    let bad = run(&url, &["worker", "--agent", broken.to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("is not a valid Agent manifest"),
+        "{}",
+        stderr(&bad)
+    );
+
+    // A worker process with the scripted model.
+    let manifest = dir.join("assistant.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: assistant, namespace: fam}\nspec:\n  model: {provider: scripted, name: assistant}\n  spaces: [family]\n",
+    )
+    .unwrap();
+    let port = free_port().unwrap();
+    let mut worker = Worker(
+        Command::new(BIN)
+            .args([
+                "worker",
+                "--agent",
+                manifest.to_str().unwrap(),
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("AGENTFLEET_REDIS_URL", &url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the worker to be ready", || {
+        http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    });
+
+    let posted = run(
+        &url,
+        &[
+            "space",
+            "post",
+            "fam/family",
+            "--from",
+            "husam",
+            "Remember that the boiler is serviced in May.",
+        ],
+    );
+    assert!(posted.status.success(), "{}", stderr(&posted));
+    assert!(
+        stdout(&posted).contains("delivered to assistant"),
+        "{}",
+        stdout(&posted)
+    );
+    wait_for("the agent's reply", || {
+        stdout(&run(&url, &["space", "read", "fam/family"])).contains("assistant: Noted, Husam")
+    });
+    let read = stdout(&run(&url, &["space", "read", "fam/family", "--json"]));
+    let lines: Vec<serde_json::Value> = read
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["sender"]["id"], "husam");
+    assert_eq!(
+        lines[1]["text"],
+        "Noted, Husam: I will remember that the boiler is serviced in May."
+    );
+
+    wait_for("the cycle in the metrics", || {
+        http_get(port, "/metrics").is_some_and(|m| m.contains("agentfleet_cycles_total{agent=\"assistant\",namespace=\"fam\",result=\"completed\"} 1"))
+    });
+    let show = stdout(&run(&url, &["consciousness", "show", "fam/assistant"]));
+    assert!(show.contains("Cycles:       1"), "{show}");
+    assert!(
+        show.contains("note-1: the boiler is serviced in May"),
+        "{show}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(&run(
+        &url,
+        &["consciousness", "show", "fam/assistant", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(json["cycle"], 1);
+    assert_eq!(json["checkpoints"][0]["cycle"], 1);
+    assert_eq!(json["messages"][0]["role"], "user");
+
+    // Restoring needs the agent's lease: refused while the worker runs.
+    let refused = run(
+        &url,
+        &["consciousness", "restore", "fam/assistant", "--cycle", "1"],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("has a running worker"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // SIGTERM: the worker finishes and exits cleanly, releasing the lease.
+    let pid = worker.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = worker.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the worker did not exit on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status}");
+
+    let restored = run(
+        &url,
+        &["consciousness", "restore", "fam/assistant", "--cycle", "1"],
+    );
+    assert!(restored.status.success(), "{}", stderr(&restored));
+    assert!(stdout(&restored).contains("restored fam/assistant to cycle 1"));
+    let missing = run(
+        &url,
+        &["consciousness", "restore", "fam/assistant", "--cycle", "9"],
+    );
+    assert!(
+        stderr(&missing).contains("no checkpoint for cycle 9; retained: 1"),
+        "{}",
+        stderr(&missing)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
