@@ -1,0 +1,261 @@
+//! Worker benchmark: `cargo bench --bench worker`.
+//!
+//! A real `redis-server`, the release `agentfleet worker` binary, and an instant local
+//! OpenAI-compatible model (the in-process mock server: answers at once with one
+//! `send_message`, then a final text). The agent's consciousness is pre-filled with 200
+//! messages and its window keeps it around that size (sliding, ~3000 tokens). Measures, one message at a time: human message posted → the agent's reply
+//! appears in the space (p50/p90/p99/max), cycles per second back to back, and the worker's
+//! resident memory when idle.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentfleet::crd::{MemberKind, ResolvedMember};
+use agentfleet::membership::SpaceKey;
+use agentfleet::model::Message;
+use agentfleet::store::{
+    AgentKey, CycleCommit, LiveEvent, NewMessage, RedisStore, Sender, SpaceRecord, Store,
+};
+use agentfleet::testing::{free_port, MockModel, MockTurn, RedisServer};
+use futures::StreamExt;
+use serde_json::json;
+
+const ITERATIONS: usize = 2000;
+const WARMUP: usize = 100;
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(str::to_string)
+        })
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize)
+        .saturating_sub(1)
+        .min(sorted.len() - 1)]
+}
+
+#[tokio::main]
+async fn main() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    let family = SpaceKey::new("bench", "family");
+    let members = vec![
+        ResolvedMember {
+            kind: MemberKind::Agent,
+            id: "assistant".into(),
+            name: "assistant".into(),
+        },
+        ResolvedMember {
+            kind: MemberKind::Human,
+            id: "husam".into(),
+            name: "Husam".into(),
+        },
+    ];
+    store
+        .apply_space(
+            &family,
+            &SpaceRecord {
+                display_name: "Family".into(),
+                members,
+                max_messages: 10_000,
+            },
+        )
+        .await
+        .unwrap();
+
+    // A 200-message consciousness.
+    let agent = AgentKey::new("bench", "assistant");
+    let lease = store
+        .acquire_lease(&agent, "prefill", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..50 {
+        let msgs = [
+            Message::user(format!(
+                "[Family] Husam: \"message {i} about the weekend plans\""
+            )),
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![agentfleet::model::ToolCall {
+                    id: format!("c{i}"),
+                    name: "send_message".into(),
+                    arguments: json!({"text": format!("reply {i}")}).to_string(),
+                }],
+            },
+            Message::Tool {
+                tool_call_id: format!("c{i}"),
+                content: json!({"success": true}).to_string(),
+            },
+            Message::Assistant {
+                content: Some("Done.".into()),
+                tool_calls: vec![],
+            },
+        ];
+        store
+            .commit_cycle(
+                &agent,
+                &lease,
+                &CycleCommit {
+                    new_messages: msgs
+                        .iter()
+                        .map(|m| serde_json::to_string(m).unwrap())
+                        .collect(),
+                    compaction: None,
+                    tokens: 0,
+                    cycle_tokens: 0,
+                    checkpoints_retained: 10,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store.release_lease(&agent, &lease).await.unwrap();
+    assert_eq!(
+        store.consciousness(&agent).await.unwrap().messages.len(),
+        200
+    );
+
+    // Like a real model: answer the inbox once, then end the cycle (a transient inbox preview
+    // at the end of a later step is not a new question).
+    let model = MockModel::responding(|req| {
+        let msgs = req["messages"].as_array().unwrap();
+        let replied = msgs
+            .iter()
+            .rev()
+            .filter(|m| {
+                !m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("[INBOX PREVIEW"))
+            })
+            .take_while(|m| m["role"] != "user")
+            .any(|m| m["role"] == "tool");
+        if replied {
+            MockTurn::text("Done.")
+        } else {
+            MockTurn::tools(&[("send_message", json!({"text": "Got it, Husam."}))])
+        }
+    })
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("agentfleet-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("assistant.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: bench}}\nspec:\n  model: {{provider: openai, name: instant, baseUrl: \"{}\"}}\n  spaces: [family]\n  consciousness: {{windowTokens: 3000, keepRecentMessages: 12, compaction: slidingWindow, checkpointsRetained: 10}}\n",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    let port = free_port().unwrap();
+    let worker = Kill(
+        Command::new(env!("CARGO_BIN_EXE_agentfleet"))
+            .args([
+                "worker",
+                "--agent",
+                manifest.to_str().unwrap(),
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("AGENTFLEET_REDIS_URL", redis.url())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = worker.0.id();
+    // Idle: lease taken, sleeping on the inbox.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_rss = rss_kib(pid);
+
+    let mut live = store.subscribe_live(&family).await.unwrap();
+    let human = Sender {
+        id: "husam".into(),
+        name: "Husam".into(),
+        kind: Some(MemberKind::Human),
+    };
+    let mut latencies = Vec::with_capacity(ITERATIONS);
+    let started = Instant::now();
+    let mut measured_from = started;
+    for i in 0..WARMUP + ITERATIONS {
+        if i == WARMUP {
+            measured_from = Instant::now();
+        }
+        let t0 = Instant::now();
+        store
+            .post_message(
+                &family,
+                &NewMessage {
+                    sender: human.clone(),
+                    text: format!("ping {i}"),
+                    mention: None,
+                    idempotency_key: None,
+                    urgent: false,
+                },
+            )
+            .await
+            .unwrap();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), live.next())
+                .await
+                .expect("no reply within 10s")
+                .unwrap();
+            if let LiveEvent::Message { message } = event {
+                if message.sender.id == "assistant" {
+                    break;
+                }
+            }
+        }
+        if i >= WARMUP {
+            latencies.push(t0.elapsed());
+        }
+    }
+    let elapsed = measured_from.elapsed();
+    // Let the last cycle commit before reading the state.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let busy_rss = rss_kib(pid);
+    let end = store.consciousness(&agent).await.unwrap();
+    let cycles = end.cycle - 50;
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!("agentfleet worker benchmark ({ITERATIONS} messages after {WARMUP} warm-up, 200-message consciousness at start, instant local model over HTTP)");
+    println!("  message posted → agent's reply in the space: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        ms(pct(&latencies, 0.50)), ms(pct(&latencies, 0.90)), ms(pct(&latencies, 0.99)), ms(*latencies.last().unwrap()));
+    println!(
+        "  back to back: {:.0} cycles/s ({} cycles committed for {} messages)",
+        ITERATIONS as f64 / elapsed.as_secs_f64(),
+        cycles,
+        WARMUP + ITERATIONS
+    );
+    println!(
+        "  consciousness at the end: {} messages, ~{} tokens (window 3000, sliding)",
+        end.messages.len(),
+        end.tokens
+    );
+    println!(
+        "  worker RSS: {:.1} MiB idle, {:.1} MiB after the run",
+        idle_rss as f64 / 1024.0,
+        busy_rss as f64 / 1024.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
