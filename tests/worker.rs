@@ -106,13 +106,13 @@ fn agentlet(store: Arc<RedisStore>, agent: Agent, base_url: &str) -> Arc<Agentle
         .unwrap()
         .with_backoff(Duration::from_millis(10));
     let _ = base_url;
-    Arc::new(Agentlet {
-        key: AgentKey::new(NS, agent.metadata.name.clone().unwrap()),
-        agent,
+    Arc::new(Agentlet::new(
+        agent.clone(),
+        AgentKey::new(NS, agent.metadata.name.clone().unwrap()),
         store,
-        model: Arc::new(model),
-        metrics: WorkerMetrics::new().unwrap(),
-    })
+        Arc::new(model),
+        WorkerMetrics::new().unwrap(),
+    ))
 }
 
 struct Running {
@@ -675,6 +675,15 @@ async fn a_thousand_cycles_keep_the_prompt_bounded() {
             })
             .unwrap();
         sizes.push(step0["messages"].to_string().len());
+        if i % 50 == 49 {
+            let stored = r.store.consciousness(&a.key).await.unwrap();
+            assert_eq!(
+                a.cached_consciousness().await,
+                Some(stored),
+                "the worker's cache matches the store at cycle {}",
+                i + 1
+            );
+        }
     }
     let early = *sizes[100..200].iter().max().unwrap();
     let late = *sizes[900..1000].iter().max().unwrap();

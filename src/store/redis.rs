@@ -328,6 +328,18 @@ return redis.call('HDEL', KEYS[2], unpack(ARGV, 3))
     ))
 });
 
+/// Why a commit attempt failed: built on a stale window, or anything else.
+enum Conflict {
+    Stale,
+    Other(StoreError),
+}
+
+impl From<StoreError> for Conflict {
+    fn from(e: StoreError) -> Self {
+        Conflict::Other(e)
+    }
+}
+
 fn opt_string(v: Option<u64>) -> String {
     v.map(|n| n.to_string()).unwrap_or_default()
 }
@@ -350,6 +362,10 @@ pub struct RedisStore {
     conn: OnceCell<ConnectionManager>,
     /// One connection per agent for blocking waits, which would stall a shared one.
     blocking: Mutex<HashMap<AgentKey, MultiplexedConnection>>,
+    /// What this process last committed per agent (window and retained checkpoints), so the
+    /// next commit of the lease holder needs no reads; the commit script still checks the
+    /// cycle it builds on, and a mismatch drops the entry and retries from a fresh read.
+    committed: Mutex<HashMap<AgentKey, (WindowState, Vec<Checkpoint>)>>,
 }
 
 impl RedisStore {
@@ -362,6 +378,7 @@ impl RedisStore {
             client,
             conn: OnceCell::new(),
             blocking: Mutex::new(HashMap::new()),
+            committed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -440,6 +457,101 @@ impl RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(fenced(agent, "write memories or goals"))
+    }
+
+    /// One commit attempt, building on `known` (window, retained checkpoints) when given.
+    async fn commit_once(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        commit: &CycleCommit,
+        known: Option<(WindowState, Vec<Checkpoint>)>,
+    ) -> Result<(Checkpoint, WindowState, Vec<Checkpoint>), Conflict> {
+        let (window, retained) = match known {
+            Some(k) => k,
+            None => (self.window(agent).await?.0, self.checkpoints(agent).await?),
+        };
+        let plan = plan_commit(&window, &retained, commit, now_ms()).map_err(|reason| {
+            StoreError::InvalidCommit {
+                agent: agent.to_string(),
+                reason,
+            }
+        })?;
+        let cp = &plan.checkpoint;
+        let checkpoints = plan
+            .retained
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| StoreError::Decode {
+                what: format!("checkpoints of agent {agent}"),
+                source,
+            })?;
+        let summary_text = commit
+            .compaction
+            .as_ref()
+            .and_then(|c| c.summary.clone())
+            .unwrap_or_default();
+        let plan_json = serde_json::json!({
+            "prevCycle": window.cycle.to_string(),
+            "start": cp.start.to_string(),
+            "finish": cp.end.to_string(),
+            "summaryCycle": opt_string(cp.summary_cycle),
+            "summaryText": summary_text,
+            "cycle": cp.cycle.to_string(),
+            "digest": cp.digest,
+            "tokens": cp.tokens.to_string(),
+            "cycleTokens": commit.cycle_tokens.to_string(),
+            "timeMs": cp.time_ms.to_string(),
+            "trimBefore": plan.trim_before.to_string(),
+            "dropSummaries": plan.drop_summaries.iter().map(u64::to_string).collect::<Vec<_>>(),
+            "checkpoints": checkpoints,
+        });
+        let mut invocation = COMMIT.prepare_invoke();
+        for suffix in [
+            "lease",
+            "clog",
+            "cmeta",
+            "checkpoints",
+            "summaries",
+            "inflight",
+            "state",
+            "urgent",
+            "inbox",
+        ] {
+            invocation.key(agent_key(agent, suffix));
+        }
+        invocation
+            .arg(lease_value(lease))
+            .arg(plan_json.to_string());
+        for m in &commit.new_messages {
+            invocation.arg(m);
+        }
+        let mut conn = self.conn().await?;
+        invocation
+            .invoke_async::<u8>(&mut conn)
+            .await
+            .map_err(|e| match e.code() {
+                Some("CONFLICT") => Conflict::Stale,
+                _ => Conflict::Other(fenced(agent, "commit cycle")(e)),
+            })?;
+        let cp = plan.checkpoint;
+        let after = WindowState {
+            cycle: cp.cycle,
+            start: cp.start,
+            end: cp.end,
+            summary_cycle: cp.summary_cycle,
+            digest: cp.digest.clone(),
+        };
+        Ok((cp, after, plan.retained))
+    }
+
+    fn committed(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<AgentKey, (WindowState, Vec<Checkpoint>)>> {
+        self.committed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn drain(&self, agent: &AgentKey, lease: &Lease) -> Result<Vec<InboxEvent>, StoreError> {
@@ -937,76 +1049,22 @@ impl Store for RedisStore {
         lease: &Lease,
         commit: &CycleCommit,
     ) -> Result<Checkpoint, StoreError> {
-        let (window, _) = self.window(agent).await?;
-        let retained = self.checkpoints(agent).await?;
-        let plan = plan_commit(&window, &retained, commit, now_ms()).map_err(|reason| {
-            StoreError::InvalidCommit {
-                agent: agent.to_string(),
-                reason,
+        let known = self.committed().remove(agent);
+        let result = match self.commit_once(agent, lease, commit, known.clone()).await {
+            Err(Conflict::Stale) => self.commit_once(agent, lease, commit, None).await,
+            other => other,
+        };
+        match result {
+            Ok((checkpoint, window, retained)) => {
+                self.committed().insert(agent.clone(), (window, retained));
+                Ok(checkpoint)
             }
-        })?;
-        let cp = &plan.checkpoint;
-        let checkpoints = plan
-            .retained
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| StoreError::Decode {
-                what: format!("checkpoints of agent {agent}"),
-                source,
-            })?;
-        let summary_text = commit
-            .compaction
-            .as_ref()
-            .and_then(|c| c.summary.clone())
-            .unwrap_or_default();
-        let plan_json = serde_json::json!({
-            "prevCycle": window.cycle.to_string(),
-            "start": cp.start.to_string(),
-            "finish": cp.end.to_string(),
-            "summaryCycle": opt_string(cp.summary_cycle),
-            "summaryText": summary_text,
-            "cycle": cp.cycle.to_string(),
-            "digest": cp.digest,
-            "tokens": cp.tokens.to_string(),
-            "cycleTokens": commit.cycle_tokens.to_string(),
-            "timeMs": cp.time_ms.to_string(),
-            "trimBefore": plan.trim_before.to_string(),
-            "dropSummaries": plan.drop_summaries.iter().map(u64::to_string).collect::<Vec<_>>(),
-            "checkpoints": checkpoints,
-        });
-        let mut invocation = COMMIT.prepare_invoke();
-        for suffix in [
-            "lease",
-            "clog",
-            "cmeta",
-            "checkpoints",
-            "summaries",
-            "inflight",
-            "state",
-            "urgent",
-            "inbox",
-        ] {
-            invocation.key(agent_key(agent, suffix));
+            Err(Conflict::Stale) => Err(StoreError::InvalidCommit {
+                agent: agent.to_string(),
+                reason: "the consciousness changed under the commit".into(),
+            }),
+            Err(Conflict::Other(e)) => Err(e),
         }
-        invocation
-            .arg(lease_value(lease))
-            .arg(plan_json.to_string());
-        for m in &commit.new_messages {
-            invocation.arg(m);
-        }
-        let mut conn = self.conn().await?;
-        invocation
-            .invoke_async::<u8>(&mut conn)
-            .await
-            .map_err(|e| match e.code() {
-                Some("CONFLICT") => StoreError::InvalidCommit {
-                    agent: agent.to_string(),
-                    reason: e.detail().unwrap_or("concurrent commit").to_string(),
-                },
-                _ => fenced(agent, "commit cycle")(e),
-            })?;
-        Ok(plan.checkpoint)
     }
 
     async fn consciousness(&self, agent: &AgentKey) -> Result<Consciousness, StoreError> {
@@ -1067,6 +1125,7 @@ impl Store for RedisStore {
         lease: &Lease,
         cycle: u64,
     ) -> Result<Option<Checkpoint>, StoreError> {
+        self.committed().remove(agent);
         // Fenced before anything else (the script checks again, atomically).
         let mut conn = self.conn().await?;
         let holder: Option<String> = conn

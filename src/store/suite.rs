@@ -944,3 +944,57 @@ async fn redis_down_is_an_error_not_a_hang() {
     assert_eq!(err.category(), "store_unavailable", "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
+
+#[tokio::test]
+async fn redis_commit_recovers_from_a_stale_cached_window() {
+    let server = RedisServer::start().unwrap();
+    let a_store = RedisStore::new(&server.url()).unwrap();
+    let b_store = RedisStore::new(&server.url()).unwrap();
+    let a = AgentKey::new("fam", "assistant");
+    let short = std::time::Duration::from_millis(100);
+    let first = a_store
+        .acquire_lease(&a, "process-a", short)
+        .await
+        .unwrap()
+        .unwrap();
+    a_store
+        .commit_cycle(&a, &first, &commit(&["a1"], None, 10))
+        .await
+        .unwrap();
+    // Another process takes over for a while and commits.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let other = b_store
+        .acquire_lease(&a, "process-b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    b_store
+        .commit_cycle(&a, &other, &commit(&["b2", "b2'"], None, 10))
+        .await
+        .unwrap();
+    b_store.release_lease(&a, &other).await.unwrap();
+    // The first process comes back: its remembered window is stale, the commit still lands right.
+    let again = a_store
+        .acquire_lease(&a, "process-a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let cp = a_store
+        .commit_cycle(&a, &again, &commit(&["a3"], None, 10))
+        .await
+        .unwrap();
+    assert_eq!((cp.cycle, cp.start, cp.end), (3, 0, 4));
+    let c = a_store.consciousness(&a).await.unwrap();
+    assert_eq!(c.messages.len(), 4);
+    assert!(c.messages[3].contains("a3"));
+    assert_eq!(
+        a_store
+            .checkpoints(&a)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.cycle)
+            .collect::<Vec<_>>(),
+        [3, 2, 1]
+    );
+}

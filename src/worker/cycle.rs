@@ -14,8 +14,8 @@ use crate::crd::{Agent, BuiltinTool, Compaction, MidCycleInbox};
 use crate::membership::SpaceKey;
 use crate::model::{Delta, Message, Model, ModelError, Request, ToolChoice, Usage};
 use crate::store::{
-    now_ms, AgentKey, Checkpoint, Compacted, CycleCommit, InboxEvent, Lease, LiveEvent, Sender,
-    SpaceRecord, Store, StoreError,
+    now_ms, AgentKey, Checkpoint, Compacted, Consciousness, CycleCommit, InboxEvent, Lease,
+    LiveEvent, Sender, SpaceRecord, Store, StoreError,
 };
 use crate::telemetry::WorkerMetrics;
 
@@ -42,9 +42,71 @@ pub struct Agentlet {
     pub model: Arc<dyn Model>,
     /// Metrics.
     pub metrics: WorkerMetrics,
+    /// The consciousness as this worker last committed it, valid while it holds the lease of
+    /// that token (the lease holder is its only writer).
+    cache: tokio::sync::Mutex<Option<Cached>>,
+}
+
+struct Cached {
+    token: u64,
+    consciousness: Consciousness,
+    history: Vec<Message>,
 }
 
 impl Agentlet {
+    /// An agent ready to run cycles.
+    pub fn new(
+        agent: Agent,
+        key: AgentKey,
+        store: Arc<dyn Store>,
+        model: Arc<dyn Model>,
+        metrics: WorkerMetrics,
+    ) -> Self {
+        Self {
+            agent,
+            key,
+            store,
+            model,
+            metrics,
+            cache: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The cached consciousness, if any (for tests that check it against the store).
+    #[doc(hidden)]
+    pub async fn cached_consciousness(&self) -> Option<Consciousness> {
+        self.cache
+            .lock()
+            .await
+            .as_ref()
+            .map(|c| c.consciousness.clone())
+    }
+
+    /// The consciousness and its parsed messages: from the cache when it is this lease's,
+    /// else read from the store.
+    async fn load(&self, lease: &Lease) -> Result<(Consciousness, Vec<Message>), StoreError> {
+        if let Some(c) = self
+            .cache
+            .lock()
+            .await
+            .take()
+            .filter(|c| c.token == lease.token)
+        {
+            return Ok((c.consciousness, c.history));
+        }
+        let c = self.store.consciousness(&self.key).await?;
+        let history = c
+            .messages
+            .iter()
+            .map(|j| {
+                serde_json::from_str(j).unwrap_or_else(|e| {
+                    warn!(error = %e, "unreadable message in consciousness; kept as a placeholder");
+                    Message::user("[unreadable message]")
+                })
+            })
+            .collect();
+        Ok((c, history))
+    }
     /// The agent as a message sender.
     pub fn me(&self) -> Sender {
         Sender {
@@ -59,25 +121,24 @@ impl Agentlet {
     }
 
     async fn spaces(&self) -> Result<Vec<(String, Option<SpaceRecord>)>, StoreError> {
-        let mut out = Vec::new();
-        for s in &self.agent.spec.spaces {
+        let reads = self.agent.spec.spaces.iter().map(|s| async move {
             let record = self
                 .store
                 .space(&SpaceKey::new(self.key.namespace.clone(), s.clone()))
                 .await?;
-            out.push((s.clone(), record));
-        }
-        Ok(out)
+            Ok::<_, StoreError>((s.clone(), record))
+        });
+        futures::future::try_join_all(reads).await
     }
 
     /// Runs one cycle over `events` (already in flight).
     pub async fn cycle(&self, lease: &Lease, events: &[InboxEvent]) -> Result<Outcome, StoreError> {
         let started = Instant::now();
-        let c = self.store.consciousness(&self.key).await?;
+        let (c, history) = self.load(lease).await?;
         let span =
             info_span!("cycle", agent = %self.key, cycle = c.cycle + 1, events = events.len());
         let outcome = self
-            .run_cycle(lease, events, c, started)
+            .run_cycle(lease, events, c, history, started)
             .instrument(span)
             .await?;
         let result = match &outcome {
@@ -101,14 +162,17 @@ impl Agentlet {
         &self,
         lease: &Lease,
         events: &[InboxEvent],
-        c: crate::store::Consciousness,
+        c: Consciousness,
+        history: Vec<Message>,
         started: Instant,
     ) -> Result<Outcome, StoreError> {
         let spec = &self.agent.spec;
         let [ns, agent_name] = self.labels();
-        let spaces = self.spaces().await?;
-        let memories = self.store.memories(&self.key).await?;
-        let goals = self.store.goals(&self.key).await?;
+        let (spaces, memories, goals) = tokio::try_join!(
+            self.spaces(),
+            self.store.memories(&self.key),
+            self.store.goals(&self.key)
+        )?;
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let system = prompt::system_prompt(&PromptInput {
             agent: &self.agent,
@@ -117,16 +181,6 @@ impl Agentlet {
             goals: &goals,
             now: &now,
         });
-        let history: Vec<Message> = c
-            .messages
-            .iter()
-            .map(|j| {
-                serde_json::from_str(j).unwrap_or_else(|e| {
-                    warn!(error = %e, "unreadable message in consciousness; kept as a placeholder");
-                    Message::user("[unreadable message]")
-                })
-            })
-            .collect();
         let summary = c
             .summary
             .as_ref()
@@ -276,6 +330,12 @@ impl Agentlet {
 
         if skipped {
             self.store.ack_cycle(&self.key, lease).await?;
+            // Nothing changed: the loaded state stays valid.
+            *self.cache.lock().await = Some(Cached {
+                token: lease.token,
+                consciousness: c,
+                history,
+            });
             info!(
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "skipped: rolled back"
@@ -347,7 +407,7 @@ impl Agentlet {
                 &self.key,
                 lease,
                 &CycleCommit {
-                    new_messages,
+                    new_messages: new_messages.clone(),
                     compaction,
                     tokens,
                     cycle_tokens: used.input + used.output,
@@ -355,6 +415,27 @@ impl Agentlet {
                 },
             )
             .await?;
+        // What the store now holds, kept for the next cycle.
+        let messages: Vec<String> = c
+            .messages
+            .into_iter()
+            .chain(new_messages)
+            .skip(first_kept)
+            .collect();
+        *self.cache.lock().await = Some(Cached {
+            token: lease.token,
+            consciousness: Consciousness {
+                cycle: checkpoint.cycle,
+                summary: summary_text.clone(),
+                messages,
+                start: checkpoint.start,
+                tokens,
+                digest: checkpoint.digest.clone(),
+                tokens_used: c.tokens_used + used.input + used.output,
+                last_cycle_ms: Some(checkpoint.time_ms),
+            },
+            history: all.into_iter().skip(first_kept).collect(),
+        });
         self.metrics
             .consciousness_tokens
             .with_label_values(&[ns, agent_name])

@@ -300,13 +300,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }))
     };
     info!(agent = %key, model = %agent.spec.model.name, provider = agent.spec.model.provider.as_str(), "worker starting");
-    let agentlet = Arc::new(Agentlet {
-        agent,
-        key,
-        store,
-        model: Arc::from(model),
-        metrics,
-    });
+    let agentlet = Arc::new(Agentlet::new(agent, key, store, Arc::from(model), metrics));
     let result = run_agent(agentlet, holder, LEASE_TTL, health, shutdown_rx).await;
     server.abort();
     result.map_err(anyhow::Error::from)
