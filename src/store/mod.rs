@@ -186,6 +186,33 @@ pub trait Store: Send + Sync + 'static {
     /// Events waiting: inbox plus urgent queue (not counting those in flight).
     async fn inbox_depth(&self, agent: &AgentKey) -> Result<u64, StoreError>;
 
+    /// One look at the inbox between steps: takes the urgent events in flight when
+    /// `take_urgent`, then counts what waits and previews up to `preview` inbox events.
+    async fn mid_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        take_urgent: bool,
+        preview: usize,
+    ) -> Result<MidCycle, StoreError> {
+        let urgent = if take_urgent {
+            self.take_urgent(agent, lease).await?
+        } else {
+            Vec::new()
+        };
+        let waiting = self.inbox_depth(agent).await?;
+        let preview = if waiting > 0 && preview > 0 {
+            self.peek_inbox(agent, preview).await?
+        } else {
+            Vec::new()
+        };
+        Ok(MidCycle {
+            urgent,
+            waiting,
+            preview,
+        })
+    }
+
     /// Events in flight: taken by a cycle that has not been acknowledged.
     async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError>;
 

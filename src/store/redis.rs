@@ -44,6 +44,7 @@ use tokio::sync::OnceCell;
 
 use super::memory::message_event;
 use super::types::{plan_commit, WindowState};
+use super::MidCycle;
 use super::{
     now_ms, AgentKey, Checkpoint, Consciousness, CycleCommit, Goal, InboxEvent, Lease, LiveEvent,
     Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord, Store, StoreError,
@@ -235,6 +236,22 @@ static TAKE_URGENT: LazyLock<Script> = LazyLock::new(|| {
         r#"{FENCE}
 local items = move_all(KEYS[2], KEYS[3])
 return items
+"#
+    ))
+});
+
+/// KEYS: lease, urgent, inflight, inbox. ARGV: lease value, take urgent (0/1), preview limit.
+/// Returns {urgent events, waiting count, preview events}.
+static MID_CYCLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{FENCE}
+local urgent = {{}}
+if ARGV[2] == '1' then urgent = move_all(KEYS[2], KEYS[3]) end
+local waiting = redis.call('LLEN', KEYS[4]) + redis.call('LLEN', KEYS[2])
+local preview = {{}}
+local limit = tonumber(ARGV[3])
+if limit > 0 and waiting > 0 then preview = redis.call('LRANGE', KEYS[4], 0, limit - 1) end
+return {{urgent, waiting, preview}}
 "#
     ))
 });
@@ -880,6 +897,32 @@ impl Store for RedisStore {
             .await
             .map_err(redis_err("inbox depth"))?;
         Ok(inbox + urgent)
+    }
+
+    async fn mid_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        take_urgent: bool,
+        preview: usize,
+    ) -> Result<MidCycle, StoreError> {
+        let mut conn = self.conn().await?;
+        let (urgent, waiting, previewed): (Vec<String>, u64, Vec<String>) = MID_CYCLE
+            .key(agent_key(agent, "lease"))
+            .key(agent_key(agent, "urgent"))
+            .key(agent_key(agent, "inflight"))
+            .key(agent_key(agent, "inbox"))
+            .arg(lease_value(lease))
+            .arg(if take_urgent { "1" } else { "0" })
+            .arg(preview)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(fenced(agent, "look at the inbox mid-cycle"))?;
+        Ok(MidCycle {
+            urgent: decode_events(agent, urgent)?,
+            waiting,
+            preview: decode_events(agent, previewed)?,
+        })
     }
 
     async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError> {

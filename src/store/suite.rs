@@ -796,6 +796,50 @@ async fn memories_and_goals_are_kept(store: &dyn Store) {
     );
 }
 
+async fn one_look_between_steps(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store.push_event(&a, &event("e0", "start")).await.unwrap();
+    store.wait_inbox(&a, &lease, TTL).await.unwrap();
+    let quiet = store.mid_cycle(&a, &lease, true, 5).await.unwrap();
+    assert_eq!(quiet, MidCycle::default());
+    store.push_event(&a, &urgent("u1", "stop!")).await.unwrap();
+    for i in 0..7 {
+        store
+            .push_event(&a, &event(&format!("n{i}"), "later"))
+            .await
+            .unwrap();
+    }
+    let preview_only = store.mid_cycle(&a, &lease, false, 3).await.unwrap();
+    assert!(preview_only.urgent.is_empty());
+    assert_eq!(preview_only.waiting, 8);
+    let look = store.mid_cycle(&a, &lease, true, 3).await.unwrap();
+    assert_eq!(
+        look.urgent
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect::<Vec<_>>(),
+        ["u1"]
+    );
+    assert_eq!(look.waiting, 7);
+    assert_eq!(
+        look.preview
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect::<Vec<_>>(),
+        ["n0", "n1", "n2"]
+    );
+    assert_eq!(store.inflight(&a).await.unwrap(), 2);
+    let stale = Lease {
+        holder: "w0".into(),
+        token: 0,
+    };
+    assert!(matches!(
+        store.mid_cycle(&a, &stale, true, 3).await,
+        Err(StoreError::Fenced { .. })
+    ));
+}
+
 async fn a_sleeping_worker_wakes_on_push(store: std::sync::Arc<dyn Store>) {
     let a = AgentKey::new("fam", "assistant");
     let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
@@ -862,6 +906,7 @@ suite!(
     only_the_last_checkpoints_are_kept,
     commits_are_fenced_and_validated,
     memories_and_goals_are_kept,
+    one_look_between_steps,
 );
 
 #[tokio::test]

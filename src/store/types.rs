@@ -417,3 +417,14 @@ pub(crate) fn plan_commit(
         drop_summaries,
     })
 }
+
+/// What a later step of a cycle sees of the inbox (seed 000: preview + urgent injection).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MidCycle {
+    /// Urgent events taken in flight (acknowledged with the cycle).
+    pub urgent: Vec<InboxEvent>,
+    /// Events waiting (inbox and urgent queue), after taking the urgent ones.
+    pub waiting: u64,
+    /// The first waiting events of the inbox, left in place.
+    pub preview: Vec<InboxEvent>,
+}

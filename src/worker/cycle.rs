@@ -209,20 +209,26 @@ impl Agentlet {
         for step in 0..spec.cycle.max_steps {
             let mut transient = None;
             if step > 0 && spec.cycle.mid_cycle_inbox != MidCycleInbox::Off {
-                if spec.cycle.mid_cycle_inbox == MidCycleInbox::Urgent {
-                    let urgent = self.store.take_urgent(&self.key, lease).await?;
-                    if !urgent.is_empty() {
-                        new.push(Message::user(format!(
-                            "[URGENT — new events injected mid-cycle]\n{}",
-                            prompt::inbox_message(&spaces, &urgent)
-                        )));
-                    }
+                let look = self
+                    .store
+                    .mid_cycle(
+                        &self.key,
+                        lease,
+                        spec.cycle.mid_cycle_inbox == MidCycleInbox::Urgent,
+                        5,
+                    )
+                    .await?;
+                if !look.urgent.is_empty() {
+                    new.push(Message::user(format!(
+                        "[URGENT — new events injected mid-cycle]\n{}",
+                        prompt::inbox_message(&spaces, &look.urgent)
+                    )));
                 }
-                let waiting = self.store.inbox_depth(&self.key).await?;
-                if waiting > 0 {
-                    let preview = self.store.peek_inbox(&self.key, 5).await?;
+                if look.waiting > 0 && !look.preview.is_empty() {
                     transient = Some(Message::user(prompt::preview_message(
-                        &spaces, &preview, waiting,
+                        &spaces,
+                        &look.preview,
+                        look.waiting,
                     )));
                 }
             }

@@ -135,6 +135,21 @@ impl ToolEnv<'_> {
     /// The space `arg` names (by name, or display name ignoring case), else the active one,
     /// checked to be one the agent is a member of right now.
     async fn space(&self, arg: Option<&str>) -> Result<(String, SpaceRecord), String> {
+        let wanted = self.resolve(arg)?;
+        let key = SpaceKey::new(self.agent.namespace.clone(), wanted.clone());
+        let record = self
+            .store
+            .space(&key)
+            .await
+            .map_err(|e| format!("cannot read space {wanted}: {e}"))?
+            .filter(|r| r.has_agent(&self.agent.name))
+            .ok_or_else(|| format!("you are not a member of space {wanted}"))?;
+        Ok((wanted, record))
+    }
+
+    /// The name of the space `arg` names among the agent's spaces (else the active one),
+    /// without reading the data plane.
+    fn resolve(&self, arg: Option<&str>) -> Result<String, String> {
         let wanted = match arg.map(str::trim).filter(|s| !s.is_empty()) {
             Some(a) => self
                 .spaces
@@ -157,15 +172,7 @@ impl ToolEnv<'_> {
                 .clone()
                 .ok_or("no active space: name one with `space`, or call enter_space first")?,
         };
-        let key = SpaceKey::new(self.agent.namespace.clone(), wanted.clone());
-        let record = self
-            .store
-            .space(&key)
-            .await
-            .map_err(|e| format!("cannot read space {wanted}: {e}"))?
-            .filter(|r| r.has_agent(&self.agent.name))
-            .ok_or_else(|| format!("you are not a member of space {wanted}"))?;
-        Ok((wanted, record))
+        Ok(wanted)
     }
 
     /// Runs one tool call (not `skip`, which the cycle handles). `idempotency` makes a
@@ -250,9 +257,16 @@ impl ToolEnv<'_> {
         if a.text.trim().is_empty() {
             return Err("invalid arguments for send_message: text is empty".into());
         }
-        let (space, record) = self.space(a.space.as_deref()).await?;
+        // The post itself checks membership against the current record; names and mentions
+        // resolve against the spaces as the cycle started.
+        let space = self.resolve(a.space.as_deref())?;
         if let Some(m) = &a.mention {
-            if !record.has_agent(m) {
+            let known = self
+                .spaces
+                .iter()
+                .find(|(n, _)| *n == space)
+                .and_then(|(_, r)| r.as_ref());
+            if !known.is_some_and(|r| r.has_agent(m)) {
                 return Err(format!("{m} is not an agent member of space {space}"));
             }
         }
@@ -301,7 +315,12 @@ impl ToolEnv<'_> {
                 },
             )
             .await
-            .map_err(|e| format!("message not sent: {e}"))?;
+            .map_err(|e| match e {
+                crate::store::StoreError::NotMember { .. } => {
+                    format!("you are not a member of space {space}")
+                }
+                e => format!("message not sent: {e}"),
+            })?;
         self.active = Some(space.clone());
         let (Some(wait), Some(live)) = (a.wait, live.as_mut()) else {
             return Ok(json!({"success": true, "messageId": posted.id, "status": "delivered"}));
