@@ -696,3 +696,242 @@ async fn a_thousand_cycles_keep_the_prompt_bounded() {
     assert!(c.tokens <= 2000);
     assert_eq!(r.store.checkpoints(&a.key).await.unwrap().len(), 5);
 }
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn tool_phase_gates_shape_each_step() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let mock = MockModel::start(vec![
+        // Observe phase: only reading is possible, and a tool call is required.
+        MockTurn::tools(&[
+            (
+                "send_message",
+                json!({"space": "family", "text": "too early"}),
+            ),
+            ("read_messages", json!({"space": "family"})),
+        ]),
+        send("family", "Having read the room: hello!"),
+        MockTurn::text("Done."),
+    ])
+    .await
+    .unwrap();
+    let extra = "  cycle: {phases: [{fromStep: 0, toStep: 0, activeTools: [read_messages, enter_space], toolChoice: required}]}";
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, extra),
+        &mock.base_url,
+    );
+    say(r.store.as_ref(), "family", "Husam", "hi").await;
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    until("the cycle", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    w.stop().await;
+    let reqs = mock.requests();
+    assert_eq!(tool_names(&reqs[0]), ["enter_space", "read_messages"]);
+    assert_eq!(reqs[0]["tool_choice"], "required");
+    assert_eq!(tool_names(&reqs[1]).len(), 7, "after the phase, every tool");
+    assert_eq!(reqs[1]["tool_choice"], "auto");
+    let results: Vec<&str> = reqs[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        results[0].contains("not available at this step"),
+        "{}",
+        results[0]
+    );
+    assert!(results[1].contains("\"messages\""), "{}", results[1]);
+    let said: Vec<String> = messages(r.store.as_ref(), "family")
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(
+        said,
+        ["hi", "Having read the room: hello!"],
+        "the gated call sent nothing"
+    );
+}
+
+#[tokio::test]
+async fn malformed_arguments_and_unknown_tools_are_results_the_model_sees() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    space(r.store.as_ref(), "secret", &["other"], &["Boss"]).await;
+    let mock = MockModel::start(vec![
+        MockTurn::Reply {
+            text: None,
+            tool_calls: vec![
+                ("send_message".into(), "{\"text\": \"unterminated".into()),
+                ("fly_to_the_moon".into(), "{}".into()),
+                (
+                    "send_message".into(),
+                    json!({"space": "secret", "text": "psst"}).to_string(),
+                ),
+                (
+                    "read_messages".into(),
+                    json!({"space": "family", "limit": "many"}).to_string(),
+                ),
+            ],
+            usage: (10, 10),
+        },
+        MockTurn::text("I will do better."),
+    ])
+    .await
+    .unwrap();
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, ""),
+        &mock.base_url,
+    );
+    say(r.store.as_ref(), "family", "Husam", "hi").await;
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    until("the cycle", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    let results: Vec<String> = mock.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(results.len(), 4);
+    assert!(
+        results[0].contains("invalid arguments for send_message: not JSON"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[1].contains("unknown tool \\\"fly_to_the_moon\\\"")
+            && results[1].contains("available: send_message"),
+        "{}",
+        results[1]
+    );
+    assert!(
+        results[2].contains("not a member of a space called \\\"secret\\\""),
+        "{}",
+        results[2]
+    );
+    assert!(
+        results[3].contains("\"messages\""),
+        "a bad limit falls back to the default: {}",
+        results[3]
+    );
+    assert_eq!(
+        a.metrics
+            .tool_calls
+            .with_label_values(&[NS, "assistant", "unknown", "error"])
+            .get(),
+        1
+    );
+    assert_eq!(
+        a.metrics
+            .tool_calls
+            .with_label_values(&[NS, "assistant", "send_message", "error"])
+            .get(),
+        2
+    );
+    assert!(r
+        .store
+        .read_messages(
+            &SpaceKey::new(NS, "secret"),
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            }
+        )
+        .await
+        .unwrap()
+        .is_empty());
+    // The worker lives on.
+    mock.push(send("family", "Still here."));
+    mock.push(MockTurn::text("ok"));
+    say(r.store.as_ref(), "family", "Husam", "are you ok?").await;
+    until("the next cycle", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 2).then_some(())
+    })
+    .await;
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_refusing_model_fails_cycles_without_losing_events_or_the_worker() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let mock = MockModel::start(vec![
+        MockTurn::Status(400, "context length exceeded".into()),
+        MockTurn::Status(400, "context length exceeded".into()),
+        MockTurn::Status(400, "context length exceeded".into()),
+    ])
+    .await
+    .unwrap();
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, ""),
+        &mock.base_url,
+    );
+    say(
+        r.store.as_ref(),
+        "family",
+        "Husam",
+        "a question the model cannot take",
+    )
+    .await;
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    until("three refusals to be recorded", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        a.metrics
+            .cycles
+            .with_label_values(&[NS, "assistant", "failed"])
+            .get(),
+        3
+    );
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    assert!(
+        c.messages[0].contains("a question the model cannot take"),
+        "the event is remembered, not lost"
+    );
+    assert!(
+        c.messages[1].contains("This cycle failed and was not processed")
+            && c.messages[1].contains("context length exceeded")
+    );
+    assert_eq!(r.store.inflight(&a.key).await.unwrap(), 0);
+    // The model recovers; the worker answers the next message.
+    mock.push(send("family", "Back to normal."));
+    mock.push(MockTurn::text("ok"));
+    say(r.store.as_ref(), "family", "Husam", "hello again").await;
+    until("the next cycle", async || {
+        (r.store.consciousness(&a.key).await.unwrap().cycle == 2).then_some(())
+    })
+    .await;
+    w.stop().await;
+    assert_eq!(
+        messages(r.store.as_ref(), "family")
+            .await
+            .last()
+            .unwrap()
+            .text,
+        "Back to normal."
+    );
+}

@@ -228,6 +228,13 @@ pub struct CycleSpec {
     /// `urgent` (the preview, plus urgent events injected in full and remembered).
     #[serde(default)]
     pub mid_cycle_inbox: MidCycleInbox,
+
+    /// Tool phase gates: for a range of steps (0 is the first), which tools the model may call
+    /// and whether it must call one — for example observe (reading tools, `required`) before
+    /// acting. The first phase whose range holds the step applies; other steps get every
+    /// tool and `auto`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<ToolPhase>,
 }
 
 impl Default for CycleSpec {
@@ -236,8 +243,49 @@ impl Default for CycleSpec {
             max_steps: default_max_steps(),
             token_budget: default_token_budget(),
             mid_cycle_inbox: MidCycleInbox::default(),
+            phases: Vec::new(),
         }
     }
+}
+
+impl CycleSpec {
+    /// The phase that applies to `step`, if any.
+    pub fn phase(&self, step: u32) -> Option<&ToolPhase> {
+        self.phases
+            .iter()
+            .find(|p| step >= p.from_step && p.to_step.is_none_or(|to| step <= to))
+    }
+}
+
+/// Which tools the model may call during a range of steps.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolPhase {
+    /// First step of the phase (0 is the cycle's first step).
+    #[serde(default)]
+    pub from_step: u32,
+    /// Last step of the phase (inclusive); open-ended when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_step: Option<u32>,
+    /// Tools the model may call in the phase; every enabled tool when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_tools: Option<Vec<String>>,
+    /// `auto` (the model decides), `required` (it must call a tool) or `none` (no tools).
+    #[serde(default)]
+    pub tool_choice: PhaseToolChoice,
+}
+
+/// Whether the model must call a tool in a phase.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PhaseToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// The model must call one of the phase's tools.
+    Required,
+    /// The model may not call tools.
+    None,
 }
 
 fn default_max_steps() -> u32 {

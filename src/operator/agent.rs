@@ -248,6 +248,25 @@ pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
             name.len()
         ));
     }
+    for (i, phase) in spec.cycle.phases.iter().enumerate() {
+        if phase.to_step.is_some_and(|to| to < phase.from_step) {
+            problems.push(format!(
+                "cycle.phases[{i}] ends (step {}) before it starts (step {})",
+                phase.to_step.unwrap_or_default(),
+                phase.from_step
+            ));
+        }
+        for tool in phase.active_tools.iter().flatten() {
+            if !spec
+                .tools
+                .builtin
+                .iter()
+                .any(|t| crate::worker::tools::name(*t) == tool)
+            {
+                problems.push(format!("cycle.phases[{i}].activeTools names {tool:?}, which is not a tool of this agent"));
+            }
+        }
+    }
     for env in &spec.worker.env {
         if env.name.starts_with("AGENTFLEET_") {
             problems.push(format!(
@@ -410,6 +429,15 @@ mod tests {
 
     fn spec(yaml: &str) -> AgentSpec {
         serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn phases_must_name_the_agents_tools_and_run_forward() {
+        let s = spec("{model: {provider: scripted, name: x}, tools: {builtin: [read_messages, send_message]}, cycle: {phases: [{fromStep: 0, toStep: 1, activeTools: [read_messages, fly]}, {fromStep: 3, toStep: 2}]}}");
+        let p = validate("a", &s);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("\"fly\""));
+        assert!(p[1].contains("ends (step 2) before it starts (step 3)"));
     }
 
     #[test]

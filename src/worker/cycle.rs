@@ -10,7 +10,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use super::compaction;
 use super::prompt::{self, PromptInput};
 use super::tools::{self, partial_text, ToolEnv};
-use crate::crd::{Agent, BuiltinTool, Compaction, MidCycleInbox};
+use crate::crd::{Agent, BuiltinTool, Compaction, MidCycleInbox, PhaseToolChoice};
 use crate::membership::SpaceKey;
 use crate::model::{Delta, Message, Model, ModelError, Request, ToolChoice, Usage};
 use crate::store::{
@@ -239,11 +239,31 @@ impl Agentlet {
                 .chain(transient.iter())
                 .cloned()
                 .collect();
+            let phase = spec.cycle.phase(step);
+            let (tools_now, tool_choice) = match phase {
+                None => (tool_specs.clone(), ToolChoice::Auto),
+                Some(p) => (
+                    tool_specs
+                        .iter()
+                        .filter(|t| {
+                            p.active_tools
+                                .as_ref()
+                                .is_none_or(|active| active.contains(&t.name))
+                        })
+                        .cloned()
+                        .collect(),
+                    match p.tool_choice {
+                        PhaseToolChoice::Auto => ToolChoice::Auto,
+                        PhaseToolChoice::Required => ToolChoice::Required,
+                        PhaseToolChoice::None => ToolChoice::None,
+                    },
+                ),
+            };
             let request = Request {
                 system: system.clone(),
                 messages,
-                tools: tool_specs.clone(),
-                tool_choice: ToolChoice::Auto,
+                tools: tools_now.clone(),
+                tool_choice,
             };
             if step == 0 {
                 if let Some(oldest) = events.iter().map(|e| e.time_ms).min() {
@@ -291,7 +311,19 @@ impl Agentlet {
             new.push(turn.message());
             let mut ends = false;
             for (i, call) in turn.tool_calls.iter().enumerate() {
-                let outcome = if call.name == "skip" {
+                let gated = !tools_now.iter().any(|t| t.name == call.name)
+                    && tool_specs.iter().any(|t| t.name == call.name);
+                let outcome = if gated {
+                    tools::Outcome {
+                        content: serde_json::json!({"error": format!(
+                            "tool {:?} is not available at this step; available now: {}",
+                            call.name,
+                            tools_now.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                        )})
+                        .to_string(),
+                        ok: false,
+                    }
+                } else if call.name == "skip" {
                     ends = true;
                     tools::Outcome {
                         content:
