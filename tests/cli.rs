@@ -250,3 +250,120 @@ async fn worker_binary_and_operator_tools() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
+    use agentfleet::testing::{MockModel, MockTurn};
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    let members = vec![
+        ResolvedMember {
+            kind: MemberKind::Agent,
+            id: "assistant".into(),
+            name: "assistant".into(),
+        },
+        ResolvedMember {
+            kind: MemberKind::Human,
+            id: "husam".into(),
+            name: "Husam".into(),
+        },
+    ];
+    store
+        .apply_space(
+            &SpaceKey::new("fam", "family"),
+            &SpaceRecord {
+                display_name: "Family".into(),
+                members,
+                max_messages: 100,
+            },
+        )
+        .await
+        .unwrap();
+    let answer = || {
+        MockTurn::tools(&[(
+            "send_message",
+            serde_json::json!({"space": "family", "text": "The answer is 42."}),
+        )])
+    };
+    let mock = MockModel::start(vec![
+        answer(),
+        MockTurn::Slow(Duration::from_secs(60), Box::new(MockTurn::text("never"))),
+    ])
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("agentfleet-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("assistant.yaml");
+    std::fs::write(
+        &manifest,
+        format!("apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: fam}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: \"{}\"}}\n  spaces: [family]\n", mock.base_url),
+    )
+    .unwrap();
+    let spawn = || {
+        Worker(
+            Command::new(BIN)
+                .args([
+                    "worker",
+                    "--agent",
+                    manifest.to_str().unwrap(),
+                    "--lease-seconds",
+                    "1",
+                    "--metrics-addr",
+                    &format!("127.0.0.1:{}", free_port().unwrap()),
+                ])
+                .env("AGENTFLEET_REDIS_URL", &url)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut first = spawn();
+    let posted = run(
+        &url,
+        &[
+            "space",
+            "post",
+            "fam/family",
+            "--from",
+            "husam",
+            "What is the answer?",
+        ],
+    );
+    assert!(posted.status.success(), "{}", stderr(&posted));
+    wait_for("the reply and the next step under way", || {
+        mock.request_count() == 2
+    });
+    let pid = first.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let _ = first.0.wait();
+
+    mock.push(answer());
+    mock.push(MockTurn::text("Answered."));
+    let _second = spawn();
+    let agent = agentfleet::store::AgentKey::new("fam", "assistant");
+    let start = Instant::now();
+    loop {
+        if store.consciousness(&agent).await.unwrap().cycle == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the restarted worker did not finish the cycle"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let read = stdout(&run(&url, &["space", "read", "fam/family"]));
+    assert_eq!(
+        read.matches("The answer is 42.").count(),
+        1,
+        "answered exactly once:\n{read}"
+    );
+    assert_eq!(store.inflight(&agent).await.unwrap(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

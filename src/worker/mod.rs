@@ -45,10 +45,12 @@ pub struct Args {
     /// This worker's identity in the agent's lease (the pod name in a pod).
     #[arg(long, env = "AGENTFLEET_POD_NAME")]
     pub identity: Option<String>,
+    /// Seconds the agent's lease lasts without renewal: how long a replacement waits after
+    /// this worker dies without releasing it.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub lease_seconds: u64,
 }
 
-/// How long a lease lasts without renewal.
-pub const LEASE_TTL: Duration = Duration::from_secs(15);
 /// How long one wait on the inbox blocks before the loop looks around (shutdown, lease).
 const WAIT: Duration = Duration::from_secs(5);
 /// Failed cycles of one batch before the model's refusal is committed instead of retried.
@@ -301,7 +303,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     info!(agent = %key, model = %agent.spec.model.name, provider = agent.spec.model.provider.as_str(), "worker starting");
     let agentlet = Arc::new(Agentlet::new(agent, key, store, Arc::from(model), metrics));
-    let result = run_agent(agentlet, holder, LEASE_TTL, health, shutdown_rx).await;
+    let result = run_agent(
+        agentlet,
+        holder,
+        Duration::from_secs(args.lease_seconds),
+        health,
+        shutdown_rx,
+    )
+    .await;
     server.abort();
     result.map_err(anyhow::Error::from)
 }
