@@ -231,6 +231,28 @@ pub fn metrics_router(registry: Registry) -> Router {
     )
 }
 
+/// This process's identity in a lease: `given`, else `HOSTNAME-PID` (`fallback-PID`).
+pub fn process_identity(given: Option<&str>, fallback: &str) -> String {
+    given.map(str::to_string).unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| fallback.into()),
+            std::process::id()
+        )
+    })
+}
+
+/// A channel that turns `true` on SIGTERM or Ctrl-C (logging `message`).
+pub fn shutdown_channel(message: &'static str) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("{message}");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

@@ -525,20 +525,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     health
         .elector_heartbeat
         .store(now_secs(), Ordering::Relaxed);
-    let identity = args.identity.clone().unwrap_or_else(|| {
-        format!(
-            "{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "agentfleet-operator".into()),
-            std::process::id()
-        )
-    });
-
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        telemetry::shutdown_signal().await;
-        info!("shutting down");
-        let _ = shutdown_tx.send(true);
-    });
+    let identity = telemetry::process_identity(args.identity.as_deref(), "agentfleet-operator");
+    let shutdown_rx = telemetry::shutdown_channel("shutting down");
     let wait_shutdown = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };

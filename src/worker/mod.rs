@@ -272,20 +272,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let metrics = WorkerMetrics::new().context("registering metrics")?;
     let health = Arc::new(Health::default());
     health.beat();
-    let holder = args.identity.clone().unwrap_or_else(|| {
-        format!(
-            "{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into()),
-            std::process::id()
-        )
-    });
-
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        telemetry::shutdown_signal().await;
-        info!("shutting down after the current cycle");
-        let _ = shutdown_tx.send(true);
-    });
+    let holder = telemetry::process_identity(args.identity.as_deref(), "worker");
+    let shutdown_rx = telemetry::shutdown_channel("shutting down after the current cycle");
     let router = telemetry::metrics_router(metrics.registry.clone()).merge(
         Router::new()
             .route("/healthz", get(healthz))
