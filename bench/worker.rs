@@ -12,13 +12,11 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::{MemberKind, ResolvedMember};
+use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::Message;
-use agentfleet::store::{
-    AgentKey, CycleCommit, LiveEvent, NewMessage, RedisStore, Sender, SpaceRecord, Store,
-};
-use agentfleet::testing::{free_port, MockModel, MockTurn, RedisServer};
+use agentfleet::store::{AgentKey, CycleCommit, LiveEvent, NewMessage, RedisStore, Sender, Store};
+use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -56,27 +54,8 @@ async fn main() {
     let redis = RedisServer::start().unwrap();
     let store = RedisStore::new(&redis.url()).unwrap();
     let family = SpaceKey::new("bench", "family");
-    let members = vec![
-        ResolvedMember {
-            kind: MemberKind::Agent,
-            id: "assistant".into(),
-            name: "assistant".into(),
-        },
-        ResolvedMember {
-            kind: MemberKind::Human,
-            id: "husam".into(),
-            name: "Husam".into(),
-        },
-    ];
     store
-        .apply_space(
-            &family,
-            &SpaceRecord {
-                display_name: "Family".into(),
-                members,
-                max_messages: 10_000,
-            },
-        )
+        .apply_space(&family, &space_record("Family", &["assistant"], &["Husam"]))
         .await
         .unwrap();
 

@@ -78,6 +78,31 @@ impl Drop for RedisServer {
     }
 }
 
+/// A space record with these agents, then these humans (id: the name in lower case), keeping
+/// up to 1,000 messages.
+pub fn space_record(
+    display_name: &str,
+    agents: &[&str],
+    humans: &[&str],
+) -> crate::store::SpaceRecord {
+    use crate::crd::{MemberKind, ResolvedMember};
+    let agents = agents.iter().map(|a| ResolvedMember {
+        kind: MemberKind::Agent,
+        id: a.to_string(),
+        name: a.to_string(),
+    });
+    let humans = humans.iter().map(|h| ResolvedMember {
+        kind: MemberKind::Human,
+        id: h.to_lowercase(),
+        name: h.to_string(),
+    });
+    crate::store::SpaceRecord {
+        display_name: display_name.into(),
+        members: agents.chain(humans).collect(),
+        max_messages: 1000,
+    }
+}
+
 /// A TCP port on 127.0.0.1 that nothing listens on right now.
 pub fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")

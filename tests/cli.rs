@@ -6,10 +6,9 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::{MemberKind, ResolvedMember};
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{RedisStore, SpaceRecord, Store};
-use agentfleet::testing::{free_port, RedisServer};
+use agentfleet::store::{RedisStore, Store};
+use agentfleet::testing::{free_port, space_record, RedisServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
 
@@ -68,26 +67,10 @@ async fn worker_binary_and_operator_tools() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let store = RedisStore::new(&url).unwrap();
-    let members = vec![
-        ResolvedMember {
-            kind: MemberKind::Agent,
-            id: "assistant".into(),
-            name: "assistant".into(),
-        },
-        ResolvedMember {
-            kind: MemberKind::Human,
-            id: "husam".into(),
-            name: "Husam".into(),
-        },
-    ];
     store
         .apply_space(
             &SpaceKey::new("fam", "family"),
-            &SpaceRecord {
-                display_name: "Family".into(),
-                members,
-                max_messages: 100,
-            },
+            &space_record("Family", &["assistant"], &["Husam"]),
         )
         .await
         .unwrap();
@@ -257,26 +240,10 @@ async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let store = RedisStore::new(&url).unwrap();
-    let members = vec![
-        ResolvedMember {
-            kind: MemberKind::Agent,
-            id: "assistant".into(),
-            name: "assistant".into(),
-        },
-        ResolvedMember {
-            kind: MemberKind::Human,
-            id: "husam".into(),
-            name: "Husam".into(),
-        },
-    ];
     store
         .apply_space(
             &SpaceKey::new("fam", "family"),
-            &SpaceRecord {
-                display_name: "Family".into(),
-                members,
-                max_messages: 100,
-            },
+            &space_record("Family", &["assistant"], &["Husam"]),
         )
         .await
         .unwrap();

@@ -6,14 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::{Agent, MemberKind, ResolvedMember};
+use agentfleet::crd::{Agent, MemberKind};
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::openai::OpenAi;
-use agentfleet::store::{
-    AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage, SpaceRecord, Store,
-};
+use agentfleet::store::{AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage, Store};
 use agentfleet::telemetry::WorkerMetrics;
-use agentfleet::testing::{MockModel, MockTurn, RedisServer};
+use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer};
 use agentfleet::worker::cycle::Agentlet;
 use agentfleet::worker::{run_agent, Health};
 use serde_json::{json, Value};
@@ -53,29 +51,12 @@ spec:
 }
 
 async fn space(store: &dyn Store, name: &str, agents: &[&str], humans: &[&str]) {
-    let mut members: Vec<ResolvedMember> = agents
-        .iter()
-        .map(|a| ResolvedMember {
-            kind: MemberKind::Agent,
-            id: a.to_string(),
-            name: a.to_string(),
-        })
-        .collect();
-    members.extend(humans.iter().map(|h| ResolvedMember {
-        kind: MemberKind::Human,
-        id: h.to_lowercase(),
-        name: h.to_string(),
-    }));
     let mut display = name.to_string();
     display[..1].make_ascii_uppercase();
     store
         .apply_space(
             &SpaceKey::new(NS, name),
-            &SpaceRecord {
-                display_name: display,
-                members,
-                max_messages: 1000,
-            },
+            &space_record(&display, agents, humans),
         )
         .await
         .unwrap();
@@ -101,11 +82,10 @@ async fn say(store: &dyn Store, space: &str, human: &str, text: &str) {
         .unwrap();
 }
 
-fn agentlet(store: Arc<RedisStore>, agent: Agent, base_url: &str) -> Arc<Agentlet> {
+fn agentlet(store: Arc<RedisStore>, agent: Agent) -> Arc<Agentlet> {
     let model = OpenAi::new(&agent.spec.model, None)
         .unwrap()
         .with_backoff(Duration::from_millis(10));
-    let _ = base_url;
     Arc::new(Agentlet::new(
         agent.clone(),
         AgentKey::new(NS, agent.metadata.name.clone().unwrap()),
@@ -151,6 +131,13 @@ async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+async fn until_cycle(store: &RedisStore, agent: &Agentlet, cycle: u64) {
+    until(&format!("cycle {cycle} to commit"), async || {
+        (store.consciousness(&agent.key).await.unwrap().cycle == cycle).then_some(())
+    })
+    .await;
 }
 
 async fn messages(store: &dyn Store, space: &str) -> Vec<SpaceMessage> {
@@ -212,13 +199,9 @@ async fn three_quick_messages_are_handled_in_one_cycle() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, ""),
-        &mock.base_url,
     );
     let w = start(a.clone(), "w1", Duration::from_secs(5));
-    until("the cycle to commit", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 1).await;
     w.stop().await;
 
     let requests = mock.requests();
@@ -283,7 +266,6 @@ async fn the_hotel_conversation_continues_from_consciousness() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, ""),
-        &mock.base_url,
     );
     let w = start(a.clone(), "w1", Duration::from_secs(5));
     for (i, text) in ["Find me hotels in Tokyo", "$150", "Book the second one"]
@@ -291,10 +273,7 @@ async fn the_hotel_conversation_continues_from_consciousness() {
         .enumerate()
     {
         say(r.store.as_ref(), "family", "Husam", text).await;
-        until("the cycle", async || {
-            (r.store.consciousness(&a.key).await.unwrap().cycle == i as u64 + 1).then_some(())
-        })
-        .await;
+        until_cycle(&r.store, &a, i as u64 + 1).await;
     }
     w.stop().await;
     let replies: Vec<String> = messages(r.store.as_ref(), "family")
@@ -337,7 +316,6 @@ async fn skip_leaves_no_trace() {
     let a = agentlet(
         r.store.clone(),
         manifest("devops", &["engineering"], &mock.base_url, ""),
-        &mock.base_url,
     );
     say(
         r.store.as_ref(),
@@ -401,7 +379,6 @@ async fn two_workers_of_one_agent_never_both_think() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, ""),
-        &mock.base_url,
     );
     let w1 = start(a.clone(), "w1", Duration::from_secs(2));
     until("w1 to hold the lease", async || {
@@ -412,19 +389,13 @@ async fn two_workers_of_one_agent_never_both_think() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!w2.health.leased(), "the second worker waits");
     say(r.store.as_ref(), "family", "Husam", "hi").await;
-    until("one cycle", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 1).await;
     assert_eq!(mock.requests().len(), 2);
     // The first stops cleanly; the second takes over and thinks next.
     w1.stop().await;
     until("w2 to take over", async || w2.health.leased().then_some(())).await;
     say(r.store.as_ref(), "family", "Husam", "still there?").await;
-    until("the second cycle", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 2).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 2).await;
     w2.stop().await;
     assert_eq!(
         messages(r.store.as_ref(), "family")
@@ -453,7 +424,6 @@ async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, ""),
-        &mock.base_url,
     );
     say(r.store.as_ref(), "family", "Husam", "What is the answer?").await;
     let w1 = start(a.clone(), "w1", Duration::from_secs(1));
@@ -477,10 +447,7 @@ async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once() {
     mock.push(send("family", "The answer is 42."));
     mock.push(MockTurn::text("Answered."));
     let w2 = start(a.clone(), "w2", Duration::from_secs(1));
-    until("the redone cycle to commit", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 1).await;
     w2.stop().await;
     let said = messages(r.store.as_ref(), "family").await;
     let answers: Vec<&str> = said
@@ -529,7 +496,6 @@ async fn memories_survive_compaction_and_restart() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, extra),
-        &mock.base_url,
     );
     let w = start(a.clone(), "w1", Duration::from_secs(5));
     say(
@@ -539,10 +505,7 @@ async fn memories_survive_compaction_and_restart() {
         "Please remember the wifi password is hunter2",
     )
     .await;
-    until("cycle 1", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 1).await;
     for i in 0..6u64 {
         say(
             r.store.as_ref(),
@@ -551,10 +514,7 @@ async fn memories_survive_compaction_and_restart() {
             &format!("Tell me about the weekend, part {i}"),
         )
         .await;
-        until("the cycle", async || {
-            (r.store.consciousness(&a.key).await.unwrap().cycle == i + 2).then_some(())
-        })
-        .await;
+        until_cycle(&r.store, &a, i + 2).await;
     }
     w.stop().await;
     let c = r.store.consciousness(&a.key).await.unwrap();
@@ -589,7 +549,6 @@ async fn memories_survive_compaction_and_restart() {
     let b = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock2.base_url, extra),
-        &mock2.base_url,
     );
     let w = start(b.clone(), "w2", Duration::from_secs(5));
     say(
@@ -599,10 +558,7 @@ async fn memories_survive_compaction_and_restart() {
         "What's the wifi password again?",
     )
     .await;
-    until("the cycle after restart", async || {
-        (r.store.consciousness(&b.key).await.unwrap().cycle == 8).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &b, 8).await;
     w.stop().await;
     let first = &mock2.requests()[0];
     let system = first["messages"][0]["content"].as_str().unwrap();
@@ -633,7 +589,6 @@ async fn a_thousand_cycles_keep_the_prompt_bounded() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, extra),
-        &mock.base_url,
     );
     let lease = r
         .store
@@ -730,14 +685,10 @@ async fn tool_phase_gates_shape_each_step() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, extra),
-        &mock.base_url,
     );
     say(r.store.as_ref(), "family", "Husam", "hi").await;
     let w = start(a.clone(), "w1", Duration::from_secs(5));
-    until("the cycle", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 1).await;
     w.stop().await;
     let reqs = mock.requests();
     assert_eq!(tool_names(&reqs[0]), ["enter_space", "read_messages"]);
@@ -798,14 +749,10 @@ async fn malformed_arguments_and_unknown_tools_are_results_the_model_sees() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, ""),
-        &mock.base_url,
     );
     say(r.store.as_ref(), "family", "Husam", "hi").await;
     let w = start(a.clone(), "w1", Duration::from_secs(5));
-    until("the cycle", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 1).await;
     let results: Vec<String> = mock.requests()[1]["messages"]
         .as_array()
         .unwrap()
@@ -865,10 +812,7 @@ async fn malformed_arguments_and_unknown_tools_are_results_the_model_sees() {
     mock.push(send("family", "Still here."));
     mock.push(MockTurn::text("ok"));
     say(r.store.as_ref(), "family", "Husam", "are you ok?").await;
-    until("the next cycle", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 2).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 2).await;
     w.stop().await;
 }
 
@@ -886,7 +830,6 @@ async fn a_refusing_model_fails_cycles_without_losing_events_or_the_worker() {
     let a = agentlet(
         r.store.clone(),
         manifest("assistant", &["family"], &mock.base_url, ""),
-        &mock.base_url,
     );
     say(
         r.store.as_ref(),
@@ -896,10 +839,7 @@ async fn a_refusing_model_fails_cycles_without_losing_events_or_the_worker() {
     )
     .await;
     let w = start(a.clone(), "w1", Duration::from_secs(5));
-    until("three refusals to be recorded", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 1).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 1).await;
     assert_eq!(
         a.metrics
             .cycles
@@ -921,10 +861,7 @@ async fn a_refusing_model_fails_cycles_without_losing_events_or_the_worker() {
     mock.push(send("family", "Back to normal."));
     mock.push(MockTurn::text("ok"));
     say(r.store.as_ref(), "family", "Husam", "hello again").await;
-    until("the next cycle", async || {
-        (r.store.consciousness(&a.key).await.unwrap().cycle == 2).then_some(())
-    })
-    .await;
+    until_cycle(&r.store, &a, 2).await;
     w.stop().await;
     assert_eq!(
         messages(r.store.as_ref(), "family")
