@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Run the Agent and Space controllers.
     Operator(Box<agentfleet::operator::Args>),
+    /// Serve spaces over HTTP and SSE to humans and services.
+    Gateway(Box<agentfleet::gateway::Args>),
     /// Run one agent's process loop.
     Worker(Box<agentfleet::worker::Args>),
     /// Post to and read a space of the data plane.
@@ -40,6 +42,9 @@ fn main() -> ExitCode {
             .map_err(anyhow::Error::from),
         Command::Operator(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::operator::run(*args)))
+        }
+        Command::Gateway(args) => {
+            runtime().and_then(|rt| rt.block_on(agentfleet::gateway::run(*args)))
         }
         Command::Worker(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::worker::run(*args)))

@@ -85,6 +85,19 @@ pub fn derive(agents: &[&Agent], spaces: &[&Space]) -> BTreeMap<SpaceKey, Vec<Re
     out
 }
 
+/// What the data plane keeps of a Space with these resolved members.
+pub fn record(space: &Space, members: Vec<ResolvedMember>) -> crate::store::SpaceRecord {
+    crate::store::SpaceRecord {
+        display_name: space
+            .spec
+            .display_name
+            .clone()
+            .unwrap_or_else(|| space.name_any()),
+        members,
+        max_messages: space.spec.retention.max_messages,
+    }
+}
+
 /// The spaces an Agent names that do not exist in its namespace, in the order it names them.
 pub fn missing_spaces(agent: &Agent, spaces: &[&Space]) -> Vec<String> {
     let ns = agent.namespace().unwrap_or_else(|| "default".to_string());

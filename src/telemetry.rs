@@ -189,6 +189,71 @@ impl WorkerMetrics {
     }
 }
 
+/// The gateway's metrics, all prefixed `agentfleet_gateway_`.
+#[derive(Clone)]
+pub struct GatewayMetrics {
+    /// Requests by route (the route's pattern), method and status.
+    pub requests: IntCounterVec,
+    /// Time to the response's head, by route.
+    pub request_duration: HistogramVec,
+    /// SSE clients connected.
+    pub sse_clients: prometheus::IntGauge,
+    /// SSE clients cut off because they fell behind (they resume with `Last-Event-ID`).
+    pub sse_lagged: prometheus::IntCounter,
+    /// Message posted → written to an SSE client.
+    pub fanout_latency: prometheus::Histogram,
+}
+
+impl GatewayMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_gateway_requests_total",
+                "Gateway requests, by route, method and status.",
+            ),
+            &["route", "method", "status"],
+        )?;
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_gateway_request_duration_seconds",
+                "Time from a request to its response's head, by route.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
+            ]),
+            &["route"],
+        )?;
+        let sse_clients =
+            prometheus::IntGauge::new("agentfleet_gateway_sse_clients", "SSE clients connected.")?;
+        let sse_lagged = prometheus::IntCounter::new(
+            "agentfleet_gateway_sse_lagged_total",
+            "SSE clients cut off for falling behind (they resume with Last-Event-ID).",
+        )?;
+        let fanout_latency = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "agentfleet_gateway_fanout_latency_seconds",
+                "Time from a message being posted to it being written to an SSE client.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+            ]),
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(request_duration.clone()))?;
+        registry.register(Box::new(sse_clients.clone()))?;
+        registry.register(Box::new(sse_lagged.clone()))?;
+        registry.register(Box::new(fanout_latency.clone()))?;
+        Ok(Self {
+            requests,
+            request_duration,
+            sse_clients,
+            sse_lagged,
+            fanout_latency,
+        })
+    }
+}
+
 /// The registry's metrics in the Prometheus text format.
 pub fn encode(registry: &Registry) -> impl IntoResponse {
     let mut buf = Vec::new();

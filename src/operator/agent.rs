@@ -17,13 +17,14 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tracing::{info, instrument};
+use tracing::{info, instrument, warn};
 
 use super::build::{self, FIELD_MANAGER};
 use super::conditions::{self, Cond};
 use super::{Context, Error};
 use crate::crd::{Agent, AgentPhase, AgentSpec, AgentStatus, ModelProvider, Space};
 use crate::membership;
+use crate::store::AgentKey;
 
 /// Condition: the agent can run and is running as asked.
 pub const READY: &str = "Ready";
@@ -199,8 +200,17 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         .map_err(Error::Kube)?;
     }
 
+    // Known to the data plane, so producers (the gateway's webhook) can address it.
+    let registered = ctx
+        .store
+        .register_agent(&AgentKey::new(ns.clone(), name.clone()))
+        .await;
+    if let Err(e) = &registered {
+        warn!(error = %e, "could not register the agent in the data plane; retrying in 30s");
+    }
+
     // Secrets are not watched: look again soon while the key is missing.
-    if model.status != Some(true) {
+    if model.status != Some(true) || registered.is_err() {
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
     Ok(Action::requeue(Duration::from_secs(300)))

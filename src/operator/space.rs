@@ -21,7 +21,6 @@ use super::conditions::{self, Cond};
 use super::{Context, Error};
 use crate::crd::{Agent, MemberKind, Space, SpaceStatus};
 use crate::membership::{self, SpaceKey};
-use crate::store::SpaceRecord;
 
 /// Finalizer that removes a deleted Space's membership from the data plane.
 pub const FINALIZER: &str = "agentfleet.dev/membership";
@@ -62,15 +61,7 @@ async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
         .unwrap_or_default();
 
     let previous = space.status.clone().unwrap_or_default();
-    let record = SpaceRecord {
-        display_name: space
-            .spec
-            .display_name
-            .clone()
-            .unwrap_or_else(|| space.name_any()),
-        members: members.clone(),
-        max_messages: space.spec.retention.max_messages,
-    };
+    let record = membership::record(&space, members.clone());
     let applied = ctx.store.apply_space(&key, &record).await;
     let ready = match &applied {
         Ok(_) => Cond::ok(

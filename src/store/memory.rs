@@ -27,6 +27,7 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct State {
     spaces: BTreeMap<SpaceKey, SpaceRecord>,
+    registered: HashSet<AgentKey>,
     agents: HashMap<AgentKey, AgentState>,
     logs: HashMap<SpaceKey, SpaceLog>,
     live: HashMap<SpaceKey, broadcast::Sender<LiveEvent>>,
@@ -211,6 +212,18 @@ impl Store for MemoryStore {
 
     async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError> {
         Ok(self.with(|s| s.spaces.keys().cloned().collect()))
+    }
+
+    async fn register_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        Ok(self.with(|s| s.registered.insert(agent.clone())))
+    }
+
+    async fn unregister_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        Ok(self.with(|s| s.registered.remove(agent)))
+    }
+
+    async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        Ok(self.with(|s| s.registered.contains(agent)))
     }
 
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {

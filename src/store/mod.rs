@@ -134,6 +134,17 @@ pub trait Store: Send + Sync + 'static {
     /// Every space the store holds membership for, sorted.
     async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError>;
 
+    /// Records that an Agent exists (the operator does, for every Agent it reconciles), so
+    /// producers such as the gateway's webhook can tell a real agent from a typo. Returns
+    /// whether it was new.
+    async fn register_agent(&self, agent: &AgentKey) -> Result<bool, StoreError>;
+
+    /// Forgets that an Agent exists. Returns whether it was registered.
+    async fn unregister_agent(&self, agent: &AgentKey) -> Result<bool, StoreError>;
+
+    /// Whether an Agent is registered.
+    async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError>;
+
     /// Queues an event in an agent's inbox (the urgent queue when the event is urgent and the
     /// agent is thinking). Idempotent by event id.
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError>;

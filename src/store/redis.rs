@@ -20,6 +20,7 @@
 //! | `agentfleet:{agent:NS/NAME}:memories` | hash | key → memory |
 //! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
+//! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
 //! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
 //! | `agentfleet:{agent:NS/NAME}:inflight` | list | events of the cycle under way |
@@ -67,6 +68,10 @@ fn info_key(space: &SpaceKey) -> String {
 
 fn agents_key(space: &SpaceKey) -> String {
     format!("{}:agents", space_tag(space))
+}
+
+fn agents_index_key() -> String {
+    format!("{PREFIX}agents")
 }
 
 fn spaces_index_key() -> String {
@@ -737,6 +742,31 @@ impl Store for RedisStore {
             .collect();
         keys.sort();
         Ok(keys)
+    }
+
+    async fn register_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        let mut conn = self.conn().await?;
+        let added: u64 = conn
+            .sadd(agents_index_key(), agent.to_string())
+            .await
+            .map_err(redis_err("register agent"))?;
+        Ok(added > 0)
+    }
+
+    async fn unregister_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        let mut conn = self.conn().await?;
+        let removed: u64 = conn
+            .srem(agents_index_key(), agent.to_string())
+            .await
+            .map_err(redis_err("unregister agent"))?;
+        Ok(removed > 0)
+    }
+
+    async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        let mut conn = self.conn().await?;
+        conn.sismember(agents_index_key(), agent.to_string())
+            .await
+            .map_err(redis_err("look up agent"))
     }
 
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {

@@ -71,6 +71,19 @@ async fn membership_is_applied_idempotently(store: &dyn Store) {
     assert_eq!(store.spaces().await.unwrap(), vec![work]);
 }
 
+async fn agents_are_registered(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let b = AgentKey::new("work", "assistant");
+    assert!(!store.agent_registered(&a).await.unwrap());
+    assert!(store.register_agent(&a).await.unwrap());
+    assert!(!store.register_agent(&a).await.unwrap(), "idempotent");
+    assert!(store.agent_registered(&a).await.unwrap());
+    assert!(!store.agent_registered(&b).await.unwrap(), "by namespace");
+    assert!(store.unregister_agent(&a).await.unwrap());
+    assert!(!store.unregister_agent(&a).await.unwrap());
+    assert!(!store.agent_registered(&a).await.unwrap());
+}
+
 async fn ping_answers(store: &dyn Store) {
     store.ping().await.unwrap();
 }
@@ -891,6 +904,7 @@ macro_rules! suite {
 suite!(
     membership_is_applied_idempotently,
     ping_answers,
+    agents_are_registered,
     inbox_drains_whole_batches_in_order_and_drops_duplicates,
     unacknowledged_events_come_back_to_the_next_worker,
     one_worker_holds_the_lease,

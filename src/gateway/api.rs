@@ -1,0 +1,355 @@
+//! The gateway's wire types (documented in `/openapi.json`) and its JSON errors.
+
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::crd::MemberKind;
+use crate::store::{self, StoreError};
+
+/// Who wrote or did something.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EntityRef {
+    /// `agent`, `human` or `service`.
+    pub kind: String,
+    /// Id: an Agent's name, a human's member id or a service's name.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+impl From<&store::Sender> for EntityRef {
+    fn from(s: &store::Sender) -> Self {
+        Self {
+            kind: match s.kind {
+                Some(MemberKind::Agent) => "agent",
+                Some(MemberKind::Human) => "human",
+                None => "service",
+            }
+            .into(),
+            id: s.id.clone(),
+            name: s.name.clone(),
+        }
+    }
+}
+
+/// A message of a space.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    /// Stable id, ordered by posting time (`MILLIS-SEQ`); also the SSE event id.
+    pub id: String,
+    /// The space's name.
+    pub space: String,
+    /// Who posted it.
+    pub sender: EntityRef,
+    /// The text.
+    pub text: String,
+    /// When it was posted, milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// The agent member it addresses, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mention: Option<String>,
+}
+
+impl From<&store::SpaceMessage> for Message {
+    fn from(m: &store::SpaceMessage) -> Self {
+        Self {
+            id: m.id.clone(),
+            space: m.space.clone(),
+            sender: EntityRef::from(&m.sender),
+            text: m.text.clone(),
+            time_ms: m.time_ms,
+            mention: m.mention.clone(),
+        }
+    }
+}
+
+/// A message to post as the caller.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PostMessage {
+    /// The text (not empty).
+    pub text: String,
+    /// An agent member to address: it is woken even where agents answer only when named.
+    #[serde(default)]
+    pub mention: Option<String>,
+    /// Deliver as urgent: injected into a cycle already under way.
+    #[serde(default)]
+    pub urgent: bool,
+}
+
+/// The outcome of a post.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Posted {
+    /// The message's id (the first message's, for a repeated `Idempotency-Key`).
+    pub id: String,
+    /// An earlier post had the same `Idempotency-Key`; nothing new was written.
+    pub duplicate: bool,
+    /// Agents whose inbox received the message.
+    pub delivered: Vec<String>,
+}
+
+/// One page of a space's messages.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagePage {
+    /// Newest first, or oldest first when reading `after` an id.
+    pub messages: Vec<Message>,
+    /// When the page is full: the id to pass as `before` (or `after`) for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A member of a space.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct Member {
+    /// `agent` or `human`.
+    pub kind: String,
+    /// Agent name or human id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// A space as its members see it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceInfo {
+    /// Namespace of the Space.
+    pub namespace: String,
+    /// Name of the Space.
+    pub name: String,
+    /// Name shown to humans and agents.
+    pub display_name: String,
+    /// Agents, then humans.
+    pub members: Vec<Member>,
+}
+
+/// A service event for an agent (a webhook).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TriggerEvent {
+    /// What happened, as the agent will read it.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Structured payload, shown to the agent as JSON after the text.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<serde_json::Value>,
+    /// Event id: sending the same id again is dropped (so retries are safe). Defaults to the
+    /// `Idempotency-Key` header, else a fresh id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Inject into a cycle already under way.
+    #[serde(default)]
+    pub urgent: bool,
+}
+
+/// The outcome of a trigger.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Triggered {
+    /// The event id.
+    pub id: String,
+    /// The inbox had this id already; nothing new was queued.
+    pub duplicate: bool,
+    /// No worker held the agent, so a wake signal was sent.
+    pub woke: bool,
+}
+
+/// The caller, as the gateway knows it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct Me {
+    /// `human` or `service`.
+    pub kind: String,
+    /// Id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// A streamed piece of an agent's message (SSE event `delta`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeltaEvent {
+    /// Groups the pieces of one message.
+    pub stream_id: String,
+    /// The writing agent.
+    pub sender: EntityRef,
+    /// The next piece of text.
+    pub delta: String,
+}
+
+/// What an agent is doing (SSE event `activity`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ActivityEvent {
+    /// The agent.
+    pub sender: EntityRef,
+    /// `thinking`, `tool` or `idle`.
+    pub activity: String,
+    /// The tool being run, for `tool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+}
+
+/// An error.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `unauthenticated`, `forbidden`, `not_member`, `not_found`,
+    /// `method_not_allowed`, `invalid_request`, `payload_too_large`, `rate_limited`,
+    /// `unavailable`.
+    pub code: String,
+    /// For humans.
+    pub message: String,
+}
+
+/// An error answer: status, stable code, message (never a secret).
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable code.
+    pub code: &'static str,
+    /// For humans.
+    pub message: String,
+    /// Seconds to wait, for 429.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 401.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+
+    /// 403.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 403 for a space the caller is not a member of.
+    pub fn not_member(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "not_member", message)
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 400.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// 413.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+
+    /// 429.
+    pub fn rate_limited(wait: std::time::Duration) -> Self {
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        Self {
+            retry_after: Some(secs),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many requests; retry in {secs}s"),
+            )
+        }
+    }
+
+    /// 503.
+    pub fn unavailable(e: &StoreError) -> Self {
+        tracing::warn!(error = %e, "data plane error");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the data plane is unavailable; retry later",
+        )
+    }
+
+    /// 405.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this route does not take that method",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.into(),
+                message: self.message,
+            },
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"agentfleet\""),
+            );
+        }
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+/// A JSON body whose every failure (too large, not JSON, wrong fields) is an [`ApiError`].
+pub struct JsonBody<T>(pub T);
+
+impl<T> FromRequest<super::Gateway> for JsonBody<T>
+where
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, gw: &super::Gateway) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, gw)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::too_large(gw.max_body_bytes())
+                } else {
+                    ApiError::invalid(format!("reading the body: {}", rejection.body_text()))
+                }
+            })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    }
+}

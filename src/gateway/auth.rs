@@ -1,0 +1,339 @@
+//! Who is calling: bearer tokens mapped to entities, from a file of hashed tokens (a mounted
+//! Secret), and a per-entity rate limit.
+//!
+//! The file holds the SHA-256 of each token, never the token itself:
+//!
+//! ```yaml
+//! tokens:
+//!   - sha256: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
+//!     kind: human          # human | service
+//!     id: husam            # a human's member id in Space.spec.members
+//!     name: Husam          # optional display name
+//!   - sha256: fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9
+//!     kind: service
+//!     id: alertmanager
+//!     agents: [ops/oncall] # agents it may trigger: NS/NAME, NS/* or *
+//! ```
+//!
+//! `printf %s "$TOKEN" | sha256sum` gives the hash. Tokens are random secrets, so an unsalted
+//! hash is enough, and a lookup by hash leaks nothing about other tokens.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use crate::store::AgentKey;
+
+/// What kind of entity a token stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntityKind {
+    /// A person: posts and reads in the spaces that list them as a member.
+    Human,
+    /// A program: triggers the agents it is granted with service events.
+    Service,
+}
+
+/// The authenticated caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entity {
+    /// Human or service.
+    pub kind: EntityKind,
+    /// A human's member id, or a service's name.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// For services: the agents it may trigger (`NS/NAME`, `NS/*`, `*`).
+    pub agents: Vec<String>,
+}
+
+impl Entity {
+    /// Whether this entity may send service events to `agent`.
+    pub fn may_trigger(&self, agent: &AgentKey) -> bool {
+        self.kind == EntityKind::Service
+            && self.agents.iter().any(|grant| {
+                grant == "*"
+                    || *grant == agent.to_string()
+                    || grant
+                        .strip_suffix("/*")
+                        .is_some_and(|ns| ns == agent.namespace)
+            })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenFile {
+    #[serde(default)]
+    tokens: Vec<TokenEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    sha256: String,
+    kind: EntityKind,
+    id: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    agents: Vec<String>,
+}
+
+/// The hex SHA-256 of a token, as the token file holds it.
+pub fn hash_token(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A fresh random token (32 bytes from the system's generator, URL-safe hex).
+pub fn new_token(prefix: &str) -> anyhow::Result<String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 24];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| anyhow::anyhow!("the system's random generator failed"))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{prefix}{hex}"))
+}
+
+/// Token hashes → entities. Cheap to clone; reloadable in place.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    by_hash: Arc<RwLock<HashMap<String, Entity>>>,
+}
+
+impl Tokens {
+    /// A token set from `(token, entity)` pairs (for `agentfleet dev` and tests).
+    pub fn from_plain(pairs: impl IntoIterator<Item = (String, Entity)>) -> Self {
+        let map = pairs
+            .into_iter()
+            .map(|(token, entity)| (hash_token(&token), entity))
+            .collect();
+        Self {
+            by_hash: Arc::new(RwLock::new(map)),
+        }
+    }
+
+    /// Parses a token file's text.
+    pub fn parse(text: &str) -> anyhow::Result<HashMap<String, Entity>> {
+        let file: TokenFile = serde_yaml::from_str(text).context("not a token file")?;
+        let mut map = HashMap::new();
+        for (i, e) in file.tokens.into_iter().enumerate() {
+            let hash = e.sha256.trim().to_ascii_lowercase();
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                anyhow::bail!("tokens[{i}] ({}): sha256 must be 64 hex digits", e.id);
+            }
+            if e.id.is_empty() {
+                anyhow::bail!("tokens[{i}]: id is required");
+            }
+            if e.kind == EntityKind::Human && !e.agents.is_empty() {
+                anyhow::bail!("tokens[{i}] ({}): only services are granted agents", e.id);
+            }
+            for grant in &e.agents {
+                let valid = grant == "*"
+                    || grant
+                        .split_once('/')
+                        .is_some_and(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'));
+                if !valid {
+                    anyhow::bail!(
+                        "tokens[{i}] ({}): agent grant {grant:?} is not NS/NAME, NS/* or *",
+                        e.id
+                    );
+                }
+            }
+            let entity = Entity {
+                kind: e.kind,
+                name: e.name.unwrap_or_else(|| e.id.clone()),
+                id: e.id,
+                agents: e.agents,
+            };
+            if map.insert(hash, entity).is_some() {
+                anyhow::bail!("tokens[{i}]: the same token hash appears twice");
+            }
+        }
+        Ok(map)
+    }
+
+    /// Loads a token file.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading token file {}", path.display()))?;
+        let map = Self::parse(&text).with_context(|| format!("token file {}", path.display()))?;
+        Ok(Self {
+            by_hash: Arc::new(RwLock::new(map)),
+        })
+    }
+
+    /// Reloads `path` every `every` (a mounted Secret changes in place); a file that stops
+    /// parsing keeps the tokens in force and is reported.
+    pub fn watch(&self, path: PathBuf, every: Duration) -> tokio::task::JoinHandle<()> {
+        let tokens = self.clone();
+        tokio::spawn(async move {
+            let mut last = std::fs::read_to_string(&path).ok();
+            loop {
+                tokio::time::sleep(every).await;
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        warn!(path = %path.display(), error = %e, "token file unreadable; keeping the tokens in force");
+                        continue;
+                    }
+                };
+                if last.as_deref() == Some(text.as_str()) {
+                    continue;
+                }
+                match Self::parse(&text) {
+                    Ok(map) => {
+                        info!(path = %path.display(), tokens = map.len(), "token file reloaded");
+                        if let Ok(mut m) = tokens.by_hash.write() {
+                            *m = map;
+                        }
+                    }
+                    Err(e) => {
+                        warn!(path = %path.display(), error = %format!("{e:#}"), "token file invalid; keeping the tokens in force")
+                    }
+                }
+                last = Some(text);
+            }
+        })
+    }
+
+    /// The entity of a presented token.
+    pub fn entity(&self, token: &str) -> Option<Entity> {
+        let hash = hash_token(token);
+        self.by_hash.read().ok()?.get(&hash).cloned()
+    }
+
+    /// How many tokens are configured.
+    pub fn len(&self) -> usize {
+        self.by_hash.read().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Whether no token is configured.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A token bucket per entity: `rate` requests per second, bursts up to `burst`.
+pub struct RateLimiter {
+    rate: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+}
+
+impl RateLimiter {
+    /// A limiter; a `rate` of 0 turns it off.
+    pub fn new(rate: f64, burst: u32) -> Self {
+        Self {
+            rate,
+            burst: f64::from(burst.max(1)),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one request from `who`'s bucket; `Err(wait)` when it is empty.
+    pub fn check(&self, who: &str) -> Result<(), Duration> {
+        if self.rate <= 0.0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let Ok(mut buckets) = self.buckets.lock() else {
+            return Ok(());
+        };
+        if buckets.len() > 100_000 {
+            // Drop full buckets so a churn of entities cannot grow the map without bound.
+            let (rate, burst) = (self.rate, self.burst);
+            buckets.retain(|_, (level, at)| {
+                *level + now.duration_since(*at).as_secs_f64() * rate < burst
+            });
+        }
+        let (level, at) = buckets.entry(who.to_string()).or_insert((self.burst, now));
+        *level = (*level + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
+        *at = now;
+        if *level >= 1.0 {
+            *level -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - *level) / self.rate))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_file_maps_hashes_to_entities() {
+        let file = format!(
+            "tokens:\n- sha256: {}\n  kind: human\n  id: husam\n  name: Husam\n- sha256: {}\n  kind: service\n  id: alerts\n  agents: [ops/oncall, 'dev/*']\n",
+            hash_token("secret-1"),
+            hash_token("secret-2").to_uppercase()
+        );
+        let tokens = Tokens {
+            by_hash: Arc::new(RwLock::new(Tokens::parse(&file).unwrap())),
+        };
+        let husam = tokens.entity("secret-1").unwrap();
+        assert_eq!(
+            (husam.kind, husam.name.as_str()),
+            (EntityKind::Human, "Husam")
+        );
+        let alerts = tokens.entity("secret-2").unwrap();
+        assert_eq!(alerts.name, "alerts");
+        assert!(alerts.may_trigger(&AgentKey::new("ops", "oncall")));
+        assert!(alerts.may_trigger(&AgentKey::new("dev", "anything")));
+        assert!(!alerts.may_trigger(&AgentKey::new("ops", "reviewer")));
+        assert!(!husam.may_trigger(&AgentKey::new("ops", "oncall")));
+        assert_eq!(tokens.entity("secret-3"), None);
+        assert_eq!(tokens.entity(""), None);
+    }
+
+    #[test]
+    fn bad_token_files_are_refused_with_the_reason() {
+        let cases = [
+            ("tokens:\n- sha256: abc\n  kind: human\n  id: x\n", "64 hex digits"),
+            ("tokens:\n- sha256: {h}\n  kind: robot\n  id: x\n", "unknown variant"),
+            ("tokens:\n- sha256: {h}\n  kind: human\n  id: x\n  agents: ['*']\n", "only services"),
+            ("tokens:\n- sha256: {h}\n  kind: service\n  id: x\n  agents: [oncall]\n", "NS/NAME"),
+            ("tokens:\n- sha256: {h}\n  kind: human\n  id: x\n- sha256: {h}\n  kind: human\n  id: y\n", "twice"),
+            ("tokens:\n- sha256: {h}\n  kind: human\n  id: x\n  token: plain\n", "unknown field"),
+        ];
+        for (text, want) in cases {
+            let text = text.replace("{h}", &hash_token("t"));
+            let err = format!("{:#}", Tokens::parse(&text).unwrap_err());
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn rate_limit_allows_bursts_then_refuses_with_a_wait() {
+        let limiter = RateLimiter::new(2.0, 3);
+        for _ in 0..3 {
+            limiter.check("a").unwrap();
+        }
+        let wait = limiter.check("a").unwrap_err();
+        assert!(wait > Duration::ZERO && wait <= Duration::from_millis(500));
+        limiter.check("b").unwrap();
+        let off = RateLimiter::new(0.0, 1);
+        for _ in 0..100 {
+            off.check("a").unwrap();
+        }
+    }
+
+    #[test]
+    fn new_tokens_are_random() {
+        let a = new_token("af_").unwrap();
+        assert!(a.starts_with("af_") && a.len() == 51);
+        assert_ne!(a, new_token("af_").unwrap());
+    }
+}

@@ -1,0 +1,870 @@
+//! `agentfleet gateway`: spaces over JSON/HTTP and SSE for humans and services.
+//!
+//! - `POST /v1/spaces/{namespace}/{space}/messages`: post as the caller (a member human);
+//!   fan-out to the member agents' inboxes is the store's one atomic step.
+//! - `GET  /v1/spaces/{namespace}/{space}/messages`: pages, newest first or since an id.
+//! - `GET  /v1/spaces/{namespace}/{space}/stream`: SSE (messages, agents' text as it streams,
+//!   activity), resumable with `Last-Event-ID`.
+//! - `GET  /v1/spaces/{namespace}/{space}`, `GET /v1/me`.
+//! - `POST /v1/agents/{namespace}/{agent}/events`: a service triggers an agent (webhook).
+//! - `/openapi.json` (generated from these handlers), `/healthz`, `/readyz`, `/metrics`.
+//!
+//! Bearer tokens map to entities through a file of hashed tokens ([`auth`]). Errors are JSON
+//! with a stable `code` ([`api::ApiError`]).
+
+pub mod api;
+pub mod auth;
+pub mod sse;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::stream::{self, Stream, StreamExt};
+use prometheus::Registry;
+use serde::Deserialize;
+use tokio::sync::{broadcast, watch};
+use tracing::info;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{IntoParams, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::crd::MemberKind;
+use crate::membership::SpaceKey;
+use crate::store::{
+    now_ms, AgentKey, EventKind, InboxEvent, NewMessage, ReadQuery, RedisStore, Sender,
+    SpaceRecord, Store, StoreError,
+};
+use crate::telemetry::{self, GatewayMetrics};
+use api::{
+    ApiError, ErrorBody, JsonBody, Me, Member, Message, MessagePage, PostMessage, Posted,
+    SpaceInfo, TriggerEvent, Triggered,
+};
+use auth::{Entity, EntityKind, RateLimiter, Tokens};
+use sse::{Frame, Hub, Item};
+
+/// Flags of `agentfleet gateway`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Address to serve the API, `/openapi.json`, `/metrics`, `/healthz` and `/readyz` on.
+    #[arg(long, env = "AGENTFLEET_GATEWAY_ADDR", default_value = "0.0.0.0:8080")]
+    pub addr: SocketAddr,
+    /// Redis URL of the data plane.
+    #[arg(
+        long,
+        env = "AGENTFLEET_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    pub redis: String,
+    /// The token file: SHA-256 hashes of bearer tokens → entities (a mounted Secret; reloaded
+    /// when it changes).
+    #[arg(long, env = "AGENTFLEET_GATEWAY_TOKENS")]
+    pub tokens: PathBuf,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// Request limits.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub max_body_bytes: usize,
+    /// Requests per second per token (0: no limit).
+    #[arg(long, default_value_t = 20.0)]
+    pub rate_limit: f64,
+    /// Requests a token may burst above the rate.
+    #[arg(long, default_value_t = 60)]
+    pub rate_burst: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 * 1024,
+            rate_limit: 20.0,
+            rate_burst: 60,
+        }
+    }
+}
+
+/// Messages read per round trip when a stream resumes.
+const RESUME_PAGE: usize = 500;
+/// The most messages one page returns.
+const MAX_PAGE: usize = 500;
+
+/// The gateway's shared state.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    tokens: Tokens,
+    limiter: RateLimiter,
+    limits: Limits,
+    hub: Hub,
+    metrics: GatewayMetrics,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Gateway {
+    /// A gateway over `store`, registering its metrics in `registry`. Open SSE streams end
+    /// when `shutdown` turns true.
+    pub fn new(
+        store: Arc<dyn Store>,
+        tokens: Tokens,
+        limits: Limits,
+        registry: &Registry,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Self, prometheus::Error> {
+        Ok(Self {
+            inner: Arc::new(Inner {
+                hub: Hub::new(store.clone()),
+                store,
+                tokens,
+                limiter: RateLimiter::new(limits.rate_limit, limits.rate_burst),
+                limits,
+                metrics: GatewayMetrics::register(registry)?,
+                shutdown,
+            }),
+        })
+    }
+
+    /// The body size limit.
+    pub fn max_body_bytes(&self) -> usize {
+        self.inner.limits.max_body_bytes
+    }
+
+    /// The space, if the caller is a member of it.
+    async fn member_space(
+        &self,
+        caller: &Entity,
+        ns: &str,
+        name: &str,
+    ) -> Result<(SpaceKey, SpaceRecord), ApiError> {
+        if !valid_name(ns) || !valid_name(name) {
+            return Err(ApiError::not_found(format!("no space {ns}/{name}")));
+        }
+        let key = SpaceKey::new(ns, name);
+        let record = self
+            .inner
+            .store
+            .space(&key)
+            .await
+            .map_err(|e| ApiError::unavailable(&e))?
+            .ok_or_else(|| ApiError::not_found(format!("no space {key}")))?;
+        let member = caller.kind == EntityKind::Human
+            && record
+                .members
+                .iter()
+                .any(|m| m.kind == MemberKind::Human && m.id == caller.id);
+        if !member {
+            return Err(ApiError::not_member(format!(
+                "{} is not a member of space {key}",
+                caller.id
+            )));
+        }
+        Ok((key, record))
+    }
+}
+
+/// A Kubernetes object name (DNS subdomain).
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+/// The authenticated, rate-limited caller.
+pub struct Caller(pub Entity);
+
+impl FromRequestParts<Gateway> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, gw: &Gateway) -> Result<Self, ApiError> {
+        let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+            ApiError::unauthenticated("missing bearer token (Authorization: Bearer TOKEN)")
+        })?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                ApiError::unauthenticated("the Authorization header is not a bearer token")
+            })?;
+        let entity = gw
+            .inner
+            .tokens
+            .entity(token)
+            .ok_or_else(|| ApiError::unauthenticated("unknown or revoked token"))?;
+        let who = match entity.kind {
+            EntityKind::Human => format!("human:{}", entity.id),
+            EntityKind::Service => format!("service:{}", entity.id),
+        };
+        gw.inner
+            .limiter
+            .check(&who)
+            .map_err(ApiError::rate_limited)?;
+        Ok(Caller(entity))
+    }
+}
+
+fn kind_str(kind: EntityKind) -> &'static str {
+    match kind {
+        EntityKind::Human => "human",
+        EntityKind::Service => "service",
+    }
+}
+
+/// The id of a message (`MILLIS-SEQ`), or a 400.
+fn message_id(what: &str, id: &str) -> Result<String, ApiError> {
+    sse::parse_id(id)
+        .map(|_| id.to_string())
+        .ok_or_else(|| ApiError::invalid(format!("{what}: {id:?} is not a message id")))
+}
+
+/// Posts a message in a space as the caller.
+#[utoipa::path(
+    post,
+    path = "/v1/spaces/{namespace}/{space}/messages",
+    tag = "spaces",
+    params(
+        ("namespace" = String, Path, description = "Namespace of the Space"),
+        ("space" = String, Path, description = "Name of the Space"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Posting again with the same key returns the first message and delivers nothing new"),
+    ),
+    request_body = PostMessage,
+    responses(
+        (status = 201, description = "Posted and delivered to the member agents", body = Posted),
+        (status = 200, description = "An earlier post had this Idempotency-Key", body = Posted),
+        (status = 400, description = "Invalid body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not a member of the space", body = ErrorBody),
+        (status = 404, description = "No such space", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn post_message(
+    State(gw): State<Gateway>,
+    Caller(caller): Caller,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<PostMessage>,
+) -> Result<(StatusCode, Json<Posted>), ApiError> {
+    let (key, record) = gw.member_space(&caller, &ns, &name).await?;
+    if body.text.trim().is_empty() {
+        return Err(ApiError::invalid("text: must not be empty"));
+    }
+    if let Some(m) = &body.mention {
+        if !record.has_agent(m) {
+            return Err(ApiError::invalid(format!(
+                "mention: {m:?} is not an agent of space {key}"
+            )));
+        }
+    }
+    let idempotency_key = idempotency_key(&headers)?;
+    let posted = gw
+        .inner
+        .store
+        .post_message(
+            &key,
+            &NewMessage {
+                sender: Sender {
+                    id: caller.id.clone(),
+                    name: caller.name.clone(),
+                    kind: Some(MemberKind::Human),
+                },
+                text: body.text,
+                mention: body.mention,
+                idempotency_key,
+                urgent: body.urgent,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            StoreError::NotMember { .. } => ApiError::not_member(e.to_string()),
+            e => ApiError::unavailable(&e),
+        })?;
+    let status = if posted.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(Posted {
+            id: posted.id,
+            duplicate: posted.duplicate,
+            delivered: posted.delivered,
+        }),
+    ))
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let v = v
+        .to_str()
+        .map_err(|_| ApiError::invalid("Idempotency-Key: not visible ASCII"))?;
+    if v.is_empty() || v.len() > 200 {
+        return Err(ApiError::invalid("Idempotency-Key: 1 to 200 characters"));
+    }
+    Ok(Some(v.to_string()))
+}
+
+/// Which messages to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReadParams {
+    /// The most messages returned (1–500, default 50).
+    pub limit: Option<usize>,
+    /// Newest first, older than this message id.
+    pub before: Option<String>,
+    /// Oldest first, newer than this message id (takes precedence over `before`).
+    pub after: Option<String>,
+}
+
+/// Reads a space's messages.
+#[utoipa::path(
+    get,
+    path = "/v1/spaces/{namespace}/{space}/messages",
+    tag = "spaces",
+    params(
+        ("namespace" = String, Path, description = "Namespace of the Space"),
+        ("space" = String, Path, description = "Name of the Space"),
+        ReadParams,
+    ),
+    responses(
+        (status = 200, description = "A page of messages", body = MessagePage),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not a member of the space", body = ErrorBody),
+        (status = 404, description = "No such space", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn read_messages(
+    State(gw): State<Gateway>,
+    Caller(caller): Caller,
+    Path((ns, name)): Path<(String, String)>,
+    query: Result<Query<ReadParams>, QueryRejection>,
+) -> Result<Json<MessagePage>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let (key, _) = gw.member_space(&caller, &ns, &name).await?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(format!("limit: 1 to {MAX_PAGE}")));
+    }
+    let query = ReadQuery {
+        limit,
+        before: q
+            .before
+            .as_deref()
+            .map(|b| message_id("before", b))
+            .transpose()?,
+        after: q
+            .after
+            .as_deref()
+            .map(|a| message_id("after", a))
+            .transpose()?,
+    };
+    let messages = gw
+        .inner
+        .store
+        .read_messages(&key, &query)
+        .await
+        .map_err(|e| ApiError::unavailable(&e))?;
+    let next = (messages.len() == limit)
+        .then(|| messages.last().map(|m| m.id.clone()))
+        .flatten();
+    Ok(Json(MessagePage {
+        messages: messages.iter().map(Message::from).collect(),
+        next,
+    }))
+}
+
+/// A space and its members.
+#[utoipa::path(
+    get,
+    path = "/v1/spaces/{namespace}/{space}",
+    tag = "spaces",
+    params(
+        ("namespace" = String, Path, description = "Namespace of the Space"),
+        ("space" = String, Path, description = "Name of the Space"),
+    ),
+    responses(
+        (status = 200, description = "The space", body = SpaceInfo),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not a member of the space", body = ErrorBody),
+        (status = 404, description = "No such space", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn space_info(
+    State(gw): State<Gateway>,
+    Caller(caller): Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<SpaceInfo>, ApiError> {
+    let (key, record) = gw.member_space(&caller, &ns, &name).await?;
+    Ok(Json(SpaceInfo {
+        namespace: key.namespace,
+        name: key.name,
+        display_name: record.display_name,
+        members: record
+            .members
+            .iter()
+            .map(|m| Member {
+                kind: match m.kind {
+                    MemberKind::Agent => "agent",
+                    MemberKind::Human => "human",
+                }
+                .into(),
+                id: m.id.clone(),
+                name: m.name.clone(),
+            })
+            .collect(),
+    }))
+}
+
+/// Where a stream resumes.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StreamParams {
+    /// Resume after this message id (as the `Last-Event-ID` header does; the header wins).
+    pub after: Option<String>,
+}
+
+/// Counts a connected SSE client while it lives.
+struct ClientGuard(prometheus::IntGauge);
+
+impl Drop for ClientGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+fn sse_event(frame: &Frame) -> Event {
+    let event = Event::default().event(frame.event).data(&frame.data);
+    match &frame.id {
+        Some(id) => event.id(id),
+        None => event,
+    }
+}
+
+/// Streams a space over SSE.
+///
+/// Events: `message` (a posted message, JSON `Message`, with the message id as the SSE id),
+/// `delta` (JSON `DeltaEvent`: text an agent is writing, as it streams), `activity` (JSON
+/// `ActivityEvent`: thinking, running a tool, idle). Reconnecting with `Last-Event-ID` (or
+/// `?after=`) first replays the messages posted since that id.
+#[utoipa::path(
+    get,
+    path = "/v1/spaces/{namespace}/{space}/stream",
+    tag = "spaces",
+    params(
+        ("namespace" = String, Path, description = "Namespace of the Space"),
+        ("space" = String, Path, description = "Name of the Space"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this message id"),
+        StreamParams,
+    ),
+    responses(
+        (status = 200, description = "An SSE stream of `message`, `delta` and `activity` events", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Invalid resume id", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not a member of the space", body = ErrorBody),
+        (status = 404, description = "No such space", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn stream_space(
+    State(gw): State<Gateway>,
+    Caller(caller): Caller,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    query: Result<Query<StreamParams>, QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let (key, _) = gw.member_space(&caller, &ns, &name).await?;
+    let resume = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::invalid("Last-Event-ID: not visible ASCII"))?
+                .to_string(),
+        ),
+        None => q.after,
+    }
+    .map(|id| message_id("Last-Event-ID", &id))
+    .transpose()?;
+
+    // Subscribe first, then read what was missed: a message posted in between arrives both
+    // ways and is sent once.
+    let sub = gw
+        .inner
+        .hub
+        .subscribe(&key)
+        .await
+        .map_err(|e| ApiError::unavailable(&e))?;
+    let mut backlog = Vec::new();
+    let mut last = resume.as_deref().and_then(sse::parse_id);
+    if let Some(mut cursor) = resume {
+        loop {
+            let page = gw
+                .inner
+                .store
+                .read_messages(
+                    &key,
+                    &ReadQuery {
+                        limit: RESUME_PAGE,
+                        before: None,
+                        after: Some(cursor.clone()),
+                    },
+                )
+                .await
+                .map_err(|e| ApiError::unavailable(&e))?;
+            for m in &page {
+                let frame = Frame::message(&Message::from(m))
+                    .map_err(|e| ApiError::invalid(format!("encoding a message: {e}")))?;
+                last = frame.order.or(last);
+                backlog.push(Ok(sse_event(&frame)));
+            }
+            match page.last() {
+                Some(m) if page.len() == RESUME_PAGE => cursor = m.id.clone(),
+                _ => break,
+            }
+        }
+    }
+
+    let metrics = gw.inner.metrics.clone();
+    metrics.sse_clients.inc();
+    let guard = ClientGuard(metrics.sse_clients.clone());
+    let live = stream::unfold(
+        (sub, last, gw.inner.shutdown.clone(), guard),
+        move |(mut sub, mut last, mut shutdown, guard)| {
+            let metrics = metrics.clone();
+            async move {
+                loop {
+                    let item = tokio::select! {
+                        r = sub.rx.recv() => r,
+                        _ = shutdown.wait_for(|v| *v) => return None,
+                    };
+                    match item {
+                        Ok(Item::Frame(frame)) => {
+                            if let Some(order) = frame.order {
+                                if last.is_some_and(|l| order <= l) {
+                                    continue;
+                                }
+                                last = Some(order);
+                            }
+                            if let Some(posted) = frame.posted_ms {
+                                let ms = (now_ms() - posted).max(0) as f64;
+                                metrics.fanout_latency.observe(ms / 1000.0);
+                            }
+                            let event = sse_event(&frame);
+                            return Some((Ok(event), (sub, last, shutdown, guard)));
+                        }
+                        Ok(Item::Closed) | Err(broadcast::error::RecvError::Closed) => return None,
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            metrics.sse_lagged.inc();
+                            return None;
+                        }
+                    }
+                }
+            }
+        },
+    );
+    let hello = Event::default()
+        .retry(Duration::from_secs(2))
+        .comment("connected");
+    Ok(
+        Sse::new(stream::iter(std::iter::once(Ok(hello)).chain(backlog)).chain(live))
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))),
+    )
+}
+
+/// Triggers an agent with a service event (a webhook).
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{namespace}/{agent}/events",
+    tag = "agents",
+    params(
+        ("namespace" = String, Path, description = "Namespace of the Agent"),
+        ("agent" = String, Path, description = "Name of the Agent"),
+        ("Idempotency-Key" = Option<String>, Header, description = "The event id, when the body has none: sending it again is dropped"),
+    ),
+    request_body = TriggerEvent,
+    responses(
+        (status = 202, description = "Queued in the agent's inbox (or dropped as a duplicate)", body = Triggered),
+        (status = 400, description = "Invalid body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "The token may not trigger this agent", body = ErrorBody),
+        (status = 404, description = "No such agent", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn trigger_agent(
+    State(gw): State<Gateway>,
+    Caller(caller): Caller,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<TriggerEvent>,
+) -> Result<(StatusCode, Json<Triggered>), ApiError> {
+    let key = AgentKey::new(ns.clone(), name.clone());
+    if !caller.may_trigger(&key) {
+        return Err(ApiError::forbidden(format!(
+            "{} {} may not trigger agent {key}",
+            kind_str(caller.kind),
+            caller.id
+        )));
+    }
+    let known = valid_name(&ns)
+        && valid_name(&name)
+        && gw
+            .inner
+            .store
+            .agent_registered(&key)
+            .await
+            .map_err(|e| ApiError::unavailable(&e))?;
+    if !known {
+        return Err(ApiError::not_found(format!("no agent {key}")));
+    }
+    let text = body.text.filter(|t| !t.trim().is_empty());
+    if text.is_none() && body.data.is_none() {
+        return Err(ApiError::invalid("give text, data or both"));
+    }
+    let id = match body.id {
+        Some(id) if id.is_empty() || id.len() > 200 => {
+            return Err(ApiError::invalid("id: 1 to 200 characters"))
+        }
+        Some(id) => id,
+        None => match idempotency_key(&headers)? {
+            Some(k) => k,
+            None => auth::new_token("svc-").map_err(|e| ApiError::invalid(e.to_string()))?,
+        },
+    };
+    let event = InboxEvent {
+        id: format!("service:{}:{id}", caller.id),
+        kind: EventKind::Service,
+        time_ms: now_ms(),
+        urgent: body.urgent,
+        space: None,
+        sender: Some(Sender {
+            id: caller.id.clone(),
+            name: caller.name.clone(),
+            kind: None,
+        }),
+        text,
+        data: body.data,
+    };
+    let pushed = gw
+        .inner
+        .store
+        .push_event(&key, &event)
+        .await
+        .map_err(|e| ApiError::unavailable(&e))?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Triggered {
+            id,
+            duplicate: !pushed.queued,
+            woke: pushed.woke,
+        }),
+    ))
+}
+
+/// The caller.
+#[utoipa::path(
+    get,
+    path = "/v1/me",
+    tag = "auth",
+    responses(
+        (status = 200, description = "Who the token stands for", body = Me),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn me(Caller(caller): Caller) -> Json<Me> {
+    Json(Me {
+        kind: kind_str(caller.kind).into(),
+        id: caller.id,
+        name: caller.name,
+    })
+}
+
+/// Liveness: the process serves.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "Serving", body = String)))]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness: the data plane answers.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = String),
+        (status = 503, description = "The data plane does not answer", body = String),
+    ))]
+async fn readyz(State(gw): State<Gateway>) -> (StatusCode, String) {
+    match tokio::time::timeout(Duration::from_secs(2), gw.inner.store.ping()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ok\n".into()),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("data plane: {e}\n"),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "data plane: no answer within 2s\n".into(),
+        ),
+    }
+}
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "agentfleet gateway",
+        description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code. `/metrics` serves Prometheus metrics."
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "spaces", description = "Messages of the spaces the caller is a member of"),
+        (name = "agents", description = "Service events for agents"),
+        (name = "auth", description = "The caller"),
+        (name = "operations", description = "Probes"),
+    )
+)]
+struct ApiDoc;
+
+/// The API's routes (state still to provide) and its OpenAPI document, built from the same
+/// handler annotations so they cannot disagree.
+pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(post_message, read_messages))
+        .routes(routes!(space_info))
+        .routes(routes!(stream_space))
+        .routes(routes!(trigger_agent))
+        .routes(routes!(me))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .split_for_parts()
+}
+
+/// The whole HTTP surface: the API, `/openapi.json`, `/metrics` (of `registry`), JSON 404/405.
+pub fn router(gw: Gateway, registry: Registry) -> Router {
+    let (api, doc) = api();
+    let doc = Arc::new(doc);
+    api.route(
+        "/openapi.json",
+        get(move || {
+            let doc = doc.clone();
+            async move { Json(doc.as_ref().clone()) }
+        }),
+    )
+    .fallback(|| async { ApiError::not_found("no such route") })
+    .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+    .layer(axum::middleware::from_fn_with_state(gw.clone(), track))
+    .layer(DefaultBodyLimit::max(gw.max_body_bytes()))
+    .with_state(gw)
+    .merge(telemetry::metrics_router(registry))
+}
+
+/// Counts requests by route pattern, method and status.
+async fn track(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().as_str().to_string();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    let m = &gw.inner.metrics;
+    m.request_duration
+        .with_label_values(&[route.as_str()])
+        .observe(start.elapsed().as_secs_f64());
+    m.requests
+        .with_label_values(&[route.as_str(), method.as_str(), response.status().as_str()])
+        .inc();
+    response.into_response()
+}
+
+/// Serves `router` on `listener` until `shutdown` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router.into_make_service())
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|v| *v).await;
+        })
+        .await
+}
+
+/// `agentfleet gateway`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let tokens = Tokens::load(&args.tokens)?;
+    if tokens.is_empty() {
+        tracing::warn!(path = %args.tokens.display(), "the token file holds no tokens: every request will be refused");
+    }
+    let _reload = tokens.watch(args.tokens.clone(), Duration::from_secs(10));
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis).context("data plane")?);
+    let registry = Registry::new();
+    let shutdown = telemetry::shutdown_channel("shutting down the gateway");
+    let gw = Gateway::new(store, tokens, args.limits, &registry, shutdown.clone())
+        .context("registering metrics")?;
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("listening on {}", args.addr))?;
+    info!(addr = %args.addr, tokens = gw.inner.tokens.len(), "gateway serving");
+    serve(listener, router(gw, registry), shutdown)
+        .await
+        .context("serving HTTP")
+}
