@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Run the Agent and Space controllers.
     Operator(Box<agentfleet::operator::Args>),
+    /// Run everything on this machine from a directory of manifests: no cluster, no Redis.
+    Dev(Box<agentfleet::dev::Args>),
     /// Serve spaces over HTTP and SSE to humans and services.
     Gateway(Box<agentfleet::gateway::Args>),
     /// Run one agent's process loop.
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Operator(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::operator::run(*args)))
         }
+        Command::Dev(args) => runtime().and_then(|rt| rt.block_on(agentfleet::dev::run(*args))),
         Command::Gateway(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::gateway::run(*args)))
         }

@@ -332,6 +332,9 @@ impl Agentlet {
                         ok: true,
                     }
                 } else {
+                    // Visible in the space as "running <tool>" (skip never is: it leaves
+                    // no trace).
+                    self.tool_activity(env.active.as_deref(), &call.name).await;
                     env.run(call, &format!("{}:{batch}:{step}:{i}", self.key))
                         .await
                 };
@@ -626,11 +629,20 @@ impl Agentlet {
     }
 
     async fn activity(&self, space: Option<&str>, activity: &str) {
+        self.publish_activity(space, activity, None).await;
+    }
+
+    async fn tool_activity(&self, space: Option<&str>, tool: &str) {
+        self.publish_activity(space, "tool", Some(tool.to_string()))
+            .await;
+    }
+
+    async fn publish_activity(&self, space: Option<&str>, activity: &str, tool: Option<String>) {
         let Some(space) = space else { return };
         let event = LiveEvent::Activity {
             sender: self.me(),
             activity: activity.into(),
-            tool: None,
+            tool,
         };
         if let Err(e) = self
             .store

@@ -1,0 +1,449 @@
+//! `agentfleet dev DIR`: the whole system on one machine, no cluster and no Redis.
+//!
+//! Loads the Agent and Space manifests in DIR (the YAML `kubectl apply` takes), validates the
+//! Agents as the operator does, derives membership with the operator's own function, and
+//! runs the gateway plus one in-process worker per agent on the embedded store (or on Redis
+//! with `--redis`). Prints the gateway's URL, a token per human member and the `chat`
+//! command to use.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use kube::ResourceExt;
+use serde::Deserialize;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::crd::{Agent, MemberKind, Space};
+use crate::gateway::auth::{new_token, Entity, EntityKind, Tokens};
+use crate::gateway::{self, Gateway, Limits};
+use crate::membership::{self, SpaceKey};
+use crate::store::{AgentKey, MemoryStore, RedisStore, Store};
+use crate::telemetry::{self, WorkerMetrics};
+use crate::worker::cycle::Agentlet;
+use crate::worker::{run_agent, Health};
+
+/// Flags of `agentfleet dev`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Directory of Agent and Space manifests (`*.yaml`, `*.yml`; several documents a file).
+    pub dir: PathBuf,
+    /// Address of the gateway (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Use this Redis instead of the embedded store.
+    #[arg(long)]
+    pub redis: Option<String>,
+    /// Namespace of manifests that name none.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// The manifests of a directory.
+#[derive(Debug, Default)]
+pub struct Manifests {
+    /// Agents, by file order.
+    pub agents: Vec<Agent>,
+    /// Spaces, by file order.
+    pub spaces: Vec<Space>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypeMeta {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+/// Reads every Agent and Space in `dir` (sorted by file name), giving `namespace` to those
+/// without one. Objects of other API groups are skipped with a warning; anything malformed is
+/// an error naming the file and document.
+pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+        })
+        .collect();
+    files.sort();
+    let mut out = Manifests::default();
+    for file in &files {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let at = || format!("{} (document {})", file.display(), i + 1);
+            let value = serde_yaml::Value::deserialize(doc).with_context(at)?;
+            if value.is_null() {
+                continue;
+            }
+            let meta: TypeMeta = serde_yaml::from_value(value.clone()).with_context(at)?;
+            if meta.api_version != "agentfleet.dev/v1alpha1" {
+                warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
+                continue;
+            }
+            match meta.kind.as_str() {
+                "Agent" => {
+                    let mut agent: Agent = serde_yaml::from_value(value)
+                        .with_context(|| format!("{}: not a valid Agent", at()))?;
+                    agent
+                        .metadata
+                        .namespace
+                        .get_or_insert_with(|| namespace.to_string());
+                    out.agents.push(agent);
+                }
+                "Space" => {
+                    let mut space: Space = serde_yaml::from_value(value)
+                        .with_context(|| format!("{}: not a valid Space", at()))?;
+                    space
+                        .metadata
+                        .namespace
+                        .get_or_insert_with(|| namespace.to_string());
+                    out.spaces.push(space);
+                }
+                other => bail!("{}: unknown agentfleet kind {other:?}", at()),
+            }
+        }
+    }
+    check(&out)?;
+    Ok(out)
+}
+
+/// Refuses what the operator would: nameless or duplicate objects, invalid Agent specs.
+fn check(m: &Manifests) -> anyhow::Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut problems = Vec::new();
+    for a in &m.agents {
+        let name = a.name_any();
+        if name.is_empty() {
+            problems.push("an Agent has no metadata.name".to_string());
+            continue;
+        }
+        if !seen.insert(("Agent", a.namespace(), name.clone())) {
+            problems.push(format!("Agent {name} appears twice"));
+        }
+        for p in crate::operator::agent::validate(&name, &a.spec) {
+            problems.push(format!("Agent {name}: {p}"));
+        }
+    }
+    for s in &m.spaces {
+        let name = s.name_any();
+        if name.is_empty() {
+            problems.push("a Space has no metadata.name".to_string());
+        } else if !seen.insert(("Space", s.namespace(), name.clone())) {
+            problems.push(format!("Space {name} appears twice"));
+        }
+    }
+    if !problems.is_empty() {
+        bail!("invalid manifests:\n  {}", problems.join("\n  "));
+    }
+    Ok(())
+}
+
+/// A human who can chat, with a fresh token.
+pub struct DevHuman {
+    /// Member id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Bearer token.
+    pub token: String,
+    /// Spaces they are a member of.
+    pub spaces: Vec<SpaceKey>,
+}
+
+/// A running `dev`: the gateway and the workers.
+pub struct Dev {
+    /// The gateway's address.
+    pub addr: SocketAddr,
+    /// Tokens for the human members.
+    pub humans: Vec<DevHuman>,
+    /// A service token that may trigger every agent.
+    pub service_token: String,
+    /// Spaces and their member names (agents, then humans).
+    pub spaces: BTreeMap<SpaceKey, Vec<String>>,
+    /// The agents running.
+    pub agents: Vec<AgentKey>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Dev {
+    /// Starts everything described by `manifests` on `store`.
+    pub async fn start(
+        manifests: Manifests,
+        store: Arc<dyn Store>,
+        addr: SocketAddr,
+    ) -> anyhow::Result<Self> {
+        store.ping().await.context("data plane")?;
+        let agent_refs: Vec<&Agent> = manifests.agents.iter().collect();
+        let space_refs: Vec<&Space> = manifests.spaces.iter().collect();
+        for a in &manifests.agents {
+            let missing = membership::missing_spaces(a, &space_refs);
+            if !missing.is_empty() {
+                warn!(agent = %a.name_any(), missing = %missing.join(", "), "the agent names spaces that are not in the directory");
+            }
+        }
+        let derived = membership::derive(&agent_refs, &space_refs);
+        let mut spaces = BTreeMap::new();
+        let mut humans: BTreeMap<String, DevHuman> = BTreeMap::new();
+        for s in &manifests.spaces {
+            let key = SpaceKey::of(s);
+            let members = derived.get(&key).cloned().unwrap_or_default();
+            for m in members.iter().filter(|m| m.kind == MemberKind::Human) {
+                let human = match humans.get_mut(&m.id) {
+                    Some(h) => h,
+                    None => humans.entry(m.id.clone()).or_insert(DevHuman {
+                        id: m.id.clone(),
+                        name: m.name.clone(),
+                        token: new_token("af_")?,
+                        spaces: Vec::new(),
+                    }),
+                };
+                human.spaces.push(key.clone());
+            }
+            spaces.insert(
+                key.clone(),
+                members.iter().map(|m| m.name.clone()).collect(),
+            );
+            store
+                .apply_space(&key, &membership::record(s, members))
+                .await
+                .with_context(|| format!("applying space {key}"))?;
+        }
+
+        let service_token = new_token("af_")?;
+        let mut pairs: Vec<(String, Entity)> = humans
+            .values()
+            .map(|h| {
+                (
+                    h.token.clone(),
+                    Entity {
+                        kind: EntityKind::Human,
+                        id: h.id.clone(),
+                        name: h.name.clone(),
+                        agents: Vec::new(),
+                    },
+                )
+            })
+            .collect();
+        pairs.push((
+            service_token.clone(),
+            Entity {
+                kind: EntityKind::Service,
+                id: "dev".into(),
+                name: "dev".into(),
+                agents: vec!["*".into()],
+            },
+        ));
+
+        let metrics = WorkerMetrics::new().context("registering metrics")?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let gw = Gateway::new(
+            store.clone(),
+            Tokens::from_plain(pairs),
+            Limits::default(),
+            &metrics.registry,
+            shutdown_rx.clone(),
+        )
+        .context("registering metrics")?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr} (choose another with --addr)"))?;
+        let addr = listener.local_addr().context("listening address")?;
+        let server = tokio::spawn(gateway::serve(
+            listener,
+            gateway::router(gw, metrics.registry.clone()),
+            shutdown_rx.clone(),
+        ));
+
+        let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
+        let holder = telemetry::process_identity(None, "dev");
+        let mut tasks = Vec::new();
+        let mut agents = Vec::new();
+        for agent in manifests.agents {
+            let key = AgentKey::new(
+                agent.namespace().unwrap_or_else(|| "default".into()),
+                agent.name_any(),
+            );
+            store
+                .register_agent(&key)
+                .await
+                .with_context(|| format!("registering agent {key}"))?;
+            if agent.spec.paused {
+                info!(agent = %key, "paused; not started");
+                continue;
+            }
+            let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key.clone())
+                .with_context(|| format!("agent {key}: model"))?;
+            let agentlet = Arc::new(Agentlet::new(
+                agent,
+                key.clone(),
+                store.clone(),
+                Arc::from(model),
+                metrics.clone(),
+            ));
+            let rx = shutdown_rx.clone();
+            let holder = holder.clone();
+            let name = key.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = run_agent(
+                    agentlet,
+                    holder,
+                    Duration::from_secs(15),
+                    Arc::new(Health::default()),
+                    rx,
+                )
+                .await
+                {
+                    warn!(agent = %name, error = %e, "agent stopped");
+                }
+            }));
+            agents.push(key);
+        }
+        Ok(Self {
+            addr,
+            humans: humans.into_values().collect(),
+            service_token,
+            spaces,
+            agents,
+            shutdown,
+            tasks,
+            server,
+        })
+    }
+
+    /// What to tell the user: where the gateway is and how to chat.
+    pub fn banner(&self) -> String {
+        let url = format!("http://{}", self.addr);
+        let mut out = format!(
+            "agentfleet dev: {} agent(s) thinking, {} space(s)\n\n  gateway   {url}   (OpenAPI {url}/openapi.json, metrics {url}/metrics)\n",
+            self.agents.len(),
+            self.spaces.len()
+        );
+        for (key, members) in &self.spaces {
+            out.push_str(&format!("  space     {key}: {}\n", members.join(", ")));
+        }
+        out.push('\n');
+        for h in &self.humans {
+            for space in &h.spaces {
+                out.push_str(&format!(
+                    "  chat in {space} as {}:\n    agentfleet chat {space} --gateway {url} --token {}\n",
+                    h.name, h.token
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "\n  trigger an agent as a service:\n    curl -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n      -d '{{\"text\": \"deploy finished\"}}' {url}/v1/agents/NAMESPACE/AGENT/events\n\nCtrl-C stops (a cycle under way is finished first).\n",
+            self.service_token
+        ));
+        out
+    }
+
+    /// Stops the workers (each finishes its cycle) and the gateway.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let _ = self.server.await;
+    }
+}
+
+/// `agentfleet dev`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let manifests = load_dir(&args.dir, &args.namespace)?;
+    if manifests.agents.is_empty() && manifests.spaces.is_empty() {
+        bail!(
+            "{} holds no Agent or Space manifests (apiVersion agentfleet.dev/v1alpha1)",
+            args.dir.display()
+        );
+    }
+    let store: Arc<dyn Store> = match &args.redis {
+        Some(url) => Arc::new(RedisStore::new(url).context("data plane")?),
+        None => Arc::new(MemoryStore::new()),
+    };
+    let dev = Dev::start(manifests, store, args.addr).await?;
+    println!("{}", dev.banner());
+    telemetry::shutdown_signal().await;
+    info!("stopping: finishing the cycles under way");
+    dev.stop().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("agentfleet-dev-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_samples_load() {
+        let m = load_dir(Path::new("config/samples"), "default").unwrap();
+        let mut agents: Vec<String> = m.agents.iter().map(|a| a.name_any()).collect();
+        agents.sort();
+        assert_eq!(agents, ["assistant", "oncall", "reviewer"]);
+        assert!(m
+            .spaces
+            .iter()
+            .all(|s| s.namespace().as_deref() == Some("default")));
+    }
+
+    #[test]
+    fn bad_manifests_are_refused_with_file_and_reason() {
+        let d = tempdir("bad");
+        write(
+            &d,
+            "a.yaml",
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: scripted, name: a}, cycle: {maxSteps: 0}}\n",
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(err.contains("Agent a"), "{err}");
+
+        write(
+            &d,
+            "a.yaml",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: nope, name: a}}\n",
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(
+            err.contains("a.yaml (document 1)") && err.contains("not a valid Agent"),
+            "{err}"
+        );
+
+        write(
+            &d,
+            "a.yaml",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Robot\nmetadata: {name: a}\n",
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(err.contains("unknown agentfleet kind"), "{err}");
+
+        write(
+            &d,
+            "a.yaml",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\n",
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(err.contains("Space s appears twice"), "{err}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
