@@ -22,5 +22,6 @@ pub fn install_crypto_provider() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
+pub mod chat;
 pub mod cli;
 pub mod worker;

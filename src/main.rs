@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Run the Agent and Space controllers.
     Operator(Box<agentfleet::operator::Args>),
+    /// Chat in a space through the gateway, as a human member.
+    Chat(Box<agentfleet::chat::Args>),
     /// Run everything on this machine from a directory of manifests: no cluster, no Redis.
     Dev(Box<agentfleet::dev::Args>),
     /// Serve spaces over HTTP and SSE to humans and services.
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Operator(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::operator::run(*args)))
         }
+        Command::Chat(args) => runtime().and_then(|rt| rt.block_on(agentfleet::chat::run(*args))),
         Command::Dev(args) => runtime().and_then(|rt| rt.block_on(agentfleet::dev::run(*args))),
         Command::Gateway(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::gateway::run(*args)))
