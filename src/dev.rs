@@ -90,6 +90,21 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
                 warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
                 continue;
             }
+            if matches!(meta.kind.as_str(), "Agent" | "Space") {
+                // What the API server would refuse, refused here too.
+                let json = serde_json::to_value(&value).with_context(at)?;
+                let schema = crate::crd::validate::schema_of(&meta.kind)
+                    .with_context(|| format!("no schema for {}", meta.kind))?;
+                let problems = crate::crd::validate::check(&schema, &json);
+                if !problems.is_empty() {
+                    bail!(
+                        "{}: invalid {}:\n  {}",
+                        at(),
+                        meta.kind,
+                        problems.join("\n  ")
+                    );
+                }
+            }
             match meta.kind.as_str() {
                 "Agent" => {
                     let mut agent: Agent = serde_yaml::from_value(value)
@@ -416,7 +431,11 @@ mod tests {
             "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: scripted, name: a}, cycle: {maxSteps: 0}}\n",
         );
         let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
-        assert!(err.contains("Agent a"), "{err}");
+        assert!(
+            err.contains("invalid Agent")
+                && err.contains("spec.cycle.maxSteps: must be greater than or equal to 1"),
+            "{err}"
+        );
 
         write(
             &d,
@@ -425,7 +444,7 @@ mod tests {
         );
         let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
         assert!(
-            err.contains("a.yaml (document 1)") && err.contains("not a valid Agent"),
+            err.contains("a.yaml (document 1)") && err.contains("spec.model.provider: unsupported value"),
             "{err}"
         );
 
@@ -440,7 +459,7 @@ mod tests {
         write(
             &d,
             "a.yaml",
-            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\n",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\nspec: {}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\nspec: {}\n",
         );
         let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
         assert!(err.contains("Space s appears twice"), "{err}");

@@ -5,6 +5,7 @@
 
 mod agent;
 mod space;
+pub mod validate;
 
 pub use agent::*;
 pub use space::*;

@@ -770,6 +770,7 @@ impl utoipa::Modify for BearerAuth {
         description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code. `/metrics` serves Prometheus metrics."
     ),
     modifiers(&BearerAuth),
+    components(schemas(api::DeltaEvent, api::ActivityEvent)),
     tags(
         (name = "spaces", description = "Messages of the spaces the caller is a member of"),
         (name = "agents", description = "Service events for agents"),

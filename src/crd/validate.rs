@@ -1,0 +1,275 @@
+//! Checks a manifest against its CRD's structural schema, as the API server does on
+//! `kubectl apply` (types, required fields, enums, ranges, lengths, patterns, unique `set`
+//! lists, unknown fields as with kubectl's strict validation). Used where there is no API
+//! server: `agentfleet dev` refuses exactly what a cluster would.
+
+use serde_json::Value;
+
+/// Problems of `object` against the openAPIV3Schema `schema`, each with its field path.
+pub fn check(schema: &Value, object: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    walk(schema, object, "", &mut problems);
+    problems
+}
+
+/// The openAPIV3Schema of a kind's first version, as JSON.
+pub fn schema_of(kind: &str) -> Option<Value> {
+    let crd = super::definitions()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)?;
+    let schema = crd
+        .spec
+        .versions
+        .first()?
+        .schema
+        .as_ref()?
+        .open_api_v3_schema
+        .as_ref()?;
+    serde_json::to_value(schema).ok()
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
+    let at = if path.is_empty() { "<root>" } else { path };
+    if v.is_null() {
+        // The API server drops nulls (and so does our deserialisation into defaults).
+        return;
+    }
+    if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        if !(v.is_string() || v.is_i64() || v.is_u64()) {
+            out.push(format!("{at}: must be an integer or a string"));
+        }
+        return;
+    }
+    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+        && schema.get("properties").is_none()
+    {
+        return;
+    }
+    let actual = type_name(v);
+    if let Some(want) = schema.get("type").and_then(Value::as_str) {
+        let fits = want == actual || (want == "number" && actual == "integer");
+        if !fits {
+            out.push(format!("{at}: must be {want}, not {actual}"));
+            return;
+        }
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        if !options.contains(v) {
+            let list: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+            out.push(format!(
+                "{at}: unsupported value {v}; supported values: {}",
+                list.join(", ")
+            ));
+        }
+    }
+    match v {
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(0.0);
+            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
+                if x < min {
+                    out.push(format!("{at}: must be greater than or equal to {min}"));
+                }
+            }
+            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
+                if x > max {
+                    out.push(format!("{at}: must be less than or equal to {max}"));
+                }
+            }
+        }
+        Value::String(s) => {
+            let len = s.chars().count() as u64;
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
+                if len < min {
+                    out.push(format!("{at}: must be at least {min} characters"));
+                }
+            }
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
+                if len > max {
+                    out.push(format!("{at}: may not be more than {max} characters"));
+                }
+            }
+            if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+                match regex::Regex::new(pattern) {
+                    Ok(re) if !re.is_match(s) => {
+                        out.push(format!("{at}: {s:?} should match '{pattern}'"));
+                    }
+                    Ok(_) => {}
+                    Err(e) => out.push(format!("{at}: schema pattern {pattern:?} invalid: {e}")),
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
+                if items.len() as u64 > max {
+                    out.push(format!("{at}: must have at most {max} items"));
+                }
+            }
+            let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
+            if list_type == Some("set") {
+                for (i, item) in items.iter().enumerate() {
+                    if items[..i].contains(item) {
+                        out.push(format!("{at}[{i}]: duplicate value {item}"));
+                    }
+                }
+            }
+            if list_type == Some("map") {
+                let keys: Vec<&str> = schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|k| k.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                for (i, item) in items.iter().enumerate() {
+                    let key: Vec<&Value> = keys.iter().filter_map(|k| item.get(*k)).collect();
+                    let dup = items[..i].iter().any(|other| {
+                        keys.iter()
+                            .filter_map(|k| other.get(*k))
+                            .collect::<Vec<_>>()
+                            == key
+                    });
+                    if dup && !key.is_empty() {
+                        out.push(format!(
+                            "{at}[{i}]: duplicate entry for key {}",
+                            keys.join(",")
+                        ));
+                    }
+                }
+            }
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item_schema, item, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        Value::Object(map) => {
+            if let Some(required) = schema.get("required").and_then(Value::as_array) {
+                for r in required.iter().filter_map(Value::as_str) {
+                    if map.get(r).is_none_or(Value::is_null) {
+                        out.push(format!("{}: Required value", join(path, r)));
+                    }
+                }
+            }
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties");
+            for (k, child) in map {
+                if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                match (properties.and_then(|p| p.get(k)), additional) {
+                    (Some(s), _) => walk(s, child, &join(path, k), out),
+                    (None, Some(Value::Object(_))) => {
+                        if let Some(s) = additional {
+                            walk(s, child, &join(path, k), out);
+                        }
+                    }
+                    (None, Some(Value::Bool(true))) => {}
+                    (None, _) => {
+                        if schema.get("x-kubernetes-preserve-unknown-fields")
+                            != Some(&Value::Bool(true))
+                        {
+                            out.push(format!("{}: unknown field", join(path, k)));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn agent(spec: Value) -> Value {
+        json!({"apiVersion": "agentfleet.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "a"}, "spec": spec})
+    }
+
+    #[test]
+    fn agents_are_checked_like_the_api_server_does() {
+        let schema = schema_of("Agent").unwrap();
+        let ok =
+            agent(json!({"model": {"provider": "scripted", "name": "a"}, "spaces": ["family"]}));
+        assert_eq!(check(&schema, &ok), Vec::<String>::new());
+        let cases = [
+            (
+                json!({"model": {"provider": "nope", "name": "a"}}),
+                "spec.model.provider: unsupported value \"nope\"",
+            ),
+            (
+                json!({"model": {"provider": "scripted", "name": "a"}, "cycle": {"maxSteps": 0}}),
+                "spec.cycle.maxSteps: must be greater than or equal to 1",
+            ),
+            (
+                json!({"model": {"provider": "scripted", "name": "a"}, "cycle": {"maxSteps": "many"}}),
+                "spec.cycle.maxSteps: must be integer, not string",
+            ),
+            (
+                json!({"model": {"provider": "scripted"}}),
+                "spec.model.name: Required value",
+            ),
+            (
+                json!({"model": {"provider": "scripted", "name": "a"}, "spaces": ["Family!"]}),
+                "spec.spaces[0]: \"Family!\" should match",
+            ),
+            (
+                json!({"model": {"provider": "scripted", "name": "a"}, "spaces": ["a", "a"]}),
+                "spec.spaces[1]: duplicate value",
+            ),
+            (
+                json!({"model": {"provider": "scripted", "name": "a", "temprature": 1}}),
+                "spec.model.temprature: unknown field",
+            ),
+            (
+                json!({"model": {"provider": "openai", "name": "a", "temperature": 7}}),
+                "spec.model.temperature: must be less than or equal to 2",
+            ),
+            (
+                json!({"model": {"provider": "scripted", "name": "a"}, "scaling": {"minReplicas": 3}}),
+                "spec.scaling.minReplicas: must be less than or equal to 1",
+            ),
+        ];
+        for (spec, want) in cases {
+            let problems = check(&schema, &agent(spec.clone()));
+            assert!(
+                problems.iter().any(|p| p.starts_with(want)),
+                "{spec}: {problems:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn spaces_are_checked_too() {
+        let schema = schema_of("Space").unwrap();
+        let space = |spec: Value| json!({"apiVersion": "agentfleet.dev/v1alpha1", "kind": "Space", "metadata": {"name": "s"}, "spec": spec});
+        assert_eq!(
+            check(&schema, &space(json!({"members": [{"id": "husam"}]}))),
+            Vec::<String>::new()
+        );
+        let p = check(
+            &schema,
+            &space(json!({"members": [{"id": "husam"}, {"id": "husam"}]})),
+        );
+        assert!(p.iter().any(|p| p.contains("duplicate entry")), "{p:?}");
+    }
+}

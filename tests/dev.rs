@@ -1,0 +1,433 @@
+//! `agentfleet dev config/samples` end to end, as a user runs it: the binary, its printed
+//! gateway and tokens, posts over HTTP, the agents' streamed replies over SSE, and
+//! `agentfleet chat` typing into it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use agentfleet::chat::SseParser;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
+
+struct Dev {
+    child: Child,
+    url: String,
+    /// `(space, human, token)` from the banner's chat commands.
+    chats: Vec<(String, String, String)>,
+    /// The service token of the banner's curl line.
+    service: String,
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Dev {
+    fn start() -> Dev {
+        let mut child = Command::new(BIN)
+            .args(["dev", "config/samples", "--addr", "127.0.0.1:0"])
+            .env_remove("AGENTFLEET_REDIS_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                if tx.send(line.unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut url = None;
+        let mut chats = Vec::new();
+        let mut chat_as = None;
+        let mut service = None;
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the dev banner within 30s");
+            let t = line.trim();
+            if let Some(rest) = t.strip_prefix("gateway") {
+                url = Some(rest.split_whitespace().next().unwrap().to_string());
+            }
+            if let Some(rest) = t.strip_prefix("chat in ") {
+                let (space, who) = rest.trim_end_matches(':').split_once(" as ").unwrap();
+                chat_as = Some((space.to_string(), who.to_string()));
+            }
+            if t.starts_with("agentfleet chat ") {
+                let (space, who) = chat_as.take().unwrap();
+                let token = t.rsplit_once("--token ").unwrap().1.to_string();
+                chats.push((space, who, token));
+            }
+            if let Some((_, rest)) = t.split_once("Authorization: Bearer ") {
+                service = Some(rest.split('\'').next().unwrap().to_string());
+            }
+            if t.starts_with("Ctrl-C stops") {
+                break;
+            }
+        }
+        Dev {
+            child,
+            url: url.expect("a gateway URL in the banner"),
+            chats,
+            service: service.expect("a service token in the banner"),
+        }
+    }
+
+    fn token(&self, space: &str, who: &str) -> String {
+        self.chats
+            .iter()
+            .find(|(s, w, _)| s == space && w == who)
+            .unwrap_or_else(|| panic!("no chat command for {who} in {space}: {:?}", self.chats))
+            .2
+            .clone()
+    }
+}
+
+/// The value of `agentfleet_cycles_total` for an agent of `default` and a result.
+fn cycles(metrics: &str, agent: &str, result: &str) -> u64 {
+    let series = format!(
+        "agentfleet_cycles_total{{agent=\"{agent}\",namespace=\"default\",result=\"{result}\"}} "
+    );
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start();
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/family", "Husam");
+    assert_eq!(
+        husam,
+        dev.token("default/engineering", "Husam"),
+        "one token per human"
+    );
+
+    // Listen to the family space, then say hello.
+    let resp = http
+        .get(format!("{}/v1/spaces/default/family/stream", dev.url))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let posted: Value = http
+        .post(format!("{}/v1/spaces/default/family/messages", dev.url))
+        .bearer_auth(&husam)
+        .json(&json!({"text": "hello, what's for dinner?"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(posted["delivered"], json!(["assistant"]));
+
+    let mut parser = SseParser::default();
+    let mut seen = Vec::new();
+    let mut streamed = String::new();
+    let reply = 'outer: loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), body.next())
+            .await
+            .expect("the assistant's reply within 20s")
+            .unwrap()
+            .unwrap();
+        for e in parser.feed(&chunk) {
+            let v: Value = serde_json::from_str(&e.data).unwrap();
+            seen.push(format!(
+                "{} {}",
+                e.event,
+                v["sender"]["id"].as_str().unwrap_or("")
+            ));
+            if e.event == "delta" {
+                streamed.push_str(v["delta"].as_str().unwrap());
+            }
+            if e.event == "message" && v["sender"]["kind"] == "agent" {
+                break 'outer v;
+            }
+        }
+    };
+    assert_eq!(reply["sender"]["id"], "assistant");
+    assert!(
+        reply["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello, what's for dinner?"),
+        "{reply}"
+    );
+    assert_eq!(
+        streamed,
+        reply["text"].as_str().unwrap(),
+        "the reply streamed before it was posted"
+    );
+    let first = |what: &str| seen.iter().position(|s| s == what).unwrap_or(usize::MAX);
+    assert!(
+        first("message husam") < first("activity assistant"),
+        "{seen:?}"
+    );
+    assert!(
+        first("activity assistant") < first("delta assistant"),
+        "thinking shown first: {seen:?}"
+    );
+    assert!(
+        first("delta assistant") < first("message assistant"),
+        "{seen:?}"
+    );
+
+    // Engineering: only the addressed agent answers; the other skips without a trace.
+    let posted: Value = http
+        .post(format!(
+            "{}/v1/spaces/default/engineering/messages",
+            dev.url
+        ))
+        .bearer_auth(&husam)
+        .json(&json!({"text": "oncall, is prod up?"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut delivered: Vec<String> = serde_json::from_value(posted["delivered"].clone()).unwrap();
+    delivered.sort();
+    assert_eq!(delivered, ["oncall", "reviewer"]);
+    let start = Instant::now();
+    let metrics = loop {
+        let m = http
+            .get(format!("{}/metrics", dev.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        // The reviewer skips the question and oncall's answer (in one batch or two).
+        if cycles(&m, "reviewer", "skipped") >= 1 && cycles(&m, "oncall", "completed") == 1 {
+            break m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "cycles not seen: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(metrics.contains("agentfleet_gateway_requests_total"));
+    let page: Value = http
+        .get(format!(
+            "{}/v1/spaces/default/engineering/messages",
+            dev.url
+        ))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let senders: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["sender"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        senders,
+        ["oncall", "husam"],
+        "newest first; the reviewer said nothing"
+    );
+
+    // A service event through the webhook, with the banner's service token; a human's token
+    // may not trigger agents.
+    let trigger = |token: String| {
+        http.post(format!("{}/v1/agents/default/oncall/events", dev.url))
+            .bearer_auth(token)
+            .json(&json!({"text": "deploy finished"}))
+            .send()
+    };
+    assert_eq!(trigger(husam.clone()).await.unwrap().status(), 403);
+    assert_eq!(trigger(dev.service.clone()).await.unwrap().status(), 202);
+    let start = Instant::now();
+    loop {
+        let m = http
+            .get(format!("{}/metrics", dev.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if cycles(&m, "oncall", "skipped") == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the service event woke no cycle: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn chat_types_as_a_human_and_shows_history() {
+    let dev = Dev::start();
+    let muhammad = dev.token("default/family", "Muhammad");
+    let chat = |lines_until: &[(&str, &str)]| {
+        let mut child = Command::new(BIN)
+            .args([
+                "chat",
+                "default/family",
+                "--gateway",
+                &dev.url,
+                "--token",
+                &muhammad,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                if tx.send(line.unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut out = Vec::new();
+        let mut stdin = child.stdin.take().unwrap();
+        let until_header = |out: &mut Vec<String>, want: &str| loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("no {want:?} within 20s; saw {out:?}"));
+            let hit = line.contains(want);
+            out.push(line);
+            if hit {
+                break;
+            }
+        };
+        until_header(&mut out, "Ctrl-D leaves");
+        for (say, expect) in lines_until {
+            if !say.is_empty() {
+                writeln!(stdin, "{say}").unwrap();
+            }
+            until_header(&mut out, expect);
+        }
+        drop(stdin); // Ctrl-D
+        let status = child.wait().unwrap();
+        assert!(status.success(), "chat exits cleanly on end of input");
+        while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            out.push(l);
+        }
+        out
+    };
+
+    let out = chat(&[
+        (
+            "remember that the plumber comes at 9",
+            "assistant: Noted, Muhammad: I will remember that the plumber comes at 9.",
+        ),
+        (
+            "what do you remember?",
+            "assistant: Muhammad, I remember: the plumber comes at 9.",
+        ),
+    ]);
+    assert!(
+        out[0].starts_with("Family (default/family) — assistant (agent), Husam, Muhammad"),
+        "{out:?}"
+    );
+    assert!(
+        out.iter().any(|l| l == "· assistant is thinking…"),
+        "{out:?}"
+    );
+    assert!(
+        out.iter()
+            .any(|l| l == "· assistant is using set_memories…"),
+        "{out:?}"
+    );
+    assert!(
+        out.iter()
+            .any(|l| l == "Muhammad: remember that the plumber comes at 9"),
+        "{out:?}"
+    );
+
+    // A second session starts with the history.
+    let out = chat(&[(
+        "",
+        "assistant: Muhammad, I remember: the plumber comes at 9.",
+    )]);
+    let history: Vec<&String> = out
+        .iter()
+        .skip(2)
+        .filter(|l| !l.is_empty())
+        .take(4)
+        .collect();
+    assert_eq!(
+        history,
+        [
+            "Muhammad: remember that the plumber comes at 9",
+            "assistant: Noted, Muhammad: I will remember that the plumber comes at 9.",
+            "Muhammad: what do you remember?",
+            "assistant: Muhammad, I remember: the plumber comes at 9.",
+        ],
+        "{out:?}"
+    );
+
+    // A wrong token is a clear error, not a hang.
+    let o = Command::new(BIN)
+        .args([
+            "chat",
+            "default/family",
+            "--gateway",
+            &dev.url,
+            "--token",
+            "nope",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unauthenticated (401)"), "{err}");
+    assert!(!err.contains("nope"), "the token is not echoed: {err}");
+}
+
+#[test]
+fn dev_stops_cleanly_on_sigterm() {
+    let mut dev = Dev::start();
+    let pid = dev.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let start = Instant::now();
+    loop {
+        if let Some(status) = dev.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "dev did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,710 @@
+//! The gateway over real HTTP on a free port, on a real `redis-server`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use agentfleet::chat::{SseEvent, SseParser};
+use agentfleet::gateway::auth::{Entity, EntityKind, Tokens};
+use agentfleet::gateway::{self, Gateway, Limits};
+use agentfleet::membership::SpaceKey;
+use agentfleet::store::{AgentKey, RedisStore, Store};
+use agentfleet::testing::{space_record, RedisServer};
+
+const HUSAM: &str = "tok-husam";
+const MUHAMMAD: &str = "tok-muhammad";
+const ALERTS: &str = "tok-alerts";
+
+struct Fixture {
+    _redis: RedisServer,
+    store: Arc<dyn Store>,
+    base: String,
+    http: reqwest::Client,
+    _shutdown: watch::Sender<bool>,
+}
+
+fn human(id: &str, name: &str) -> Entity {
+    Entity {
+        kind: EntityKind::Human,
+        id: id.into(),
+        name: name.into(),
+        agents: vec![],
+    }
+}
+
+async fn start(limits: Limits) -> Fixture {
+    agentfleet::install_crypto_provider();
+    let redis = RedisServer::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    store
+        .apply_space(
+            &SpaceKey::new("ops", "family"),
+            &space_record("Family", &["assistant"], &["Husam", "Muhammad"]),
+        )
+        .await
+        .unwrap();
+    store
+        .apply_space(
+            &SpaceKey::new("ops", "engineering"),
+            &space_record("Engineering", &["reviewer", "oncall"], &["Husam"]),
+        )
+        .await
+        .unwrap();
+    for a in ["assistant", "reviewer", "oncall"] {
+        store
+            .register_agent(&AgentKey::new("ops", a))
+            .await
+            .unwrap();
+    }
+    let tokens = Tokens::from_plain([
+        (HUSAM.to_string(), human("husam", "Husam")),
+        (MUHAMMAD.to_string(), human("muhammad", "Muhammad")),
+        (
+            ALERTS.to_string(),
+            Entity {
+                kind: EntityKind::Service,
+                id: "alerts".into(),
+                name: "Alertmanager".into(),
+                agents: vec!["ops/oncall".into(), "ops/ghost".into()],
+            },
+        ),
+    ]);
+    let registry = prometheus::Registry::new();
+    let (tx, rx) = watch::channel(false);
+    let gw = Gateway::new(store.clone(), tokens, limits, &registry, rx.clone()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(gateway::serve(listener, gateway::router(gw, registry), rx));
+    Fixture {
+        _redis: redis,
+        store,
+        base,
+        http: reqwest::Client::new(),
+        _shutdown: tx,
+    }
+}
+
+impl Fixture {
+    async fn post(&self, token: &str, space: &str, body: Value) -> (u16, Value) {
+        let resp = self
+            .http
+            .post(format!("{}/v1/spaces/ops/{space}/messages", self.base))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.json().await.unwrap())
+    }
+
+    async fn get(&self, token: Option<&str>, path: &str) -> (u16, Value) {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn stream(&self, token: &str, space: &str, last: Option<&str>) -> Sse {
+        let mut req = self
+            .http
+            .get(format!("{}/v1/spaces/ops/{space}/stream", self.base))
+            .bearer_auth(token);
+        if let Some(id) = last {
+            req = req.header("Last-Event-ID", id);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Sse {
+            body: Box::pin(resp.bytes_stream()),
+            parser: SseParser::default(),
+            pending: Default::default(),
+        }
+    }
+}
+
+type Body =
+    std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
+
+struct Sse {
+    body: Body,
+    parser: SseParser,
+    pending: std::collections::VecDeque<SseEvent>,
+}
+
+impl Sse {
+    async fn next(&mut self) -> SseEvent {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                return e;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(5), self.body.next())
+                .await
+                .expect("an SSE event within 5s")
+                .expect("the stream is open")
+                .unwrap();
+            self.pending.extend(self.parser.feed(&chunk));
+        }
+    }
+
+    async fn next_message(&mut self) -> (String, Value) {
+        loop {
+            let e = self.next().await;
+            if e.event == "message" {
+                return (e.id.unwrap(), serde_json::from_str(&e.data).unwrap());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn members_post_read_and_page() {
+    let f = start(Limits::default()).await;
+    let (status, posted) = f
+        .post(HUSAM, "family", json!({"text": "dinner at 8?"}))
+        .await;
+    assert_eq!(status, 201, "{posted}");
+    assert_eq!(posted["delivered"], json!(["assistant"]));
+    assert_eq!(posted["duplicate"], json!(false));
+    let inbox = f
+        .store
+        .peek_inbox(&AgentKey::new("ops", "assistant"), 10)
+        .await
+        .unwrap();
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0].text.as_deref(), Some("dinner at 8?"));
+    assert_eq!(inbox[0].sender.as_ref().unwrap().name, "Husam");
+
+    for i in 0..4 {
+        f.post(MUHAMMAD, "family", json!({"text": format!("m{i}")}))
+            .await;
+    }
+    let (status, page) = f
+        .get(Some(HUSAM), "/v1/spaces/ops/family/messages?limit=3")
+        .await;
+    assert_eq!(status, 200);
+    let texts: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["m3", "m2", "m1"], "newest first");
+    assert_eq!(
+        page["messages"][0]["sender"],
+        json!({"kind": "human", "id": "muhammad", "name": "Muhammad"})
+    );
+    let next = page["next"].as_str().unwrap();
+    let (_, older) = f
+        .get(
+            Some(HUSAM),
+            &format!("/v1/spaces/ops/family/messages?limit=3&before={next}"),
+        )
+        .await;
+    let texts: Vec<&str> = older["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["m0", "dinner at 8?"]);
+    assert!(older.get("next").is_none(), "last page: {older}");
+    let first = posted["id"].as_str().unwrap();
+    let (_, since) = f
+        .get(
+            Some(HUSAM),
+            &format!("/v1/spaces/ops/family/messages?after={first}&limit=2"),
+        )
+        .await;
+    assert_eq!(
+        since["messages"][0]["text"], "m0",
+        "oldest first after an id"
+    );
+
+    let (status, info) = f.get(Some(MUHAMMAD), "/v1/spaces/ops/family").await;
+    assert_eq!(status, 200);
+    assert_eq!(info["displayName"], "Family");
+    assert_eq!(
+        info["members"][0],
+        json!({"kind": "agent", "id": "assistant", "name": "assistant"})
+    );
+    let (_, me) = f.get(Some(MUHAMMAD), "/v1/me").await;
+    assert_eq!(
+        me,
+        json!({"kind": "human", "id": "muhammad", "name": "Muhammad"})
+    );
+}
+
+#[tokio::test]
+async fn a_repeated_idempotency_key_posts_once() {
+    let f = start(Limits::default()).await;
+    let send = || {
+        f.http
+            .post(format!("{}/v1/spaces/ops/family/messages", f.base))
+            .bearer_auth(HUSAM)
+            .header("Idempotency-Key", "k-1")
+            .json(&json!({"text": "once"}))
+            .send()
+    };
+    let a = send().await.unwrap();
+    assert_eq!(a.status(), 201);
+    let a: Value = a.json().await.unwrap();
+    let b = send().await.unwrap();
+    assert_eq!(b.status(), 200);
+    let b: Value = b.json().await.unwrap();
+    assert_eq!(a["id"], b["id"]);
+    assert_eq!(b["duplicate"], json!(true));
+    let (_, page) = f.get(Some(HUSAM), "/v1/spaces/ops/family/messages").await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        f.store
+            .inbox_depth(&AgentKey::new("ops", "assistant"))
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn refusals_are_json_with_stable_codes() {
+    let f = start(Limits::default()).await;
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or("").to_string();
+
+    let (s, v) = f.get(None, "/v1/spaces/ops/family/messages").await;
+    assert_eq!((s, code(&v).as_str()), (401, "unauthenticated"));
+    let (s, v) = f.get(Some("wrong"), "/v1/spaces/ops/family/messages").await;
+    assert_eq!((s, code(&v).as_str()), (401, "unauthenticated"));
+    let resp = f
+        .http
+        .get(format!("{}/v1/me", f.base))
+        .header("Authorization", "Basic abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert!(resp.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Bearer"));
+
+    // Muhammad is not in engineering: no reading, posting or streaming there.
+    let (s, v) = f
+        .get(Some(MUHAMMAD), "/v1/spaces/ops/engineering/messages")
+        .await;
+    assert_eq!((s, code(&v).as_str()), (403, "not_member"));
+    let (s, v) = f
+        .post(MUHAMMAD, "engineering", json!({"text": "let me in"}))
+        .await;
+    assert_eq!((s, code(&v).as_str()), (403, "not_member"));
+    let (s, _) = f
+        .get(Some(MUHAMMAD), "/v1/spaces/ops/engineering/stream")
+        .await;
+    assert_eq!(s, 403);
+    assert_eq!(
+        f.store
+            .inbox_depth(&AgentKey::new("ops", "reviewer"))
+            .await
+            .unwrap(),
+        0,
+        "nothing delivered"
+    );
+    // A service is nobody's member.
+    let (s, _) = f.get(Some(ALERTS), "/v1/spaces/ops/family/messages").await;
+    assert_eq!(s, 403);
+
+    let (s, v) = f.get(Some(HUSAM), "/v1/spaces/ops/nowhere/messages").await;
+    assert_eq!((s, code(&v).as_str()), (404, "not_found"));
+    let (s, v) = f.get(Some(HUSAM), "/v1/nothing").await;
+    assert_eq!((s, code(&v).as_str()), (404, "not_found"));
+
+    let (s, v) = f.post(HUSAM, "family", json!({"text": "  "})).await;
+    assert_eq!((s, code(&v).as_str()), (400, "invalid_request"));
+    let (s, v) = f.post(HUSAM, "family", json!({"txt": "typo"})).await;
+    assert_eq!((s, code(&v).as_str()), (400, "invalid_request"));
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("txt"),
+        "{v}"
+    );
+    let (s, v) = f
+        .post(
+            HUSAM,
+            "family",
+            json!({"text": "hi", "mention": "reviewer"}),
+        )
+        .await;
+    assert_eq!((s, code(&v).as_str()), (400, "invalid_request"), "{v}");
+    let resp = f
+        .http
+        .post(format!("{}/v1/spaces/ops/family/messages", f.base))
+        .bearer_auth(HUSAM)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let (s, v) = f
+        .get(Some(HUSAM), "/v1/spaces/ops/family/messages?limit=0")
+        .await;
+    assert_eq!((s, code(&v).as_str()), (400, "invalid_request"));
+    let (s, _) = f
+        .get(
+            Some(HUSAM),
+            "/v1/spaces/ops/family/messages?before=yesterday",
+        )
+        .await;
+    assert_eq!(s, 400);
+    let (s, _) = f
+        .get(Some(HUSAM), "/v1/spaces/ops/family/messages?limit=many")
+        .await;
+    assert_eq!(s, 400);
+    let resp = f
+        .http
+        .delete(format!("{}/v1/me", f.base))
+        .bearer_auth(HUSAM)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(code(&v), "method_not_allowed");
+
+    let (_, page) = f.get(Some(HUSAM), "/v1/spaces/ops/family/messages").await;
+    assert_eq!(page["messages"], json!([]), "nothing refused was written");
+}
+
+#[tokio::test]
+async fn oversized_bodies_and_floods_are_refused() {
+    let f = start(Limits {
+        max_body_bytes: 1024,
+        rate_limit: 1.0,
+        rate_burst: 5,
+    })
+    .await;
+    let (s, v) = f
+        .post(HUSAM, "family", json!({"text": "x".repeat(2000)}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str().unwrap()),
+        (413, "payload_too_large")
+    );
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for _ in 0..6 {
+        let resp = f
+            .http
+            .get(format!("{}/v1/me", f.base))
+            .bearer_auth(HUSAM)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(resp.status().as_u16());
+        if resp.status() == 429 {
+            retry_after = resp.headers().get("retry-after").cloned();
+            let v: Value = resp.json().await.unwrap();
+            assert_eq!(v["error"]["code"], "rate_limited");
+        }
+    }
+    // The 413 took one of the burst of 5.
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429]);
+    assert_eq!(retry_after.unwrap().to_str().unwrap(), "1");
+    let (s, _) = f.get(Some(MUHAMMAD), "/v1/me").await;
+    assert_eq!(s, 200, "limits are per token");
+    let (_, page) = f
+        .get(Some(MUHAMMAD), "/v1/spaces/ops/family/messages")
+        .await;
+    assert_eq!(
+        page["messages"],
+        json!([]),
+        "the oversized post wrote nothing"
+    );
+}
+
+#[tokio::test]
+async fn the_stream_carries_messages_deltas_activity_and_resumes() {
+    let f = start(Limits::default()).await;
+    let mut sse = f.stream(HUSAM, "family", None).await;
+    let (_, first) = f.post(HUSAM, "family", json!({"text": "one"})).await;
+    let (id, m) = sse.next_message().await;
+    assert_eq!(id, first["id"].as_str().unwrap());
+    assert_eq!(m["text"], "one");
+
+    // What a worker publishes while it writes.
+    let space = SpaceKey::new("ops", "family");
+    let agent = agentfleet::store::Sender {
+        id: "assistant".into(),
+        name: "assistant".into(),
+        kind: Some(agentfleet::crd::MemberKind::Agent),
+    };
+    f.store
+        .publish_live(
+            &space,
+            &agentfleet::store::LiveEvent::Activity {
+                sender: agent.clone(),
+                activity: "thinking".into(),
+                tool: None,
+            },
+        )
+        .await
+        .unwrap();
+    f.store
+        .publish_live(
+            &space,
+            &agentfleet::store::LiveEvent::Delta {
+                stream_id: "s1".into(),
+                sender: agent,
+                delta: "Hel".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let e = sse.next().await;
+    assert_eq!(e.event, "activity");
+    assert_eq!(e.id, None, "live-only events carry no id");
+    let v: Value = serde_json::from_str(&e.data).unwrap();
+    assert_eq!(
+        (v["activity"].as_str(), v["sender"]["kind"].as_str()),
+        (Some("thinking"), Some("agent"))
+    );
+    let e = sse.next().await;
+    assert_eq!(e.event, "delta");
+    let v: Value = serde_json::from_str(&e.data).unwrap();
+    assert_eq!(
+        (v["delta"].as_str(), v["streamId"].as_str()),
+        (Some("Hel"), Some("s1"))
+    );
+    drop(sse);
+
+    // Posted while disconnected: a resume replays exactly those, then goes live.
+    let mut missed = Vec::new();
+    for t in ["two", "three"] {
+        let (_, p) = f.post(MUHAMMAD, "family", json!({"text": t})).await;
+        missed.push(p["id"].as_str().unwrap().to_string());
+    }
+    let mut sse = f
+        .stream(HUSAM, "family", Some(first["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(sse.next_message().await.0, missed[0]);
+    assert_eq!(sse.next_message().await.0, missed[1]);
+    let (_, four) = f.post(HUSAM, "family", json!({"text": "four"})).await;
+    let (id, m) = sse.next_message().await;
+    assert_eq!(
+        (id.as_str(), m["text"].as_str()),
+        (four["id"].as_str().unwrap(), Some("four"))
+    );
+
+    let (s, v) = f
+        .get(Some(HUSAM), "/v1/spaces/ops/family/stream?after=garbage")
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+}
+
+#[tokio::test]
+async fn many_clients_share_one_subscription() {
+    let f = start(Limits {
+        rate_limit: 0.0,
+        ..Limits::default()
+    })
+    .await;
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        clients.push(f.stream(HUSAM, "family", None).await);
+    }
+    let (_, p) = f.post(MUHAMMAD, "family", json!({"text": "to all"})).await;
+    for c in &mut clients {
+        assert_eq!(c.next_message().await.0, p["id"].as_str().unwrap());
+    }
+    let metrics = f
+        .http
+        .get(format!("{}/metrics", f.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agentfleet_gateway_sse_clients 50"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("agentfleet_gateway_fanout_latency_seconds_count 50"));
+    assert!(metrics.contains(
+        "agentfleet_gateway_requests_total{method=\"POST\",route=\"/v1/spaces/{namespace}/{space}/messages\",status=\"201\"} 1"
+    ), "{metrics}");
+    drop(clients);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let metrics = f
+        .http
+        .get(format!("{}/metrics", f.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agentfleet_gateway_sse_clients 0"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn services_trigger_the_agents_they_are_granted() {
+    let f = start(Limits::default()).await;
+    let trigger = |token: &'static str, agent: &'static str, body: Value| {
+        let f = &f;
+        async move {
+            let resp = f
+                .http
+                .post(format!("{}/v1/agents/ops/{agent}/events", f.base))
+                .bearer_auth(token)
+                .header("Idempotency-Key", "alert-7")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (s, v) = trigger(
+        ALERTS,
+        "oncall",
+        json!({"text": "disk full", "data": {"host": "db1"}}),
+    )
+    .await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(
+        (
+            v["id"].as_str(),
+            v["duplicate"].as_bool(),
+            v["woke"].as_bool()
+        ),
+        (Some("alert-7"), Some(false), Some(true))
+    );
+    let inbox = f
+        .store
+        .peek_inbox(&AgentKey::new("ops", "oncall"), 10)
+        .await
+        .unwrap();
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0].kind, agentfleet::store::EventKind::Service);
+    assert_eq!(inbox[0].data, Some(json!({"host": "db1"})));
+    assert_eq!(inbox[0].sender.as_ref().unwrap().name, "Alertmanager");
+
+    let (s, v) = trigger(ALERTS, "oncall", json!({"text": "disk full"})).await;
+    assert_eq!(
+        (s, v["duplicate"].as_bool()),
+        (202, Some(true)),
+        "a retry is dropped"
+    );
+    let (s, v) = trigger(ALERTS, "reviewer", json!({"text": "x"})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (403, Some("forbidden")));
+    let (s, v) = trigger(HUSAM, "oncall", json!({"text": "x"})).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "humans post in spaces"
+    );
+    let (s, v) = trigger(ALERTS, "ghost", json!({"text": "x"})).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "granted but not an agent"
+    );
+    let (s, _) = trigger(ALERTS, "oncall", json!({})).await;
+    assert_eq!(s, 400);
+    assert_eq!(
+        f.store
+            .inbox_depth(&AgentKey::new("ops", "oncall"))
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    let f = start(Limits::default()).await;
+    let (s, doc) = f.get(None, "/openapi.json").await;
+    assert_eq!(s, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented = Vec::new();
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    documented.sort();
+    assert_eq!(
+        documented,
+        [
+            "GET /healthz",
+            "GET /readyz",
+            "GET /v1/me",
+            "GET /v1/spaces/{namespace}/{space}",
+            "GET /v1/spaces/{namespace}/{space}/messages",
+            "GET /v1/spaces/{namespace}/{space}/stream",
+            "POST /v1/agents/{namespace}/{agent}/events",
+            "POST /v1/spaces/{namespace}/{space}/messages",
+        ]
+    );
+    // Every documented operation is served (not the 404/405 fallbacks), and answers one of
+    // the statuses it documents.
+    for op in &documented {
+        let (method, path) = op.split_once(' ').unwrap();
+        let url = format!(
+            "{}{}",
+            f.base,
+            path.replace("{namespace}", "ops")
+                .replace("{space}", "family")
+                .replace("{agent}", "oncall")
+        );
+        let resp = f
+            .http
+            .request(method.parse().unwrap(), url)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16().to_string();
+        let responses = &paths[path][method.to_lowercase()]["responses"];
+        assert!(
+            responses.get(&status).is_some(),
+            "{op} answered {status}, not documented: {responses}"
+        );
+    }
+    for schema in [
+        "Message",
+        "PostMessage",
+        "Posted",
+        "MessagePage",
+        "ErrorBody",
+        "TriggerEvent",
+        "DeltaEvent",
+        "ActivityEvent",
+    ] {
+        assert!(
+            doc["components"]["schemas"].get(schema).is_some(),
+            "schema {schema}"
+        );
+    }
+    let (s, _) = f.get(None, "/readyz").await;
+    assert_eq!(s, 200);
+}
