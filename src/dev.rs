@@ -444,7 +444,8 @@ mod tests {
         );
         let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
         assert!(
-            err.contains("a.yaml (document 1)") && err.contains("spec.model.provider: unsupported value"),
+            err.contains("a.yaml (document 1)")
+                && err.contains("spec.model.provider: unsupported value"),
             "{err}"
         );
 

@@ -30,3 +30,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "agentfleet.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{- define "agentfleet.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: agentfleet-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "agentfleet.gatewayLabels" -}}
+{{ include "agentfleet.gatewaySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "agentfleet.gatewayTokensSecret" -}}
+{{- default (printf "%s-gateway-tokens" (include "agentfleet.fullname" .)) .Values.gateway.existingSecret -}}
+{{- end -}}

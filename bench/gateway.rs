@@ -1,0 +1,276 @@
+//! Gateway benchmark: `cargo bench --bench gateway`.
+//!
+//! A real `redis-server` and the release `agentfleet gateway` binary (its own process, token
+//! file, rate limit off). One space with 10 member agents and one human.
+//!
+//! 1. Throughput: 32 keep-alive clients post 20,000 messages as fast as the gateway takes
+//!    them; every post is written to the space's log and fanned out to the 10 agents' inboxes
+//!    (one Redis script per post). Reports messages/s and inbox deliveries/s.
+//! 2. Fan-out latency: 1,000 SSE clients connected to the space; 200 messages posted one
+//!    every 20 ms; for every (message, client) pair, the time from the post request being sent
+//!    to the SSE event being parsed by that client. Reports p50/p90/p99/max, and the gateway's
+//!    resident memory with the 1,000 clients connected.
+//!
+//! The driver (HTTP clients, 1,000 SSE parsers), the gateway and Redis share this machine's
+//! cores, so the figures include the driver's own scheduling delays.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentfleet::chat::SseParser;
+use agentfleet::gateway::auth::hash_token;
+use agentfleet::membership::SpaceKey;
+use agentfleet::store::{AgentKey, RedisStore, Store};
+use agentfleet::testing::{free_port, space_record, RedisServer};
+use futures::StreamExt;
+use serde_json::json;
+
+const POSTS: usize = 20_000;
+const POSTERS: usize = 32;
+const SSE_CLIENTS: usize = 1_000;
+const LATENCY_MESSAGES: usize = 200;
+const TOKEN: &str = "bench-token";
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(str::to_string)
+        })
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize)
+        .saturating_sub(1)
+        .min(sorted.len() - 1)]
+}
+
+#[tokio::main]
+async fn main() {
+    agentfleet::install_crypto_provider();
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    let space = SpaceKey::new("bench", "load");
+    let agents: Vec<String> = (0..10).map(|i| format!("agent-{i}")).collect();
+    let agent_refs: Vec<&str> = agents.iter().map(String::as_str).collect();
+    store
+        .apply_space(&space, &space_record("Load", &agent_refs, &["Husam"]))
+        .await
+        .unwrap();
+
+    let dir = std::env::temp_dir().join(format!("agentfleet-bench-gw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "tokens:\n- sha256: {}\n  kind: human\n  id: husam\n  name: Husam\n",
+            hash_token(TOKEN)
+        ),
+    )
+    .unwrap();
+    let port = free_port().unwrap();
+    let gateway = Kill(
+        Command::new(env!("CARGO_BIN_EXE_agentfleet"))
+            .args(["gateway", "--rate-limit", "0"])
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--tokens")
+            .arg(&tokens)
+            .env("AGENTFLEET_REDIS_URL", redis.url())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(POSTERS * 2)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    while http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .map(|r| !r.status().is_success())
+        .unwrap_or(true)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "gateway did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let post_url = format!("{base}/v1/spaces/bench/load/messages");
+    println!(
+        "gateway pid {}: idle RSS {} KiB",
+        gateway.0.id(),
+        rss_kib(gateway.0.id())
+    );
+
+    // 1. Throughput with fan-out to 10 agents.
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut posters = Vec::new();
+    for _ in 0..POSTERS {
+        let http = http.clone();
+        let url = post_url.clone();
+        let next = next.clone();
+        posters.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= POSTS {
+                    break;
+                }
+                let resp = http
+                    .post(&url)
+                    .bearer_auth(TOKEN)
+                    .json(&json!({"text": format!("load message {i}")}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 201);
+                let _ = resp.bytes().await.unwrap();
+            }
+        }));
+    }
+    for p in posters {
+        p.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    let depth = store
+        .inbox_depth(&AgentKey::new("bench", "agent-7"))
+        .await
+        .unwrap();
+    assert_eq!(depth, POSTS as u64, "every post reached every agent");
+    println!(
+        "throughput: {POSTS} posts by {POSTERS} clients in {:.2}s = {:.0} messages/s, {:.0} inbox deliveries/s (10 agents each)",
+        elapsed.as_secs_f64(),
+        POSTS as f64 / elapsed.as_secs_f64(),
+        10.0 * POSTS as f64 / elapsed.as_secs_f64()
+    );
+
+    // 2. 1,000 SSE clients: post → delivery latency.
+    let base_instant = Instant::now();
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(
+        SSE_CLIENTS * LATENCY_MESSAGES,
+    )));
+    let connected = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    let stream_url = format!("{base}/v1/spaces/bench/load/stream");
+    let sse_http = reqwest::Client::new();
+    for _ in 0..SSE_CLIENTS {
+        let http = sse_http.clone();
+        let url = stream_url.clone();
+        let latencies = latencies.clone();
+        let connected = connected.clone();
+        clients.push(tokio::spawn(async move {
+            let resp = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            connected.fetch_add(1, Ordering::Relaxed);
+            let mut body = resp.bytes_stream();
+            let mut parser = SseParser::default();
+            let mut got = Vec::with_capacity(LATENCY_MESSAGES);
+            while got.len() < LATENCY_MESSAGES {
+                let Some(Ok(chunk)) = body.next().await else {
+                    break;
+                };
+                for ev in parser.feed(&chunk) {
+                    if ev.event != "message" {
+                        continue;
+                    }
+                    let now = base_instant.elapsed();
+                    let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap();
+                    let sent: u64 = v["text"]
+                        .as_str()
+                        .unwrap()
+                        .trim_start_matches("sent-at-us ")
+                        .parse()
+                        .unwrap();
+                    got.push(now.saturating_sub(Duration::from_micros(sent)));
+                }
+            }
+            let n = got.len();
+            latencies.lock().unwrap().extend(got);
+            n
+        }));
+    }
+    let start = Instant::now();
+    while connected.load(Ordering::Relaxed) < SSE_CLIENTS {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "SSE clients did not connect"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "{SSE_CLIENTS} SSE clients connected in {:.2}s; gateway RSS {} KiB",
+        start.elapsed().as_secs_f64(),
+        rss_kib(gateway.0.id())
+    );
+    for _ in 0..LATENCY_MESSAGES {
+        let sent = base_instant.elapsed().as_micros();
+        let resp = http
+            .post(&post_url)
+            .bearer_auth(TOKEN)
+            .json(&json!({"text": format!("sent-at-us {sent}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        let _ = resp.bytes().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut received = 0;
+    for c in clients {
+        received += tokio::time::timeout(Duration::from_secs(30), c)
+            .await
+            .expect("every client receives every message")
+            .unwrap();
+    }
+    assert_eq!(received, SSE_CLIENTS * LATENCY_MESSAGES, "no message lost");
+    let mut lat = latencies.lock().unwrap().clone();
+    lat.sort();
+    println!(
+        "post -> SSE delivery, {SSE_CLIENTS} clients x {LATENCY_MESSAGES} messages ({} deliveries): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lat.len(),
+        pct(&lat, 0.50).as_secs_f64() * 1e3,
+        pct(&lat, 0.90).as_secs_f64() * 1e3,
+        pct(&lat, 0.99).as_secs_f64() * 1e3,
+        lat[lat.len() - 1].as_secs_f64() * 1e3,
+    );
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in metrics.lines() {
+        if line.starts_with("agentfleet_gateway_fanout_latency_seconds_sum")
+            || line.starts_with("agentfleet_gateway_fanout_latency_seconds_count")
+        {
+            println!("gateway-side {line}");
+        }
+    }
+    drop(gateway);
+    let _ = std::fs::remove_dir_all(&dir);
+}
