@@ -264,6 +264,13 @@ async fn operator_on_a_real_api_server() {
     )
     .await;
     let stored = store.space(&family).await.unwrap().unwrap();
+    assert!(
+        store
+            .agent_registered(&agentfleet::store::AgentKey::new(ns.clone(), "assistant"))
+            .await
+            .unwrap(),
+        "the Agent is registered in the data plane (the gateway's webhook needs it)"
+    );
     assert_eq!(
         stored
             .members

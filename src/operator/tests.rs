@@ -280,6 +280,13 @@ async fn new_agent_gets_configmap_deployment_event_and_status() {
     assert_eq!(condition(status, "SpacesResolved")["status"], "True");
     assert_eq!(condition(status, "WorkerAvailable")["status"], "False");
     assert_eq!(status["configHash"].as_str().unwrap().len(), 16);
+    assert!(
+        h.store
+            .agent_registered(&crate::store::AgentKey::new("default", "echo"))
+            .await
+            .unwrap(),
+        "registered in the data plane for producers such as the gateway's webhook"
+    );
 }
 
 #[tokio::test]
