@@ -9,7 +9,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{pct, rss_kib, Kill};
 use std::time::{Duration, Instant};
 
 use agentfleet::crd::MemberKind;
@@ -22,32 +26,6 @@ use serde_json::json;
 
 const ITERATIONS: usize = 2000;
 const WARMUP: usize = 100;
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .map(str::to_string)
-        })
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize)
-        .saturating_sub(1)
-        .min(sorted.len() - 1)]
-}
 
 #[tokio::main]
 async fn main() {

@@ -337,7 +337,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let history: MessagePage = client
         .get(&client.url(&format!("/messages?limit={}", args.history.max(1))))
         .await?;
-    let last = history.messages.first().map(|m| m.id.clone());
+    // The stream resumes after the newest message shown (or from the start of the log), so a
+    // message posted before the stream is connected is not missed.
+    let last = Some(
+        history
+            .messages
+            .first()
+            .map_or_else(|| "0-0".to_string(), |m| m.id.clone()),
+    );
     if let Ok(mut s) = screen.lock() {
         s.line(&format!(
             "{} ({}/{}) — {}\nType a message and press Enter; Ctrl-D leaves.\n",

@@ -15,6 +15,19 @@ use agentfleet::chat::SseParser;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
 
+/// The lines a child writes, as they come.
+fn lines(out: std::process::ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 struct Dev {
     child: Child,
     url: String,
@@ -40,15 +53,7 @@ impl Dev {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                if tx.send(line.unwrap()).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines(child.stdout.take().unwrap());
         let mut url = None;
         let mut chats = Vec::new();
         let mut chat_as = None;
@@ -83,6 +88,11 @@ impl Dev {
             chats,
             service: service.expect("a service token in the banner"),
         }
+    }
+
+    async fn metrics(&self, http: &reqwest::Client) -> String {
+        let resp = http.get(format!("{}/metrics", self.url)).send().await;
+        resp.unwrap().text().await.unwrap()
     }
 
     fn token(&self, space: &str, who: &str) -> String {
@@ -209,14 +219,7 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
     assert_eq!(delivered, ["oncall", "reviewer"]);
     let start = Instant::now();
     let metrics = loop {
-        let m = http
-            .get(format!("{}/metrics", dev.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = dev.metrics(&http).await;
         // The reviewer skips the question and oncall's answer (in one batch or two).
         if cycles(&m, "reviewer", "skipped") >= 1 && cycles(&m, "oncall", "completed") == 1 {
             break m;
@@ -264,14 +267,7 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
     assert_eq!(trigger(dev.service.clone()).await.unwrap().status(), 202);
     let start = Instant::now();
     loop {
-        let m = http
-            .get(format!("{}/metrics", dev.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = dev.metrics(&http).await;
         if cycles(&m, "oncall", "skipped") == 1 {
             break;
         }
@@ -302,15 +298,7 @@ async fn chat_types_as_a_human_and_shows_history() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                if tx.send(line.unwrap()).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines(child.stdout.take().unwrap());
         let mut out = Vec::new();
         let mut stdin = child.stdin.take().unwrap();
         let until_header = |out: &mut Vec<String>, want: &str| loop {

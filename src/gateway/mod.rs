@@ -243,14 +243,44 @@ fn message_id(what: &str, id: &str) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::invalid(format!("{what}: {id:?} is not a message id")))
 }
 
+/// A space in a route.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SpacePath {
+    /// Namespace of the Space.
+    pub namespace: String,
+    /// Name of the Space.
+    pub space: String,
+}
+
+/// The refusals every space route documents.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // documentation only: the answers are built by `ApiError`
+enum SpaceRefusals {
+    /// No or unknown token.
+    #[response(status = 401)]
+    Unauthenticated(ErrorBody),
+    /// Not a member of the space.
+    #[response(status = 403)]
+    NotMember(ErrorBody),
+    /// No such space.
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    /// Rate limited (see `Retry-After`).
+    #[response(status = 429)]
+    RateLimited(ErrorBody),
+    /// Data plane unavailable.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
 /// Posts a message in a space as the caller.
 #[utoipa::path(
     post,
     path = "/v1/spaces/{namespace}/{space}/messages",
     tag = "spaces",
     params(
-        ("namespace" = String, Path, description = "Namespace of the Space"),
-        ("space" = String, Path, description = "Name of the Space"),
+        SpacePath,
         ("Idempotency-Key" = Option<String>, Header, description = "Posting again with the same key returns the first message and delivers nothing new"),
     ),
     request_body = PostMessage,
@@ -258,19 +288,18 @@ fn message_id(what: &str, id: &str) -> Result<String, ApiError> {
         (status = 201, description = "Posted and delivered to the member agents", body = Posted),
         (status = 200, description = "An earlier post had this Idempotency-Key", body = Posted),
         (status = 400, description = "Invalid body", body = ErrorBody),
-        (status = 401, description = "No or unknown token", body = ErrorBody),
-        (status = 403, description = "Not a member of the space", body = ErrorBody),
-        (status = 404, description = "No such space", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 429, description = "Rate limited", body = ErrorBody),
-        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+        SpaceRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn post_message(
     State(gw): State<Gateway>,
     Caller(caller): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    Path(SpacePath {
+        namespace: ns,
+        space: name,
+    }): Path<SpacePath>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<PostMessage>,
 ) -> Result<(StatusCode, Json<Posted>), ApiError> {
@@ -354,25 +383,23 @@ pub struct ReadParams {
     path = "/v1/spaces/{namespace}/{space}/messages",
     tag = "spaces",
     params(
-        ("namespace" = String, Path, description = "Namespace of the Space"),
-        ("space" = String, Path, description = "Name of the Space"),
+        SpacePath,
         ReadParams,
     ),
     responses(
         (status = 200, description = "A page of messages", body = MessagePage),
         (status = 400, description = "Invalid query", body = ErrorBody),
-        (status = 401, description = "No or unknown token", body = ErrorBody),
-        (status = 403, description = "Not a member of the space", body = ErrorBody),
-        (status = 404, description = "No such space", body = ErrorBody),
-        (status = 429, description = "Rate limited", body = ErrorBody),
-        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+        SpaceRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn read_messages(
     State(gw): State<Gateway>,
     Caller(caller): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    Path(SpacePath {
+        namespace: ns,
+        space: name,
+    }): Path<SpacePath>,
     query: Result<Query<ReadParams>, QueryRejection>,
 ) -> Result<Json<MessagePage>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
@@ -415,23 +442,21 @@ async fn read_messages(
     path = "/v1/spaces/{namespace}/{space}",
     tag = "spaces",
     params(
-        ("namespace" = String, Path, description = "Namespace of the Space"),
-        ("space" = String, Path, description = "Name of the Space"),
+        SpacePath,
     ),
     responses(
         (status = 200, description = "The space", body = SpaceInfo),
-        (status = 401, description = "No or unknown token", body = ErrorBody),
-        (status = 403, description = "Not a member of the space", body = ErrorBody),
-        (status = 404, description = "No such space", body = ErrorBody),
-        (status = 429, description = "Rate limited", body = ErrorBody),
-        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+        SpaceRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn space_info(
     State(gw): State<Gateway>,
     Caller(caller): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    Path(SpacePath {
+        namespace: ns,
+        space: name,
+    }): Path<SpacePath>,
 ) -> Result<Json<SpaceInfo>, ApiError> {
     let (key, record) = gw.member_space(&caller, &ns, &name).await?;
     Ok(Json(SpaceInfo {
@@ -490,26 +515,24 @@ fn sse_event(frame: &Frame) -> Event {
     path = "/v1/spaces/{namespace}/{space}/stream",
     tag = "spaces",
     params(
-        ("namespace" = String, Path, description = "Namespace of the Space"),
-        ("space" = String, Path, description = "Name of the Space"),
+        SpacePath,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this message id"),
         StreamParams,
     ),
     responses(
         (status = 200, description = "An SSE stream of `message`, `delta` and `activity` events", content_type = "text/event-stream", body = String),
         (status = 400, description = "Invalid resume id", body = ErrorBody),
-        (status = 401, description = "No or unknown token", body = ErrorBody),
-        (status = 403, description = "Not a member of the space", body = ErrorBody),
-        (status = 404, description = "No such space", body = ErrorBody),
-        (status = 429, description = "Rate limited", body = ErrorBody),
-        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+        SpaceRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn stream_space(
     State(gw): State<Gateway>,
     Caller(caller): Caller,
-    Path((ns, name)): Path<(String, String)>,
+    Path(SpacePath {
+        namespace: ns,
+        space: name,
+    }): Path<SpacePath>,
     headers: HeaderMap,
     query: Result<Query<StreamParams>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
