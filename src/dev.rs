@@ -387,9 +387,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(url) => Arc::new(RedisStore::new(url).context("data plane")?),
         None => Arc::new(MemoryStore::new()),
     };
+    let stop = telemetry::shutdown_signal();
     let dev = Dev::start(manifests, store, args.addr).await?;
     println!("{}", dev.banner());
-    telemetry::shutdown_signal().await;
+    stop.await;
     info!("stopping: finishing the cycles under way");
     dev.stop().await;
     Ok(())

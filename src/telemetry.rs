@@ -307,41 +307,51 @@ pub fn process_identity(given: Option<&str>, fallback: &str) -> String {
     })
 }
 
-/// A channel that turns `true` on SIGTERM or Ctrl-C (logging `message`).
+/// A channel that turns `true` on SIGTERM or Ctrl-C (logging `message`). The signals are
+/// caught from the moment this returns.
 pub fn shutdown_channel(message: &'static str) -> tokio::sync::watch::Receiver<bool> {
     let (tx, rx) = tokio::sync::watch::channel(false);
+    let signal = shutdown_signal();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signal.await;
         tracing::info!("{message}");
         let _ = tx.send(true);
     });
     rx
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+/// Resolves on SIGTERM or Ctrl-C. The handlers are installed when this is called (not when
+/// the future is first polled), so a signal that arrives in between is not lost. Call it
+/// inside the runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let handlers = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match handlers {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+            }
+            (term, int) => {
+                let e = term.err().or(int.err());
+                tracing::warn!(error = ?e, "cannot listen for SIGTERM; Ctrl-C only");
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
 }

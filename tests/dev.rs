@@ -46,8 +46,13 @@ impl Drop for Dev {
 
 impl Dev {
     fn start() -> Dev {
+        Self::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Dev {
         let mut child = Command::new(BIN)
             .args(["dev", "config/samples", "--addr", "127.0.0.1:0"])
+            .args(extra)
             .env_remove("AGENTFLEET_REDIS_URL")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -417,5 +422,43 @@ fn dev_stops_cleanly_on_sigterm() {
             "dev did not stop"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn dev_runs_on_redis_with_the_redis_flag() {
+    agentfleet::install_crypto_provider();
+    let redis = agentfleet::testing::RedisServer::start().unwrap();
+    let dev = Dev::start_with(&["--redis", &redis.url()]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/family", "Husam");
+    let post = http
+        .post(format!("{}/v1/spaces/default/family/messages", dev.url))
+        .bearer_auth(&husam)
+        .json(&json!({"text": "hello from redis"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 201);
+    // The reply lands in Redis, where another process (here: the store) reads it.
+    let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
+    let family = agentfleet::membership::SpaceKey::new("default", "family");
+    let start = Instant::now();
+    loop {
+        use agentfleet::store::Store;
+        let q = agentfleet::store::ReadQuery {
+            limit: 10,
+            ..Default::default()
+        };
+        let messages = store.read_messages(&family, &q).await.unwrap();
+        if let Some(reply) = messages.iter().find(|m| m.sender.id == "assistant") {
+            assert!(reply.text.contains("hello from redis"), "{reply:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no reply in Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
