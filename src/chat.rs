@@ -191,26 +191,25 @@ impl Client {
     }
 
     async fn get<T: serde::de::DeserializeOwned>(&self, url: &str) -> anyhow::Result<T> {
-        let resp = self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .with_context(|| format!("reaching the gateway at {}", self.base))?;
-        if !resp.status().is_success() {
-            return Err(api_error(resp).await);
-        }
-        resp.json().await.context("reading the gateway's answer")
+        self.call(self.http.get(url)).await
     }
 
     async fn post(&self, text: &str, key: &str) -> anyhow::Result<Posted> {
-        let resp = self
+        let req = self
             .http
             .post(self.url("/messages"))
-            .bearer_auth(&self.token)
             .header("Idempotency-Key", key)
-            .json(&serde_json::json!({ "text": text }))
+            .json(&serde_json::json!({ "text": text }));
+        self.call(req).await
+    }
+
+    /// Sends an authenticated request; the JSON answer, or the API error as one line.
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> anyhow::Result<T> {
+        let resp = req
+            .bearer_auth(&self.token)
             .send()
             .await
             .with_context(|| format!("reaching the gateway at {}", self.base))?;
