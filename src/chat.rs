@@ -115,16 +115,10 @@ impl Screen {
                 .map(|(who, what)| format!("{who} {what}"))
                 .collect();
             let mut line = line.join(" · ");
-            if line.chars().count() > 100 {
-                let tail: String = line
-                    .chars()
-                    .rev()
-                    .take(97)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                line = format!("…{tail}");
+            // Keep the newest text of a long reply in view.
+            let chars = line.chars().count();
+            if chars > 100 {
+                line = format!("…{}", line.chars().skip(chars - 97).collect::<String>());
             }
             let _ = write!(out, "\x1b[2m{line}\x1b[0m");
             self.shown = true;

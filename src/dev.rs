@@ -215,16 +215,18 @@ impl Dev {
             let key = SpaceKey::of(s);
             let members = derived.get(&key).cloned().unwrap_or_default();
             for m in members.iter().filter(|m| m.kind == MemberKind::Human) {
-                let human = match humans.get_mut(&m.id) {
-                    Some(h) => h,
-                    None => humans.entry(m.id.clone()).or_insert(DevHuman {
+                if !humans.contains_key(&m.id) {
+                    let human = DevHuman {
                         id: m.id.clone(),
                         name: m.name.clone(),
                         token: new_token("af_")?,
                         spaces: Vec::new(),
-                    }),
-                };
-                human.spaces.push(key.clone());
+                    };
+                    humans.insert(m.id.clone(), human);
+                }
+                if let Some(h) = humans.get_mut(&m.id) {
+                    h.spaces.push(key.clone());
+                }
             }
             spaces.insert(
                 key.clone(),

@@ -13,6 +13,17 @@ pub mod testing;
 
 pub mod model;
 
+/// Lower-case hex of bytes (digests, random tokens).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 /// Installs ring as the process's TLS crypto provider (the one kube uses), once. Safe to call
 /// from every place that builds a TLS client.
 pub fn install_crypto_provider() {

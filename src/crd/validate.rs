@@ -167,11 +167,8 @@ fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
                     continue;
                 }
                 match (properties.and_then(|p| p.get(k)), additional) {
-                    (Some(s), _) => walk(s, child, &join(path, k), out),
-                    (None, Some(Value::Object(_))) => {
-                        if let Some(s) = additional {
-                            walk(s, child, &join(path, k), out);
-                        }
+                    (Some(s), _) | (None, Some(s @ Value::Object(_))) => {
+                        walk(s, child, &join(path, k), out)
                     }
                     (None, Some(Value::Bool(true))) => {}
                     (None, _) => {

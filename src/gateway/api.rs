@@ -21,15 +21,19 @@ pub struct EntityRef {
     pub name: String,
 }
 
+/// How the API names a member kind.
+pub fn member_kind(kind: MemberKind) -> &'static str {
+    match kind {
+        MemberKind::Agent => "agent",
+        MemberKind::Human => "human",
+    }
+}
+
 impl From<&store::Sender> for EntityRef {
     fn from(s: &store::Sender) -> Self {
         Self {
-            kind: match s.kind {
-                Some(MemberKind::Agent) => "agent",
-                Some(MemberKind::Human) => "human",
-                None => "service",
-            }
-            .into(),
+            // A sender without a member kind is a service.
+            kind: s.kind.map_or("service", member_kind).into(),
             id: s.id.clone(),
             name: s.name.clone(),
         }

@@ -88,10 +88,7 @@ struct TokenEntry {
 
 /// The hex SHA-256 of a token, as the token file holds it.
 pub fn hash_token(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex(&Sha256::digest(token.as_bytes()))
 }
 
 /// A fresh random token (32 bytes from the system's generator, URL-safe hex).
@@ -101,8 +98,7 @@ pub fn new_token(prefix: &str) -> anyhow::Result<String> {
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| anyhow::anyhow!("the system's random generator failed"))?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{prefix}{hex}"))
+    Ok(format!("{prefix}{}", crate::hex(&bytes)))
 }
 
 /// Token hashes → entities. Cheap to clone; reloadable in place.

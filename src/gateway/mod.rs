@@ -238,7 +238,7 @@ fn kind_str(kind: EntityKind) -> &'static str {
 
 /// The id of a message (`MILLIS-SEQ`), or a 400.
 fn message_id(what: &str, id: &str) -> Result<String, ApiError> {
-    sse::parse_id(id)
+    crate::store::parse_message_id(id)
         .map(|_| id.to_string())
         .ok_or_else(|| ApiError::invalid(format!("{what}: {id:?} is not a message id")))
 }
@@ -467,11 +467,7 @@ async fn space_info(
             .members
             .iter()
             .map(|m| Member {
-                kind: match m.kind {
-                    MemberKind::Agent => "agent",
-                    MemberKind::Human => "human",
-                }
-                .into(),
+                kind: api::member_kind(m.kind).into(),
                 id: m.id.clone(),
                 name: m.name.clone(),
             })
@@ -558,7 +554,7 @@ async fn stream_space(
         .await
         .map_err(|e| ApiError::unavailable(&e))?;
     let mut backlog = Vec::new();
-    let mut last = resume.as_deref().and_then(sse::parse_id);
+    let mut last = resume.as_deref().and_then(crate::store::parse_message_id);
     if let Some(mut cursor) = resume {
         loop {
             let page = gw
@@ -587,39 +583,37 @@ async fn stream_space(
         }
     }
 
-    let metrics = gw.inner.metrics.clone();
-    metrics.sse_clients.inc();
-    let guard = ClientGuard(metrics.sse_clients.clone());
+    gw.inner.metrics.sse_clients.inc();
+    let guard = ClientGuard(gw.inner.metrics.sse_clients.clone());
+    let shutdown = gw.inner.shutdown.clone();
     let live = stream::unfold(
-        (sub, last, gw.inner.shutdown.clone(), guard),
-        move |(mut sub, mut last, mut shutdown, guard)| {
-            let metrics = metrics.clone();
-            async move {
-                loop {
-                    let item = tokio::select! {
-                        r = sub.rx.recv() => r,
-                        _ = shutdown.wait_for(|v| *v) => return None,
-                    };
-                    match item {
-                        Ok(Item::Frame(frame)) => {
-                            if let Some(order) = frame.order {
-                                if last.is_some_and(|l| order <= l) {
-                                    continue;
-                                }
-                                last = Some(order);
+        (sub, last, shutdown, guard, gw),
+        |(mut sub, mut last, mut shutdown, guard, gw)| async move {
+            let metrics = &gw.inner.metrics;
+            loop {
+                let item = tokio::select! {
+                    r = sub.rx.recv() => r,
+                    _ = shutdown.wait_for(|v| *v) => return None,
+                };
+                match item {
+                    Ok(Item::Frame(frame)) => {
+                        if let Some(order) = frame.order {
+                            if last.is_some_and(|l| order <= l) {
+                                continue;
                             }
-                            if let Some(posted) = frame.posted_ms {
-                                let ms = (now_ms() - posted).max(0) as f64;
-                                metrics.fanout_latency.observe(ms / 1000.0);
-                            }
-                            let event = sse_event(&frame);
-                            return Some((Ok(event), (sub, last, shutdown, guard)));
+                            last = Some(order);
                         }
-                        Ok(Item::Closed) | Err(broadcast::error::RecvError::Closed) => return None,
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            metrics.sse_lagged.inc();
-                            return None;
+                        if let Some(posted) = frame.posted_ms {
+                            let ms = (now_ms() - posted).max(0) as f64;
+                            metrics.fanout_latency.observe(ms / 1000.0);
                         }
+                        let event = sse_event(&frame);
+                        return Some((Ok(event), (sub, last, shutdown, guard, gw)));
+                    }
+                    Ok(Item::Closed) | Err(broadcast::error::RecvError::Closed) => return None,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        metrics.sse_lagged.inc();
+                        return None;
                     }
                 }
             }

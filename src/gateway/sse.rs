@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 
 use super::api::{ActivityEvent, DeltaEvent, EntityRef, Message};
 use crate::membership::SpaceKey;
-use crate::store::{LiveEvent, Store, StoreError};
+use crate::store::{parse_message_id, LiveEvent, Store, StoreError};
 
 /// Frames buffered per space for slow clients before they are cut off.
 const BUFFER: usize = 4096;
@@ -78,17 +78,11 @@ impl Frame {
         Ok(Self {
             event: "message",
             id: Some(m.id.clone()),
-            order: parse_id(&m.id),
+            order: parse_message_id(&m.id),
             data: serde_json::to_string(m)?,
             posted_ms: Some(m.time_ms),
         })
     }
-}
-
-/// Parses a message id (`MILLIS-SEQ`).
-pub fn parse_id(id: &str) -> Option<(i64, u64)> {
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
 /// What a client receives from the hub.
@@ -223,9 +217,9 @@ mod tests {
 
     #[test]
     fn ids_order_numerically() {
-        assert!(parse_id("10-0") > parse_id("9-5"));
-        assert!(parse_id("10-10") > parse_id("10-9"));
-        assert_eq!(parse_id("x-1"), None);
-        assert_eq!(parse_id("10"), None);
+        assert!(parse_message_id("10-0") > parse_message_id("9-5"));
+        assert!(parse_message_id("10-10") > parse_message_id("10-9"));
+        assert_eq!(parse_message_id("x-1"), None);
+        assert_eq!(parse_message_id("10"), None);
     }
 }

@@ -157,7 +157,7 @@ pub fn config_hash(manifest: &str, defaults: &WorkerDefaults) -> String {
     h.update(b"\0");
     h.update(defaults.redis.fingerprint().as_bytes());
     let digest = h.finalize();
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    crate::hex(&digest[..8])
 }
 
 /// Metadata of a child object of an Agent: its namespace, labels and controller reference.

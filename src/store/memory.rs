@@ -54,10 +54,9 @@ impl SpaceLog {
     }
 }
 
-/// Orders `MILLIS-SEQ` ids.
+/// Orders `MILLIS-SEQ` ids (a malformed id sorts first).
 fn id_key(id: &str) -> (i64, u64) {
-    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+    super::parse_message_id(id).unwrap_or((0, 0))
 }
 
 impl State {

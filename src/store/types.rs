@@ -160,6 +160,12 @@ pub struct NewMessage {
     pub urgent: bool,
 }
 
+/// Parses a message id (`MILLIS-SEQ`, as Redis stream ids) into its ordered parts.
+pub fn parse_message_id(id: &str) -> Option<(i64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
 /// A message of a space's log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -337,9 +343,7 @@ pub fn next_digest(previous: &str, commit: &CycleCommit) -> String {
     for m in &commit.new_messages {
         field(m.as_bytes());
     }
-    let digest = h.finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    format!("sha256:{}", crate::hex(&h.finalize()))
 }
 
 /// Where the window of an agent's consciousness stands: what a commit builds on.

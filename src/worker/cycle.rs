@@ -670,11 +670,7 @@ fn batch_id(events: &[InboxEvent]) -> String {
         h.update(e.id.as_bytes());
         h.update(b"\n");
     }
-    h.finalize()
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex(&h.finalize()[..8])
 }
 
 /// A complete string field of a (possibly partial) JSON object text.
