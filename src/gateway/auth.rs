@@ -174,7 +174,9 @@ impl Tokens {
     pub fn watch(&self, path: PathBuf, every: Duration) -> tokio::task::JoinHandle<()> {
         let tokens = self.clone();
         tokio::spawn(async move {
-            let mut last = std::fs::read_to_string(&path).ok();
+            // Compared by content with the tokens in force (not with the text first seen, which
+            // may already be the changed file), and an invalid text is reported once.
+            let mut invalid: Option<String> = None;
             loop {
                 tokio::time::sleep(every).await;
                 let text = match std::fs::read_to_string(&path) {
@@ -184,21 +186,23 @@ impl Tokens {
                         continue;
                     }
                 };
-                if last.as_deref() == Some(text.as_str()) {
-                    continue;
-                }
                 match Self::parse(&text) {
                     Ok(map) => {
-                        info!(path = %path.display(), tokens = map.len(), "token file reloaded");
+                        invalid = None;
                         if let Ok(mut m) = tokens.by_hash.write() {
-                            *m = map;
+                            if *m != map {
+                                info!(path = %path.display(), tokens = map.len(), "token file reloaded");
+                                *m = map;
+                            }
                         }
                     }
                     Err(e) => {
-                        warn!(path = %path.display(), error = %format!("{e:#}"), "token file invalid; keeping the tokens in force")
+                        if invalid.as_deref() != Some(text.as_str()) {
+                            warn!(path = %path.display(), error = %format!("{e:#}"), "token file invalid; keeping the tokens in force");
+                            invalid = Some(text);
+                        }
                     }
                 }
-                last = Some(text);
             }
         })
     }
@@ -324,6 +328,39 @@ mod tests {
         for _ in 0..100 {
             off.check("a").unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn the_token_file_is_reloaded_and_a_broken_one_keeps_the_tokens() {
+        let path = std::env::temp_dir().join(format!("agentfleet-tokens-{}", std::process::id()));
+        let file = |token: &str, id: &str| {
+            format!(
+                "tokens:\n- sha256: {}\n  kind: human\n  id: {id}\n",
+                hash_token(token)
+            )
+        };
+        std::fs::write(&path, file("one", "husam")).unwrap();
+        let tokens = Tokens::load(&path).unwrap();
+        let watcher = tokens.watch(path.clone(), Duration::from_millis(20));
+        assert_eq!(tokens.entity("one").unwrap().id, "husam");
+
+        std::fs::write(&path, file("two", "muhammad")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while tokens.entity("two").is_none() {
+            assert!(Instant::now() < deadline, "not reloaded");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(tokens.entity("one"), None, "the old token is revoked");
+
+        std::fs::write(&path, "tokens: [{kind: robot}]").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            tokens.entity("two").unwrap().id,
+            "muhammad",
+            "kept in force"
+        );
+        watcher.abort();
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
