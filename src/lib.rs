@@ -7,6 +7,7 @@ pub mod dev;
 pub mod gateway;
 pub mod membership;
 pub mod operator;
+pub mod plans;
 pub mod store;
 pub mod telemetry;
 pub mod testing;

@@ -693,7 +693,7 @@ async fn tool_phase_gates_shape_each_step() {
     let reqs = mock.requests();
     assert_eq!(tool_names(&reqs[0]), ["enter_space", "read_messages"]);
     assert_eq!(reqs[0]["tool_choice"], "required");
-    assert_eq!(tool_names(&reqs[1]).len(), 7, "after the phase, every tool");
+    assert_eq!(tool_names(&reqs[1]).len(), 8, "after the phase, every tool");
     assert_eq!(reqs[1]["tool_choice"], "auto");
     let results: Vec<&str> = reqs[1]["messages"]
         .as_array()

@@ -62,6 +62,15 @@ pub struct AgentSpec {
     #[serde(default)]
     pub scaling: ScalingSpec,
 
+    /// Scheduled triggers: at each due time the operator puts a `plan` event with the plan's
+    /// instruction in the agent's inbox, waking it if it is scaled to zero. A due time fires
+    /// once, also across operator restarts. Plans the agent makes itself (`set_plans`) live in
+    /// the data plane beside these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(max = 100))]
+    pub plans: Vec<PlanSpec>,
+
     /// The worker pod that runs the agent.
     #[serde(default)]
     pub worker: WorkerSpec,
@@ -191,6 +200,8 @@ pub enum BuiltinTool {
     DeleteMemories,
     /// Set the goals the agent is working towards.
     SetGoals,
+    /// Schedule (or cancel) plans: instructions the agent gets back at a time it chooses.
+    SetPlans,
 }
 
 impl BuiltinTool {
@@ -204,6 +215,7 @@ impl BuiltinTool {
             BuiltinTool::SetMemories,
             BuiltinTool::DeleteMemories,
             BuiltinTool::SetGoals,
+            BuiltinTool::SetPlans,
         ]
     }
 }
@@ -409,6 +421,38 @@ impl Default for ScalingSpec {
 
 fn default_idle_seconds() -> u32 {
     300
+}
+
+/// A scheduled trigger: a recurring `schedule` or a one-shot time `at` (exactly one), and the
+/// instruction the agent gets when it is due.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanSpec {
+    /// Name, unique among the agent's plans; it identifies the plan's fired due times, so
+    /// renaming a plan starts it afresh.
+    #[schemars(length(min = 1, max = 63))]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+
+    /// Cron schedule, five fields (`minute hour day-of-month month day-of-week`, for example
+    /// `0 6 * * 1-5` for 06:00 on weekdays), or `@hourly`, `@daily`, `@weekly`, `@monthly`,
+    /// `@yearly`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub schedule: Option<String>,
+
+    /// One-shot due time, RFC 3339 (for example `2026-12-24T18:00:00Z`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
+
+    /// IANA time zone of `schedule` (for example `Europe/Berlin`); UTC when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
+
+    /// What the agent is asked to do when the plan is due.
+    #[schemars(length(min = 1, max = 4096))]
+    pub instruction: String,
 }
 
 /// The pod that runs the agent.

@@ -12,16 +12,26 @@ use tokio::time::Instant;
 
 use super::types::{plan_commit, WindowState};
 use super::{
-    now_ms, AgentKey, Checkpoint, Consciousness, CycleCommit, EventKind, Goal, InboxEvent, Lease,
-    LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord, Store,
-    StoreError, SEEN_IDS,
+    now_ms, AgentKey, AgentObservation, Checkpoint, Consciousness, CycleCommit, EventKind, Goal,
+    InboxEvent, Lease, LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage,
+    SpaceRecord, Store, StoreError, SEEN_IDS,
 };
+use crate::crd::PlanSpec;
 use crate::membership::SpaceKey;
 
 /// A [`Store`] held in this process's memory.
-#[derive(Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    wakes: broadcast::Sender<AgentKey>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            wakes: broadcast::channel(1024).0,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -89,6 +99,8 @@ struct AgentState {
     last_cycle_ms: Option<i64>,
     memories: Memories,
     goals: BTreeMap<String, Goal>,
+    plans: BTreeMap<String, PlanSpec>,
+    plan_marks: BTreeMap<String, i64>,
 }
 
 impl AgentState {
@@ -170,6 +182,15 @@ impl MemoryStore {
         self.with(|s| f(s.agents.entry(agent.clone()).or_default()))
     }
 
+    /// Publishes a wake signal for `agent` when `pushed` says so.
+    fn wake(&self, agent: &AgentKey, pushed: Pushed) -> Pushed {
+        if pushed.woke {
+            // Nobody listening is fine: wake signals are hints, the sweep is the fallback.
+            let _ = self.wakes.send(agent.clone());
+        }
+        pushed
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         // A panic while holding the lock cannot leave `State` half-updated (every mutation is a
         // single map operation), so a poisoned lock is safe to keep using.
@@ -226,7 +247,8 @@ impl Store for MemoryStore {
     }
 
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {
-        Ok(self.agent(agent, |a| a.push(event)))
+        let pushed = self.agent(agent, |a| a.push(event));
+        Ok(self.wake(agent, pushed))
     }
 
     async fn acquire_lease(
@@ -275,11 +297,20 @@ impl Store for MemoryStore {
     }
 
     async fn release_lease(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
-        self.agent(agent, |a| {
-            if a.check(agent, lease).is_ok() {
-                a.lease = None;
+        let left_work = self.agent(agent, |a| {
+            if a.check(agent, lease).is_err() {
+                return false;
             }
+            a.lease = None;
+            !(a.inbox.is_empty() && a.urgent.is_empty() && a.inflight.is_empty())
         });
+        self.wake(
+            agent,
+            Pushed {
+                queued: false,
+                woke: left_work,
+            },
+        );
         Ok(())
     }
 
@@ -394,9 +425,11 @@ impl Store for MemoryStore {
             let mut delivered = Vec::new();
             for agent in record.agents().filter(|a| *a != message.sender.id) {
                 let key = AgentKey::new(space.namespace.clone(), agent);
-                if s.agents.entry(key).or_default().push(&event).queued {
+                let pushed = s.agents.entry(key.clone()).or_default().push(&event);
+                if pushed.queued {
                     delivered.push(agent.to_string());
                 }
+                self.wake(&key, pushed);
             }
             let _ = s.live(space).send(LiveEvent::Message { message: posted });
             Ok(Posted {
@@ -606,6 +639,113 @@ impl Store for MemoryStore {
 
     async fn goals(&self, agent: &AgentKey) -> Result<Vec<Goal>, StoreError> {
         Ok(self.agent(agent, |a| a.goals.values().cloned().collect()))
+    }
+
+    async fn set_plans(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        plans: &[PlanSpec],
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            for p in plans {
+                a.plans.insert(p.name.clone(), p.clone());
+            }
+            Ok(())
+        })
+    }
+
+    async fn cancel_plans(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        names: &[String],
+    ) -> Result<u64, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            Ok(names
+                .iter()
+                .filter(|n| a.plans.remove(*n).is_some())
+                .count() as u64)
+        })
+    }
+
+    async fn plans(&self, agent: &AgentKey) -> Result<Vec<PlanSpec>, StoreError> {
+        Ok(self.agent(agent, |a| a.plans.values().cloned().collect()))
+    }
+
+    async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError> {
+        Ok(self.agent(agent, |a| a.plan_marks.clone()))
+    }
+
+    async fn mark_plan(
+        &self,
+        agent: &AgentKey,
+        plan_id: &str,
+        due_ms: i64,
+        event: Option<&InboxEvent>,
+    ) -> Result<Option<Pushed>, StoreError> {
+        let pushed = self.agent(agent, |a| {
+            if a.plan_marks.get(plan_id).is_some_and(|m| *m >= due_ms) {
+                return None;
+            }
+            a.plan_marks.insert(plan_id.to_string(), due_ms);
+            Some(event.map_or(
+                Pushed {
+                    queued: false,
+                    woke: false,
+                },
+                |e| a.push(e),
+            ))
+        });
+        Ok(pushed.map(|p| self.wake(agent, p)))
+    }
+
+    async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError> {
+        Ok(self.with(|s| {
+            agents
+                .iter()
+                .map(|key| match s.agents.get(key) {
+                    None => AgentObservation::default(),
+                    Some(a) => AgentObservation {
+                        waiting: (a.inbox.len() + a.urgent.len()) as u64,
+                        in_flight: a.inflight.len() as u64,
+                        thinking: a.thinking,
+                        worker: a.lease_holder().is_some(),
+                        cycles: a.window.cycle,
+                        tokens_used: a.tokens_used,
+                        last_cycle_ms: a.last_cycle_ms,
+                        checkpoint: a.checkpoints.first().cloned(),
+                        plans: a.plans.values().cloned().collect(),
+                        plan_marks: a.plan_marks.clone(),
+                    },
+                })
+                .collect()
+        }))
+    }
+
+    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
+        let rx = self.wakes.subscribe();
+        Ok(futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(key) => return Some((key, rx)),
+                    // A lagging listener misses signals; the operator's sweep catches up.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed())
+    }
+
+    async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {
+        self.with(|s| {
+            s.agents.remove(agent);
+            s.registered.remove(agent);
+        });
+        Ok(())
     }
 }
 

@@ -20,7 +20,10 @@
 //!   a checkpoint (cycle, window, digest chained over commits, counts; last N kept) and
 //!   acknowledges the inbox in one atomic step, costing O(new messages). Memories and goals.
 //! - **Wake**: a push to the inbox of an agent whose lease nobody holds publishes the agent's
-//!   `NS/NAME` on [`WAKE_CHANNEL`].
+//!   `NS/NAME` on [`WAKE_CHANNEL`]; so does a worker that gives its lease up while events
+//!   wait (it was scaled down as they arrived).
+//! - **Plans** the agent made itself, and per plan the last due time handled: firing a plan
+//!   records its due time and pushes its event in one atomic step, so it fires once.
 
 mod memory;
 mod redis;
@@ -30,6 +33,7 @@ pub use self::memory::MemoryStore;
 pub use self::redis::{redact_url, RedisStore};
 pub use self::types::*;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -41,6 +45,7 @@ pub const WAKE_CHANNEL: &str = "agentfleet:wake";
 /// How many recent event ids an inbox remembers to drop duplicates.
 pub const SEEN_IDS: usize = 10_000;
 
+use crate::crd::PlanSpec;
 use crate::membership::SpaceKey;
 
 /// Why a store operation failed. The text never carries credentials.
@@ -166,7 +171,8 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<bool, StoreError>;
 
-    /// Gives the lease up (a no-op when it is no longer ours).
+    /// Gives the lease up (a no-op when it is no longer ours). Publishes a wake signal when
+    /// events are left waiting or in flight, so that the operator brings a worker back.
     async fn release_lease(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
 
     /// The events of the next cycle. Events already in flight (a cycle that never finished)
@@ -310,6 +316,51 @@ pub trait Store: Send + Sync + 'static {
     /// Ends a cycle: drops the in-flight events, marks the agent sleeping, and moves urgent
     /// events that arrived late back to the inbox (so they wake the next cycle).
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Stores plans the agent made (upsert by name). Fenced.
+    async fn set_plans(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        plans: &[PlanSpec],
+    ) -> Result<(), StoreError>;
+
+    /// Removes plans the agent made, by name; returns how many existed. Fenced.
+    async fn cancel_plans(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        names: &[String],
+    ) -> Result<u64, StoreError>;
+
+    /// The plans the agent made, by name.
+    async fn plans(&self, agent: &AgentKey) -> Result<Vec<PlanSpec>, StoreError>;
+
+    /// Per plan id, the last due time handled (ms).
+    async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError>;
+
+    /// Records `due_ms` as handled for plan `plan_id` and, when `event` is given, pushes it
+    /// (with a wake signal like [`Store::push_event`]) — atomically, and only if no due time
+    /// at or after `due_ms` was handled before. `None` when it was.
+    async fn mark_plan(
+        &self,
+        agent: &AgentKey,
+        plan_id: &str,
+        due_ms: i64,
+        event: Option<&InboxEvent>,
+    ) -> Result<Option<Pushed>, StoreError>;
+
+    /// What the operator needs of each agent, for all of them in one round trip (the same
+    /// order as `agents`).
+    async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError>;
+
+    /// Wake signals from now on: agents whose inbox got an event while no worker held them
+    /// (or whose worker left with events still waiting).
+    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError>;
+
+    /// Removes everything the data plane holds of an agent: inbox, queues, consciousness,
+    /// checkpoints, memories, goals, plans, lease, registration.
+    async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError>;
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@
 //! | `agentfleet:{agent:NS/NAME}:summaries` | hash | compaction summaries by cycle |
 //! | `agentfleet:{agent:NS/NAME}:memories` | hash | key → memory |
 //! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
+//! | `agentfleet:{agent:NS/NAME}:plans` | hash | name → plan the agent made (JSON) |
+//! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
@@ -32,7 +34,7 @@
 //! Every step that takes events or acknowledges them is one Lua script on the agent's slot
 //! and starts by checking the caller's `HOLDER|TOKEN` against the lease (error `FENCED`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
@@ -47,11 +49,11 @@ use super::memory::message_event;
 use super::types::{plan_commit, WindowState};
 use super::MidCycle;
 use super::{
-    now_ms, AgentKey, Checkpoint, Consciousness, CycleCommit, Goal, InboxEvent, Lease, LiveEvent,
-    Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord, Store, StoreError,
-    SEEN_IDS, WAKE_CHANNEL,
+    now_ms, AgentKey, AgentObservation, Checkpoint, Consciousness, CycleCommit, Goal, InboxEvent,
+    Lease, LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord,
+    Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
-use crate::crd::MemberKind;
+use crate::crd::{MemberKind, PlanSpec};
 use crate::membership::SpaceKey;
 
 const PREFIX: &str = "agentfleet:";
@@ -211,16 +213,66 @@ return token
     )
 });
 
-/// KEYS: lease. ARGV: lease value, ttl_ms (0: release). Returns 1 when it was ours.
+/// KEYS: lease. ARGV: lease value, ttl_ms. Returns 1 when it was ours.
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '0' then redis.call('DEL', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 "#,
     )
 });
+
+/// KEYS: lease, inbox, urgent, inflight. ARGV: lease value, NS/NAME, wake channel. Gives the
+/// lease up; publishes a wake signal when events are left. Returns 1 when it was ours.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('LLEN', KEYS[2]) + redis.call('LLEN', KEYS[3]) + redis.call('LLEN', KEYS[4]) > 0 then
+  redis.call('PUBLISH', ARGV[3], ARGV[2])
+end
+return 1
+"#,
+    )
+});
+
+/// KEYS: planmarks, inbox, urgent, ids, state, lease. ARGV: plan id, due ms, has event (0/1),
+/// then the push arguments (id, json, urgent, time_ms, seen max, NS/NAME, wake channel).
+/// Returns {marked, queued, woke}.
+static MARK_PLAN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{PUSH_ONE}
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and tonumber(cur) >= tonumber(ARGV[2]) then return {{0, 0, 0}} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[3] == '0' then return {{1, 0, 0}} end
+local queued, woke = push(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+return {{1, queued, woke}}
+"#
+    ))
+});
+
+/// Every key of one agent (suffixes of [`agent_key`]), removed together by `purge_agent`.
+const AGENT_KEYS: &[&str] = &[
+    "inbox",
+    "urgent",
+    "inflight",
+    "ids",
+    "state",
+    "lease",
+    "fence",
+    "clog",
+    "cmeta",
+    "checkpoints",
+    "summaries",
+    "memories",
+    "goals",
+    "plans",
+    "planmarks",
+];
 
 /// KEYS: lease, inbox, inflight, state. ARGV: lease value. Moves the inbox in flight and
 /// returns everything in flight.
@@ -478,7 +530,7 @@ impl RedisStore {
         invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(fenced(agent, "write memories or goals"))
+            .map_err(fenced(agent, "write memories, goals or plans"))
     }
 
     /// One commit attempt, building on `known` (window, retained checkpoints) when given.
@@ -837,10 +889,14 @@ impl Store for RedisStore {
 
     async fn release_lease(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
         let mut conn = self.conn().await?;
-        RENEW
+        RELEASE
             .key(agent_key(agent, "lease"))
+            .key(agent_key(agent, "inbox"))
+            .key(agent_key(agent, "urgent"))
+            .key(agent_key(agent, "inflight"))
             .arg(lease_value(lease))
-            .arg(0)
+            .arg(agent.to_string())
+            .arg(WAKE_CHANNEL)
             .invoke_async::<u8>(&mut conn)
             .await
             .map_err(redis_err("release lease"))?;
@@ -1322,6 +1378,205 @@ impl Store for RedisStore {
             .invoke_async::<u8>(&mut conn)
             .await
             .map_err(fenced(agent, "acknowledge cycle"))?;
+        Ok(())
+    }
+
+    async fn set_plans(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        plans: &[PlanSpec],
+    ) -> Result<(), StoreError> {
+        let mut fields = Vec::new();
+        for p in plans {
+            fields.push(p.name.clone());
+            fields.push(
+                serde_json::to_string(p).map_err(|source| StoreError::Decode {
+                    what: format!("plan {}", p.name),
+                    source,
+                })?,
+            );
+        }
+        self.fenced_hash(agent, lease, "plans", "set", fields.into_iter())
+            .await
+            .map(|_| ())
+    }
+
+    async fn cancel_plans(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        names: &[String],
+    ) -> Result<u64, StoreError> {
+        self.fenced_hash(agent, lease, "plans", "del", names.iter().cloned())
+            .await
+    }
+
+    async fn plans(&self, agent: &AgentKey) -> Result<Vec<PlanSpec>, StoreError> {
+        let mut conn = self.conn().await?;
+        let raw: std::collections::BTreeMap<String, String> = conn
+            .hgetall(agent_key(agent, "plans"))
+            .await
+            .map_err(redis_err("read plans"))?;
+        raw.values()
+            .map(|j| {
+                serde_json::from_str(j).map_err(|source| StoreError::Decode {
+                    what: format!("a plan of agent {agent}"),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError> {
+        let mut conn = self.conn().await?;
+        conn.hgetall(agent_key(agent, "planmarks"))
+            .await
+            .map_err(redis_err("read plan marks"))
+    }
+
+    async fn mark_plan(
+        &self,
+        agent: &AgentKey,
+        plan_id: &str,
+        due_ms: i64,
+        event: Option<&InboxEvent>,
+    ) -> Result<Option<Pushed>, StoreError> {
+        let mut invocation = MARK_PLAN.prepare_invoke();
+        invocation
+            .key(agent_key(agent, "planmarks"))
+            .key(agent_key(agent, "inbox"))
+            .key(agent_key(agent, "urgent"))
+            .key(agent_key(agent, "ids"))
+            .key(agent_key(agent, "state"))
+            .key(agent_key(agent, "lease"))
+            .arg(plan_id)
+            .arg(due_ms)
+            .arg(if event.is_some() { "1" } else { "0" });
+        if let Some(e) = event {
+            let json = serde_json::to_string(e).map_err(|source| StoreError::Decode {
+                what: format!("event {}", e.id),
+                source,
+            })?;
+            invocation
+                .arg(&e.id)
+                .arg(json)
+                .arg(if e.urgent { "1" } else { "0" })
+                .arg(e.time_ms)
+                .arg(SEEN_IDS)
+                .arg(agent.to_string())
+                .arg(WAKE_CHANNEL);
+        }
+        let mut conn = self.conn().await?;
+        let (marked, queued, woke): (u8, u8, u8) = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(redis_err("fire plan"))?;
+        Ok((marked == 1).then_some(Pushed {
+            queued: queued == 1,
+            woke: woke == 1,
+        }))
+    }
+
+    async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError> {
+        if agents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for a in agents {
+            pipe.llen(agent_key(a, "inbox"))
+                .llen(agent_key(a, "urgent"))
+                .llen(agent_key(a, "inflight"))
+                .get(agent_key(a, "state"))
+                .exists(agent_key(a, "lease"))
+                .cmd("HMGET")
+                .arg(agent_key(a, "cmeta"))
+                .arg("cycle")
+                .arg("tokensUsed")
+                .arg("lastCycleMs")
+                .lindex(agent_key(a, "checkpoints"), 0)
+                .hvals(agent_key(a, "plans"))
+                .hgetall(agent_key(a, "planmarks"));
+        }
+        let mut conn = self.conn().await?;
+        let values: Vec<redis::Value> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("observe agents"))?;
+        type Row = (
+            u64,
+            u64,
+            u64,
+            Option<String>,
+            bool,
+            (Option<u64>, Option<u64>, Option<i64>),
+            Option<String>,
+            Vec<String>,
+            BTreeMap<String, i64>,
+        );
+        values
+            .chunks(9)
+            .map(|chunk| {
+                let row: Row = redis::from_redis_value(redis::Value::Array(chunk.to_vec()))
+                    .map_err(|e| StoreError::Redis {
+                        op: "observe agents",
+                        source: e.into(),
+                    })?;
+                let (inbox, urgent, inflight, state, leased, meta, checkpoint, plans, marks) = row;
+                Ok(AgentObservation {
+                    waiting: inbox + urgent,
+                    in_flight: inflight,
+                    thinking: state.as_deref() == Some("thinking"),
+                    worker: leased,
+                    cycles: meta.0.unwrap_or(0),
+                    tokens_used: meta.1.unwrap_or(0),
+                    last_cycle_ms: meta.2,
+                    // Written by the store itself; an entry it cannot read is left out rather
+                    // than failing the observation of every agent.
+                    checkpoint: checkpoint.and_then(|c| serde_json::from_str(&c).ok()),
+                    plans: plans
+                        .iter()
+                        .filter_map(|p| serde_json::from_str(p).ok())
+                        .collect(),
+                    plan_marks: marks,
+                })
+            })
+            .collect()
+    }
+
+    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
+        let mut pubsub = self
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(redis_err("subscribe to wake signals"))?;
+        pubsub
+            .subscribe(WAKE_CHANNEL)
+            .await
+            .map_err(redis_err("subscribe to wake signals"))?;
+        Ok(pubsub
+            .into_on_message()
+            .filter_map(|msg| async move {
+                let payload: String = msg.get_payload().ok()?;
+                AgentKey::parse(&payload)
+            })
+            .boxed())
+    }
+
+    async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {
+        let keys: Vec<String> = AGENT_KEYS.iter().map(|k| agent_key(agent, k)).collect();
+        let mut conn = self.conn().await?;
+        // One slot (the agent's hash tag) for the keys; the index lives elsewhere.
+        conn.del::<_, ()>(keys)
+            .await
+            .map_err(redis_err("remove agent data"))?;
+        conn.srem::<_, _, ()>(agents_index_key(), agent.to_string())
+            .await
+            .map_err(redis_err("remove agent data"))?;
+        self.committed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(agent);
         Ok(())
     }
 }

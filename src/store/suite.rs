@@ -878,6 +878,225 @@ async fn a_sleeping_worker_wakes_on_push(store: std::sync::Arc<dyn Store>) {
     );
 }
 
+/// The next wake signal within `wait`, if any.
+async fn next_wake(
+    wakes: &mut futures::stream::BoxStream<'static, AgentKey>,
+    wait: std::time::Duration,
+) -> Option<AgentKey> {
+    use futures::StreamExt;
+    tokio::time::timeout(wait, wakes.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn wake_signals_reach_subscribers(store: &dyn Store) {
+    let long = std::time::Duration::from_secs(5);
+    let short = std::time::Duration::from_millis(200);
+    let mut wakes = store.subscribe_wakes().await.unwrap();
+    let a = AgentKey::new("fam", "sleepy");
+    store.push_event(&a, &event("e1", "wake up")).await.unwrap();
+    assert_eq!(next_wake(&mut wakes, long).await, Some(a.clone()));
+
+    // With a worker holding the agent: no signal. A worker leaving with events waiting
+    // (scaled down as they arrived) signals again; leaving an empty inbox does not.
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store.push_event(&a, &event("e2", "again")).await.unwrap();
+    assert_eq!(next_wake(&mut wakes, short).await, None);
+    store.release_lease(&a, &lease).await.unwrap();
+    assert_eq!(next_wake(&mut wakes, long).await, Some(a.clone()));
+    let lease = store.acquire_lease(&a, "w2", TTL).await.unwrap().unwrap();
+    assert_eq!(store.wait_inbox(&a, &lease, SHORT).await.unwrap().len(), 2);
+    store.ack_cycle(&a, &lease).await.unwrap();
+    store.release_lease(&a, &lease).await.unwrap();
+    assert_eq!(next_wake(&mut wakes, short).await, None);
+
+    // A post wakes the member agents that have no worker.
+    let family = family_space(store, 100).await;
+    store
+        .post_message(&family, &say(human("husam"), "hello"))
+        .await
+        .unwrap();
+    let mut woken = vec![
+        next_wake(&mut wakes, long).await.unwrap(),
+        next_wake(&mut wakes, long).await.unwrap(),
+    ];
+    woken.sort();
+    assert_eq!(
+        woken,
+        [AgentKey::new("fam", "alice"), AgentKey::new("fam", "bob")]
+    );
+}
+
+async fn observation_reads_every_agent_at_once(store: &dyn Store) {
+    let busy = AgentKey::new("fam", "busy");
+    let idle = AgentKey::new("fam", "idle");
+    let never = AgentKey::new("other", "never-seen");
+    let lease = store
+        .acquire_lease(&busy, "w1", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    store.push_event(&busy, &event("e1", "one")).await.unwrap();
+    assert_eq!(
+        store.wait_inbox(&busy, &lease, SHORT).await.unwrap().len(),
+        1
+    );
+    store.push_event(&busy, &event("e2", "two")).await.unwrap();
+    store.push_event(&busy, &urgent("u1", "now")).await.unwrap();
+    let idle_lease = store
+        .acquire_lease(&idle, "w2", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    store.push_event(&idle, &event("e3", "x")).await.unwrap();
+    store.wait_inbox(&idle, &idle_lease, SHORT).await.unwrap();
+    let cp = store
+        .commit_cycle(&idle, &idle_lease, &commit(&["m1", "m2"], None, 10))
+        .await
+        .unwrap();
+    store.release_lease(&idle, &idle_lease).await.unwrap();
+
+    let seen = store
+        .observe(&[busy.clone(), idle.clone(), never.clone()])
+        .await
+        .unwrap();
+    assert_eq!(seen.len(), 3);
+    let b = &seen[0];
+    assert_eq!(
+        (b.waiting, b.in_flight, b.thinking, b.worker),
+        (2, 1, true, true)
+    );
+    assert!(b.busy());
+    let i = &seen[1];
+    assert_eq!(
+        (i.waiting, i.in_flight, i.thinking, i.worker),
+        (0, 0, false, false)
+    );
+    assert!(!i.busy());
+    assert_eq!(i.cycles, 1);
+    assert_eq!(i.checkpoint.as_ref(), Some(&cp));
+    assert!(i.last_cycle_ms.is_some());
+    assert_eq!(seen[2], AgentObservation::default());
+    assert!(store.observe(&[]).await.unwrap().is_empty());
+}
+
+fn plan(name: &str) -> crate::crd::PlanSpec {
+    serde_yaml::from_str(&format!(
+        "{{name: {name}, schedule: '0 6 * * *', instruction: report}}"
+    ))
+    .unwrap()
+}
+
+async fn plans_fire_once_per_due_time(store: &dyn Store) {
+    let a = AgentKey::new("fam", "planner");
+    let p = plan("report");
+    let id = crate::plans::plan_id(crate::plans::Source::Spec, "report");
+    // First sight: a baseline, nothing pushed.
+    assert_eq!(
+        store.mark_plan(&a, &id, 1_000, None).await.unwrap(),
+        Some(Pushed {
+            queued: false,
+            woke: false
+        })
+    );
+    assert_eq!(store.inbox_depth(&a).await.unwrap(), 0);
+    let due = 2_000;
+    let e = crate::plans::event(crate::plans::Source::Spec, &p, due, now_ms());
+    let fired = store.mark_plan(&a, &id, due, Some(&e)).await.unwrap();
+    assert_eq!(
+        fired,
+        Some(Pushed {
+            queued: true,
+            woke: true
+        })
+    );
+    // A second operator (or a restart) firing the same or an earlier due time: nothing.
+    assert_eq!(store.mark_plan(&a, &id, due, Some(&e)).await.unwrap(), None);
+    assert_eq!(store.mark_plan(&a, &id, 1_500, None).await.unwrap(), None);
+    assert_eq!(store.inbox_depth(&a).await.unwrap(), 1);
+    assert_eq!(store.plan_marks(&a).await.unwrap().get(&id), Some(&due));
+    let seen = store.observe(std::slice::from_ref(&a)).await.unwrap();
+    assert_eq!(seen[0].plan_marks.get(&id), Some(&due));
+}
+
+async fn agent_plans_are_kept_and_fenced(store: &dyn Store) {
+    let a = AgentKey::new("fam", "planner");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store
+        .set_plans(&a, &lease, &[plan("report"), plan("standup")])
+        .await
+        .unwrap();
+    let mut changed = plan("report");
+    changed.instruction = "the longer report".into();
+    store
+        .set_plans(&a, &lease, &[changed.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.plans(&a).await.unwrap(),
+        vec![changed.clone(), plan("standup")]
+    );
+    assert_eq!(
+        store
+            .cancel_plans(&a, &lease, &["standup".into(), "nope".into()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.plans(&a).await.unwrap(), vec![changed.clone()]);
+    let seen = store.observe(std::slice::from_ref(&a)).await.unwrap();
+    assert_eq!(seen[0].plans, vec![changed]);
+    store.release_lease(&a, &lease).await.unwrap();
+    assert!(matches!(
+        store.set_plans(&a, &lease, &[plan("x")]).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert!(matches!(
+        store.cancel_plans(&a, &lease, &["report".into()]).await,
+        Err(StoreError::Fenced { .. })
+    ));
+}
+
+async fn purging_an_agent_forgets_everything(store: &dyn Store) {
+    let a = AgentKey::new("fam", "gone");
+    let keep = AgentKey::new("fam", "stays");
+    for k in [&a, &keep] {
+        store.register_agent(k).await.unwrap();
+        let lease = store.acquire_lease(k, "w", TTL).await.unwrap().unwrap();
+        store.push_event(k, &event("e1", "x")).await.unwrap();
+        store.wait_inbox(k, &lease, SHORT).await.unwrap();
+        store
+            .commit_cycle(k, &lease, &commit(&["m"], None, 10))
+            .await
+            .unwrap();
+        let memories: Memories = [("k".to_string(), "v".to_string())].into();
+        store.set_memories(k, &lease, &memories).await.unwrap();
+        store.set_plans(k, &lease, &[plan("p")]).await.unwrap();
+        store.push_event(k, &event("e2", "waiting")).await.unwrap();
+    }
+    store.purge_agent(&a).await.unwrap();
+    assert!(!store.agent_registered(&a).await.unwrap());
+    assert_eq!(
+        store.consciousness(&a).await.unwrap(),
+        Consciousness::default()
+    );
+    assert!(store.checkpoints(&a).await.unwrap().is_empty());
+    assert!(store.memories(&a).await.unwrap().is_empty());
+    assert!(store.plans(&a).await.unwrap().is_empty());
+    assert_eq!(
+        store.observe(std::slice::from_ref(&a)).await.unwrap()[0],
+        AgentObservation::default()
+    );
+    // The lease is gone too: a new worker starts afresh.
+    assert!(store.acquire_lease(&a, "new", TTL).await.unwrap().is_some());
+    // Nothing of the other agent was touched.
+    assert!(store.agent_registered(&keep).await.unwrap());
+    let other = store.observe(std::slice::from_ref(&keep)).await.unwrap();
+    assert_eq!((other[0].waiting, other[0].cycles), (1, 1));
+    assert_eq!(store.plans(&keep).await.unwrap().len(), 1);
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -921,6 +1140,11 @@ suite!(
     commits_are_fenced_and_validated,
     memories_and_goals_are_kept,
     one_look_between_steps,
+    wake_signals_reach_subscribers,
+    observation_reads_every_agent_at_once,
+    plans_fire_once_per_due_time,
+    agent_plans_are_kept_and_fenced,
+    purging_an_agent_forgets_everything,
 );
 
 #[tokio::test]
@@ -933,29 +1157,6 @@ async fn redis_sleeping_worker_wakes_on_push() {
     let server = RedisServer::start().unwrap();
     a_sleeping_worker_wakes_on_push(std::sync::Arc::new(RedisStore::new(&server.url()).unwrap()))
         .await;
-}
-
-#[tokio::test]
-async fn redis_wake_signal_is_published() {
-    use futures::StreamExt;
-    let server = RedisServer::start().unwrap();
-    let store = RedisStore::new(&server.url()).unwrap();
-    let client = ::redis::Client::open(server.url()).unwrap();
-    let mut pubsub = client.get_async_pubsub().await.unwrap();
-    pubsub.subscribe(WAKE_CHANNEL).await.unwrap();
-    let a = AgentKey::new("fam", "sleepy");
-    store.push_event(&a, &event("e1", "wake up")).await.unwrap();
-    let msg = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        pubsub.on_message().next(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(
-        msg.get_payload::<String>().unwrap(),
-        "fam/assistant".replace("assistant", "sleepy")
-    );
 }
 
 #[tokio::test]

@@ -432,3 +432,35 @@ pub struct MidCycle {
     /// The first waiting events of the inbox, left in place.
     pub preview: Vec<InboxEvent>,
 }
+
+/// What the operator reads of one agent on every sweep (one round trip for all agents).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentObservation {
+    /// Events waiting: inbox plus urgent queue.
+    pub waiting: u64,
+    /// Events taken by a cycle that has not been acknowledged.
+    pub in_flight: u64,
+    /// A cycle is under way.
+    pub thinking: bool,
+    /// A worker holds the agent's lease.
+    pub worker: bool,
+    /// Committed cycles.
+    pub cycles: u64,
+    /// Model tokens used over the agent's life.
+    pub tokens_used: u64,
+    /// When the last cycle was committed (ms since the epoch).
+    pub last_cycle_ms: Option<i64>,
+    /// The latest checkpoint.
+    pub checkpoint: Option<Checkpoint>,
+    /// Plans the agent made itself (`set_plans`), by name.
+    pub plans: Vec<crate::crd::PlanSpec>,
+    /// Per plan id (`spec/NAME`, `agent/NAME`): the last due time handled (ms).
+    pub plan_marks: std::collections::BTreeMap<String, i64>,
+}
+
+impl AgentObservation {
+    /// Something waits or is being worked on.
+    pub fn busy(&self) -> bool {
+        self.waiting > 0 || self.in_flight > 0 || self.thinking
+    }
+}

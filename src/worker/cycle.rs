@@ -168,18 +168,22 @@ impl Agentlet {
     ) -> Result<Outcome, StoreError> {
         let spec = &self.agent.spec;
         let [ns, agent_name] = self.labels();
-        let (spaces, memories, goals) = tokio::try_join!(
+        let (spaces, memories, goals, plans, plan_marks) = tokio::try_join!(
             self.spaces(),
             self.store.memories(&self.key),
-            self.store.goals(&self.key)
+            self.store.goals(&self.key),
+            self.store.plans(&self.key),
+            self.store.plan_marks(&self.key)
         )?;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let now = k8s_openapi::jiff::Timestamp::now();
         let system = prompt::system_prompt(&PromptInput {
             agent: &self.agent,
             spaces: &spaces,
             memories: &memories,
             goals: &goals,
-            now: &now,
+            plans: &plans,
+            plan_marks: &plan_marks,
+            now_ms: now.as_millisecond(),
         });
         let summary = c
             .summary

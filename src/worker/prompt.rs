@@ -1,8 +1,11 @@
 //! The system prompt, rebuilt fresh for every cycle from the manifest and the data plane.
 //! It is never stored in consciousness (seed 002: fresh context is never copied into history).
 
-use crate::crd::{Agent, MemberKind};
+use std::collections::BTreeMap;
+
+use crate::crd::{Agent, MemberKind, PlanSpec};
 use crate::model::format::{inbox_line, memory_line, space_line};
+use crate::plans::{self, Source};
 use crate::store::{Goal, InboxEvent, Memories, SpaceRecord};
 
 /// What the prompt is built from.
@@ -15,8 +18,12 @@ pub struct PromptInput<'a> {
     pub memories: &'a Memories,
     /// Goals.
     pub goals: &'a [Goal],
-    /// Current time, RFC 3339.
-    pub now: &'a str,
+    /// Plans the agent made itself.
+    pub plans: &'a [PlanSpec],
+    /// Per plan id, the last due time handled.
+    pub plan_marks: &'a BTreeMap<String, i64>,
+    /// Current time (ms since the epoch).
+    pub now_ms: i64,
 }
 
 /// The instruction every agent gets about inbox lines, tools and `skip` (seeds 000, 004).
@@ -24,7 +31,7 @@ const HOW_YOU_WORK: &str = "\
 How you work:
 - You wake when events arrive in your inbox; they come as one message, one line each: [Space] Sender: \"text\".
 - Everything you want others to see goes through send_message (to a space you are a member of). Text you write outside tool calls is private reasoning: nobody sees it.
-- You remember this conversation across cycles. Use set_memories and set_goals for what must outlive it.
+- You remember this conversation across cycles. Use set_memories and set_goals for what must outlive it, and set_plans to get back to something at a later time.
 - In spaces with several agents and humans you will receive many messages that are not directed at you and are better handled by someone else. If after reading the inbox events you determine that the message is not addressed to you (by name, role, or context), another agent or human is better suited to respond, or you have nothing useful to contribute, call skip() immediately. Do NOT send any messages first.";
 
 /// Builds the system prompt.
@@ -38,7 +45,10 @@ pub fn system_prompt(input: &PromptInput<'_>) -> String {
         out.push_str(agent.spec.instructions.trim());
         out.push('\n');
     }
-    out.push_str(&format!("\nCurrent time: {}\n", input.now));
+    out.push_str(&format!(
+        "\nCurrent time: {}\n",
+        plans::rfc3339(input.now_ms)
+    ));
     out.push_str("\nSpaces you are a member of:\n");
     if input.spaces.is_empty() {
         out.push_str("(none)\n");
@@ -71,6 +81,25 @@ pub fn system_prompt(input: &PromptInput<'_>) -> String {
         for g in input.goals {
             out.push_str(&format!("- [{}] {}: {}\n", g.status, g.id, g.description));
         }
+    }
+    let all_plans = agent
+        .spec
+        .plans
+        .iter()
+        .map(|p| (Source::Spec, p))
+        .chain(input.plans.iter().map(|p| (Source::Agent, p)));
+    let mut first = true;
+    for (source, p) in all_plans {
+        if first {
+            out.push_str("\nPlans (each comes back to you as an inbox event when due):\n");
+            first = false;
+        }
+        let mark = input
+            .plan_marks
+            .get(&plans::plan_id(source, &p.name))
+            .copied();
+        out.push_str(&plans::describe(p, source, mark, input.now_ms));
+        out.push('\n');
     }
     out.push('\n');
     out.push_str(HOW_YOU_WORK);

@@ -7,9 +7,10 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::crd::{BuiltinTool, MemberKind};
+use crate::crd::{BuiltinTool, MemberKind, PlanSpec};
 use crate::membership::SpaceKey;
 use crate::model::{ToolCall, ToolSpec};
+use crate::plans;
 use crate::store::{
     AgentKey, Goal, Lease, LiveEvent, Memories, NewMessage, ReadQuery, Sender, SpaceRecord, Store,
 };
@@ -27,6 +28,7 @@ pub fn name(tool: BuiltinTool) -> &'static str {
         BuiltinTool::SetMemories => "set_memories",
         BuiltinTool::DeleteMemories => "delete_memories",
         BuiltinTool::SetGoals => "set_goals",
+        BuiltinTool::SetPlans => "set_plans",
     }
 }
 
@@ -80,6 +82,18 @@ pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
                     json!({"type": "object", "properties": {"goals": {"type": "array", "items": {"type": "object", "properties": {
                         "id": {"type": "string"}, "description": {"type": "string"}, "status": {"type": "string", "description": "active, completed, blocked, …"}},
                         "required": ["id"]}}}, "required": ["goals"]}),
+                ),
+                BuiltinTool::SetPlans => (
+                    "Schedule instructions for your future self: each plan comes back to you as an inbox event when it is due, even while you sleep. Upsert by name; cancel by name.",
+                    json!({"type": "object", "properties": {
+                        "plans": {"type": "array", "items": {"type": "object", "properties": {
+                            "name": {"type": "string", "description": "Lowercase letters, digits and dashes."},
+                            "schedule": {"type": "string", "description": "Recurring: cron, five fields (minute hour day-of-month month day-of-week), or @hourly/@daily/@weekly/@monthly/@yearly."},
+                            "timeZone": {"type": "string", "description": "IANA time zone of schedule (default UTC)."},
+                            "at": {"type": "string", "description": "Once: RFC 3339 time, e.g. 2026-12-24T18:00:00Z."},
+                            "instruction": {"type": "string", "description": "What to do when it is due."}},
+                            "required": ["name", "instruction"]}},
+                        "cancel": {"type": "array", "items": {"type": "string"}, "description": "Names of your plans to remove."}}}),
                 ),
             };
             ToolSpec {
@@ -215,6 +229,7 @@ impl ToolEnv<'_> {
             BuiltinTool::SetMemories => self.set_memories(args).await,
             BuiltinTool::DeleteMemories => self.delete_memories(args).await,
             BuiltinTool::SetGoals => self.set_goals(args).await,
+            BuiltinTool::SetPlans => self.set_plans(args).await,
             BuiltinTool::Skip => Ok(json!({"skipped": true})),
         };
         match result {
@@ -488,6 +503,87 @@ impl ToolEnv<'_> {
             .map_err(|e| format!("goals not stored: {e}"))?;
         Ok(json!({"stored": goals.iter().map(|g| g.id.as_str()).collect::<Vec<_>>()}))
     }
+
+    async fn set_plans(&mut self, args: Value) -> Result<Value, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Args {
+            #[serde(default)]
+            plans: Vec<PlanSpec>,
+            #[serde(default)]
+            cancel: Vec<String>,
+        }
+        let args: Args = serde_json::from_value(args).map_err(|e| {
+            format!("invalid arguments for set_plans: expected {{plans: [{{name, schedule or at, timeZone, instruction}}], cancel: [name]}} ({e})")
+        })?;
+        let now = crate::store::now_ms();
+        let mut stored = Vec::new();
+        for p in &args.plans {
+            let valid_name = !p.name.is_empty()
+                && p.name.len() <= 63
+                && p.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !p.name.starts_with('-')
+                && !p.name.ends_with('-');
+            if !valid_name {
+                return Err(format!(
+                    "plan name {:?}: use 1-63 lowercase letters, digits and dashes",
+                    p.name
+                ));
+            }
+            if p.instruction.trim().is_empty() || p.instruction.len() > 4096 {
+                return Err(format!(
+                    "plan {}: instruction must be 1-4096 characters",
+                    p.name
+                ));
+            }
+            let schedule = plans::schedule(p)?;
+            if let plans::Schedule::Once(at) = schedule {
+                if at < now - 60_000 {
+                    return Err(format!(
+                        "plan {}: {} has passed",
+                        p.name,
+                        plans::rfc3339(at)
+                    ));
+                }
+            }
+            let next = schedule.next_after(now - 1).map(plans::rfc3339);
+            stored.push(json!({"name": p.name, "next": next}));
+        }
+        let existing = self
+            .store
+            .plans(self.agent)
+            .await
+            .map_err(|e| format!("plans not stored: {e}"))?;
+        let mut names: std::collections::BTreeSet<&str> =
+            existing.iter().map(|p| p.name.as_str()).collect();
+        for n in &args.cancel {
+            names.remove(n.as_str());
+        }
+        names.extend(args.plans.iter().map(|p| p.name.as_str()));
+        if names.len() > plans::MAX_AGENT_PLANS {
+            return Err(format!(
+                "at most {} plans of your own; cancel some first",
+                plans::MAX_AGENT_PLANS
+            ));
+        }
+        let cancelled = if args.cancel.is_empty() {
+            0
+        } else {
+            self.store
+                .cancel_plans(self.agent, self.lease, &args.cancel)
+                .await
+                .map_err(|e| format!("plans not cancelled: {e}"))?
+        };
+        if !args.plans.is_empty() {
+            self.store
+                .set_plans(self.agent, self.lease, &args.plans)
+                .await
+                .map_err(|e| format!("plans not stored: {e}"))?;
+        }
+        Ok(json!({"stored": stored, "cancelled": cancelled}))
+    }
 }
 
 /// The text of a `send_message` call's arguments so far, as they stream: the decoded value of
@@ -555,6 +651,6 @@ mod tests {
             .map(|s| s.name)
             .collect();
         assert_eq!(names, ["send_message", "skip"]);
-        assert_eq!(specs(&BuiltinTool::all()).len(), 7);
+        assert_eq!(specs(&BuiltinTool::all()).len(), 8);
     }
 }
