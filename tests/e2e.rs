@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use agentfleet::crd::{Agent, Space};
 use agentfleet::membership::SpaceKey;
 use agentfleet::operator::build::WorkerDefaults;
-use agentfleet::operator::{run_controllers, Health};
+use agentfleet::operator::scaling::Tuning;
+use agentfleet::operator::{run_controllers, Config as OperatorConfig, Health};
 use agentfleet::store::{RedisStore, Store};
 use agentfleet::telemetry::OperatorMetrics;
 use agentfleet::testing::RedisServer;
@@ -166,12 +167,15 @@ async fn operator_on_a_real_api_server() {
         client.clone(),
         store.clone(),
         OperatorMetrics::new().unwrap(),
-        WorkerDefaults {
-            image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
-            image_pull_policy: Some("IfNotPresent".into()),
-            redis: agentfleet::operator::build::RedisUrlSource::Value(redis.url()),
+        OperatorConfig {
+            worker: WorkerDefaults {
+                image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
+                image_pull_policy: Some("IfNotPresent".into()),
+                redis: agentfleet::operator::build::RedisUrlSource::Value(redis.url()),
+            },
+            instance: Some("e2e".into()),
+            tuning: Tuning::default(),
         },
-        Some("e2e".into()),
         Arc::new(Health::default()),
         async move {
             let _ = stop_rx.await;

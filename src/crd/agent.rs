@@ -540,7 +540,7 @@ pub struct AgentStatus {
 }
 
 /// Lifecycle phase of an Agent.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum AgentPhase {
     /// The worker is not running yet.
     Pending,

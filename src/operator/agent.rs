@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -21,8 +22,9 @@ use tracing::{info, instrument, warn};
 
 use super::build::{self, FIELD_MANAGER};
 use super::conditions::{self, Cond};
+use super::scaling;
 use super::{Context, Error};
-use crate::crd::{Agent, AgentPhase, AgentSpec, AgentStatus, ModelProvider, Space};
+use crate::crd::{Agent, AgentSpec, AgentStatus, ModelProvider, Space};
 use crate::membership;
 use crate::store::AgentKey;
 
@@ -49,6 +51,130 @@ const WARNING_REASONS: &[&str] = &[
     "SpaceNotFound",
     "WorkerRejected",
 ];
+
+/// The finalizer that keeps a deleted Agent until its data-plane state is removed.
+pub const FINALIZER: &str = "agentfleet.dev/data-plane";
+
+/// Condition while a deleted Agent's data-plane state cannot be removed.
+pub const DATA_PLANE_CLEANUP: &str = "DataPlaneCleanup";
+
+/// How long one attempt to remove an agent's data-plane state may take.
+const CLEANUP_ATTEMPT: Duration = Duration::from_secs(10);
+
+/// The Agent controller's entry point: [`reconcile`] while the Agent lives, [`cleanup`] once
+/// it is deleted, with the finalizer added before anything is created.
+pub async fn run(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = agent
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, agent, |event| async {
+        match event {
+            FinalizerEvent::Apply(agent) => reconcile(agent, ctx.clone()).await,
+            FinalizerEvent::Cleanup(agent) => cleanup(agent, ctx.clone()).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// A deleted Agent: removes its data-plane state (inbox, consciousness, checkpoints, memories,
+/// goals, plans, lease, registration), or with `consciousness.retainOnDelete` only its
+/// registration. An unreachable data plane holds the deletion for at most the cleanup timeout
+/// (a `DataPlaneCleanup` condition says why); after it the Agent goes and a Warning Event
+/// names the state left behind.
+#[instrument(skip_all, fields(agent = %agent.name_any(), namespace = agent.namespace().unwrap_or_default()))]
+pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = agent
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = agent.name_any();
+    let key = AgentKey::new(ns.clone(), name.clone());
+    let retain = agent.spec.consciousness.retain_on_delete;
+    let attempt = async {
+        if retain {
+            ctx.store.unregister_agent(&key).await.map(|_| ())
+        } else {
+            ctx.store.purge_agent(&key).await
+        }
+    };
+    let failure = match tokio::time::timeout(CLEANUP_ATTEMPT, attempt).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!(
+            "the data plane did not answer within {}s",
+            CLEANUP_ATTEMPT.as_secs()
+        )),
+    };
+    let Some(failure) = failure else {
+        ctx.scaler.forget(&key);
+        let (reason, note) = if retain {
+            (
+                "DataPlaneRetained",
+                format!("consciousness, inbox and checkpoints of {key} kept (consciousness.retainOnDelete)"),
+            )
+        } else {
+            (
+                "DataPlaneRemoved",
+                format!(
+                    "inbox, consciousness, checkpoints, memories, goals and plans of {key} removed"
+                ),
+            )
+        };
+        info!(%key, reason, "agent deleted");
+        ctx.publish(&*agent, EventType::Normal, reason, "Delete", note)
+            .await;
+        return Ok(Action::await_change());
+    };
+    let since = agent
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or_else(Timestamp::now, |t| t.0);
+    let waited = Timestamp::now().duration_since(since);
+    let limit = ctx.scaler.tuning.cleanup_timeout;
+    if waited.as_secs() >= i64::try_from(limit.as_secs()).unwrap_or(i64::MAX) {
+        ctx.scaler.forget(&key);
+        warn!(%key, error = %failure, "giving up removing the agent's data-plane state");
+        ctx.publish(
+            &*agent,
+            EventType::Warning,
+            "DataPlaneCleanupAbandoned",
+            "Delete",
+            format!(
+                "gave up removing the data-plane state after {}s ({failure}); the keys agentfleet:{{agent:{ns}/{name}}}:* are left in Redis",
+                limit.as_secs()
+            ),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    let message = format!(
+        "cannot remove the data-plane state: {failure}; retrying for up to {}s after deletion, then the Agent is deleted and the state left behind",
+        limit.as_secs()
+    );
+    let previous = agent.status.clone().unwrap_or_default();
+    let mut own = scaling::reconcile_part(&previous);
+    let cond = Cond::fail(DATA_PLANE_CLEANUP, "DataPlaneUnreachable", message.clone());
+    own.conditions = conditions::merge(
+        &previous.conditions,
+        std::slice::from_ref(&cond),
+        agent.metadata.generation,
+        Timestamp::now(),
+    );
+    if own != scaling::reconcile_part(&previous) {
+        ctx.publish(
+            &*agent,
+            EventType::Warning,
+            "DataPlaneUnreachable",
+            "Delete",
+            message.clone(),
+        )
+        .await;
+        write_status(&ctx, &ns, &name, &own).await?;
+    }
+    Err(Error::CleanupPending(message))
+}
 
 /// Reconciles one Agent.
 #[instrument(skip_all, fields(agent = %agent.name_any(), namespace = agent.namespace().unwrap_or_default()))]
@@ -90,6 +216,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         observed_generation: agent.metadata.generation,
         ..previous.clone()
     };
+    let key = AgentKey::new(ns.clone(), name.clone());
     let worker = if problems.is_empty() {
         let owner = agent
             .controller_owner_ref(&())
@@ -97,7 +224,10 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         let manifest = build::render_manifest(&agent)?;
         let hash = build::config_hash(&manifest, &ctx.worker);
         let cm = build::configmap(&agent, &owner, &manifest);
-        let deploy = build::deployment(&agent, &owner, &ctx.worker, &hash);
+        let replicas = ctx
+            .scaler
+            .replicas_for(&key, &agent.spec, previous.replicas);
+        let deploy = build::deployment(&agent, &owner, &ctx.worker, &hash, replicas);
         match apply(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm).await? {
             Err(rejected) => Cond::fail(
                 WORKER_AVAILABLE,
@@ -156,7 +286,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     };
 
     let ready = ready_condition(&problems, &model, &spaces_cond, &worker);
-    status.phase = Some(phase(&problems, &model, &worker, status.replicas));
+    let is_failed = failed(&problems, &model, &worker);
     let next = [ready, worker, model.clone(), spaces_cond];
     status.conditions = conditions::merge(
         &previous.conditions,
@@ -184,27 +314,26 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         }
     }
 
-    if agent.status.as_ref() != Some(&status) {
-        let api: Api<Agent> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = serde_json::json!({
-            "apiVersion": "agentfleet.dev/v1alpha1",
-            "kind": "Agent",
-            "status": status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(patch),
-        )
-        .await
-        .map_err(Error::Kube)?;
+    // Only the fields the reconcile owns; phase, depth, cycles and the checkpoint come from
+    // the data plane (see `scaling`).
+    let own = scaling::reconcile_part(&status);
+    if scaling::reconcile_part(&previous) != own {
+        write_status(&ctx, &ns, &name, &own).await?;
     }
+    ctx.scaler.track(
+        &key,
+        scaling::Tracked {
+            object: agent.object_ref(&()),
+            spec: &agent.spec,
+            failed: is_failed,
+            replicas: status.replicas,
+            available: status.available_replicas.unwrap_or(0),
+            status: &previous,
+        },
+    );
 
     // Known to the data plane, so producers (the gateway's webhook) can address it.
-    let registered = ctx
-        .store
-        .register_agent(&AgentKey::new(ns.clone(), name.clone()))
-        .await;
+    let registered = ctx.store.register_agent(&key).await;
     if let Err(e) = &registered {
         warn!(error = %e, "could not register the agent in the data plane; retrying in 30s");
     }
@@ -275,6 +404,11 @@ pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
             {
                 problems.push(format!("cycle.phases[{i}].activeTools names {tool:?}, which is not a tool of this agent"));
             }
+        }
+    }
+    for (i, plan) in spec.plans.iter().enumerate() {
+        if let Err(e) = crate::plans::schedule(plan) {
+            problems.push(format!("plans[{i}]: {e}"));
         }
     }
     for env in &spec.worker.env {
@@ -421,16 +555,27 @@ fn ready_condition(problems: &[String], model: &Cond, spaces: &Cond, worker: &Co
     }
 }
 
-fn phase(problems: &[String], model: &Cond, worker: &Cond, replicas: Option<i32>) -> AgentPhase {
-    if !problems.is_empty() || model.status == Some(false) || worker.reason == "WorkerRejected" {
-        AgentPhase::Failed
-    } else if replicas == Some(0) {
-        AgentPhase::ScaledToZero
-    } else if worker.status == Some(true) {
-        AgentPhase::Sleeping
-    } else {
-        AgentPhase::Pending
-    }
+/// The spec or its model configuration cannot run (phase `Failed`).
+fn failed(problems: &[String], model: &Cond, worker: &Cond) -> bool {
+    !problems.is_empty() || model.status == Some(false) || worker.reason == "WorkerRejected"
+}
+
+/// Writes the status fields the reconcile owns (server-side apply, its field manager).
+async fn write_status(ctx: &Context, ns: &str, name: &str, own: &AgentStatus) -> Result<(), Error> {
+    let api: Api<Agent> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = serde_json::json!({
+        "apiVersion": "agentfleet.dev/v1alpha1",
+        "kind": "Agent",
+        "status": own,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map_err(Error::Kube)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -488,22 +633,17 @@ mod tests {
     }
 
     #[test]
-    fn phase_follows_conditions() {
+    fn failed_follows_conditions() {
         let ok_model = Cond::ok(MODEL_CONFIGURED, "SecretFound", "");
         let bad_model = Cond::fail(MODEL_CONFIGURED, "SecretNotFound", "");
-        let up = Cond::ok(WORKER_AVAILABLE, "MinimumReplicasAvailable", "");
+        let unknown_model = Cond::unknown(MODEL_CONFIGURED, "SecretUnreadable", "");
         let down = Cond::fail(WORKER_AVAILABLE, "WorkerUnavailable", "");
-        assert_eq!(phase(&[], &ok_model, &up, Some(1)), AgentPhase::Sleeping);
-        assert_eq!(phase(&[], &ok_model, &down, Some(1)), AgentPhase::Pending);
-        assert_eq!(
-            phase(&[], &ok_model, &down, Some(0)),
-            AgentPhase::ScaledToZero
-        );
-        assert_eq!(phase(&[], &bad_model, &down, Some(1)), AgentPhase::Failed);
-        assert_eq!(
-            phase(&["x".into()], &ok_model, &up, Some(1)),
-            AgentPhase::Failed
-        );
+        let rejected = Cond::fail(WORKER_AVAILABLE, "WorkerRejected", "");
+        assert!(!failed(&[], &ok_model, &down));
+        assert!(!failed(&[], &unknown_model, &down));
+        assert!(failed(&[], &bad_model, &down));
+        assert!(failed(&[], &ok_model, &rejected));
+        assert!(failed(&["x".into()], &ok_model, &down));
     }
 
     #[test]

@@ -200,18 +200,6 @@ pub fn configmap(agent: &Agent, owner: &OwnerReference, manifest: &str) -> Confi
     }
 }
 
-/// Worker replicas the operator asks for: none when `scaling.external` (someone else owns the
-/// count), 0 when paused, otherwise 1.
-pub fn desired_replicas(spec: &AgentSpec) -> Option<i32> {
-    if spec.scaling.external {
-        None
-    } else if spec.paused {
-        Some(0)
-    } else {
-        Some(1)
-    }
-}
-
 fn default_resources() -> ResourceRequirements {
     ResourceRequirements {
         requests: Some(BTreeMap::from([
@@ -234,6 +222,7 @@ pub fn deployment(
     owner: &OwnerReference,
     defaults: &WorkerDefaults,
     config_hash: &str,
+    replicas: Option<i32>,
 ) -> Deployment {
     let name = agent.name_any();
     let spec = &agent.spec;
@@ -360,7 +349,7 @@ pub fn deployment(
     Deployment {
         metadata: child_meta(agent, deployment_name(&name), owner),
         spec: Some(DeploymentSpec {
-            replicas: desired_replicas(spec),
+            replicas,
             selector: LabelSelector {
                 match_labels: Some(selector_labels(&name)),
                 ..LabelSelector::default()
@@ -418,7 +407,7 @@ mod tests {
             config_hash("m", &d),
             "switching the source rolls the workers"
         );
-        let deploy = deployment(&agent, &owner(&agent), &d, "h");
+        let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
         let c = &deploy.spec.unwrap().template.spec.unwrap().containers[0];
         let env = c
             .env
@@ -445,7 +434,7 @@ mod tests {
     #[test]
     fn deployment_runs_the_worker_safely_with_the_key_from_the_secret() {
         let agent = fixture("agent-openai.yaml");
-        let d = deployment(&agent, &owner(&agent), &defaults(), "abc123");
+        let d = deployment(&agent, &owner(&agent), &defaults(), "abc123", Some(1));
         assert_eq!(d.metadata.name.as_deref(), Some("assistant-worker"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("family"));
         let owner_ref = &d.metadata.owner_references.as_ref().unwrap()[0];
@@ -524,7 +513,7 @@ mod tests {
     #[test]
     fn minimal_agent_gets_defaults_and_no_key() {
         let agent = fixture("agent-scripted.yaml");
-        let d = deployment(&agent, &owner(&agent), &defaults(), "h");
+        let d = deployment(&agent, &owner(&agent), &defaults(), "h", Some(1));
         let pod = d.spec.unwrap().template.spec.unwrap();
         let c = &pod.containers[0];
         assert_eq!(
@@ -542,14 +531,9 @@ mod tests {
     }
 
     #[test]
-    fn replicas_follow_paused_and_external() {
-        let mut agent = fixture("agent-scripted.yaml");
-        assert_eq!(desired_replicas(&agent.spec), Some(1));
-        agent.spec.paused = true;
-        assert_eq!(desired_replicas(&agent.spec), Some(0));
-        agent.spec.scaling.external = true;
-        assert_eq!(desired_replicas(&agent.spec), None);
-        let d = deployment(&agent, &owner(&agent), &defaults(), "h");
+    fn external_scaling_never_writes_replicas() {
+        let agent = fixture("agent-scripted.yaml");
+        let d = deployment(&agent, &owner(&agent), &defaults(), "h", None);
         let json = serde_json::to_value(&d).unwrap();
         assert!(
             json["spec"].get("replicas").is_none(),

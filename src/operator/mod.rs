@@ -5,6 +5,7 @@ pub mod agent;
 pub mod build;
 pub mod conditions;
 pub mod leader;
+pub mod scaling;
 pub mod space;
 
 use std::collections::HashMap;
@@ -24,8 +25,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store as Cache};
-use kube::runtime::{watcher, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store as Cache};
+use kube::runtime::{predicates, watcher, Controller, Predicate, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -89,6 +90,16 @@ pub struct Args {
     /// Seconds a leader's lease lasts without renewal.
     #[arg(long, default_value_t = 15)]
     pub lease_seconds: u64,
+    /// Seconds between sweeps of every agent's inbox depth, activity and plans (the fallback
+    /// for wake signals, and the pace of scale-downs and status updates).
+    #[arg(long, env = "AGENTFLEET_SWEEP_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub sweep_seconds: u64,
+    /// Least seconds between two status writes of one agent.
+    #[arg(long, env = "AGENTFLEET_STATUS_INTERVAL_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub status_interval_seconds: u64,
+    /// Seconds a deleted Agent waits for an unreachable data plane before it is deleted anyway.
+    #[arg(long, env = "AGENTFLEET_CLEANUP_TIMEOUT_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub cleanup_timeout_seconds: u64,
 }
 
 /// Why a reconcile failed.
@@ -109,6 +120,9 @@ pub enum Error {
     /// A cache this reconcile reads has not synced.
     #[error("cache not synced")]
     CacheNotReady,
+    /// A deleted Agent's data-plane state could not be removed yet.
+    #[error("{0}")]
+    CleanupPending(String),
     /// Adding or removing a finalizer failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -124,6 +138,7 @@ impl Error {
             Error::Render(_) => "render",
             Error::MissingField(_) => "invalid_object",
             Error::CacheNotReady => "cache",
+            Error::CleanupPending(_) => "cleanup_pending",
             Error::Finalizer(e) => match e.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(inner)
                 | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.category(),
@@ -131,6 +146,17 @@ impl Error {
             },
         }
     }
+}
+
+/// How this operator runs its workers and times its data-plane work.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// What every worker gets from the operator's configuration.
+    pub worker: WorkerDefaults,
+    /// This replica's identity (Event reporter instance).
+    pub instance: Option<String>,
+    /// Sweep, status and cleanup timing.
+    pub tuning: scaling::Tuning,
 }
 
 /// Shared by every reconcile.
@@ -149,6 +175,8 @@ pub struct Context {
     pub agents: Cache<Agent>,
     /// Cache of every Space.
     pub spaces: Cache<Space>,
+    /// Scaling, data-plane status and plans (the loop runs beside the controllers).
+    pub scaler: Arc<scaling::Scaler>,
     failures: Mutex<HashMap<String, u32>>,
     applied: Mutex<HashMap<String, String>>,
     caches_ready: watch::Sender<bool>,
@@ -160,11 +188,15 @@ impl Context {
         client: Client,
         store: Arc<dyn Store>,
         metrics: OperatorMetrics,
-        worker: WorkerDefaults,
+        config: Config,
         agents: Cache<Agent>,
         spaces: Cache<Space>,
-        instance: Option<String>,
     ) -> Self {
+        let Config {
+            worker,
+            instance,
+            tuning,
+        } = config;
         let reporter = Reporter {
             controller: "agentfleet-operator".into(),
             instance,
@@ -177,6 +209,7 @@ impl Context {
             worker,
             agents,
             spaces,
+            scaler: Arc::new(scaling::Scaler::new(tuning)),
             failures: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             caches_ready: watch::Sender::new(false),
@@ -306,7 +339,14 @@ fn error_policy<K: ResourceExt>(
             obj.namespace().unwrap_or_default(),
             obj.name_any()
         );
-        let delay = ctx.backoff(key);
+        // A pending cleanup retries at a steady pace: its deadline is bounded.
+        let delay = ctx
+            .backoff(key)
+            .min(if error.category() == "cleanup_pending" {
+                Duration::from_secs(5)
+            } else {
+                Duration::from_secs(300)
+            });
         warn!(%controller, object = %obj.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     }
@@ -389,15 +429,58 @@ fn agents_naming(agents: &Cache<Agent>, space: &Space) -> Vec<ObjectRef<Agent>> 
         .collect()
 }
 
-/// Every Space in `agent`'s namespace (an Agent's change can add it to or remove it from any).
-fn spaces_of_namespace(spaces: &Cache<Space>, agent: &Agent) -> Vec<ObjectRef<Space>> {
-    let ns = agent.namespace();
-    spaces
-        .state()
-        .iter()
-        .filter(|s| s.namespace() == ns)
-        .map(|s| ObjectRef::from_obj(s.as_ref()))
-        .collect()
+/// Which Spaces an Agent event concerns: only a change of the spaces it names, or of whether
+/// it is being deleted, changes membership — its frequent status writes do not.
+#[derive(Default)]
+struct MembershipChanges {
+    seen: Mutex<HashMap<String, (Vec<String>, bool)>>,
+}
+
+impl MembershipChanges {
+    /// The Spaces to reconcile for this version of `agent`: those it named before and names now,
+    /// when that (or its deletion) changed; none otherwise.
+    fn affected(&self, agent: &Agent) -> Vec<ObjectRef<Space>> {
+        let Some(uid) = agent.uid() else {
+            return Vec::new();
+        };
+        let now = (
+            agent.spec.spaces.clone(),
+            agent.metadata.deletion_timestamp.is_some(),
+        );
+        let before = {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match seen.insert(uid, now.clone()) {
+                Some(before) if before == now => return Vec::new(),
+                before => before,
+            }
+        };
+        let ns = agent.namespace().unwrap_or_default();
+        let mut names: Vec<String> = before
+            .map(|(spaces, _)| spaces)
+            .unwrap_or_default()
+            .into_iter()
+            .chain(now.0)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+            .into_iter()
+            .map(|n| ObjectRef::new(&n).within(&ns))
+            .collect()
+    }
+
+    /// Forgets Agents that no longer exist.
+    fn retain(&self, agents: &Cache<Agent>) {
+        let live: std::collections::HashSet<String> =
+            agents.state().iter().filter_map(|a| a.uid()).collect();
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|uid, _| live.contains(uid));
+    }
 }
 
 /// Runs both controllers until `shutdown` resolves or a controller stops.
@@ -405,8 +488,7 @@ pub async fn run_controllers(
     client: Client,
     store: Arc<dyn Store>,
     metrics: OperatorMetrics,
-    worker: WorkerDefaults,
-    instance: Option<String>,
+    config: Config,
     health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -419,18 +501,27 @@ pub async fn run_controllers(
         .any_semantic();
     let agents_api = Api::<Agent>::all(client.clone());
     let spaces_api = Api::<Space>::all(client.clone());
-    let agent_ctl = Controller::new(agents_api.clone(), wc.clone());
+    // Agents reconcile on a new generation (spec changes, deletion) or finalizer changes, not
+    // on their own status writes, which the data-plane loop makes often.
+    let (agent_cache, agent_writer) = reflector::store();
+    let agent_events = watcher(agents_api.clone(), wc.clone())
+        .default_backoff()
+        .reflect(agent_writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers),
+            Default::default(),
+        );
+    let agent_ctl = Controller::for_stream(agent_events, agent_cache.clone());
     let space_ctl = Controller::new(spaces_api.clone(), wc.clone());
-    let agent_cache = agent_ctl.store();
     let space_cache = space_ctl.store();
     let ctx = Arc::new(Context::new(
         client.clone(),
-        store,
-        metrics,
-        worker,
+        store.clone(),
+        metrics.clone(),
+        config,
         agent_cache.clone(),
         space_cache.clone(),
-        instance,
     ));
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -452,7 +543,7 @@ pub async fn run_controllers(
             })
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
-                |obj, ctx| instrumented("agent", obj, ctx, agent::reconcile),
+                |obj, ctx| instrumented("agent", obj, ctx, agent::run),
                 error_policy("agent"),
                 ctx.clone(),
             )
@@ -462,12 +553,11 @@ pub async fn run_controllers(
                 }
             })
     };
+    let changes = Arc::new(MembershipChanges::default());
     let spaces = {
-        let cache = space_cache.clone();
+        let changes = changes.clone();
         space_ctl
-            .watches(agents_api, wc, move |agent| {
-                spaces_of_namespace(&cache, &agent)
-            })
+            .watches(agents_api, wc, move |agent| changes.affected(&agent))
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
                 |obj, ctx| instrumented("space", obj, ctx, space::reconcile),
@@ -493,11 +583,31 @@ pub async fn run_controllers(
             }
         }
     };
+    let data_plane = {
+        let deps = scaling::Deps {
+            store,
+            cluster: Arc::new(scaling::KubeCluster::new(
+                client.clone(),
+                ctx.recorder.clone(),
+            )),
+            metrics,
+        };
+        let scaler = ctx.scaler.clone();
+        let ctx = ctx.clone();
+        let stop = stop_rx.clone();
+        async move {
+            // Decisions need every Agent known: start after the caches synced.
+            if ctx.caches_synced().await.is_ok() {
+                scaler.run(deps, stop).await;
+            }
+        }
+    };
     let sweeper = {
         let ctx = ctx.clone();
         let mut stop = stop_rx.clone();
         async move {
             loop {
+                changes.retain(&ctx.agents);
                 match space::sweep_orphans(&ctx).await {
                     Ok(0) => {}
                     Ok(n) => info!(removed = n, "orphaned space memberships removed"),
@@ -510,7 +620,7 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(agents, spaces, synced, sweeper);
+    tokio::join!(agents, spaces, synced, sweeper, data_plane);
     health.controllers_stopped.store(true, Ordering::Relaxed);
 }
 
@@ -614,8 +724,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         client.clone(),
         store,
         metrics.clone(),
-        worker,
-        Some(identity.clone()),
+        Config {
+            worker,
+            instance: Some(identity.clone()),
+            tuning: scaling::Tuning {
+                sweep: Duration::from_secs(args.sweep_seconds),
+                status_interval: Duration::from_secs(args.status_interval_seconds),
+                cleanup_timeout: Duration::from_secs(args.cleanup_timeout_seconds),
+            },
+        },
         health.clone(),
         stop,
     )

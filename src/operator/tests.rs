@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::build::WorkerDefaults;
 use super::{agent, space, Context};
-use crate::crd::{Agent, Space};
+use crate::crd::{Agent, AgentPhase, Space};
 use crate::membership::SpaceKey;
 use crate::store::{MemoryStore, SpaceRecord, Store};
 use crate::telemetry::OperatorMetrics;
@@ -137,22 +137,35 @@ struct Harness {
 /// A context over the given objects, its API client answered by the returned handle. The
 /// caches are synced (and the gate open) only when `synced`.
 fn context(agents: Vec<Agent>, spaces: Vec<Space>, synced: bool) -> Harness {
+    context_on(agents, spaces, synced, None)
+}
+
+/// [`context`] on `data_plane` instead of the harness' memory store.
+fn context_on(
+    agents: Vec<Agent>,
+    spaces: Vec<Space>,
+    synced: bool,
+    data_plane: Option<Arc<dyn Store>>,
+) -> Harness {
     let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (agents, aw) = cache(agents);
     let (spaces, sw) = cache(spaces);
     let store = Arc::new(MemoryStore::new());
     let ctx = Context::new(
         Client::new(svc, "default"),
-        store.clone(),
+        data_plane.unwrap_or_else(|| store.clone()),
         OperatorMetrics::new().unwrap(),
-        WorkerDefaults {
-            image: "agentfleet:test".into(),
-            image_pull_policy: None,
-            redis: super::build::RedisUrlSource::Value("redis://redis:6379".into()),
+        super::Config {
+            worker: WorkerDefaults {
+                image: "agentfleet:test".into(),
+                image_pull_policy: None,
+                redis: super::build::RedisUrlSource::Value("redis://redis:6379".into()),
+            },
+            instance: Some("test".into()),
+            tuning: super::scaling::Tuning::default(),
         },
         agents,
         spaces,
-        Some("test".into()),
     );
     if synced {
         ctx.mark_caches_synced();
@@ -181,6 +194,18 @@ impl Harness {
         (result, verifier.await.unwrap())
     }
 
+    /// Runs the controller's entry point (finalizer included).
+    async fn run_finalized(
+        &mut self,
+        agent: Agent,
+        script: Vec<Expect>,
+    ) -> (Result<Action, super::Error>, Vec<Value>) {
+        let handle = self.handle.take().unwrap();
+        let verifier = tokio::spawn(serve(handle, script, serde_json::to_value(&agent).unwrap()));
+        let result = agent::run(Arc::new(agent), self.ctx.clone()).await;
+        (result, verifier.await.unwrap())
+    }
+
     async fn run_space(
         &mut self,
         space: Space,
@@ -191,6 +216,14 @@ impl Harness {
         let result = space::reconcile(Arc::new(space), self.ctx.clone()).await;
         (result, verifier.await.unwrap())
     }
+}
+
+/// The phase the data-plane loop would write for the echo agent, as the reconcile left it.
+fn tracked_phase(h: &Harness) -> Option<AgentPhase> {
+    h.ctx.scaler.phase_of(
+        &crate::store::AgentKey::new("default", "echo"),
+        &Default::default(),
+    )
 }
 
 fn agent_yaml(extra_spec: &str) -> Agent {
@@ -258,7 +291,10 @@ async fn new_agent_gets_configmap_deployment_event_and_status() {
         .unwrap()
         .contains("name: echo"));
     let deploy = &bodies[1];
-    assert_eq!(deploy["spec"]["replicas"], 1);
+    assert_eq!(
+        deploy["spec"]["replicas"], 0,
+        "scale to zero by default: the first event wakes it"
+    );
     assert_eq!(deploy["metadata"]["ownerReferences"][0]["kind"], "Agent");
     assert_eq!(deploy["metadata"]["ownerReferences"][0]["controller"], true);
     let event = &bodies[2];
@@ -266,19 +302,20 @@ async fn new_agent_gets_configmap_deployment_event_and_status() {
     assert_eq!(event["type"], "Normal");
 
     let status = &bodies[3]["status"];
-    assert_eq!(
-        status["phase"], "Pending",
-        "no worker is available yet: {status}"
-    );
+    assert!(status.get("phase").is_none(), "{status}");
+    assert_eq!(tracked_phase(&h), Some(AgentPhase::ScaledToZero));
     assert_eq!(status["observedGeneration"], 2);
-    assert_eq!(condition(status, "Ready")["status"], "False");
-    assert_eq!(condition(status, "Ready")["reason"], "WorkerUnavailable");
+    assert_eq!(condition(status, "Ready")["status"], "True");
+    assert_eq!(condition(status, "Ready")["reason"], "ScaledToZero");
     assert_eq!(
         condition(status, "ModelConfigured")["reason"],
         "NoKeyNeeded"
     );
     assert_eq!(condition(status, "SpacesResolved")["status"], "True");
-    assert_eq!(condition(status, "WorkerAvailable")["status"], "False");
+    assert_eq!(
+        condition(status, "WorkerAvailable")["reason"],
+        "ScaledToZero"
+    );
     assert_eq!(status["configHash"].as_str().unwrap().len(), 16);
     assert!(
         h.store
@@ -356,7 +393,7 @@ async fn missing_key_secret_is_a_false_condition_and_a_warning() {
     );
     assert_eq!(warning["note"], "Secret openai not found");
     let status = &bodies[5]["status"];
-    assert_eq!(status["phase"], "Failed");
+    assert_eq!(tracked_phase(&h), Some(AgentPhase::Failed));
     assert_eq!(condition(status, "ModelConfigured")["status"], "False");
     assert_eq!(
         condition(status, "ModelConfigured")["reason"],
@@ -430,7 +467,11 @@ async fn invalid_spec_leaves_the_worker_alone_and_says_why() {
     assert_eq!(bodies[0]["type"], "Warning");
     assert_eq!(bodies[0]["reason"], "InvalidSpec");
     let status = &bodies[1]["status"];
-    assert_eq!(status["phase"], "Failed");
+    assert!(
+        status.get("phase").is_none(),
+        "the phase is the data-plane loop's to write"
+    );
+    assert_eq!(tracked_phase(&h), Some(AgentPhase::Failed));
     let ready = condition(status, "Ready");
     assert_eq!(ready["reason"], "InvalidSpec");
     assert!(ready["message"]
@@ -462,7 +503,7 @@ async fn deployment_rejected_by_the_api_server_is_a_condition_not_a_retry_loop()
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
     assert_eq!(bodies[2]["reason"], "WorkerRejected");
     let status = &bodies[3]["status"];
-    assert_eq!(status["phase"], "Failed");
+    assert_eq!(tracked_phase(&h), Some(AgentPhase::Failed));
     assert!(condition(status, "WorkerAvailable")["message"]
         .as_str()
         .unwrap()
@@ -636,4 +677,157 @@ async fn every_reconcile_waiting_for_the_caches_is_woken() {
             .unwrap()
             .unwrap();
     }
+}
+
+/// Whether a JSON patch removes the (only) finalizer.
+fn removes_finalizer(patch: &Value) -> bool {
+    patch.as_array().is_some_and(|ops| {
+        ops.iter()
+            .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0")
+    })
+}
+
+/// The echo agent, deleted `ago` seconds ago, still held by the finalizer.
+fn deleted_agent(extra_spec: &str, ago: i64) -> Agent {
+    let mut a = agent_yaml(extra_spec);
+    a.metadata.finalizers = Some(vec![agent::FINALIZER.into()]);
+    let since =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ago);
+    a.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(since));
+    a
+}
+
+async fn fill_data_plane(store: &dyn Store, key: &crate::store::AgentKey) {
+    store.register_agent(key).await.unwrap();
+    let lease = store
+        .acquire_lease(key, "w", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let memories: crate::store::Memories = [("k".to_string(), "v".to_string())].into();
+    store.set_memories(key, &lease, &memories).await.unwrap();
+    store.release_lease(key, &lease).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_finalizer_is_added_before_anything_is_created() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let (result, bodies) = h
+        .run_finalized(agent_yaml(""), vec![expect(Method::PATCH, "/agents/echo?")])
+        .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert!(
+        bodies[0].to_string().contains(agent::FINALIZER),
+        "{}",
+        bodies[0]
+    );
+}
+
+#[tokio::test]
+async fn deleting_an_agent_removes_its_data_plane_state() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let key = crate::store::AgentKey::new("default", "echo");
+    fill_data_plane(h.store.as_ref(), &key).await;
+    let (result, bodies) = h
+        .run_finalized(
+            deleted_agent("", 1),
+            vec![
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo?"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    assert_eq!(bodies[0]["reason"], "DataPlaneRemoved");
+    assert!(removes_finalizer(&bodies[1]), "{}", bodies[1]);
+    assert!(!h.store.agent_registered(&key).await.unwrap());
+    assert!(h.store.memories(&key).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn retain_on_delete_keeps_the_state_and_only_unregisters() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let key = crate::store::AgentKey::new("default", "echo");
+    fill_data_plane(h.store.as_ref(), &key).await;
+    let (result, bodies) = h
+        .run_finalized(
+            deleted_agent("  consciousness: {retainOnDelete: true}", 1),
+            vec![
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo?"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    assert_eq!(bodies[0]["reason"], "DataPlaneRetained");
+    assert!(!h.store.agent_registered(&key).await.unwrap());
+    assert_eq!(h.store.memories(&key).await.unwrap().len(), 1);
+}
+
+/// A Redis that is not there (a port nothing listens on).
+fn unreachable_data_plane() -> Arc<dyn Store> {
+    let port = crate::testing::free_port().unwrap();
+    Arc::new(crate::store::RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap())
+}
+
+#[tokio::test]
+async fn an_unreachable_data_plane_holds_deletion_with_a_condition() {
+    let mut h = context_on(
+        vec![],
+        vec![lobby(true)],
+        true,
+        Some(unreachable_data_plane()),
+    );
+    let (result, bodies) = h
+        .run_finalized(
+            deleted_agent("", 1),
+            vec![
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.category(), "cleanup_pending", "{err}");
+    assert_eq!(bodies[0]["type"], "Warning");
+    assert_eq!(bodies[0]["reason"], "DataPlaneUnreachable");
+    let cond = condition(&bodies[1]["status"], agent::DATA_PLANE_CLEANUP);
+    assert_eq!(cond["status"], "False");
+    assert_eq!(cond["reason"], "DataPlaneUnreachable");
+    assert!(
+        cond["message"].as_str().unwrap().contains("up to 60s"),
+        "{cond}"
+    );
+    assert!(
+        !bodies[1].to_string().contains("redis://"),
+        "no URL in status"
+    );
+}
+
+#[tokio::test]
+async fn deletion_goes_ahead_after_the_cleanup_timeout() {
+    let mut h = context_on(
+        vec![],
+        vec![lobby(true)],
+        true,
+        Some(unreachable_data_plane()),
+    );
+    let (result, bodies) = h
+        .run_finalized(
+            deleted_agent("", 120),
+            vec![
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo?"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    assert_eq!(bodies[0]["type"], "Warning");
+    assert_eq!(bodies[0]["reason"], "DataPlaneCleanupAbandoned");
+    assert!(bodies[0]["note"]
+        .as_str()
+        .unwrap()
+        .contains("agentfleet:{agent:default/echo}:*"));
+    assert!(removes_finalizer(&bodies[1]), "{}", bodies[1]);
 }
