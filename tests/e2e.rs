@@ -174,7 +174,11 @@ async fn operator_on_a_real_api_server() {
                 redis: agentfleet::operator::build::RedisUrlSource::Value(redis.url()),
             },
             instance: Some("e2e".into()),
-            tuning: Tuning::default(),
+            tuning: Tuning {
+                sweep: Duration::from_secs(1),
+                status_interval: Duration::from_secs(1),
+                cleanup_timeout: Duration::from_secs(60),
+            },
         },
         Arc::new(Health::default()),
         async move {
@@ -207,7 +211,7 @@ async fn operator_on_a_real_api_server() {
     })
     .await;
     let spec = deploy.spec.clone().unwrap();
-    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.replicas, Some(0), "asleep until its first event");
     assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
     assert_eq!(deploy.owner_references()[0].kind, "Agent");
     let pod = spec.template.spec.unwrap();
@@ -364,7 +368,7 @@ async fn operator_on_a_real_api_server() {
         )
         .await
         .unwrap();
-    eventually("replicas back to 1", Duration::from_secs(10), || {
+    eventually("replicas back to 0", Duration::from_secs(10), || {
         let deployments = deployments.clone();
         async move {
             (deployments
@@ -373,7 +377,7 @@ async fn operator_on_a_real_api_server() {
                 .ok()?
                 .spec?
                 .replicas
-                == Some(1))
+                == Some(0))
             .then_some(())
         }
     })
@@ -517,21 +521,34 @@ async fn operator_on_a_real_api_server() {
     )
     .await;
 
-    eprintln!("step: deleting an Agent collects its children");
+    scale_from_zero_and_back(&client, &ns, &store).await;
+
+    eprintln!("step: deleting an Agent removes its data-plane state, then its children");
+    let keyed_key = agentfleet::store::AgentKey::new(ns.clone(), "keyed");
+    assert!(store.agent_registered(&keyed_key).await.unwrap());
+    assert_eq!(
+        agents.get("keyed").await.unwrap().finalizers(),
+        [agentfleet::operator::agent::FINALIZER]
+    );
     agents
         .delete("keyed", &DeleteParams::default())
         .await
         .unwrap();
     eventually(
-        "keyed's Deployment and ConfigMap collected",
+        "keyed gone, unregistered, its Deployment and ConfigMap collected",
         Duration::from_secs(120),
         || {
+            let agents = agents.clone();
             let deployments = deployments.clone();
             let configmaps = configmaps.clone();
+            let store = store.clone();
+            let key = keyed_key.clone();
             async move {
+                let a = agents.get_opt("keyed").await.ok()?;
+                let registered = store.agent_registered(&key).await.ok()?;
                 let d = deployments.get_opt("keyed-worker").await.ok()?;
                 let c = configmaps.get_opt("keyed-agent").await.ok()?;
-                (d.is_none() && c.is_none()).then_some(())
+                (a.is_none() && !registered && d.is_none() && c.is_none()).then_some(())
             }
         },
     )
@@ -594,4 +611,212 @@ async fn operator_on_a_real_api_server() {
         .await
         .expect("controllers stop on shutdown")
         .unwrap();
+}
+
+/// Polls `check` every 5 ms until it is true; returns how long that took.
+async fn time_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = start.elapsed();
+    eprintln!("  ok after {:>5} ms: {what}", took.as_millis());
+    took
+}
+
+async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
+    deployments.get(name).await.ok()?.spec?.replicas
+}
+
+/// An agent asleep at zero wakes on its first event (replicas 1 without waiting for a sweep),
+/// thinks in a worker (run here in-process, standing in for the pod a kubelet would start),
+/// and goes back to zero after `idleSeconds`; its status shows cycles and the checkpoint.
+async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisStore>) {
+    use agentfleet::crd::AgentPhase;
+    use agentfleet::store::{AgentKey, NewMessage, Sender};
+
+    eprintln!("step: scale from zero on the first event, back to zero when idle");
+    let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let manifest = apply_yaml(
+        &agents,
+        "{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {name: sleeper}, spec: {model: {provider: scripted, name: sleeper}, spaces: [family], scaling: {idleSeconds: 2}}}",
+    )
+    .await;
+    eventually(
+        "sleeper: Deployment at 0, phase ScaledToZero, member of family",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            let deployments = deployments.clone();
+            let store = store.clone();
+            let family = SpaceKey::new(ns, "family");
+            async move {
+                let a = agents.get("sleeper").await.ok()?;
+                let member = store.space(&family).await.ok()??.has_agent("sleeper");
+                (replicas(&deployments, "sleeper-worker").await == Some(0)
+                    && a.status?.phase == Some(AgentPhase::ScaledToZero)
+                    && member)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // The first event: a message addressed to it. Sweeps run every second; a wake that beat
+    // them shows as a latency well under a second.
+    let key = AgentKey::new(ns, "sleeper");
+    let mut wakes = Vec::new();
+    for round in 0..5 {
+        let posted = store
+            .post_message(
+                &SpaceKey::new(ns, "family"),
+                &NewMessage {
+                    sender: Sender {
+                        id: "husam".into(),
+                        name: "Husam".into(),
+                        kind: Some(agentfleet::crd::MemberKind::Human),
+                    },
+                    text: format!("sleeper, are you there? ({round})"),
+                    mention: None,
+                    idempotency_key: None,
+                    urgent: false,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(posted.delivered.contains(&"sleeper".to_string()));
+        let took = time_until(
+            "post → sleeper-worker replicas 1",
+            Duration::from_secs(10),
+            || async { replicas(&deployments, "sleeper-worker").await == Some(1) },
+        )
+        .await;
+        wakes.push(took);
+        // No flapping: nothing (a reconcile racing the scale change) takes it back down.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(replicas(&deployments, "sleeper-worker").await, Some(1));
+        if round == 4 {
+            break;
+        }
+        // Back to zero by hand (as if idle), the inbox drained, for the next measurement.
+        let lease = store
+            .acquire_lease(&key, "e2e-drain", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .wait_inbox(&key, &lease, Duration::from_millis(10))
+            .await
+            .unwrap();
+        store.ack_cycle(&key, &lease).await.unwrap();
+        store.release_lease(&key, &lease).await.unwrap();
+        time_until("idle → replicas 0", Duration::from_secs(20), || async {
+            replicas(&deployments, "sleeper-worker").await == Some(0)
+        })
+        .await;
+    }
+    wakes.sort();
+    eprintln!(
+        "  wake → replicas 1 over {} rounds: min {:?}, median {:?}, max {:?}",
+        wakes.len(),
+        wakes[0],
+        wakes[wakes.len() / 2],
+        wakes[wakes.len() - 1]
+    );
+
+    // The "pod": a worker for the agent, on the same data plane.
+    let model = agentfleet::model::from_spec(&manifest.spec.model, "sleeper", None).unwrap();
+    let agentlet = Arc::new(agentfleet::worker::cycle::Agentlet::new(
+        manifest.clone(),
+        key.clone(),
+        store.clone(),
+        Arc::from(model),
+        agentfleet::telemetry::WorkerMetrics::new().unwrap(),
+    ));
+    let (stop_worker, worker_stop) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(agentfleet::worker::run_agent(
+        agentlet,
+        "sleeper-worker-pod".into(),
+        Duration::from_secs(5),
+        Arc::new(agentfleet::worker::Health::default()),
+        worker_stop,
+    ));
+    let status = eventually(
+        "sleeper: a cycle committed and its checkpoint in status",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            async move {
+                let s = agents.get("sleeper").await.ok()?.status?;
+                (s.cycles? >= 1 && s.checkpoint.is_some()).then_some(s)
+            }
+        },
+    )
+    .await;
+    let cp = status.checkpoint.clone().unwrap();
+    eprintln!(
+        "  status: phase {:?}, inbox {:?}, cycles {:?}, tokens {:?}, checkpoint cycle {} {} ({} messages, {} tokens)",
+        status.phase, status.inbox_depth, status.cycles, status.tokens_used, cp.cycle, cp.digest, cp.messages, cp.tokens
+    );
+    assert!(cp.digest.starts_with("sha256:"));
+    assert!(cp.storage_ref.contains("{agent:"));
+    let stored = store.checkpoints(&key).await.unwrap();
+    assert_eq!(stored[0].digest, cp.digest, "status mirrors the data plane");
+
+    let idle = time_until(
+        "idle 2 s with an empty inbox → replicas 0",
+        Duration::from_secs(30),
+        || async { replicas(&deployments, "sleeper-worker").await == Some(0) },
+    )
+    .await;
+    eprintln!("  scaled down {idle:?} after the checkpoint appeared");
+    // The kubelet would now stop the pod: the worker drains and exits cleanly.
+    stop_worker.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(10), worker)
+        .await
+        .expect("the worker exits on shutdown")
+        .unwrap()
+        .unwrap();
+    eventually(
+        "sleeper: phase ScaledToZero, inbox 0",
+        Duration::from_secs(10),
+        || {
+            let agents = agents.clone();
+            async move {
+                let s = agents.get("sleeper").await.ok()?.status?;
+                (s.phase == Some(AgentPhase::ScaledToZero) && s.inbox_depth == Some(0))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    eventually(
+        "ScaledUp and ScaledDown events on sleeper",
+        Duration::from_secs(10),
+        || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                let on = |reason: &str| {
+                    list.items.iter().any(|e| {
+                        e.reason.as_deref() == Some(reason)
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                == Some("sleeper")
+                    })
+                };
+                (on("ScaledUp") && on("ScaledDown")).then_some(())
+            }
+        },
+    )
+    .await;
 }

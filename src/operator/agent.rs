@@ -224,22 +224,26 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         let manifest = build::render_manifest(&agent)?;
         let hash = build::config_hash(&manifest, &ctx.worker);
         let cm = build::configmap(&agent, &owner, &manifest);
-        let replicas = ctx
-            .scaler
-            .replicas_for(&key, &agent.spec, previous.replicas);
-        let deploy = build::deployment(&agent, &owner, &ctx.worker, &hash, replicas);
         match apply(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm).await? {
             Err(rejected) => Cond::fail(
                 WORKER_AVAILABLE,
                 "WorkerRejected",
                 format!("ConfigMap rejected: {rejected}"),
             ),
-            Ok(_) => match apply(
-                &Api::<Deployment>::namespaced(ctx.client.clone(), &ns),
-                &deploy,
-            )
-            .await?
-            {
+            Ok(_) => match {
+                // The replicas are read and applied under the agent's scaling lock, so an
+                // apply never undoes a scale change made meanwhile.
+                let _scaling = ctx.scaler.lock(&key).await;
+                let replicas = ctx
+                    .scaler
+                    .replicas_for(&key, &agent.spec, previous.replicas);
+                let deploy = build::deployment(&agent, &owner, &ctx.worker, &hash, replicas);
+                apply(
+                    &Api::<Deployment>::namespaced(ctx.client.clone(), &ns),
+                    &deploy,
+                )
+                .await?
+            } {
                 Err(rejected) => Cond::fail(
                     WORKER_AVAILABLE,
                     "WorkerRejected",

@@ -367,6 +367,8 @@ enum Action {
 /// The loop's state, shared with the reconcile.
 pub struct Scaler {
     entries: Mutex<HashMap<AgentKey, Entry>>,
+    /// Per agent: held while replicas are written (by a scale change or the reconcile's apply).
+    locks: Mutex<HashMap<AgentKey, Arc<tokio::sync::Mutex<()>>>>,
     pending: Mutex<HashSet<AgentKey>>,
     poke: Notify,
     /// Timing.
@@ -388,6 +390,7 @@ impl Scaler {
     pub fn new(tuning: Tuning) -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashSet::new()),
             poke: Notify::new(),
             tuning,
@@ -398,6 +401,19 @@ impl Scaler {
         self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The agent's scaling lock: whoever writes its replicas holds it, so a reconcile's apply
+    /// (which reads the replicas to apply first) never undoes a scale change made meanwhile.
+    pub async fn lock(&self, agent: &AgentKey) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(agent.clone())
+            .or_default()
+            .clone();
+        lock.lock_owned().await
     }
 
     /// The replicas the reconcile applies for `agent` (see [`replicas_to_apply`]); `last_known`
@@ -452,6 +468,10 @@ impl Scaler {
     /// Forgets an agent (it was deleted).
     pub fn forget(&self, agent: &AgentKey) {
         self.entries().remove(agent);
+        self.locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(agent);
     }
 
     /// The phase the loop would write for `agent` if the data plane showed `seen`.
@@ -583,7 +603,16 @@ impl Scaler {
             Decision::Up { .. } => (1, "up"),
             Decision::Down { .. } => (0, "down"),
         };
-        if let Err(e) = deps.cluster.set_replicas(&agent, to).await {
+        let written = {
+            let _scaling = self.lock(&agent).await;
+            // Still what this change expects: a newer decision (or a deletion) wins.
+            let current = self.entries().get(&agent).and_then(|e| e.replicas);
+            if current != Some(to) {
+                return false;
+            }
+            deps.cluster.set_replicas(&agent, to).await
+        };
+        if let Err(e) = written {
             warn!(%agent, error = %e, to, "cannot set the worker's replicas; the next sweep retries");
             deps.metrics
                 .scale_errors
