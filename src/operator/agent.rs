@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -230,56 +231,45 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
                 "WorkerRejected",
                 format!("ConfigMap rejected: {rejected}"),
             ),
-            Ok(_) => match {
-                // The replicas are read and applied under the agent's scaling lock, so an
-                // apply never undoes a scale change made meanwhile.
-                let _scaling = ctx.scaler.lock(&key).await;
-                let replicas = ctx
-                    .scaler
-                    .replicas_for(&key, &agent.spec, previous.replicas);
-                let deploy = build::deployment(&agent, &owner, &ctx.worker, &hash, replicas);
-                apply(
-                    &Api::<Deployment>::namespaced(ctx.client.clone(), &ns),
-                    &deploy,
-                )
-                .await?
-            } {
-                Err(rejected) => Cond::fail(
-                    WORKER_AVAILABLE,
-                    "WorkerRejected",
-                    format!("Deployment rejected: {rejected}"),
-                ),
-                Ok(applied) => {
-                    // The cached status may lag our own last write; remember what we applied.
-                    let key = format!("{ns}/{name}");
-                    let known = ctx.applied_hash(&key).or(previous.config_hash.clone());
-                    if known.as_deref() != Some(hash.as_str()) {
-                        info!(config_hash = %hash, "worker configuration applied");
-                        ctx.publish(
-                            &*agent,
-                            EventType::Normal,
-                            "WorkerConfigured",
-                            "ApplyWorker",
-                            format!(
-                                "configuration {hash} applied to Deployment {}",
-                                build::deployment_name(&name)
-                            ),
-                        )
-                        .await;
+            Ok(_) => {
+                match apply_worker(&ctx, &key, &agent, &owner, &hash, previous.replicas).await? {
+                    Err(rejected) => Cond::fail(
+                        WORKER_AVAILABLE,
+                        "WorkerRejected",
+                        format!("Deployment rejected: {rejected}"),
+                    ),
+                    Ok(applied) => {
+                        // The cached status may lag our own last write; remember what we applied.
+                        let key = format!("{ns}/{name}");
+                        let known = ctx.applied_hash(&key).or(previous.config_hash.clone());
+                        if known.as_deref() != Some(hash.as_str()) {
+                            info!(config_hash = %hash, "worker configuration applied");
+                            ctx.publish(
+                                &*agent,
+                                EventType::Normal,
+                                "WorkerConfigured",
+                                "ApplyWorker",
+                                format!(
+                                    "configuration {hash} applied to Deployment {}",
+                                    build::deployment_name(&name)
+                                ),
+                            )
+                            .await;
+                        }
+                        ctx.record_applied_hash(key, &hash);
+                        status.config_hash = Some(hash);
+                        status.replicas = applied.spec.as_ref().and_then(|s| s.replicas);
+                        status.available_replicas = Some(
+                            applied
+                                .status
+                                .as_ref()
+                                .and_then(|s| s.available_replicas)
+                                .unwrap_or(0),
+                        );
+                        worker_condition(&agent.spec, &applied)
                     }
-                    ctx.record_applied_hash(key, &hash);
-                    status.config_hash = Some(hash);
-                    status.replicas = applied.spec.as_ref().and_then(|s| s.replicas);
-                    status.available_replicas = Some(
-                        applied
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.available_replicas)
-                            .unwrap_or(0),
-                    );
-                    worker_condition(&agent.spec, &applied)
                 }
-            },
+            }
         }
     } else {
         Cond::unknown(
@@ -355,6 +345,26 @@ fn status_str(s: Option<bool>) -> &'static str {
         Some(false) => "False",
         None => "Unknown",
     }
+}
+
+/// Applies the worker Deployment. The replicas are read and applied under the agent's
+/// scaling lock, so an apply never undoes a scale change made meanwhile.
+async fn apply_worker(
+    ctx: &Context,
+    key: &AgentKey,
+    agent: &Agent,
+    owner: &OwnerReference,
+    hash: &str,
+    last_known: Option<i32>,
+) -> Result<Result<Deployment, String>, Error> {
+    let _scaling = ctx.scaler.lock(key).await;
+    let replicas = ctx.scaler.replicas_for(key, &agent.spec, last_known);
+    let deploy = build::deployment(agent, owner, &ctx.worker, hash, replicas);
+    apply(
+        &Api::<Deployment>::namespaced(ctx.client.clone(), &key.namespace),
+        &deploy,
+    )
+    .await
 }
 
 /// Server-side applies `obj`. `Ok(Err(message))` when the API server refuses it as invalid
