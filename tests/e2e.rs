@@ -163,10 +163,11 @@ async fn operator_on_a_real_api_server() {
     // Started after the samples exist: every first reconcile then races the cache sync (a
     // regression test for reconciles that waited on the cache and were never woken).
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let metrics = OperatorMetrics::new().unwrap();
     let controllers = tokio::spawn(run_controllers(
         client.clone(),
         store.clone(),
-        OperatorMetrics::new().unwrap(),
+        metrics.clone(),
         OperatorConfig {
             worker: WorkerDefaults {
                 image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
@@ -255,6 +256,21 @@ async fn operator_on_a_real_api_server() {
     );
     assert_eq!(status.config_hash.as_deref(), Some(hash.as_str()));
     assert_eq!(status.observed_generation, agent.metadata.generation);
+
+    eprintln!("step: a settled fleet makes no writes and no reconciles");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rv = |d: Deployment| d.metadata.resource_version.unwrap();
+    let before = rv(deployments.get("assistant-worker").await.unwrap());
+    let reconciles = metrics.reconciles.with_label_values(&["agent"]).get();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        rv(deployments.get("assistant-worker").await.unwrap()),
+        before,
+        "an unchanged Deployment is not rewritten"
+    );
+    let more = metrics.reconciles.with_label_values(&["agent"]).get() - reconciles;
+    eprintln!("  {more} agent reconciles in 4 s of quiet");
+    assert!(more <= 3, "{more} reconciles of a quiet fleet");
 
     eprintln!("step: space membership in status and data plane");
     let family = SpaceKey::new(&ns, "family");

@@ -232,8 +232,11 @@ pub fn deployment(
             name: "AGENTFLEET_POD_NAME".into(),
             value_from: Some(EnvVarSource {
                 field_ref: Some(ObjectFieldSelector {
+                    // Spelled out as the API server defaults it: a field it has to default
+                    // makes every server-side apply a write (a new resourceVersion), and every
+                    // write a new reconcile.
+                    api_version: Some("v1".into()),
                     field_path: "metadata.name".into(),
-                    ..ObjectFieldSelector::default()
                 }),
                 ..EnvVarSource::default()
             }),
@@ -243,7 +246,13 @@ pub fn deployment(
     if let Some(key_ref) = &spec.model.api_key_secret_ref {
         env.push(secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key));
     }
-    env.extend(spec.worker.env.iter().cloned());
+    env.extend(spec.worker.env.iter().cloned().map(|mut e| {
+        // The API server's default, spelled out (see AGENTFLEET_POD_NAME above).
+        if let Some(f) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+            f.api_version.get_or_insert_with(|| "v1".into());
+        }
+        e
+    }));
 
     let container = Container {
         name: "worker".into(),
@@ -528,6 +537,24 @@ mod tests {
             .all(|e| e.name != API_KEY_ENV));
         assert_eq!(c.resources, Some(default_resources()));
         assert!(pod.node_selector.is_none());
+    }
+
+    #[test]
+    fn env_field_refs_carry_the_server_default() {
+        let mut agent = fixture("agent-scripted.yaml");
+        agent.spec.worker.env = serde_yaml::from_str(
+            "[{name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]",
+        )
+        .unwrap();
+        let d = deployment(&agent, &owner(&agent), &defaults(), "h", Some(0));
+        let env = serde_json::to_value(&d).unwrap()["spec"]["template"]["spec"]["containers"][0]
+            ["env"]
+            .clone();
+        for e in env.as_array().unwrap() {
+            if let Some(f) = e["valueFrom"].get("fieldRef") {
+                assert_eq!(f["apiVersion"], "v1", "{e}: else every apply is a write");
+            }
+        }
     }
 
     #[test]

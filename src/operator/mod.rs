@@ -483,6 +483,44 @@ impl MembershipChanges {
     }
 }
 
+/// Worker Deployment events that matter to their Agent: a new generation (someone edited the
+/// spec), a change of status (availability), or a deletion (to repair). A write that changes
+/// only metadata — such as the managed-fields time some API servers bump on an unchanged
+/// server-side apply — triggers nothing, so applying an unchanged Deployment cannot loop.
+fn worker_changes(
+    api: Api<Deployment>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static {
+    use std::hash::{Hash, Hasher};
+    let fingerprint = |d: &Deployment| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        d.metadata.generation.hash(&mut h);
+        serde_json::to_string(&d.status)
+            .unwrap_or_default()
+            .hash(&mut h);
+        h.finish()
+    };
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
+                    let key = d.uid().unwrap_or_else(|| d.name_any());
+                    let print = fingerprint(&d);
+                    (seen.insert(key, print) != Some(print)).then_some(Ok(d))
+                }
+                Ok(watcher::Event::Delete(d)) => {
+                    seen.remove(&d.uid().unwrap_or_else(|| d.name_any()));
+                    Some(Ok(d))
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            };
+            futures::future::ready(out)
+        })
+}
+
 /// Runs both controllers until `shutdown` resolves or a controller stops.
 pub async fn run_controllers(
     client: Client,
@@ -536,7 +574,10 @@ pub async fn run_controllers(
     let agents = {
         let spaces_for_agents = agent_cache.clone();
         agent_ctl
-            .owns(Api::<Deployment>::all(client.clone()), children.clone())
+            .owns_stream(worker_changes(
+                Api::<Deployment>::all(client.clone()),
+                children.clone(),
+            ))
             .owns(Api::<ConfigMap>::all(client.clone()), children)
             .watches(spaces_api, wc.clone(), move |space| {
                 agents_naming(&spaces_for_agents, &space)
