@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::crd::{Agent, Space};
-use crate::store::{RedisStore, Store, StoreError};
+use crate::store::{self, RedisStore, Store, StoreError};
 use crate::telemetry::{self, OperatorMetrics};
 use build::{RedisUrlSource, WorkerDefaults};
 
@@ -483,21 +483,33 @@ impl MembershipChanges {
     }
 }
 
-/// Worker Deployment events that matter to their Agent: a new generation (someone edited the
-/// spec), a change of status (availability), or a deletion (to repair). A write that changes
-/// only metadata — such as the managed-fields time some API servers bump on an unchanged
-/// server-side apply — triggers nothing, so applying an unchanged Deployment cannot loop.
+/// Worker Deployment events that matter to their Agent: a spec change other than replicas
+/// (someone edited it: repair), an availability change (conditions), or a deletion (repair).
+/// A scale change (the scaler's own) and a write that changes only metadata — such as the
+/// managed-fields time some API servers bump on an unchanged server-side apply — trigger
+/// nothing, so a wake costs one API call and an unchanged apply cannot loop.
 fn worker_changes(
     api: Api<Deployment>,
     config: watcher::Config,
+    scaler: Arc<scaling::Scaler>,
 ) -> impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static {
     use std::hash::{Hash, Hasher};
     let fingerprint = |d: &Deployment| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        d.metadata.generation.hash(&mut h);
-        serde_json::to_string(&d.status)
+        // The spec without replicas (the scaler's to change, and no reason to reconcile), and
+        // what the conditions are made of.
+        let mut spec = d.spec.clone();
+        if let Some(spec) = spec.as_mut() {
+            spec.replicas = None;
+        }
+        serde_json::to_string(&spec)
             .unwrap_or_default()
             .hash(&mut h);
+        let status = d.status.clone().unwrap_or_default();
+        status.available_replicas.hash(&mut h);
+        for c in status.conditions.unwrap_or_default() {
+            (c.type_, c.status, c.reason, c.message).hash(&mut h);
+        }
         h.finish()
     };
     let mut seen: HashMap<String, u64> = HashMap::new();
@@ -508,7 +520,15 @@ fn worker_changes(
                 Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
                     let key = d.uid().unwrap_or_else(|| d.name_any());
                     let print = fingerprint(&d);
-                    (seen.insert(key, print) != Some(print)).then_some(Ok(d))
+                    let changed = seen.insert(key, print) != Some(print);
+                    // Replicas someone else set on a worker the operator scales: repair.
+                    let agent = d.labels().get(build::AGENT_LABEL).map(|name| {
+                        store::AgentKey::new(d.namespace().unwrap_or_default(), name.clone())
+                    });
+                    let stray = agent
+                        .and_then(|a| scaler.expected_replicas(&a))
+                        .is_some_and(|n| d.spec.as_ref().and_then(|s| s.replicas) != Some(n));
+                    (changed || stray).then_some(Ok(d))
                 }
                 Ok(watcher::Event::Delete(d)) => {
                     seen.remove(&d.uid().unwrap_or_else(|| d.name_any()));
@@ -520,6 +540,9 @@ fn worker_changes(
             futures::future::ready(out)
         })
 }
+
+/// Reconciles run at once, per controller.
+const RECONCILERS: u16 = 16;
 
 /// Runs both controllers until `shutdown` resolves or a controller stops.
 pub async fn run_controllers(
@@ -550,8 +573,12 @@ pub async fn run_controllers(
             predicates::generation.combine(predicates::finalizers),
             Default::default(),
         );
-    let agent_ctl = Controller::for_stream(agent_events, agent_cache.clone());
-    let space_ctl = Controller::new(spaces_api.clone(), wc.clone());
+    // Bounded concurrency: a thousand Agents reconciling at once would only queue at the API
+    // server, in front of the scale changes that wake agents.
+    let reconcilers = kube::runtime::controller::Config::default().concurrency(RECONCILERS);
+    let agent_ctl =
+        Controller::for_stream(agent_events, agent_cache.clone()).with_config(reconcilers.clone());
+    let space_ctl = Controller::new(spaces_api.clone(), wc.clone()).with_config(reconcilers);
     let space_cache = space_ctl.store();
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -577,6 +604,7 @@ pub async fn run_controllers(
             .owns_stream(worker_changes(
                 Api::<Deployment>::all(client.clone()),
                 children.clone(),
+                ctx.scaler.clone(),
             ))
             .owns(Api::<ConfigMap>::all(client.clone()), children)
             .watches(spaces_api, wc.clone(), move |space| {

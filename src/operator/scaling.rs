@@ -11,8 +11,9 @@
 //!   they changed, and at most once per `--status-interval-seconds` per agent.
 //!
 //! The reconcile and this loop own disjoint status fields, each under its own server-side
-//! apply field manager: the reconcile writes conditions, replicas and the configuration hash;
-//! this loop writes phase, inbox depth, cycles, tokens, last cycle time and the checkpoint.
+//! apply field manager: the reconcile writes conditions, available replicas and the
+//! configuration hash; this loop writes phase, replicas, inbox depth, cycles, tokens, last
+//! cycle time and the checkpoint.
 //! Deciding is pure ([`decide`], [`phase`]); acting goes through [`Cluster`], so the loop is
 //! tested without an API server.
 
@@ -157,7 +158,6 @@ pub fn reconcile_part(s: &AgentStatus) -> AgentStatus {
     AgentStatus {
         observed_generation: s.observed_generation,
         conditions: s.conditions.clone(),
-        replicas: s.replicas,
         available_replicas: s.available_replicas,
         config_hash: s.config_hash.clone(),
         ..AgentStatus::default()
@@ -168,6 +168,7 @@ pub fn reconcile_part(s: &AgentStatus) -> AgentStatus {
 pub fn data_part(s: &AgentStatus) -> AgentStatus {
     AgentStatus {
         phase: s.phase,
+        replicas: s.replicas,
         inbox_depth: s.inbox_depth,
         cycles: s.cycles,
         last_cycle_time: s.last_cycle_time.clone(),
@@ -202,6 +203,7 @@ pub fn data_status(
 ) -> AgentStatus {
     AgentStatus {
         phase: Some(phase(failed, replicas, available, seen)),
+        replicas,
         inbox_depth: Some(i64::try_from(seen.waiting).unwrap_or(i64::MAX)),
         cycles: Some(seen.cycles),
         tokens_used: Some(seen.tokens_used),
@@ -472,6 +474,14 @@ impl Scaler {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(agent);
+    }
+
+    /// The replicas the operator asked for, for a worker it scales (not `scaling.external`).
+    pub fn expected_replicas(&self, agent: &AgentKey) -> Option<i32> {
+        self.entries()
+            .get(agent)
+            .filter(|e| !e.scaling.external)
+            .and_then(|e| e.replicas)
     }
 
     /// The phase the loop would write for `agent` if the data plane showed `seen`.
