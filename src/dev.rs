@@ -287,6 +287,7 @@ impl Dev {
         let holder = telemetry::process_identity(None, "dev");
         let mut tasks = Vec::new();
         let mut agents = Vec::new();
+        let mut plans = Vec::new();
         for agent in manifests.agents {
             let key = AgentKey::new(
                 agent.namespace().unwrap_or_else(|| "default".into()),
@@ -296,6 +297,9 @@ impl Dev {
                 .register_agent(&key)
                 .await
                 .with_context(|| format!("registering agent {key}"))?;
+            // Plans fire into the inbox as the operator would fire them (a paused agent's
+            // queue until it is resumed).
+            plans.push((key.clone(), agent.spec.plans.clone()));
             if agent.spec.paused {
                 info!(agent = %key, "paused; not started");
                 continue;
@@ -327,6 +331,11 @@ impl Dev {
             }));
             agents.push(key);
         }
+        tasks.push(tokio::spawn(crate::plans::run(
+            store.clone(),
+            plans,
+            shutdown_rx.clone(),
+        )));
         Ok(Self {
             addr,
             humans: humans.into_values().collect(),

@@ -10,12 +10,19 @@
 //! `0 6 * * *` plan created at noon waits for tomorrow); a one-shot plan whose time has passed
 //! fires once. After downtime, only the latest missed due time of a recurring plan fires.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 use serde_json::json;
+use tokio::sync::watch;
+use tracing::{info, warn};
 
 use crate::crd::PlanSpec;
-use crate::store::{EventKind, InboxEvent, Sender};
+use crate::store::{
+    now_ms, AgentKey, AgentObservation, EventKind, InboxEvent, Sender, Store, StoreError,
+};
 
 /// Where a plan is declared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -188,6 +195,93 @@ pub fn event(source: Source, plan: &PlanSpec, due_ms: i64, now_ms: i64) -> Inbox
             "source": source.as_str(),
             "due": rfc3339(due_ms),
         })),
+    }
+}
+
+/// The plans of one agent that need something now — its spec's, then its own — and the
+/// earliest due time of the others. A plan that does not parse is left out (the reconcile
+/// reports a spec plan; the agent's own were checked when it made them).
+pub fn pending(
+    spec_plans: &[PlanSpec],
+    seen: &AgentObservation,
+    now_ms: i64,
+) -> (Vec<(Source, PlanSpec, Due)>, Option<i64>) {
+    let mut todo = Vec::new();
+    let mut next: Option<i64> = None;
+    let all = spec_plans
+        .iter()
+        .map(|p| (Source::Spec, p))
+        .chain(seen.plans.iter().map(|p| (Source::Agent, p)));
+    for (source, p) in all {
+        let Ok(s) = schedule(p) else {
+            continue;
+        };
+        let mark = seen.plan_marks.get(&plan_id(source, &p.name)).copied();
+        match s.due(mark, now_ms) {
+            Due::Wait(t) => next = Some(next.map_or(t, |n| n.min(t))),
+            Due::Done => {}
+            due => todo.push((source, p.clone(), due)),
+        }
+    }
+    (todo, next)
+}
+
+/// Acts on a pending plan: fires it (records the due time and pushes its event, once) or
+/// records its baseline. Returns whether an event was pushed.
+pub async fn fire(
+    store: &dyn Store,
+    agent: &AgentKey,
+    source: Source,
+    plan: &PlanSpec,
+    due: Due,
+) -> Result<bool, StoreError> {
+    let id = plan_id(source, &plan.name);
+    let (at, event) = match due {
+        Due::Fire(at) => (at, Some(event(source, plan, at, now_ms()))),
+        Due::Baseline(at) => (at, None),
+        Due::Wait(_) | Due::Done => return Ok(false),
+    };
+    let pushed = store.mark_plan(agent, &id, at, event.as_ref()).await?;
+    let fired = pushed.is_some() && event.is_some();
+    if fired {
+        info!(%agent, plan = %plan.name, source = source.as_str(), due = %rfc3339(at), "plan fired");
+    }
+    Ok(fired)
+}
+
+/// Fires the plans of `agents` until `stop`: what `agentfleet dev` runs in place of the
+/// operator (whose data-plane loop does the same beside scaling).
+pub async fn run(
+    store: Arc<dyn Store>,
+    agents: Vec<(AgentKey, Vec<PlanSpec>)>,
+    mut stop: watch::Receiver<bool>,
+) {
+    const LOOK: Duration = Duration::from_secs(5);
+    let keys: Vec<AgentKey> = agents.iter().map(|(k, _)| k.clone()).collect();
+    loop {
+        let mut wait = LOOK;
+        match store.observe(&keys).await {
+            Ok(seen) => {
+                let now = now_ms();
+                for ((key, spec_plans), o) in agents.iter().zip(&seen) {
+                    let (todo, next) = pending(spec_plans, o, now);
+                    for (source, plan, due) in todo {
+                        if let Err(e) = fire(store.as_ref(), key, source, &plan, due).await {
+                            warn!(agent = %key, plan = %plan.name, error = %e, "cannot fire plan");
+                        }
+                    }
+                    if let Some(t) = next {
+                        let until = Duration::from_millis(u64::try_from(t - now).unwrap_or(0));
+                        wait = wait.min(until);
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot read plans from the data plane"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|v| *v) => return,
+        }
     }
 }
 

@@ -50,8 +50,12 @@ impl Dev {
     }
 
     fn start_with(extra: &[&str]) -> Dev {
+        Self::start_in("config/samples", extra)
+    }
+
+    fn start_in(dir: &str, extra: &[&str]) -> Dev {
         let mut child = Command::new(BIN)
-            .args(["dev", "config/samples", "--addr", "127.0.0.1:0"])
+            .args(["dev", dir, "--addr", "127.0.0.1:0"])
             .args(extra)
             .env_remove("AGENTFLEET_REDIS_URL")
             .stdout(Stdio::piped())
@@ -461,4 +465,92 @@ async fn dev_runs_on_redis_with_the_redis_flag() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test]
+async fn plans_fire_in_dev_and_the_agent_acts_on_them() {
+    agentfleet::install_crypto_provider();
+    let dir = std::env::temp_dir().join(format!("agentfleet-dev-plans-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(3);
+    std::fs::write(
+        dir.join("home.yaml"),
+        format!(
+            "apiVersion: agentfleet.dev/v1alpha1
+kind: Space
+metadata: {{name: home}}
+spec:
+  members: [{{id: husam, name: Husam}}]
+---
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {{name: butler}}
+spec:
+  model: {{provider: scripted, name: butler}}
+  spaces: [home]
+  plans:
+  - name: tea
+    at: {at}
+    instruction: Remind Husam to drink some tea.
+  - name: daily
+    schedule: '0 6 * * *'
+    instruction: Good morning.
+"
+        ),
+    )
+    .unwrap();
+    let dev = Dev::start_in(dir.to_str().unwrap(), &[]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/home", "Husam");
+    let start = Instant::now();
+    let reply = loop {
+        let page: serde_json::Value = http
+            .get(format!("{}/v1/spaces/default/home/messages", dev.url))
+            .bearer_auth(&husam)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let found = page["messages"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["sender"]["id"] == "butler").cloned());
+        if let Some(m) = found {
+            break m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the plan never fired: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let text = reply["text"].as_str().unwrap();
+    assert!(
+        text.contains("plan tea") && text.contains("drink some tea"),
+        "{text}"
+    );
+    assert!(
+        reply["timeMs"].as_i64().unwrap() >= at.as_millisecond(),
+        "fired at its time, not before: {reply}"
+    );
+    // Once: no second announcement.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let page: serde_json::Value = http
+        .get(format!("{}/v1/spaces/default/home/messages", dev.url))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let from_butler = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["sender"]["id"] == "butler")
+        .count();
+    assert_eq!(from_butler, 1, "{page}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

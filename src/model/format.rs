@@ -15,21 +15,23 @@ fn quote(text: &str) -> String {
     format!("\"{escaped}\"")
 }
 
+/// The quoted string at the start of `quoted` (what follows its closing quote, such as an
+/// event's data, is ignored).
 fn unquote(quoted: &str) -> Option<String> {
-    let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
+    let inner = quoted.strip_prefix('"')?;
     let mut out = String::with_capacity(inner.len());
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
-        if c == '\\' {
-            match chars.next()? {
+        match c {
+            '\\' => match chars.next()? {
                 'n' => out.push('\n'),
                 other => out.push(other),
-            }
-        } else {
-            out.push(c);
+            },
+            '"' => return Some(out),
+            c => out.push(c),
         }
     }
-    Some(out)
+    None
 }
 
 /// An inbox line read back.
@@ -74,6 +76,19 @@ pub fn space_line(display: &str, name: &str, agents: &[&str], humans: &[&str]) -
         list(agents),
         list(humans)
     )
+}
+
+/// The names of the spaces a system prompt lists, in order.
+pub fn space_names(system: &str) -> Vec<String> {
+    system
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("- ["))
+        .filter_map(|l| {
+            let rest = l.split("] space \"").nth(1)?;
+            Some(rest.split('"').next()?.to_string())
+        })
+        .collect()
 }
 
 /// The agents of the space a system prompt lists under `[display]` (or `space "display"`).
@@ -152,6 +167,19 @@ mod tests {
         );
         assert_eq!(space_agents(&system, "family").unwrap(), ["assistant"]);
         assert_eq!(space_agents(&system, "Nowhere"), None);
+        assert_eq!(space_names(&system), ["engineering", "family"]);
+    }
+
+    #[test]
+    fn event_data_after_the_text_is_ignored() {
+        let line = format!(
+            "{} {{\"plan\":\"report\"}}",
+            inbox_line("Plan", "plan report", "Post \"the\" report")
+        );
+        let parsed = parse_inbox(&line);
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].text, "Post \"the\" report");
+        assert_eq!(parsed[0].sender, "plan report");
     }
 
     #[test]

@@ -7,13 +7,15 @@
 //! - a text asking what it remembers → lists its memories from the system prompt;
 //! - anything else → acknowledges who said what.
 //!
+//! A plan that comes due (`[Plan] plan NAME: "instruction"`) is announced in its first space.
+//!
 //! When nothing is addressed to it, it calls `skip`. After its tool calls have run it ends the
 //! cycle with a short text.
 
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::format::{parse_inbox, parse_memories, space_agents};
+use super::format::{parse_inbox, parse_memories, space_agents, space_names};
 use super::{Delta, Message, Model, ModelError, Request, ToolCall, Turn, Usage};
 
 /// The scripted model of one agent.
@@ -43,6 +45,16 @@ impl Scripted {
     fn plan(&self, system: &str, inbox: &str) -> Vec<ToolCall> {
         let mut calls = Vec::new();
         for line in parse_inbox(inbox) {
+            if line.space == "Plan" {
+                if let Some(space) = space_names(system).into_iter().next() {
+                    calls.push(call(
+                        calls.len(),
+                        "send_message",
+                        json!({ "space": space, "text": format!("It is time ({}): {}", line.sender, line.text) }),
+                    ));
+                }
+                continue;
+            }
             if line.sender == self.name || !self.addressed(system, &line.space, &line.text) {
                 continue;
             }

@@ -754,29 +754,16 @@ impl Scaler {
                 });
             }
 
-            let all_plans = e
-                .plans
-                .iter()
-                .map(|p| (Source::Spec, p))
-                .chain(o.plans.iter().map(|p| (Source::Agent, p)));
-            for (source, p) in all_plans {
-                // Invalid spec plans are reported by the reconcile; agent plans were checked
-                // when the agent made them.
-                let Ok(schedule) = plans::schedule(p) else {
-                    continue;
-                };
-                let mark = o.plan_marks.get(&plans::plan_id(source, &p.name)).copied();
-                match schedule.due(mark, now) {
-                    Due::Wait(t) => next_due = Some(next_due.map_or(t, |n| n.min(t))),
-                    Due::Done => {}
-                    due => actions.push(Action::Plan {
-                        agent: key.clone(),
-                        source,
-                        plan: p.clone(),
-                        due,
-                    }),
-                }
+            let (todo, next) = plans::pending(&e.plans, o, now);
+            if let Some(t) = next {
+                next_due = Some(next_due.map_or(t, |n| n.min(t)));
             }
+            actions.extend(todo.into_iter().map(|(source, plan, due)| Action::Plan {
+                agent: key.clone(),
+                source,
+                plan,
+                due,
+            }));
 
             let status = data_status(key, e.failed, e.replicas, e.available, o);
             if let Some(p) = status.phase {
@@ -841,27 +828,17 @@ impl Scaler {
                 source,
                 plan,
                 due,
-            } => {
-                let id = plans::plan_id(source, &plan.name);
-                let (at, event) = match due {
-                    Due::Fire(at) => (at, Some(plans::event(source, &plan, at, now_ms()))),
-                    Due::Baseline(at) => (at, None),
-                    Due::Wait(_) | Due::Done => return,
-                };
-                match deps.store.mark_plan(&agent, &id, at, event.as_ref()).await {
-                    Ok(Some(_)) if event.is_some() => {
-                        info!(%agent, plan = %plan.name, due = %plans::rfc3339(at), "plan fired");
-                        deps.metrics
-                            .plans_fired
-                            .with_label_values(&[source.as_str()])
-                            .inc();
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        warn!(%agent, plan = %plan.name, error = %e, "cannot fire plan; the next sweep retries")
-                    }
+            } => match plans::fire(deps.store.as_ref(), &agent, source, &plan, due).await {
+                Ok(true) => deps
+                    .metrics
+                    .plans_fired
+                    .with_label_values(&[source.as_str()])
+                    .inc(),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(%agent, plan = %plan.name, error = %e, "cannot fire plan; the next sweep retries")
                 }
-            }
+            },
         }
     }
 }
