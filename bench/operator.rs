@@ -63,18 +63,9 @@ async fn main() {
     let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
 
     // CRDs and a fresh namespace with one Space.
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(client.clone());
-    for crd in agentfleet::crd::definitions() {
-        crds.patch(
-            &crd.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
+    agentfleet::testing::install_crds(&client, MANAGER)
         .await
         .unwrap();
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let ns = format!("agentfleet-bench-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces

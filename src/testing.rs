@@ -346,3 +346,42 @@ fn sse_body(text: Option<&str>, tool_calls: &[(String, String)], usage: (u32, u3
     out.push_str("data: [DONE]\n\n");
     out
 }
+
+/// Applies the CRDs to a real API server (server-side, field manager `manager`) and waits
+/// until it serves them (for the e2e suite and the operator benchmark).
+pub async fn install_crds(client: &kube::Client, manager: &str) -> Result<(), String> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    use kube::ResourceExt;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for crd in crate::crd::definitions() {
+        let name = crd.name_any();
+        crds.patch(
+            &name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(|e| format!("applying CRD {name}: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let established = crds
+                .get(&name)
+                .await
+                .ok()
+                .and_then(|c| c.status?.conditions)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            if established {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("CRD {name} not established within 30s"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}

@@ -28,7 +28,6 @@ use agentfleet::testing::RedisServer;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
@@ -100,35 +99,9 @@ async fn operator_on_a_real_api_server() {
     let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
 
     eprintln!("step: CRDs");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in agentfleet::crd::definitions() {
-        let name = crd.name_any();
-        crds.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
+    agentfleet::testing::install_crds(&client, MANAGER)
         .await
-        .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
-        eventually(
-            &format!("CRD {name} established"),
-            Duration::from_secs(30),
-            || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    let crd = crds.get(&name).await.ok()?;
-                    let established = crd
-                        .status?
-                        .conditions?
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    established.then_some(())
-                }
-            },
-        )
-        .await;
-    }
+        .unwrap();
 
     let ns = format!("agentfleet-e2e-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());

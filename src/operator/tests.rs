@@ -183,15 +183,13 @@ fn harness(agents: Vec<Agent>, spaces: Vec<Space>) -> Harness {
 }
 
 impl Harness {
+    /// Runs the reconcile (without the finalizer).
     async fn run_agent(
         &mut self,
         agent: Agent,
         script: Vec<Expect>,
     ) -> (Result<Action, super::Error>, Vec<Value>) {
-        let handle = self.handle.take().unwrap();
-        let verifier = tokio::spawn(serve(handle, script, serde_json::to_value(&agent).unwrap()));
-        let result = agent::reconcile(Arc::new(agent), self.ctx.clone()).await;
-        (result, verifier.await.unwrap())
+        self.run_with(agent, script, agent::reconcile).await
     }
 
     /// Runs the controller's entry point (finalizer included).
@@ -200,9 +198,22 @@ impl Harness {
         agent: Agent,
         script: Vec<Expect>,
     ) -> (Result<Action, super::Error>, Vec<Value>) {
+        self.run_with(agent, script, agent::run).await
+    }
+
+    async fn run_with<F, Fut>(
+        &mut self,
+        agent: Agent,
+        script: Vec<Expect>,
+        f: F,
+    ) -> (Result<Action, super::Error>, Vec<Value>)
+    where
+        F: FnOnce(Arc<Agent>, Arc<Context>) -> Fut,
+        Fut: std::future::Future<Output = Result<Action, super::Error>>,
+    {
         let handle = self.handle.take().unwrap();
         let verifier = tokio::spawn(serve(handle, script, serde_json::to_value(&agent).unwrap()));
-        let result = agent::run(Arc::new(agent), self.ctx.clone()).await;
+        let result = f(Arc::new(agent), self.ctx.clone()).await;
         (result, verifier.await.unwrap())
     }
 
@@ -730,13 +741,7 @@ async fn deleting_an_agent_removes_its_data_plane_state() {
     let key = crate::store::AgentKey::new("default", "echo");
     fill_data_plane(h.store.as_ref(), &key).await;
     let (result, bodies) = h
-        .run_finalized(
-            deleted_agent("", 1),
-            vec![
-                expect(Method::POST, "/events"),
-                expect(Method::PATCH, "/agents/echo?"),
-            ],
-        )
+        .run_finalized(deleted_agent("", 1), deletion_script(true))
         .await;
     result.unwrap();
     assert_eq!(bodies[0]["reason"], "DataPlaneRemoved");
@@ -753,10 +758,7 @@ async fn retain_on_delete_keeps_the_state_and_only_unregisters() {
     let (result, bodies) = h
         .run_finalized(
             deleted_agent("  consciousness: {retainOnDelete: true}", 1),
-            vec![
-                expect(Method::POST, "/events"),
-                expect(Method::PATCH, "/agents/echo?"),
-            ],
+            deletion_script(true),
         )
         .await;
     result.unwrap();
@@ -765,28 +767,29 @@ async fn retain_on_delete_keeps_the_state_and_only_unregisters() {
     assert_eq!(h.store.memories(&key).await.unwrap().len(), 1);
 }
 
-/// A Redis that is not there (a port nothing listens on).
-fn unreachable_data_plane() -> Arc<dyn Store> {
+/// A harness whose data plane is a Redis that is not there (a port nothing listens on).
+fn unreachable_harness() -> Harness {
     let port = crate::testing::free_port().unwrap();
-    Arc::new(crate::store::RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap())
+    let store = crate::store::RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    context_on(vec![], vec![lobby(true)], true, Some(Arc::new(store)))
+}
+
+/// What deleting the echo agent asks of the API server: an Event, then the finalizer's
+/// removal when it is `finished`, else the status with the cleanup condition.
+fn deletion_script(finished: bool) -> Vec<Expect> {
+    let then = if finished {
+        "/agents/echo?"
+    } else {
+        "/agents/echo/status"
+    };
+    vec![expect(Method::POST, "/events"), expect(Method::PATCH, then)]
 }
 
 #[tokio::test]
 async fn an_unreachable_data_plane_holds_deletion_with_a_condition() {
-    let mut h = context_on(
-        vec![],
-        vec![lobby(true)],
-        true,
-        Some(unreachable_data_plane()),
-    );
+    let mut h = unreachable_harness();
     let (result, bodies) = h
-        .run_finalized(
-            deleted_agent("", 1),
-            vec![
-                expect(Method::POST, "/events"),
-                expect(Method::PATCH, "/agents/echo/status"),
-            ],
-        )
+        .run_finalized(deleted_agent("", 1), deletion_script(false))
         .await;
     let err = result.unwrap_err();
     assert_eq!(err.category(), "cleanup_pending", "{err}");
@@ -807,20 +810,9 @@ async fn an_unreachable_data_plane_holds_deletion_with_a_condition() {
 
 #[tokio::test]
 async fn deletion_goes_ahead_after_the_cleanup_timeout() {
-    let mut h = context_on(
-        vec![],
-        vec![lobby(true)],
-        true,
-        Some(unreachable_data_plane()),
-    );
+    let mut h = unreachable_harness();
     let (result, bodies) = h
-        .run_finalized(
-            deleted_agent("", 120),
-            vec![
-                expect(Method::POST, "/events"),
-                expect(Method::PATCH, "/agents/echo?"),
-            ],
-        )
+        .run_finalized(deleted_agent("", 120), deletion_script(true))
         .await;
     result.unwrap();
     assert_eq!(bodies[0]["type"], "Warning");

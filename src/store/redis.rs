@@ -694,6 +694,40 @@ fn fenced<'a>(
     }
 }
 
+/// `key, json, key, json, …` of `items`, for a hash write.
+fn json_fields<T: serde::Serialize>(
+    items: &[T],
+    key: impl Fn(&T) -> &str,
+    what: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut fields = Vec::with_capacity(items.len() * 2);
+    for item in items {
+        fields.push(key(item).to_string());
+        fields.push(
+            serde_json::to_string(item).map_err(|source| StoreError::Decode {
+                what: format!("{what} {}", key(item)),
+                source,
+            })?,
+        );
+    }
+    Ok(fields)
+}
+
+/// The JSON values of a hash, decoded in key order.
+fn json_values<T: serde::de::DeserializeOwned>(
+    raw: &BTreeMap<String, String>,
+    what: impl Fn() -> String,
+) -> Result<Vec<T>, StoreError> {
+    raw.values()
+        .map(|j| {
+            serde_json::from_str(j).map_err(|source| StoreError::Decode {
+                what: what(),
+                source,
+            })
+        })
+        .collect()
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -1336,16 +1370,7 @@ impl Store for RedisStore {
         lease: &Lease,
         goals: &[Goal],
     ) -> Result<(), StoreError> {
-        let mut fields = Vec::new();
-        for g in goals {
-            fields.push(g.id.clone());
-            fields.push(
-                serde_json::to_string(g).map_err(|source| StoreError::Decode {
-                    what: format!("goal {}", g.id),
-                    source,
-                })?,
-            );
-        }
+        let fields = json_fields(goals, |g| &g.id, "goal")?;
         self.fenced_hash(agent, lease, "goals", "set", fields.into_iter())
             .await
             .map(|_| ())
@@ -1353,18 +1378,11 @@ impl Store for RedisStore {
 
     async fn goals(&self, agent: &AgentKey) -> Result<Vec<Goal>, StoreError> {
         let mut conn = self.conn().await?;
-        let raw: std::collections::BTreeMap<String, String> = conn
+        let raw: BTreeMap<String, String> = conn
             .hgetall(agent_key(agent, "goals"))
             .await
             .map_err(redis_err("read goals"))?;
-        raw.values()
-            .map(|j| {
-                serde_json::from_str(j).map_err(|source| StoreError::Decode {
-                    what: format!("a goal of agent {agent}"),
-                    source,
-                })
-            })
-            .collect()
+        json_values(&raw, || format!("a goal of agent {agent}"))
     }
 
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
@@ -1387,16 +1405,7 @@ impl Store for RedisStore {
         lease: &Lease,
         plans: &[PlanSpec],
     ) -> Result<(), StoreError> {
-        let mut fields = Vec::new();
-        for p in plans {
-            fields.push(p.name.clone());
-            fields.push(
-                serde_json::to_string(p).map_err(|source| StoreError::Decode {
-                    what: format!("plan {}", p.name),
-                    source,
-                })?,
-            );
-        }
+        let fields = json_fields(plans, |p| &p.name, "plan")?;
         self.fenced_hash(agent, lease, "plans", "set", fields.into_iter())
             .await
             .map(|_| ())
@@ -1414,18 +1423,11 @@ impl Store for RedisStore {
 
     async fn plans(&self, agent: &AgentKey) -> Result<Vec<PlanSpec>, StoreError> {
         let mut conn = self.conn().await?;
-        let raw: std::collections::BTreeMap<String, String> = conn
+        let raw: BTreeMap<String, String> = conn
             .hgetall(agent_key(agent, "plans"))
             .await
             .map_err(redis_err("read plans"))?;
-        raw.values()
-            .map(|j| {
-                serde_json::from_str(j).map_err(|source| StoreError::Decode {
-                    what: format!("a plan of agent {agent}"),
-                    source,
-                })
-            })
-            .collect()
+        json_values(&raw, || format!("a plan of agent {agent}"))
     }
 
     async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError> {
