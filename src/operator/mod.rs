@@ -437,9 +437,9 @@ struct MembershipChanges {
 }
 
 impl MembershipChanges {
-    /// The Spaces to reconcile for this version of `agent`: those it named before and names now,
-    /// when that (or its deletion) changed; none otherwise.
-    fn affected(&self, agent: &Agent) -> Vec<ObjectRef<Space>> {
+    /// The Spaces to reconcile for this version of `agent`: those it named before and names
+    /// now (that exist), when that (or its deletion) changed; none otherwise.
+    fn affected(&self, agent: &Agent, spaces: &Cache<Space>) -> Vec<ObjectRef<Space>> {
         let Some(uid) = agent.uid() else {
             return Vec::new();
         };
@@ -466,9 +466,11 @@ impl MembershipChanges {
             .collect();
         names.sort();
         names.dedup();
+        // Spaces that do not exist (yet) derive their members when they are created.
         names
             .into_iter()
             .map(|n| ObjectRef::new(&n).within(&ns))
+            .filter(|r| spaces.get(r).is_some())
             .collect()
     }
 
@@ -625,8 +627,11 @@ pub async fn run_controllers(
     let changes = Arc::new(MembershipChanges::default());
     let spaces = {
         let changes = changes.clone();
+        let cache = space_cache.clone();
         space_ctl
-            .watches(agents_api, wc, move |agent| changes.affected(&agent))
+            .watches(agents_api, wc, move |agent| {
+                changes.affected(&agent, &cache)
+            })
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
                 |obj, ctx| instrumented("space", obj, ctx, space::reconcile),

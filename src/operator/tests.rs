@@ -823,3 +823,42 @@ async fn deletion_goes_ahead_after_the_cleanup_timeout() {
         .contains("agentfleet:{agent:default/echo}:*"));
     assert!(removes_finalizer(&bodies[1]), "{}", bodies[1]);
 }
+
+#[test]
+fn only_membership_changes_of_an_agent_reconcile_spaces() {
+    let changes = super::MembershipChanges::default();
+    let mut garden = lobby(true);
+    garden.metadata.name = Some("garden".into());
+    garden.metadata.uid = Some("garden-uid".into());
+    let (spaces, _w) = cache(vec![lobby(true), garden]);
+    let names = |refs: Vec<kube::runtime::reflector::ObjectRef<Space>>| {
+        refs.into_iter().map(|r| r.name).collect::<Vec<_>>()
+    };
+    let mut a = agent_yaml("");
+    a.spec.spaces = vec!["lobby".into(), "nowhere".into()];
+    assert_eq!(
+        names(changes.affected(&a, &spaces)),
+        ["lobby"],
+        "first sight; only existing spaces"
+    );
+    assert!(changes.affected(&a, &spaces).is_empty(), "the same again");
+    a.status = Some(crate::crd::AgentStatus {
+        inbox_depth: Some(7),
+        ..Default::default()
+    });
+    assert!(changes.affected(&a, &spaces).is_empty(), "a status write");
+    a.spec.spaces = vec!["garden".into()];
+    assert_eq!(
+        names(changes.affected(&a, &spaces)),
+        ["garden", "lobby"],
+        "left one, joined another"
+    );
+    a.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    assert_eq!(
+        names(changes.affected(&a, &spaces)),
+        ["garden"],
+        "being deleted"
+    );
+}
