@@ -554,6 +554,28 @@ pub enum AgentPhase {
     Failed,
 }
 
+impl AgentPhase {
+    /// Every phase.
+    pub const ALL: [AgentPhase; 5] = [
+        AgentPhase::Pending,
+        AgentPhase::Sleeping,
+        AgentPhase::Thinking,
+        AgentPhase::ScaledToZero,
+        AgentPhase::Failed,
+    ];
+
+    /// The name in status (and in metric labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentPhase::Pending => "Pending",
+            AgentPhase::Sleeping => "Sleeping",
+            AgentPhase::Thinking => "Thinking",
+            AgentPhase::ScaledToZero => "ScaledToZero",
+            AgentPhase::Failed => "Failed",
+        }
+    }
+}
+
 /// Metadata of a consciousness checkpoint (the content itself lives in the data plane).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -240,8 +240,10 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
                     ),
                     Ok(applied) => {
                         // The cached status may lag our own last write; remember what we applied.
-                        let key = format!("{ns}/{name}");
-                        let known = ctx.applied_hash(&key).or(previous.config_hash.clone());
+                        let applied_key = format!("{ns}/{name}");
+                        let known = ctx
+                            .applied_hash(&applied_key)
+                            .or(previous.config_hash.clone());
                         if known.as_deref() != Some(hash.as_str()) {
                             info!(config_hash = %hash, "worker configuration applied");
                             ctx.publish(
@@ -256,7 +258,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
                             )
                             .await;
                         }
-                        ctx.record_applied_hash(key, &hash);
+                        ctx.record_applied_hash(applied_key, &hash);
                         status.config_hash = Some(hash);
                         status.replicas = applied.spec.as_ref().and_then(|s| s.replicas);
                         status.available_replicas = Some(

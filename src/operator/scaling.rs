@@ -84,6 +84,17 @@ pub enum Decision {
     },
 }
 
+impl Decision {
+    /// The replicas it sets, if any.
+    pub fn replicas(self) -> Option<i32> {
+        match self {
+            Decision::Hold => None,
+            Decision::Up { .. } => Some(1),
+            Decision::Down { .. } => Some(0),
+        }
+    }
+}
+
 /// Decides an agent's replicas from its scaling spec, the replicas asked for now, what the
 /// data plane shows, and how long it has been idle (`None`: not idle).
 pub fn decide(
@@ -438,32 +449,42 @@ impl Scaler {
     pub fn track(&self, agent: &AgentKey, t: Tracked<'_>) {
         {
             let mut entries = self.entries();
+            let spec = t.spec;
+            let fixed = spec.scaling.external || spec.paused || spec.scaling.min_replicas >= 1;
             let e = entries.entry(agent.clone()).or_insert_with(|| Entry {
                 object: t.object.clone(),
-                scaling: t.spec.scaling.clone(),
-                paused: t.spec.paused,
+                scaling: spec.scaling.clone(),
+                paused: spec.paused,
                 plans: Vec::new(),
                 failed: t.failed,
+                // First sight: what was applied; afterwards the scaler's own count, unless
+                // the spec fixes it.
                 replicas: t.replicas,
                 available: t.available,
                 idle_since_ms: None,
+                // What an earlier operator wrote, so an unchanged status is not rewritten.
                 written: Some(data_part(t.status)),
                 written_at: None,
             });
             e.object = t.object;
-            e.scaling = t.spec.scaling.clone();
-            e.paused = t.spec.paused;
-            e.plans = t.spec.plans.clone();
+            e.scaling = spec.scaling.clone();
+            e.paused = spec.paused;
+            e.plans = spec.plans.clone();
             e.failed = t.failed;
             e.available = t.available;
-            if t.spec.scaling.external || t.spec.paused || t.spec.scaling.min_replicas >= 1 {
+            if fixed {
                 e.replicas = t.replicas;
             }
         }
+        self.refresh(agent.clone());
+    }
+
+    /// Asks the loop to look at `agent` soon (its status, scaling and plans).
+    fn refresh(&self, agent: AgentKey) {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(agent.clone());
+            .insert(agent);
         self.poke.notify_one();
     }
 
@@ -489,16 +510,6 @@ impl Scaler {
         self.entries()
             .get(agent)
             .map(|e| phase(e.failed, e.replicas, e.available, seen))
-    }
-
-    /// Agents the loop knows.
-    pub fn len(&self) -> usize {
-        self.entries().len()
-    }
-
-    /// Whether the loop knows no agent.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Runs the loop until `stop` turns true.
@@ -608,11 +619,10 @@ impl Scaler {
         object: ObjectReference,
         trigger: Trigger,
     ) -> bool {
-        let (to, direction) = match decision {
-            Decision::Hold => return false,
-            Decision::Up { .. } => (1, "up"),
-            Decision::Down { .. } => (0, "down"),
+        let Some(to) = decision.replicas() else {
+            return false;
         };
+        let direction = if to == 1 { "up" } else { "down" };
         let written = {
             let _scaling = self.lock(&agent).await;
             // Still what this change expects: a newer decision (or a deletion) wins.
@@ -639,33 +649,29 @@ impl Scaler {
             .scale_decisions
             .with_label_values(&[direction, trigger.label()])
             .inc();
-        let note = match decision {
-            Decision::Up { .. } => {
-                let waiting = deps.store.inbox_depth(&agent).await.unwrap_or(0);
-                info!(%agent, waiting, trigger = trigger.as_str(), "scaled up");
+        let (reason, note) = if let Decision::Down { idle } = decision {
+            let idle = idle.as_secs();
+            info!(%agent, idle_seconds = idle, "scaled down");
+            (
+                "ScaledDown",
+                format!(
+                    "worker scaled {from} → 0 after {idle}s idle: empty inbox, nothing in flight"
+                ),
+            )
+        } else {
+            // Read now: a wake signal does not say how much waits.
+            let waiting = deps.store.inbox_depth(&agent).await.unwrap_or(0);
+            info!(%agent, waiting, trigger = trigger.as_str(), "scaled up");
+            (
+                "ScaledUp",
                 format!(
                     "worker scaled {from} → 1 by the {}: {waiting} event(s) waiting in the inbox",
                     trigger.as_str()
-                )
-            }
-            _ => {
-                let idle = match decision {
-                    Decision::Down { idle } => idle.as_secs(),
-                    _ => 0,
-                };
-                info!(%agent, idle_seconds = idle, "scaled down");
-                format!(
-                    "worker scaled {from} → 0 after {idle}s idle: empty inbox, nothing in flight"
-                )
-            }
+                ),
+            )
         };
-        let reason = if to == 1 { "ScaledUp" } else { "ScaledDown" };
         deps.cluster.publish(&object, reason, note).await;
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(agent);
-        self.poke.notify_one();
+        self.refresh(agent);
         true
     }
 
@@ -736,12 +742,7 @@ impl Scaler {
             });
             let replicas = e.replicas.unwrap_or(0);
             let decision = decide(&e.scaling, e.paused, replicas, o, idle);
-            if decision != Decision::Hold {
-                let to = if matches!(decision, Decision::Up { .. }) {
-                    1
-                } else {
-                    0
-                };
+            if let Some(to) = decision.replicas() {
                 e.replicas = Some(to);
                 if to == 1 {
                     e.idle_since_ms = None;
@@ -780,16 +781,10 @@ impl Scaler {
             }
         }
         if full {
-            for p in [
-                AgentPhase::Pending,
-                AgentPhase::Sleeping,
-                AgentPhase::Thinking,
-                AgentPhase::ScaledToZero,
-                AgentPhase::Failed,
-            ] {
+            for p in AgentPhase::ALL {
                 metrics
                     .agents
-                    .with_label_values(&[phase_name(p)])
+                    .with_label_values(&[p.as_str()])
                     .set(phases.get(&p).copied().unwrap_or(0));
             }
         }
@@ -840,16 +835,6 @@ impl Scaler {
                 }
             },
         }
-    }
-}
-
-fn phase_name(p: AgentPhase) -> &'static str {
-    match p {
-        AgentPhase::Pending => "Pending",
-        AgentPhase::Sleeping => "Sleeping",
-        AgentPhase::Thinking => "Thinking",
-        AgentPhase::ScaledToZero => "ScaledToZero",
-        AgentPhase::Failed => "Failed",
     }
 }
 
