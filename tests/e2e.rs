@@ -230,20 +230,41 @@ async fn operator_on_a_real_api_server() {
     assert_eq!(status.config_hash.as_deref(), Some(hash.as_str()));
     assert_eq!(status.observed_generation, agent.metadata.generation);
 
-    eprintln!("step: a settled fleet makes no writes and no reconciles");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let rv = |d: Deployment| d.metadata.resource_version.unwrap();
-    let before = rv(deployments.get("assistant-worker").await.unwrap());
-    let reconciles = metrics.reconciles.with_label_values(&["agent"]).get();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        rv(deployments.get("assistant-worker").await.unwrap()),
-        before,
-        "an unchanged Deployment is not rewritten"
+    eprintln!("step: the fleet settles: no more writes to workers, no more reconciles");
+    // Once the controller-manager has written the Deployments' status, nothing changes any
+    // more: an apply of an unchanged Deployment writes nothing, so it triggers nothing. (On
+    // an API server where it did, the fleet would never settle.)
+    let fingerprint = || {
+        let deployments = deployments.clone();
+        let metrics = metrics.clone();
+        async move {
+            let mut rvs = Vec::new();
+            for name in ["assistant", "reviewer", "oncall"] {
+                let d = deployments.get(&format!("{name}-worker")).await.unwrap();
+                rvs.push(d.metadata.resource_version.unwrap());
+            }
+            (rvs, metrics.reconciles.with_label_values(&["agent"]).get())
+        }
+    };
+    let start = Instant::now();
+    let mut last = fingerprint().await;
+    let mut stable_since = Instant::now();
+    while stable_since.elapsed() < Duration::from_secs(4) {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "the fleet never settled: worker Deployments or reconciles keep changing ({last:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = fingerprint().await;
+        if now != last {
+            last = now;
+            stable_since = Instant::now();
+        }
+    }
+    eprintln!(
+        "  settled after {:?}: no writes, no reconciles for 4 s",
+        start.elapsed()
     );
-    let more = metrics.reconciles.with_label_values(&["agent"]).get() - reconciles;
-    eprintln!("  {more} agent reconciles in 4 s of quiet");
-    assert!(more <= 3, "{more} reconciles of a quiet fleet");
 
     eprintln!("step: space membership in status and data plane");
     let family = SpaceKey::new(&ns, "family");
