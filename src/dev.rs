@@ -368,10 +368,14 @@ impl Dev {
                 ));
             }
         }
-        out.push_str(&format!(
-            "\n  trigger an agent as a service:\n    curl -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n      -d '{{\"text\": \"deploy finished\"}}' {url}/v1/agents/NAMESPACE/AGENT/events\n\nCtrl-C stops (a cycle under way is finished first).\n",
-            self.service_token
-        ));
+        // A real agent (the first running one), so the example works as printed.
+        if let Some(agent) = self.agents.first() {
+            out.push_str(&format!(
+                "\n  trigger {agent} as a service (it answers in its space):\n    curl -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n      -d '{{\"text\": \"deploy finished\"}}' {url}/v1/agents/{}/{}/events\n",
+                self.service_token, agent.namespace, agent.name
+            ));
+        }
+        out.push_str("\nCtrl-C stops (a cycle under way is finished first; twice: at once).\n");
         out
     }
 

@@ -5,7 +5,10 @@
 pub mod crd;
 pub mod dev;
 pub mod gateway;
+#[cfg(test)]
+pub(crate) mod hostile;
 pub mod membership;
+pub mod names;
 pub mod operator;
 pub mod plans;
 pub mod store;

@@ -35,6 +35,8 @@ struct Dev {
     chats: Vec<(String, String, String)>,
     /// The service token of the banner's curl line.
     service: String,
+    /// The URL of the banner's curl line (a real agent's webhook).
+    webhook: String,
 }
 
 impl Drop for Dev {
@@ -67,6 +69,7 @@ impl Dev {
         let mut chats = Vec::new();
         let mut chat_as = None;
         let mut service = None;
+        let mut webhook = None;
         loop {
             let line = rx
                 .recv_timeout(Duration::from_secs(30))
@@ -87,6 +90,9 @@ impl Dev {
             if let Some((_, rest)) = t.split_once("Authorization: Bearer ") {
                 service = Some(rest.split('\'').next().unwrap().to_string());
             }
+            if t.ends_with("/events") {
+                webhook = t.split_whitespace().last().map(str::to_string);
+            }
             if t.starts_with("Ctrl-C stops") {
                 break;
             }
@@ -96,6 +102,7 @@ impl Dev {
             url: url.expect("a gateway URL in the banner"),
             chats,
             service: service.expect("a service token in the banner"),
+            webhook: webhook.expect("a webhook URL in the banner"),
         }
     }
 
@@ -264,25 +271,80 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
         "newest first; the reviewer said nothing"
     );
 
-    // A service event through the webhook, with the banner's service token; a human's token
-    // may not trigger agents.
+    // A mention makes the mentioned agent answer, though the text does not name it; the
+    // other agent skips.
+    let posted: Value = http
+        .post(format!(
+            "{}/v1/spaces/default/engineering/messages",
+            dev.url
+        ))
+        .bearer_auth(&husam)
+        .json(&json!({"text": "please look at PR 12", "mention": "reviewer"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let reply = wait_for_message(&http, &dev, &husam, "engineering", |m| {
+        m["sender"]["id"] == "reviewer"
+    })
+    .await;
+    assert_eq!(reply["text"], "Husam, you said: \"please look at PR 12\"");
+    assert!(reply["id"].as_str() > posted["id"].as_str());
+
+    // The banner's webhook example works as printed (a real agent, answering in its space);
+    // a human's token may not trigger agents.
+    assert!(
+        dev.webhook.ends_with("/v1/agents/default/reviewer/events"),
+        "{}",
+        dev.webhook
+    );
     let trigger = |token: String| {
-        http.post(format!("{}/v1/agents/default/oncall/events", dev.url))
+        http.post(&dev.webhook)
             .bearer_auth(token)
             .json(&json!({"text": "deploy finished"}))
             .send()
     };
     assert_eq!(trigger(husam.clone()).await.unwrap().status(), 403);
     assert_eq!(trigger(dev.service.clone()).await.unwrap().status(), 202);
+    let announced = wait_for_message(&http, &dev, &husam, "engineering", |m| {
+        m["text"] == "dev reports: deploy finished"
+    })
+    .await;
+    assert_eq!(announced["sender"]["id"], "reviewer");
+}
+
+/// Waits up to 20 s for a message of `space` (as `token`) that `matches`.
+async fn wait_for_message(
+    http: &reqwest::Client,
+    dev: &Dev,
+    token: &str,
+    space: &str,
+    matches: impl Fn(&Value) -> bool,
+) -> Value {
     let start = Instant::now();
     loop {
-        let m = dev.metrics(&http).await;
-        if cycles(&m, "oncall", "skipped") == 1 {
-            break;
+        let page: Value = http
+            .get(format!("{}/v1/spaces/default/{space}/messages", dev.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(m) = page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| matches(m))
+        {
+            return m.clone();
         }
         assert!(
             start.elapsed() < Duration::from_secs(20),
-            "the service event woke no cycle: {m}"
+            "no matching message in {space}: {page}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

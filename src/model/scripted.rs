@@ -1,22 +1,30 @@
 //! The `scripted` provider: a deterministic model for demos and tests. No network, no key;
-//! it reads the same system prompt and inbox message a real model gets.
+//! it reads the same system prompt and inbox message a real model gets, and follows the
+//! seeds' rules the way a well-behaved model would.
 //!
-//! For each inbox line that is addressed to it (its name appears in the text) or that comes
-//! from a space where it is the only agent, it answers in that space with `send_message`:
+//! For each inbox line addressed to it it answers in that space with `send_message`. A line
+//! is addressed to it when it is mentioned (`(to NAME)`), or when a human or service names it
+//! in the text, or when it is the only agent of the space. Agents are answered only when they
+//! mention it, so two scripted agents never talk in circles. The answer is:
 //! - `remember <fact>` → stores the fact with `set_memories` and confirms;
 //! - a text asking what it remembers → lists its memories from the system prompt;
 //! - anything else → acknowledges who said what.
 //!
-//! A plan that comes due (`[Plan] plan NAME: "instruction"`) is announced in its first space.
+//! A plan that comes due (`(plan) plan NAME: "instruction"`) and a service event
+//! (`(service) NAME: "text"`) are announced in its first space.
 //!
 //! When nothing is addressed to it, it calls `skip`. After its tool calls have run it ends the
-//! cycle with a short text.
+//! cycle with a short text. The mid-cycle inbox preview is information, never a request: it
+//! is not answered (those events come in full next cycle). Asked for a summary (a request
+//! without tools, as compaction sends), it writes one.
 
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::format::{parse_inbox, parse_memories, space_agents, space_names};
-use super::{Delta, Message, Model, ModelError, Request, ToolCall, Turn, Usage};
+use super::format::{
+    is_preview, parse_inbox, parse_memories, space_agents, space_names, InboxLine, Source,
+};
+use super::{Delta, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage};
 
 /// The scripted model of one agent.
 pub struct Scripted {
@@ -31,34 +39,53 @@ impl Scripted {
         }
     }
 
-    fn addressed(&self, system: &str, space: &str, text: &str) -> bool {
+    fn addressed(&self, system: &str, line: &InboxLine) -> bool {
+        let Source::Space(space) = &line.source else {
+            return false;
+        };
+        if let Some(m) = &line.mention {
+            return *m == self.name;
+        }
+        let agents = space_agents(system, space).unwrap_or_default();
+        if agents.contains(&line.sender) {
+            // An agent's message is answered only when it mentions this agent.
+            return false;
+        }
         let me = self.name.to_lowercase();
-        let mentioned = text
+        let named = line
+            .text
             .to_lowercase()
             .split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_')
             .any(|w| w == me);
-        let only_agent =
-            space_agents(system, space).is_some_and(|a| a.len() == 1 && a[0] == self.name);
-        mentioned || only_agent
+        named || (agents.len() == 1 && agents[0] == self.name)
     }
 
     fn plan(&self, system: &str, inbox: &str) -> Vec<ToolCall> {
         let mut calls = Vec::new();
+        let first_space = space_names(system).into_iter().next();
         for line in parse_inbox(inbox) {
-            if line.space == "Plan" {
-                if let Some(space) = space_names(system).into_iter().next() {
+            let announce = match line.source {
+                Source::Plan => Some(format!("It is time ({}): {}", line.sender, line.text)),
+                Source::Service => Some(format!("{} reports: {}", line.sender, line.text)),
+                Source::ToolResult => None,
+                Source::Space(_) => None,
+            };
+            if let Some(text) = announce {
+                if let Some(space) = &first_space {
                     calls.push(call(
                         calls.len(),
                         "send_message",
-                        json!({ "space": space, "text": format!("It is time ({}): {}", line.sender, line.text) }),
+                        json!({ "space": space, "text": text }),
                     ));
                 }
                 continue;
             }
-            if line.sender == self.name || !self.addressed(system, &line.space, &line.text) {
+            let Source::Space(space) = &line.source else {
+                continue;
+            };
+            if line.sender == self.name || !self.addressed(system, &line) {
                 continue;
             }
-            let lower = line.text.to_lowercase();
             let reply = if let Some(fact) = remember_request(&line.text) {
                 let key = format!("note-{}", calls.len() + parse_memories(system).len() + 1);
                 calls.push(call(
@@ -67,7 +94,7 @@ impl Scripted {
                     json!({ "memories": { key: fact } }),
                 ));
                 format!("Noted, {}: I will remember that {fact}.", line.sender)
-            } else if lower.contains("what do you remember") {
+            } else if line.text.to_lowercase().contains("what do you remember") {
                 let memories = parse_memories(system);
                 if memories.is_empty() {
                     format!("{}, I have nothing stored yet.", line.sender)
@@ -81,7 +108,7 @@ impl Scripted {
             calls.push(call(
                 calls.len(),
                 "send_message",
-                json!({ "space": line.space, "text": reply }),
+                json!({ "space": space, "text": reply }),
             ));
         }
         if calls.is_empty() {
@@ -95,14 +122,52 @@ impl Scripted {
     }
 }
 
+/// The fact of `remember that <fact>` / `remember <fact>` (any case), if the text asks.
 fn remember_request(text: &str) -> Option<String> {
-    let lower = text.to_lowercase();
-    let at = lower
-        .find("remember that ")
-        .map(|i| i + "remember that ".len())
-        .or_else(|| lower.strip_prefix("remember ").map(|_| "remember ".len()))?;
-    let fact = text[at..].trim().trim_end_matches(['.', '!']);
+    /// Whether `text` continues with `phrase` at byte `at`, ignoring ASCII case (the phrase is
+    /// ASCII, so a match always ends on a character boundary).
+    fn at(text: &str, at: usize, phrase: &str) -> bool {
+        text.get(at..at + phrase.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(phrase))
+    }
+    const THAT: &str = "remember that ";
+    const PLAIN: &str = "remember ";
+    let start = text
+        .char_indices()
+        .find(|(i, _)| at(text, *i, THAT))
+        .map(|(i, _)| i + THAT.len())
+        .or_else(|| at(text, 0, PLAIN).then_some(PLAIN.len()))?;
+    let fact = text.get(start..)?.trim().trim_end_matches(['.', '!']);
     (!fact.is_empty()).then(|| fact.to_string())
+}
+
+/// A short, deterministic summary of what compaction drops (the text of
+/// [`crate::worker::compaction::summary_prompt`]): who said what, most recent last.
+fn summary(text: &str) -> String {
+    const MAX: usize = 600;
+    let said: Vec<String> = text
+        .lines()
+        .map(|l| l.strip_prefix("INPUT: ").unwrap_or(l))
+        .flat_map(parse_inbox)
+        .map(|l| format!("{} said \"{}\"", l.sender, l.text))
+        .collect();
+    let mut out = String::from("Earlier: ");
+    if said.is_empty() {
+        out.push_str("nothing of note.");
+    }
+    // The most recent statements matter most: keep the tail within the limit.
+    let mut kept: Vec<&str> = Vec::new();
+    let mut len = 0;
+    for s in said.iter().rev() {
+        len += s.chars().count() + 2;
+        if len > MAX && !kept.is_empty() {
+            break;
+        }
+        kept.push(s);
+    }
+    kept.reverse();
+    out.push_str(&kept.join("; "));
+    out.chars().take(MAX + 40).collect()
 }
 
 fn call(index: usize, name: &str, args: serde_json::Value) -> ToolCall {
@@ -120,16 +185,28 @@ impl Model for Scripted {
         request: &Request,
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<Turn, ModelError> {
-        let turn = match request.messages.last() {
+        // The last message that asks for something: the preview is information only.
+        let last = request.messages.iter().rev().find(|m| match m {
+            Message::User { content } => !is_preview(content),
+            _ => true,
+        });
+        let turn = match last {
+            // A request that may not call tools (compaction's summary).
+            Some(Message::User { content })
+                if request.tools.is_empty() && request.tool_choice == ToolChoice::None =>
+            {
+                Turn {
+                    text: Some(summary(content)),
+                    ..Turn::default()
+                }
+            }
             Some(Message::User { content }) => Turn {
-                text: None,
                 tool_calls: self.plan(&request.system, content),
-                usage: Usage::default(),
+                ..Turn::default()
             },
             _ => Turn {
                 text: Some("Done.".into()),
-                tool_calls: Vec::new(),
-                usage: Usage::default(),
+                ..Turn::default()
             },
         };
         // Stream like a real model: text, then each call's arguments in small pieces.
@@ -163,8 +240,17 @@ impl Model for Scripted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::format::{inbox_line, memory_line, space_line};
-    use crate::model::ToolChoice;
+    use crate::hostile::hostile_text;
+    use crate::model::format::{memory_line, space_line};
+    use proptest::prelude::*;
+
+    fn inbox_line(space: &str, sender: &str, text: &str) -> String {
+        InboxLine::space(space, sender, text).render()
+    }
+
+    fn args(turn: &Turn, i: usize) -> serde_json::Value {
+        serde_json::from_str(&turn.tool_calls[i].arguments).unwrap()
+    }
 
     fn request(system: String, messages: Vec<Message>) -> Request {
         Request {
@@ -292,5 +378,145 @@ mod tests {
         let (turn, _) = run(&m, &request(system(), msgs)).await;
         assert!(turn.tool_calls.is_empty());
         assert_eq!(turn.text.as_deref(), Some("Done."));
+    }
+
+    #[tokio::test]
+    async fn text_whose_case_mapping_changes_length_is_handled() {
+        // `İ` lower-cases to two characters: byte offsets of the lower-cased text do not fit
+        // the original (this panicked).
+        let m = Scripted::new("reviewer");
+        let inbox = inbox_line("Family", "Husam", "İ remember that €");
+        let (turn, _) = run(&m, &request(system(), vec![Message::user(inbox)])).await;
+        assert_eq!(turn.tool_calls[0].name, "set_memories");
+        assert_eq!(args(&turn, 0)["memories"]["note-1"], "€");
+        assert_eq!(remember_request("REMEMBER THAT x"), Some("x".into()));
+        assert_eq!(remember_request("İİİ"), None);
+    }
+
+    #[tokio::test]
+    async fn the_preview_is_not_answered() {
+        let m = Scripted::new("reviewer");
+        let msgs = vec![
+            Message::user(inbox_line("Family", "Husam", "quick message 1")),
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![call(0, "send_message", json!({}))],
+            },
+            Message::Tool {
+                tool_call_id: "call_0".into(),
+                content: "{}".into(),
+            },
+            Message::user(crate::model::format::preview(
+                &[InboxLine::space("Family", "Husam", "quick message 2")],
+                1,
+            )),
+        ];
+        let (turn, _) = run(&m, &request(system(), msgs)).await;
+        assert!(turn.tool_calls.is_empty(), "{turn:?}");
+        assert_eq!(turn.text.as_deref(), Some("Done."));
+    }
+
+    #[tokio::test]
+    async fn a_mention_makes_the_mentioned_agent_answer() {
+        let m = Scripted::new("reviewer");
+        let inbox = InboxLine::space("Engineering", "Husam", "please look at PR 12")
+            .to(Some("reviewer"))
+            .render();
+        let (turn, _) = run(&m, &request(system(), vec![Message::user(inbox.clone())])).await;
+        assert_eq!(turn.tool_calls[0].name, "send_message");
+        assert_eq!(args(&turn, 0)["space"], "Engineering");
+        let oncall = Scripted::new("oncall");
+        let (turn, _) = run(&oncall, &request(system(), vec![Message::user(inbox)])).await;
+        assert_eq!(turn.tool_calls[0].name, "skip");
+    }
+
+    #[tokio::test]
+    async fn agents_are_answered_only_when_they_mention() {
+        let m = Scripted::new("reviewer");
+        // oncall quoting a text that names reviewer does not address reviewer.
+        let quoted = inbox_line(
+            "Engineering",
+            "oncall",
+            "Husam, you said: \"reviewer and oncall, please both say hi\"",
+        );
+        let (turn, _) = run(&m, &request(system(), vec![Message::user(quoted)])).await;
+        assert_eq!(turn.tool_calls[0].name, "skip");
+        let asked = InboxLine::space("Engineering", "oncall", "can you review?")
+            .to(Some("reviewer"))
+            .render();
+        let (turn, _) = run(&m, &request(system(), vec![Message::user(asked)])).await;
+        assert_eq!(turn.tool_calls[0].name, "send_message");
+    }
+
+    #[tokio::test]
+    async fn service_events_and_plans_are_announced_in_the_first_space() {
+        let m = Scripted::new("reviewer");
+        let inbox = format!(
+            "{} {{\"build\":7}}",
+            InboxLine {
+                source: Source::Service,
+                sender: "dev".into(),
+                mention: None,
+                text: "deploy finished".into()
+            }
+            .render()
+        );
+        let (turn, _) = run(&m, &request(system(), vec![Message::user(inbox)])).await;
+        assert_eq!(turn.tool_calls[0].name, "send_message");
+        assert_eq!(args(&turn, 0)["space"], "engineering");
+        assert_eq!(args(&turn, 0)["text"], "dev reports: deploy finished");
+    }
+
+    #[tokio::test]
+    async fn a_summary_request_gets_a_summary() {
+        let m = Scripted::new("reviewer");
+        let (system, text) = crate::worker::compaction::summary_prompt(
+            Some("before"),
+            &[Message::user(inbox_line("Family", "Husam", "dinner at 8"))],
+        );
+        let mut req = request(system, vec![Message::user(text)]);
+        req.tool_choice = ToolChoice::None;
+        let (turn, _) = run(&m, &req).await;
+        assert!(turn.tool_calls.is_empty());
+        assert_eq!(
+            turn.text.as_deref(),
+            Some("Earlier: Husam said \"dinner at 8\"")
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_inbox_and_any_summary_input_are_handled(
+            lines in proptest::collection::vec((hostile_text(), hostile_text(), hostile_text()), 0..6),
+            raw in hostile_text(),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let m = Scripted::new("reviewer");
+            let mut inbox: Vec<String> = lines
+                .iter()
+                .map(|(space, sender, text)| inbox_line(space, sender, text))
+                .collect();
+            inbox.push(raw.clone());
+            let inbox = inbox.join("\n");
+            let tools = crate::worker::tools::specs(&crate::crd::BuiltinTool::all());
+            let mut req = request(system(), vec![Message::user(inbox.clone())]);
+            req.tools = tools;
+            let summary_req = |system, text| {
+                let mut r = request(system, vec![Message::user(text)]);
+                r.tool_choice = ToolChoice::None;
+                r
+            };
+            let turn = rt.block_on(m.complete(&req, &mut |_| {})).unwrap();
+            prop_assert!(!turn.tool_calls.is_empty());
+            for c in &turn.tool_calls {
+                prop_assert!(serde_json::from_str::<serde_json::Value>(&c.arguments).is_ok());
+            }
+            let (system, text) = crate::worker::compaction::summary_prompt(
+                Some(&raw),
+                &[Message::user(inbox)],
+            );
+            let turn = rt.block_on(m.complete(&summary_req(system, text), &mut |_| {})).unwrap();
+            prop_assert!(turn.text.is_some_and(|t| !t.is_empty()));
+        }
     }
 }

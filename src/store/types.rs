@@ -120,6 +120,13 @@ pub struct InboxEvent {
     pub data: Option<serde_json::Value>,
 }
 
+impl InboxEvent {
+    /// The agent a space message addresses (`mention`), if any.
+    pub fn mention(&self) -> Option<&str> {
+        self.data.as_ref()?.get("mention")?.as_str()
+    }
+}
+
 /// What happened to a pushed event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pushed {

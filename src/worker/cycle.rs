@@ -524,7 +524,8 @@ impl Agentlet {
                 }
             })
         };
-        let mut buffers: Vec<(String, usize)> = Vec::new();
+        // Per tool call: its arguments so far, and the text already streamed from them.
+        let mut buffers: Vec<(String, String)> = Vec::new();
         let key = self.key.to_string();
         let mut on_delta = |d: Delta| {
             let Delta::ToolArguments { index, name, delta } = d else {
@@ -534,7 +535,7 @@ impl Agentlet {
                 return;
             }
             while buffers.len() <= index {
-                buffers.push((String::new(), 0));
+                buffers.push((String::new(), String::new()));
             }
             let (buf, sent) = &mut buffers[index];
             buf.push_str(&delta);
@@ -553,9 +554,11 @@ impl Agentlet {
                         .map(|(n, _)| n.clone())
                 })
                 .or_else(|| active.clone());
-            if let (Some(space), true) = (space, text.len() > *sent) {
-                let piece = text[*sent..].to_string();
-                *sent = text.len();
+            // Only ever an extension of what was streamed (the decoded prefix only grows).
+            let piece = text.strip_prefix(sent.as_str()).filter(|p| !p.is_empty());
+            if let (Some(space), Some(piece)) = (space, piece) {
+                let piece = piece.to_string();
+                *sent = text;
                 let _ = tx.send((space, format!("{key}:{step_id}:{index}"), piece));
             }
         };

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::crd::{Agent, MemberKind, PlanSpec};
-use crate::model::format::{inbox_line, memory_line, space_line};
+use crate::model::format::{self, memory_line, space_line, InboxLine};
 use crate::plans::{self, Source};
-use crate::store::{Goal, InboxEvent, Memories, SpaceRecord};
+use crate::store::{EventKind, Goal, InboxEvent, Memories, SpaceRecord};
 
 /// What the prompt is built from.
 pub struct PromptInput<'a> {
@@ -29,7 +29,7 @@ pub struct PromptInput<'a> {
 /// The instruction every agent gets about inbox lines, tools and `skip` (seeds 000, 004).
 const HOW_YOU_WORK: &str = "\
 How you work:
-- You wake when events arrive in your inbox; they come as one message, one line each: [Space] Sender: \"text\".
+- You wake when events arrive in your inbox; they come as one message, one line each: [Space] Sender: \"text\". A line [Space] Sender (to NAME): \"text\" is addressed to the agent NAME: if NAME is you, answer it. Events from outside your spaces start with (service), (plan) or (tool result); answer those in the space they concern.
 - Everything you want others to see goes through send_message (to a space you are a member of). Text you write outside tool calls is private reasoning: nobody sees it.
 - You remember this conversation across cycles. Use set_memories and set_goals for what must outlive it, and set_plans to get back to something at a later time.
 - In spaces with several agents and humans you will receive many messages that are not directed at you and are better handled by someone else. If after reading the inbox events you determine that the message is not addressed to you (by name, role, or context), another agent or human is better suited to respond, or you have nothing useful to contribute, call skip() immediately. Do NOT send any messages first.";
@@ -116,28 +116,36 @@ pub fn display<'a>(spaces: &'a [(String, Option<SpaceRecord>)], space: &'a str) 
         .map_or(space, |r| r.display_name.as_str())
 }
 
-/// One inbox event as a line.
+/// One inbox event as a line (with its data, for events that are not space messages).
 pub fn event_line(spaces: &[(String, Option<SpaceRecord>)], e: &InboxEvent) -> String {
-    let text = e.text.as_deref().unwrap_or("");
-    let sender = e.sender.as_ref().map_or("system", |s| s.name.as_str());
-    let source = match (&e.space, e.kind) {
-        (Some(s), _) => display(spaces, s).to_string(),
-        (None, kind) => match kind {
-            crate::store::EventKind::Plan => "Plan".into(),
-            crate::store::EventKind::Service => "Service".into(),
-            crate::store::EventKind::ToolResult => "Tool result".into(),
-            crate::store::EventKind::SpaceMessage => "Space".into(),
-        },
-    };
-    let mut line = inbox_line(&source, sender, text);
-    if let Some(data) = e
+    let line = inbox_line(spaces, e);
+    match e
         .data
         .as_ref()
-        .filter(|_| e.kind != crate::store::EventKind::SpaceMessage)
+        .filter(|_| e.kind != EventKind::SpaceMessage)
     {
-        line.push_str(&format!(" {data}"));
+        Some(data) => format!("{} {data}", line.render()),
+        None => line.render(),
     }
-    line
+}
+
+/// The parts of an event's line.
+fn inbox_line(spaces: &[(String, Option<SpaceRecord>)], e: &InboxEvent) -> InboxLine {
+    let source = match (&e.space, e.kind) {
+        (Some(s), _) => format::Source::Space(display(spaces, s).to_string()),
+        (None, EventKind::Plan) => format::Source::Plan,
+        (None, EventKind::ToolResult) => format::Source::ToolResult,
+        (None, EventKind::Service | EventKind::SpaceMessage) => format::Source::Service,
+    };
+    InboxLine {
+        source,
+        sender: e
+            .sender
+            .as_ref()
+            .map_or_else(|| "system".to_string(), |s| s.name.clone()),
+        mention: e.mention().map(str::to_string),
+        text: e.text.clone().unwrap_or_default(),
+    }
 }
 
 /// The user message of a batch of events.
@@ -155,21 +163,6 @@ pub fn preview_message(
     waiting: &[InboxEvent],
     total: u64,
 ) -> String {
-    let lines: Vec<String> = waiting
-        .iter()
-        .map(|e| {
-            let text: String = e.text.as_deref().unwrap_or("").chars().take(50).collect();
-            let sender = e.sender.as_ref().map_or("system", |s| s.name.as_str());
-            let space = e
-                .space
-                .as_deref()
-                .map(|s| display(spaces, s))
-                .unwrap_or("Inbox");
-            format!("  [{space}] {sender}: \"{text}...\"")
-        })
-        .collect();
-    format!(
-        "[INBOX PREVIEW — {total} new event(s) waiting]\n{}\n(These will be fully processed in your next cycle. If any are urgent or change your current task, adapt accordingly.)",
-        lines.join("\n")
-    )
+    let lines: Vec<InboxLine> = waiting.iter().map(|e| inbox_line(spaces, e)).collect();
+    format::preview(&lines, total)
 }
