@@ -217,6 +217,7 @@ async fn main() {
                         sender: None,
                         text: Some("wake up".into()),
                         data: None,
+                        depth: 0,
                     },
                 )
                 .await

@@ -168,6 +168,7 @@ async fn main() {
                     mention: None,
                     idempotency_key: None,
                     urgent: false,
+                    depth: 0,
                 },
             )
             .await

@@ -128,6 +128,7 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
                         mention: None,
                         idempotency_key: None,
                         urgent,
+                        depth: 0,
                     },
                 )
                 .await?;

@@ -95,6 +95,7 @@ pub fn record(space: &Space, members: Vec<ResolvedMember>) -> crate::store::Spac
             .unwrap_or_else(|| space.name_any()),
         members,
         max_messages: space.spec.retention.max_messages,
+        loop_guard: space.spec.loop_guard,
     }
 }
 

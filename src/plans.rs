@@ -190,6 +190,7 @@ pub fn event(source: Source, plan: &PlanSpec, due_ms: i64, now_ms: i64) -> Inbox
             kind: None,
         }),
         text: Some(plan.instruction.clone()),
+        depth: 0,
         data: Some(json!({
             "plan": plan.name,
             "source": source.as_str(),

@@ -207,6 +207,19 @@ pub struct WorkerMetrics {
     pub consciousness_tokens: prometheus::IntGaugeVec,
     /// Compactions done.
     pub compactions: IntCounterVec,
+    /// Compactions postponed because the summary failed (the window is kept whole).
+    pub compaction_failures: IntCounterVec,
+    /// Agents' messages the space's loop guard kept from other agents, by reason
+    /// (`depth`, `rate`).
+    pub loop_guard: IntCounterVec,
+    /// Failed model calls, by reason (`unauthorized`, `unreachable`, `rate_limited`,
+    /// `server_error`, `bad_request`, `bad_response`).
+    pub model_errors: IntCounterVec,
+    /// Agent tasks restarted after they stopped, by reason (`data_plane`, `lease_lost`,
+    /// `panic`, `error`).
+    pub agent_restarts: IntCounterVec,
+    /// 1 while the agent can work (it holds its lease and reaches the data plane), else 0.
+    pub agent_ready: prometheus::IntGaugeVec,
 }
 
 impl WorkerMetrics {
@@ -263,6 +276,46 @@ impl WorkerMetrics {
             Opts::new("agentfleet_compactions_total", "Consciousness compactions."),
             &agent,
         )?;
+        let compaction_failures = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_compaction_failures_total",
+                "Compactions postponed because the summary failed; the window was kept whole.",
+            ),
+            &agent,
+        )?;
+        let loop_guard = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_loop_guard_total",
+                "Agents' messages that woke no other agent because of the space's loop guard, by reason.",
+            ),
+            &["namespace", "space", "reason"],
+        )?;
+        let model_errors = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_model_errors_total",
+                "Failed model calls (after the provider's own retries), by reason.",
+            ),
+            &["namespace", "agent", "reason"],
+        )?;
+        let agent_restarts = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_agent_restarts_total",
+                "Agent tasks restarted after they stopped, by reason.",
+            ),
+            &["namespace", "agent", "reason"],
+        )?;
+        let agent_ready = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_agent_ready",
+                "1 while the agent can work (holds its lease and reaches the data plane), else 0.",
+            ),
+            &agent,
+        )?;
+        registry.register(Box::new(compaction_failures.clone()))?;
+        registry.register(Box::new(loop_guard.clone()))?;
+        registry.register(Box::new(model_errors.clone()))?;
+        registry.register(Box::new(agent_restarts.clone()))?;
+        registry.register(Box::new(agent_ready.clone()))?;
         registry.register(Box::new(cycles.clone()))?;
         registry.register(Box::new(cycle_duration.clone()))?;
         registry.register(Box::new(wake_latency.clone()))?;
@@ -279,6 +332,11 @@ impl WorkerMetrics {
             tool_calls,
             consciousness_tokens,
             compactions,
+            compaction_failures,
+            loop_guard,
+            model_errors,
+            agent_restarts,
+            agent_ready,
         })
     }
 }

@@ -100,6 +100,7 @@ pub fn space_record(
         display_name: display_name.into(),
         members: agents.chain(humans).collect(),
         max_messages: 1000,
+        loop_guard: Default::default(),
     }
 }
 

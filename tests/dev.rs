@@ -607,3 +607,104 @@ spec:
     assert_eq!(from_butler().await.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two agents on a real model that always answers by addressing the other: before the loop
+/// guard they talked forever; now the chain stops at the space's `maxDepth` with a notice.
+#[tokio::test]
+async fn agents_answering_each_other_stop_at_the_loop_guard() {
+    agentfleet::install_crypto_provider();
+    let model = agentfleet::testing::MockModel::responding(|req| {
+        use agentfleet::testing::MockTurn;
+        let system = req["messages"][0]["content"].as_str().unwrap_or("");
+        let me = if system.starts_with("You are ping,") {
+            "ping"
+        } else {
+            "pong"
+        };
+        let other = if me == "ping" { "pong" } else { "ping" };
+        let last = req["messages"].as_array().unwrap().last().unwrap();
+        if last["role"] != "user" {
+            return MockTurn::text("done");
+        }
+        let inbox = last["content"].as_str().unwrap_or("");
+        let addressed =
+            inbox.contains(&format!("(to {me})")) || (me == "ping" && inbox.contains("Husam:"));
+        if !addressed {
+            return MockTurn::tools(&[("skip", json!({}))]);
+        }
+        MockTurn::tools(&[(
+            "send_message",
+            json!({"text": format!("hi {other}"), "mention": other}),
+        )])
+    })
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("agentfleet-dev-loop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = |name: &str| {
+        format!(
+            "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: '{}'}}\n  spaces: [loop]\n",
+            model.base_url
+        )
+    };
+    std::fs::write(
+        dir.join("loop.yaml"),
+        format!(
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {{name: loop}}\nspec:\n  members: [{{id: husam, name: Husam}}]\n{}{}",
+            agent("ping"),
+            agent("pong")
+        ),
+    )
+    .unwrap();
+    let dev = Dev::start_in(dir.to_str().unwrap(), &[]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/loop", "Husam");
+    let posted = http
+        .post(format!("{}/v1/spaces/default/loop/messages", dev.url))
+        .bearer_auth(&husam)
+        .json(&json!({"text": "ping, say hi to pong"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201);
+    let notice = wait_for_message(&http, &dev, &husam, "loop", |m| {
+        m["sender"]["id"] == "agentfleet"
+    })
+    .await;
+    assert!(
+        notice["text"]
+            .as_str()
+            .unwrap()
+            .contains("agent message 9 in a row"),
+        "{notice}"
+    );
+    // Quiet afterwards: nothing more is posted.
+    let count = || async {
+        let page: Value = http
+            .get(format!(
+                "{}/v1/spaces/default/loop/messages?limit=100",
+                dev.url
+            ))
+            .bearer_auth(&husam)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        page["messages"].as_array().unwrap().len()
+    };
+    let settled = count().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(count().await, settled, "the agents kept talking");
+    // Husam, 9 agent messages (depth 1..9; the 9th is held), the notice.
+    assert_eq!(settled, 11);
+    let metrics = dev.metrics(&http).await;
+    assert!(
+        metrics.contains(
+            "agentfleet_loop_guard_total{namespace=\"default\",reason=\"depth\",space=\"loop\"} 1"
+        ),
+        "{metrics}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -700,6 +700,7 @@ async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisSt
                     mention: None,
                     idempotency_key: None,
                     urgent: false,
+                    depth: 0,
                 },
             )
             .await

@@ -76,6 +76,7 @@ async fn say(store: &dyn Store, space: &str, human: &str, text: &str) {
                 mention: None,
                 idempotency_key: None,
                 urgent: false,
+                depth: 0,
             },
         )
         .await
@@ -871,4 +872,85 @@ async fn a_refusing_model_fails_cycles_without_losing_events_or_the_worker() {
             .text,
         "Back to normal."
     );
+}
+
+/// A summary that fails never costs the agent its context: the window is kept whole (and the
+/// failure counted) until a summary succeeds, then compaction happens as usual.
+#[tokio::test]
+async fn a_failed_summary_keeps_the_whole_window() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let summaries_work = Arc::new(AtomicBool::new(false));
+    let works = summaries_work.clone();
+    let mock = MockModel::responding(move |req: &Value| {
+        if req.get("tools").is_none() {
+            return if works.load(Ordering::SeqCst) {
+                MockTurn::text("SUMMARY: a long chat about the weekend.")
+            } else {
+                MockTurn::Status(401, "summaries are refused today".into())
+            };
+        }
+        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            return MockTurn::text("ok");
+        }
+        send(
+            "family",
+            &format!("A long answer: {}", "lorem ipsum ".repeat(120)),
+        )
+    })
+    .await
+    .unwrap();
+    let extra =
+        "  consciousness: {windowTokens: 1000, keepRecentMessages: 2, compaction: summarize}";
+    let a = agentlet(
+        r.store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, extra),
+    );
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    for i in 0..4u64 {
+        say(
+            r.store.as_ref(),
+            "family",
+            "Husam",
+            &format!("Tell me more, part {i}"),
+        )
+        .await;
+        until_cycle(&r.store, &a, i + 1).await;
+    }
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    // Four cycles of user, assistant (call), tool result, assistant: nothing dropped.
+    assert_eq!(c.messages.len(), 16, "the window was cut without a summary");
+    assert_eq!(c.start, 0);
+    assert_eq!(c.summary, None);
+    assert!(c.tokens > 1000, "over its size, kept whole: {}", c.tokens);
+    let failures = a
+        .metrics
+        .compaction_failures
+        .with_label_values(&[NS, "assistant"])
+        .get();
+    assert!(failures >= 2, "{failures}");
+    assert_eq!(
+        a.metrics
+            .compactions
+            .with_label_values(&[NS, "assistant"])
+            .get(),
+        0
+    );
+
+    summaries_work.store(true, Ordering::SeqCst);
+    say(r.store.as_ref(), "family", "Husam", "And now?").await;
+    until_cycle(&r.store, &a, 5).await;
+    w.stop().await;
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    assert_eq!(
+        c.summary.as_deref(),
+        Some("SUMMARY: a long chat about the weekend.")
+    );
+    assert!(
+        c.messages.len() >= 2 && c.messages.len() < 20,
+        "{}",
+        c.messages.len()
+    );
+    assert!(c.tokens <= 1000, "{}", c.tokens);
 }

@@ -34,6 +34,46 @@ pub struct SpaceSpec {
     /// How long the space's message log is kept.
     #[serde(default)]
     pub retention: RetentionSpec,
+
+    /// When agents' messages stop waking other agents, so agents cannot talk in circles.
+    #[serde(default)]
+    pub loop_guard: LoopGuardSpec,
+}
+
+/// The loop guard of a space. Every message carries its causal depth: a human's message, a
+/// webhook or a plan starts a chain at 0, and an agent's message continues the chain of the
+/// events it answers (their deepest plus one). An agent's message beyond `maxDepth`, or beyond
+/// `maxAgentMessagesPerMinute` in the space, is still posted (humans see it) but wakes no other
+/// agent; the space gets a notice saying so, and `agentfleet_loop_guard_total` counts it.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopGuardSpec {
+    /// The longest chain of agent messages, since the last human, webhook or plan event, that
+    /// still wakes other agents.
+    #[serde(default = "default_max_depth")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_depth: u32,
+    /// The most agent messages per minute in this space that still wake other agents.
+    #[serde(default = "default_max_agent_messages_per_minute")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_agent_messages_per_minute: u32,
+}
+
+impl Default for LoopGuardSpec {
+    fn default() -> Self {
+        Self {
+            max_depth: default_max_depth(),
+            max_agent_messages_per_minute: default_max_agent_messages_per_minute(),
+        }
+    }
+}
+
+fn default_max_depth() -> u32 {
+    8
+}
+
+fn default_max_agent_messages_per_minute() -> u32 {
+    60
 }
 
 /// A human member of a space.

@@ -330,6 +330,7 @@ async fn post_message(
                 mention: body.mention,
                 idempotency_key,
                 urgent: body.urgent,
+                depth: 0,
             },
         )
         .await
@@ -704,6 +705,7 @@ async fn trigger_agent(
         }),
         text,
         data: body.data,
+        depth: 0,
     };
     let pushed = gw
         .inner

@@ -195,6 +195,7 @@ mod tests {
             text: "hi".into(),
             time_ms: 5,
             mention: None,
+            depth: 0,
         };
         store
             .publish_live(&space, &LiveEvent::Message { message })

@@ -1201,6 +1201,7 @@ mod tests {
             sender: None,
             text: Some("hi".into()),
             data: None,
+            depth: 0,
         }
     }
 

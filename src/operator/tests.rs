@@ -611,6 +611,7 @@ async fn deleted_space_leaves_the_store_and_drops_the_finalizer() {
                 display_name: "x".into(),
                 members: vec![],
                 max_messages: 1,
+                loop_guard: Default::default(),
             },
         )
         .await
@@ -643,6 +644,7 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
                 display_name: "x".into(),
                 members: vec![],
                 max_messages: 1,
+                loop_guard: Default::default(),
             },
         )
         .await
@@ -654,6 +656,7 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
                 display_name: "x".into(),
                 members: vec![],
                 max_messages: 1,
+                loop_guard: Default::default(),
             },
         )
         .await

@@ -12,9 +12,9 @@ use tokio::time::Instant;
 
 use super::types::{plan_commit, WindowState};
 use super::{
-    now_ms, AgentKey, AgentObservation, Checkpoint, Consciousness, CycleCommit, EventKind, Goal,
-    InboxEvent, Lease, LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage,
-    SpaceRecord, Store, StoreError, SEEN_IDS,
+    now_ms, AgentKey, AgentObservation, Checkpoint, Consciousness, CycleCommit, Goal, InboxEvent,
+    Lease, LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord,
+    Store, StoreError, SEEN_IDS,
 };
 use crate::crd::PlanSpec;
 use crate::membership::SpaceKey;
@@ -49,6 +49,8 @@ struct SpaceLog {
     last_ms: i64,
     seq: u64,
     idempotency: HashMap<String, String>,
+    /// When the current minute of agent messages began (ms), and how many were posted in it.
+    agent_minute: (i64, u64),
 }
 
 impl SpaceLog {
@@ -393,18 +395,27 @@ impl Store for MemoryStore {
                     sender: message.sender.id.clone(),
                 })?;
             let log = s.logs.entry(space.clone()).or_default();
-            if let Some(id) = message
-                .idempotency_key
-                .as_ref()
-                .and_then(|k| log.idempotency.get(k))
-            {
+            let scoped = message.scoped_idempotency_key();
+            if let Some(id) = scoped.as_ref().and_then(|k| log.idempotency.get(k)) {
                 return Ok(Posted {
                     id: id.clone(),
                     duplicate: true,
                     delivered: Vec::new(),
+                    guarded: None,
                 });
             }
             let time_ms = now_ms();
+            // A window of a minute from its first agent message (as the Redis store's key
+            // that expires a minute after it is created).
+            if time_ms - log.agent_minute.0 >= 60_000 {
+                log.agent_minute = (time_ms, 0);
+            }
+            let guarded = message.loop_guard(&record, log.agent_minute.1);
+            if message.sender.kind == Some(crate::crd::MemberKind::Agent)
+                && guarded != Some(super::Guard::Depth)
+            {
+                log.agent_minute.1 += 1;
+            }
             let id = log.next_id(time_ms);
             let posted = SpaceMessage {
                 id: id.clone(),
@@ -413,29 +424,50 @@ impl Store for MemoryStore {
                 text: message.text.clone(),
                 time_ms,
                 mention: message.mention.clone(),
+                depth: message.depth,
             };
-            if let Some(k) = &message.idempotency_key {
-                log.idempotency.insert(k.clone(), id.clone());
+            if let Some(k) = scoped {
+                log.idempotency.insert(k, id.clone());
             }
             log.messages.push_back(posted.clone());
+            // The rate notice is posted once a minute (when the limit is first passed).
+            let notice = guarded
+                .filter(|g| {
+                    *g == super::Guard::Depth
+                        || log.agent_minute.1
+                            == u64::from(record.loop_guard.max_agent_messages_per_minute) + 1
+                })
+                .map(|g| {
+                    let mut n = g.notice(&space.name, &record, &message.sender, message.depth);
+                    n.id = log.next_id(time_ms);
+                    n
+                });
+            log.messages.extend(notice.iter().cloned());
             while log.messages.len() as u64 > record.max_messages {
                 log.messages.pop_front();
             }
-            let event = message_event(&posted, message.urgent);
             let mut delivered = Vec::new();
-            for agent in record.agents().filter(|a| *a != message.sender.id) {
-                let key = AgentKey::new(space.namespace.clone(), agent);
-                let pushed = s.agents.entry(key.clone()).or_default().push(&event);
-                if pushed.queued {
-                    delivered.push(agent.to_string());
+            if guarded.is_none() {
+                let event = posted.event(message.urgent);
+                for agent in record.agents().filter(|a| *a != message.sender.id) {
+                    let key = AgentKey::new(space.namespace.clone(), agent);
+                    let pushed = s.agents.entry(key.clone()).or_default().push(&event);
+                    if pushed.queued {
+                        delivered.push(agent.to_string());
+                    }
+                    self.wake(&key, pushed);
                 }
-                self.wake(&key, pushed);
             }
-            let _ = s.live(space).send(LiveEvent::Message { message: posted });
+            let live = s.live(space);
+            let _ = live.send(LiveEvent::Message { message: posted });
+            if let Some(n) = notice {
+                let _ = live.send(LiveEvent::Message { message: n });
+            }
             Ok(Posted {
                 id,
                 duplicate: false,
                 delivered,
+                guarded,
             })
         })
     }
@@ -746,22 +778,5 @@ impl Store for MemoryStore {
             s.registered.remove(agent);
         });
         Ok(())
-    }
-}
-
-/// The inbox event a posted message becomes for the other member agents.
-pub(crate) fn message_event(message: &SpaceMessage, urgent: bool) -> InboxEvent {
-    InboxEvent {
-        id: format!("msg:{}:{}", message.space, message.id),
-        kind: EventKind::SpaceMessage,
-        time_ms: message.time_ms,
-        urgent,
-        space: Some(message.space.clone()),
-        sender: Some(message.sender.clone()),
-        text: Some(message.text.clone()),
-        data: Some(serde_json::json!({
-            "messageId": message.id,
-            "mention": message.mention,
-        })),
     }
 }

@@ -11,7 +11,8 @@
 //! | `agentfleet:{space:NS/NAME}:info` | string | the space record, JSON `{displayName, members, maxMessages}` |
 //! | `agentfleet:{space:NS/NAME}:agents` | set | names of the member agents (for fan-out) |
 //! | `agentfleet:{space:NS/NAME}:log` | stream | messages (field `m`: JSON), trimmed to the retention |
-//! | `agentfleet:{space:NS/NAME}:idem:KEY` | string | message id of an idempotent post (1 day) |
+//! | `agentfleet:{space:NS/NAME}:idem:KIND:SENDER:KEY` | string | message id of an idempotent post (1 day), scoped to its sender |
+//! | `agentfleet:{space:NS/NAME}:agentrate` | integer | agent messages in the current minute (the loop guard's rate; expires) |
 //! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:clog` | list | consciousness messages (JSON), append-only, trimmed to what retained checkpoints need |
 //! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs` |
@@ -45,13 +46,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::{AsyncCommands, AsyncConnectionConfig, Script};
 use tokio::sync::OnceCell;
 
-use super::memory::message_event;
 use super::types::{plan_commit, WindowState};
 use super::MidCycle;
 use super::{
-    now_ms, AgentKey, AgentObservation, Checkpoint, Consciousness, CycleCommit, Goal, InboxEvent,
-    Lease, LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage, SpaceRecord,
-    Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
+    now_ms, AgentKey, AgentObservation, Checkpoint, Consciousness, CycleCommit, Goal, Guard,
+    InboxEvent, Lease, LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage,
+    SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
 use crate::crd::{MemberKind, PlanSpec};
 use crate::membership::SpaceKey;
@@ -149,11 +149,14 @@ return {{queued, woke}}
 /// Placeholder for the message id in templates the post script fills in.
 const ID_PLACEHOLDER: &str = "@@agentfleet-message-id@@";
 
-/// KEYS: log, agents, idempotency, then per agent: inbox, urgent, ids, state, lease.
+/// KEYS: log, agents, idempotency, agent rate, then per agent: inbox, urgent, ids, state,
+/// lease.
 /// ARGV: 1 message json (no id), 2 max messages, 3 live channel, 4 wake channel, 5 seen max,
 /// 6 time_ms, 7 urgent, 8 event template, 9 live template, 10 sender id, 11 event id prefix,
-/// 12 has idempotency key, then per agent: name, NS/NAME.
-/// Returns {id, duplicate, delivered agent...}.
+/// 12 has idempotency key, 13 sender is an agent, 14 over the depth limit, 15 agent messages
+/// a minute, 16 depth notice json, 17 rate notice json, 18 depth notice live template,
+/// 19 rate notice live template, then per agent: name, NS/NAME.
+/// Returns {id, duplicate, guard ('' | depth | rate), delivered agent...}.
 static POST: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r#"{PUSH_ONE}
@@ -171,23 +174,42 @@ local function fill(template, id)
 end
 if ARGV[12] == '1' then
   local existing = redis.call('GET', KEYS[3])
-  if existing then return {{existing, '1'}} end
+  if existing then return {{existing, '1', ''}} end
+end
+-- The loop guard: an agent's message beyond the depth or the minute's rate wakes no agent.
+local guard, notice = '', nil
+if ARGV[13] == '1' then
+  if ARGV[14] == '1' then
+    guard, notice = 'depth', 16
+  else
+    local n = redis.call('INCR', KEYS[4])
+    if n == 1 then redis.call('EXPIRE', KEYS[4], 60) end
+    local max = tonumber(ARGV[15])
+    if n > max then guard = 'rate' end
+    if n == max + 1 then notice = 17 end
+  end
 end
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[2], '*', 'm', ARGV[1])
 if ARGV[12] == '1' then redis.call('SET', KEYS[3], id, 'EX', 86400) end
-local event = fill(ARGV[8], id)
-local result = {{id, '0'}}
-local agents = (#ARGV - 12) / 2
-for i = 0, agents - 1 do
-  local name = ARGV[13 + 2 * i]
-  local k = 4 + 5 * i
-  if name ~= ARGV[10] and redis.call('SISMEMBER', KEYS[2], name) == 1 then
-    local queued = push(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-      ARGV[11] .. id, event, ARGV[7], ARGV[6], ARGV[5], ARGV[14 + 2 * i], ARGV[4])
-    if queued == 1 then table.insert(result, name) end
+local result = {{id, '0', guard}}
+if guard == '' then
+  local event = fill(ARGV[8], id)
+  local agents = (#ARGV - 19) / 2
+  for i = 0, agents - 1 do
+    local name = ARGV[20 + 2 * i]
+    local k = 5 + 5 * i
+    if name ~= ARGV[10] and redis.call('SISMEMBER', KEYS[2], name) == 1 then
+      local queued = push(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
+        ARGV[11] .. id, event, ARGV[7], ARGV[6], ARGV[5], ARGV[21 + 2 * i], ARGV[4])
+      if queued == 1 then table.insert(result, name) end
+    end
   end
 end
 redis.call('PUBLISH', ARGV[3], fill(ARGV[9], id))
+if notice then
+  local nid = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[2], '*', 'm', ARGV[notice])
+  redis.call('PUBLISH', ARGV[3], fill(ARGV[notice + 2], nid))
+end
 return result
 "#
     ))
@@ -1079,28 +1101,54 @@ impl Store for RedisStore {
             text: message.text.clone(),
             time_ms,
             mention: message.mention.clone(),
+            depth: message.depth,
         };
         let templated = SpaceMessage {
             id: ID_PLACEHOLDER.into(),
             ..stored.clone()
         };
         let stored_json = encode("a message", &stored)?;
-        let event_template = encode("an inbox event", &message_event(&templated, message.urgent))?;
+        let event_template = encode("an inbox event", &templated.event(message.urgent))?;
         let live_template = encode("a live event", &LiveEvent::Message { message: templated })?;
-        let idempotency = message.idempotency_key.as_deref().unwrap_or("");
+        let idempotency = message.scoped_idempotency_key();
         let agents: Vec<&str> = record.agents().collect();
+        // The loop guard's notices (the rate is counted by the script); only agents need them.
+        let is_agent = message.sender.kind == Some(MemberKind::Agent);
+        let over_depth = message.loop_guard(&record, 0) == Some(Guard::Depth);
+        let mut notices = Vec::new();
+        for guard in [Guard::Depth, Guard::Rate] {
+            let (json, live) = if is_agent {
+                let notice = guard.notice(&space.name, &record, &message.sender, message.depth);
+                let live = LiveEvent::Message {
+                    message: SpaceMessage {
+                        id: ID_PLACEHOLDER.into(),
+                        ..notice.clone()
+                    },
+                };
+                (encode("a notice", &notice)?, encode("a notice", &live)?)
+            } else {
+                (String::new(), String::new())
+            };
+            notices.push((json, live));
+        }
 
         let mut invocation = POST.prepare_invoke();
         invocation
             .key(log_key(space))
             .key(agents_key(space))
-            .key(format!("{}:idem:{idempotency}", space_tag(space)));
+            .key(format!(
+                "{}:idem:{}",
+                space_tag(space),
+                idempotency.as_deref().unwrap_or("")
+            ))
+            .key(format!("{}:agentrate", space_tag(space)));
         for agent in &agents {
             let a = AgentKey::new(space.namespace.clone(), *agent);
             for suffix in ["inbox", "urgent", "ids", "state", "lease"] {
                 invocation.key(agent_key(&a, suffix));
             }
         }
+        let flag = |b: bool| if b { "1" } else { "0" };
         invocation
             .arg(stored_json)
             .arg(record.max_messages)
@@ -1108,12 +1156,19 @@ impl Store for RedisStore {
             .arg(WAKE_CHANNEL)
             .arg(SEEN_IDS)
             .arg(time_ms)
-            .arg(if message.urgent { "1" } else { "0" })
+            .arg(flag(message.urgent))
             .arg(event_template)
             .arg(live_template)
             .arg(&message.sender.id)
             .arg(format!("msg:{}:", space.name))
-            .arg(if idempotency.is_empty() { "0" } else { "1" });
+            .arg(flag(idempotency.is_some()))
+            .arg(flag(is_agent))
+            .arg(flag(over_depth))
+            .arg(record.loop_guard.max_agent_messages_per_minute)
+            .arg(&notices[0].0)
+            .arg(&notices[1].0)
+            .arg(&notices[0].1)
+            .arg(&notices[1].1);
         for agent in &agents {
             invocation
                 .arg(*agent)
@@ -1127,11 +1182,13 @@ impl Store for RedisStore {
             .map(Vec::<String>::into_iter)?;
         let id = reply.next().unwrap_or_default();
         let duplicate = reply.next().as_deref() == Some("1");
+        let guarded = reply.next().as_deref().and_then(Guard::parse);
         let delivered: Vec<String> = reply.collect();
         Ok(Posted {
             id,
             duplicate,
             delivered,
+            guarded,
         })
     }
 

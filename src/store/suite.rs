@@ -17,6 +17,7 @@ fn record(members: Vec<ResolvedMember>) -> SpaceRecord {
         display_name: "Family".into(),
         members,
         max_messages: 100,
+        loop_guard: Default::default(),
     }
 }
 
@@ -102,6 +103,7 @@ fn event(id: &str, text: &str) -> InboxEvent {
         }),
         text: Some(text.into()),
         data: None,
+        depth: 0,
     }
 }
 
@@ -342,6 +344,7 @@ fn say(sender: Sender, text: &str) -> NewMessage {
         mention: None,
         idempotency_key: None,
         urgent: false,
+        depth: 0,
     }
 }
 
@@ -355,6 +358,7 @@ async fn family_space(store: &dyn Store, max_messages: u64) -> SpaceKey {
             member(MemberKind::Human, "husam"),
         ],
         max_messages,
+        loop_guard: Default::default(),
     };
     store.apply_space(&family, &record).await.unwrap();
     family
@@ -435,6 +439,181 @@ async fn a_retried_post_never_duplicates(store: &dyn Store) {
             .len(),
         1
     );
+}
+
+async fn idempotency_keys_belong_to_their_sender(store: &dyn Store) {
+    let family = SpaceKey::new("fam", "family");
+    let members = vec![
+        member(MemberKind::Agent, "alice"),
+        member(MemberKind::Agent, "bob"),
+        member(MemberKind::Human, "husam"),
+        member(MemberKind::Human, "muhammad"),
+    ];
+    store.apply_space(&family, &record(members)).await.unwrap();
+    let keyed = |sender: Sender, text: &str, key: &str| NewMessage {
+        idempotency_key: Some(key.into()),
+        ..say(sender, text)
+    };
+    // A member who guesses an agent's key, in either form, suppresses nothing.
+    for forged in [
+        "fam/alice:0123abcd:0:0",
+        "agent:alice:fam/alice:0123abcd:0:0",
+    ] {
+        let first = store
+            .post_message(&family, &keyed(human("husam"), "forged", forged))
+            .await
+            .unwrap();
+        assert!(!first.duplicate);
+    }
+    let reply = store
+        .post_message(
+            &family,
+            &keyed(
+                agent_sender("alice"),
+                "the real reply",
+                "fam/alice:0123abcd:0:0",
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(!reply.duplicate, "the agent's reply was suppressed");
+    assert_eq!(reply.delivered, ["bob"]);
+    // Two humans with the same key both post.
+    let a = store
+        .post_message(&family, &keyed(human("husam"), "one", "line-1"))
+        .await
+        .unwrap();
+    let b = store
+        .post_message(&family, &keyed(human("muhammad"), "two", "line-1"))
+        .await
+        .unwrap();
+    assert!(!b.duplicate);
+    assert_ne!(a.id, b.id);
+    // The same sender's retry is still one message.
+    let again = store
+        .post_message(&family, &keyed(human("muhammad"), "two", "line-1"))
+        .await
+        .unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.id, b.id);
+    let texts: Vec<String> = store
+        .read_messages(
+            &family,
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(texts, ["two", "one", "the real reply", "forged", "forged"]);
+}
+
+async fn the_loop_guard_stops_agents_waking_each_other(store: &dyn Store) {
+    let space = SpaceKey::new("fam", "loop");
+    let mut r = record(vec![
+        member(MemberKind::Agent, "alice"),
+        member(MemberKind::Agent, "bob"),
+        member(MemberKind::Human, "husam"),
+    ]);
+    r.loop_guard.max_depth = 3;
+    r.loop_guard.max_agent_messages_per_minute = 1000;
+    store.apply_space(&space, &r).await.unwrap();
+    let bob = AgentKey::new("fam", "bob");
+    let at = |sender: Sender, depth: u32| NewMessage {
+        depth,
+        ..say(sender, "hi")
+    };
+    let ok = store
+        .post_message(&space, &at(agent_sender("alice"), 3))
+        .await
+        .unwrap();
+    assert_eq!(
+        (ok.delivered.as_slice(), ok.guarded),
+        (&["bob".to_string()][..], None)
+    );
+    assert_eq!(
+        store.peek_inbox(&bob, 10).await.unwrap()[0].depth,
+        3,
+        "the event carries the depth"
+    );
+    let held = store
+        .post_message(&space, &at(agent_sender("alice"), 4))
+        .await
+        .unwrap();
+    assert_eq!(held.guarded, Some(Guard::Depth));
+    assert!(held.delivered.is_empty());
+    assert_eq!(
+        store.inbox_depth(&bob).await.unwrap(),
+        1,
+        "bob was not woken again"
+    );
+    // Humans are never held, whatever the depth field says.
+    let human_post = store
+        .post_message(&space, &at(human("husam"), 99))
+        .await
+        .unwrap();
+    assert_eq!(human_post.guarded, None);
+    let log = store
+        .read_messages(
+            &space,
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    // Newest first: husam, the notice, the held message (posted, for humans to see), the first.
+    assert_eq!(log.len(), 4);
+    assert_eq!(log[1].sender, Sender::system());
+    assert!(
+        log[1].text.contains("alice's message was not delivered"),
+        "{}",
+        log[1].text
+    );
+    assert!(
+        log[1].text.contains("agent message 4 in a row"),
+        "{}",
+        log[1].text
+    );
+    assert_eq!(log[2].id, held.id);
+
+    // The rate: the fourth agent message in a minute wakes nobody, and says so once.
+    let fast = SpaceKey::new("fam", "fast");
+    let mut r = r.clone();
+    r.loop_guard.max_depth = 100;
+    r.loop_guard.max_agent_messages_per_minute = 3;
+    store.apply_space(&fast, &r).await.unwrap();
+    for _ in 0..3 {
+        let p = store
+            .post_message(&fast, &at(agent_sender("alice"), 1))
+            .await
+            .unwrap();
+        assert_eq!(p.guarded, None);
+    }
+    for _ in 0..2 {
+        let p = store
+            .post_message(&fast, &at(agent_sender("bob"), 1))
+            .await
+            .unwrap();
+        assert_eq!((p.guarded, p.delivered.len()), (Some(Guard::Rate), 0));
+    }
+    let log = store
+        .read_messages(
+            &fast,
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let notices = log.iter().filter(|m| m.sender == Sender::system()).count();
+    assert_eq!((log.len(), notices), (6, 1));
 }
 
 async fn reading_pages_newest_first_or_since_an_id(store: &dyn Store) {
@@ -1131,6 +1310,8 @@ suite!(
     urgent_events_wait_in_their_own_queue_while_thinking,
     posting_delivers_to_every_other_member_agent,
     a_retried_post_never_duplicates,
+    idempotency_keys_belong_to_their_sender,
+    the_loop_guard_stops_agents_waking_each_other,
     reading_pages_newest_first_or_since_an_id,
     live_events_reach_subscribers,
     urgent_posts_become_urgent_events,

@@ -48,6 +48,9 @@ pub struct SpaceRecord {
     pub members: Vec<crate::crd::ResolvedMember>,
     /// The most messages its log keeps.
     pub max_messages: u64,
+    /// When agents' messages stop waking other agents.
+    #[serde(default)]
+    pub loop_guard: crate::crd::LoopGuardSpec,
 }
 
 impl SpaceRecord {
@@ -77,6 +80,17 @@ pub struct Sender {
     /// `Agent`, `Human`, or `None` for a service or the system.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<MemberKind>,
+}
+
+impl Sender {
+    /// agentfleet itself, the sender of the space's notices (such as the loop guard's).
+    pub fn system() -> Self {
+        Self {
+            id: "agentfleet".into(),
+            name: "agentfleet".into(),
+            kind: None,
+        }
+    }
 }
 
 /// What an inbox event is about.
@@ -118,6 +132,14 @@ pub struct InboxEvent {
     /// Extra structured data (service payloads, tool results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
+    /// Causal depth: how many agent messages in a row led to this event (0 for what humans,
+    /// services and plans start).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl InboxEvent {
@@ -165,6 +187,95 @@ pub struct NewMessage {
     pub idempotency_key: Option<String>,
     /// Deliver to the member agents as urgent events.
     pub urgent: bool,
+    /// Causal depth (see [`InboxEvent::depth`]): 0 for humans and services; for an agent, one
+    /// more than the deepest event it is answering.
+    pub depth: u32,
+}
+
+impl NewMessage {
+    /// The idempotency key as stored: scoped to the sender (kind and id), so one sender's keys
+    /// can never suppress another's posts — and no client can write in an agent's scope.
+    pub fn scoped_idempotency_key(&self) -> Option<String> {
+        let key = self.idempotency_key.as_deref()?;
+        let kind = match self.sender.kind {
+            Some(MemberKind::Agent) => "agent",
+            Some(MemberKind::Human) => "human",
+            None => "service",
+        };
+        Some(format!("{kind}:{}:{key}", self.sender.id))
+    }
+
+    /// The loop guard this post trips in `record`, given how many agent messages the space
+    /// has seen this minute before it (for the rate). Only agents' messages are guarded.
+    pub fn loop_guard(
+        &self,
+        record: &SpaceRecord,
+        agent_messages_this_minute: u64,
+    ) -> Option<Guard> {
+        if self.sender.kind != Some(MemberKind::Agent) {
+            return None;
+        }
+        if self.depth > record.loop_guard.max_depth {
+            return Some(Guard::Depth);
+        }
+        (agent_messages_this_minute >= u64::from(record.loop_guard.max_agent_messages_per_minute))
+            .then_some(Guard::Rate)
+    }
+}
+
+/// Why an agent's message woke no other agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The chain of agent messages is longer than the space's `loopGuard.maxDepth`.
+    Depth,
+    /// The space had more agent messages this minute than `loopGuard.maxAgentMessagesPerMinute`.
+    Rate,
+}
+
+impl Guard {
+    /// A bounded label (metrics, the store's wire).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guard::Depth => "depth",
+            Guard::Rate => "rate",
+        }
+    }
+
+    /// Parses [`Guard::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Guard::Depth, Guard::Rate]
+            .into_iter()
+            .find(|g| g.as_str() == s)
+    }
+
+    /// The notice posted in the space when the guard trips for `sender`'s message.
+    pub fn notice(
+        self,
+        space: &str,
+        record: &SpaceRecord,
+        sender: &Sender,
+        depth: u32,
+    ) -> SpaceMessage {
+        let text = match self {
+            Guard::Depth => format!(
+                "Loop guard: {}'s message was not delivered to the other agents: it is agent message {depth} in a row since the last human, webhook or plan event (this space allows {}, spec.loopGuard.maxDepth).",
+                sender.name, record.loop_guard.max_depth
+            ),
+            Guard::Rate => format!(
+                "Loop guard: agents' messages in this space wake no other agent for the rest of this minute: more than {} agent messages in a minute (spec.loopGuard.maxAgentMessagesPerMinute). {}'s message was not delivered to the other agents.",
+                record.loop_guard.max_agent_messages_per_minute, sender.name
+            ),
+        };
+        SpaceMessage {
+            id: String::new(),
+            space: space.to_string(),
+            sender: Sender::system(),
+            text,
+            time_ms: now_ms(),
+            mention: None,
+            depth: 0,
+        }
+    }
 }
 
 /// Parses a message id (`MILLIS-SEQ`, as Redis stream ids) into its ordered parts.
@@ -191,6 +302,29 @@ pub struct SpaceMessage {
     /// An agent member addressed by the message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mention: Option<String>,
+    /// Causal depth (see [`InboxEvent::depth`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+impl SpaceMessage {
+    /// The inbox event this message becomes for the other member agents.
+    pub fn event(&self, urgent: bool) -> InboxEvent {
+        InboxEvent {
+            id: format!("msg:{}:{}", self.space, self.id),
+            kind: EventKind::SpaceMessage,
+            time_ms: self.time_ms,
+            urgent,
+            space: Some(self.space.clone()),
+            sender: Some(self.sender.clone()),
+            text: Some(self.text.clone()),
+            data: Some(serde_json::json!({
+                "messageId": self.id,
+                "mention": self.mention,
+            })),
+            depth: self.depth,
+        }
+    }
 }
 
 /// The outcome of a post.
@@ -202,6 +336,8 @@ pub struct Posted {
     pub duplicate: bool,
     /// Agents whose inbox received the message.
     pub delivered: Vec<String>,
+    /// The space's loop guard kept the message from the other agents (a notice says so).
+    pub guarded: Option<Guard>,
 }
 
 /// Which messages of a space to read.

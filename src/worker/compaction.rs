@@ -31,9 +31,20 @@ pub fn plan(
         remaining -= tokens[drop];
         drop += 1;
     }
-    // Never start on a tool result: its call would be gone.
-    while drop < messages.len() && matches!(messages[drop], Message::Tool { .. }) {
-        drop += 1;
+    // Never start on a tool result (its call would be gone): drop the results too if the
+    // recent messages allow, else keep the call with them. The recent messages are never
+    // dropped (a cycle that stopped on its step or token limit ends on tool results).
+    let is_result = |i: usize| matches!(messages.get(i), Some(Message::Tool { .. }));
+    let mut forward = drop;
+    while forward < max_drop && is_result(forward) {
+        forward += 1;
+    }
+    if is_result(forward) {
+        while drop > 0 && is_result(drop) {
+            drop -= 1;
+        }
+    } else {
+        drop = forward;
     }
     (drop > 0).then_some(first_seq + drop as u64)
 }
@@ -71,6 +82,7 @@ pub fn summary_prompt(previous: Option<&str>, dropped: &[Message]) -> (String, S
 mod tests {
     use super::*;
     use crate::model::ToolCall;
+    use proptest::prelude::*;
 
     fn user(n: usize) -> Message {
         Message::user("x".repeat(n * 4))
@@ -112,6 +124,70 @@ mod tests {
         let start = plan(&msgs, 0, 0, 300, 1).unwrap();
         assert!(!matches!(msgs[start as usize], Message::Tool { .. }));
         assert_eq!(start, 3);
+    }
+
+    #[test]
+    fn a_cycle_that_ended_on_tool_results_keeps_them_and_their_call() {
+        // A cycle cut off by its step limit ends on results: dropping "up to the next
+        // non-result" used to drop everything (an empty window).
+        let call = Message::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "t".into(),
+                arguments: "{}".into(),
+            }],
+        };
+        let result = |n| Message::Tool {
+            tool_call_id: "c".into(),
+            content: "x".repeat(n),
+        };
+        let msgs = vec![user(96), user(96), call, result(400), result(400)];
+        let start = plan(&msgs, 0, 0, 300, 1).unwrap();
+        assert_eq!(start, 2, "the call and its results stay");
+    }
+
+    fn arbitrary_window() -> impl Strategy<Value = Vec<Message>> {
+        let step = prop_oneof![
+            (0usize..400).prop_map(|n| vec![Message::user("u".repeat(n))]),
+            (0usize..3, 0usize..400).prop_map(|(calls, n)| {
+                let mut v = vec![Message::Assistant {
+                    content: Some("a".repeat(n)),
+                    tool_calls: (0..calls)
+                        .map(|i| ToolCall {
+                            id: format!("c{i}"),
+                            name: "t".into(),
+                            arguments: "{}".into(),
+                        })
+                        .collect(),
+                }];
+                v.extend((0..calls).map(|i| Message::Tool {
+                    tool_call_id: format!("c{i}"),
+                    content: "r".repeat(n),
+                }));
+                v
+            }),
+        ];
+        proptest::collection::vec(step, 0..30).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn compaction_keeps_the_recent_messages_and_pairs(
+            msgs in arbitrary_window(), window in 1u64..5000, keep in 1usize..20,
+            summary in 0u64..2000, text in crate::hostile::hostile_text(),
+        ) {
+            if let Some(start) = plan(&msgs, 10, summary, window, keep) {
+                let drop = (start - 10) as usize;
+                prop_assert!(drop <= msgs.len().saturating_sub(keep), "recent messages dropped");
+                let starts_on_result = matches!(msgs.get(drop), Some(Message::Tool { .. }));
+                prop_assert!(!starts_on_result, "the window starts on a tool result");
+            }
+            let mut with_text = msgs.clone();
+            with_text.push(Message::user(text.clone()));
+            let (_, prompt) = summary_prompt(Some(&text), &with_text);
+            prop_assert!(prompt.contains(&text));
+        }
     }
 
     #[test]

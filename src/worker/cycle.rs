@@ -204,6 +204,8 @@ impl Agentlet {
             spaces: &spaces,
             active,
             enabled: &spec.tools.builtin,
+            depth: reply_depth(events),
+            metrics: &self.metrics,
         };
         let tool_specs = tools::specs(&spec.tools.builtin);
         self.activity(env.active.as_deref(), "thinking").await;
@@ -223,6 +225,7 @@ impl Agentlet {
                     )
                     .await?;
                 if !look.urgent.is_empty() {
+                    env.depth = env.depth.max(reply_depth(&look.urgent));
                     new.push(Message::user(format!(
                         "[URGENT — new events injected mid-cycle]\n{}",
                         prompt::inbox_message(&spaces, &look.urgent)
@@ -404,27 +407,38 @@ impl Agentlet {
                     .unwrap_or(all.len())
                     .min(all.len())];
                 let summary = match spec.consciousness.compaction {
-                    Compaction::SlidingWindow => None,
+                    Compaction::SlidingWindow => Ok(None),
                     Compaction::Summarize => {
                         match self.summarize(c.summary.as_deref(), dropped).await {
                             Ok((s, usage)) => {
                                 used.input += usage.input;
                                 used.output += usage.output;
-                                Some(s)
+                                Ok(Some(s))
                             }
-                            Err(e) => {
-                                warn!(error = %e, "summary failed; keeping the previous summary");
-                                c.summary.clone()
-                            }
+                            Err(e) => Err(e),
                         }
                     }
                 };
-                self.metrics
-                    .compactions
-                    .with_label_values(&[ns, agent_name])
-                    .inc();
-                summary_text = summary.clone();
-                Some(Compacted { start, summary })
+                match summary {
+                    Ok(summary) => {
+                        self.metrics
+                            .compactions
+                            .with_label_values(&[ns, agent_name])
+                            .inc();
+                        summary_text = summary.clone();
+                        Some(Compacted { start, summary })
+                    }
+                    // Nothing is dropped without its summary: the window stays whole (over
+                    // its size) and the next commit tries again.
+                    Err(e) => {
+                        self.metrics
+                            .compaction_failures
+                            .with_label_values(&[ns, agent_name])
+                            .inc();
+                        warn!(error = %e, window_tokens = window, messages = all.len(), "summary failed; compaction postponed to the next cycle, the window is kept whole");
+                        None
+                    }
+                }
             }
         };
         let first_kept = compaction
@@ -667,6 +681,17 @@ impl Agentlet {
     pub fn enabled(&self) -> &[BuiltinTool] {
         &self.agent.spec.tools.builtin
     }
+}
+
+/// The causal depth of what an agent posts in answer to `events`: one more than the deepest
+/// of them (a human's message, a webhook or a plan is 0, so the answer is 1).
+fn reply_depth(events: &[InboxEvent]) -> u32 {
+    events
+        .iter()
+        .map(|e| e.depth)
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1)
 }
 
 /// A stable id of a batch of events (the same batch redelivered after a crash has the same

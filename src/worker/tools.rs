@@ -121,6 +121,10 @@ pub struct ToolEnv<'a> {
     pub active: Option<String>,
     /// Enabled built-ins.
     pub enabled: &'a [BuiltinTool],
+    /// Causal depth of the messages this cycle posts (see [`NewMessage::depth`]).
+    pub depth: u32,
+    /// Metrics (the loop guard's).
+    pub metrics: &'a crate::telemetry::WorkerMetrics,
 }
 
 /// A tool's answer: the JSON the model sees and whether it succeeded.
@@ -327,6 +331,7 @@ impl ToolEnv<'_> {
                     mention: a.mention.clone(),
                     idempotency_key: Some(idempotency.to_string()),
                     urgent: false,
+                    depth: self.depth,
                 },
             )
             .await
@@ -337,8 +342,19 @@ impl ToolEnv<'_> {
                 e => format!("message not sent: {e}"),
             })?;
         self.active = Some(space.clone());
+        let status = match posted.guarded {
+            None => "delivered".to_string(),
+            Some(g) => {
+                self.metrics
+                    .loop_guard
+                    .with_label_values(&[self.agent.namespace.as_str(), space.as_str(), g.as_str()])
+                    .inc();
+                tracing::warn!(agent = %self.agent, space = %space, reason = g.as_str(), depth = self.depth, "loop guard: the message wakes no other agent");
+                format!("posted, but not delivered to other agents: the space's loop guard ({}) stops agents talking in circles; humans see it", g.as_str())
+            }
+        };
         let (Some(wait), Some(live)) = (a.wait, live.as_mut()) else {
-            return Ok(json!({"success": true, "messageId": posted.id, "status": "delivered"}));
+            return Ok(json!({"success": true, "messageId": posted.id, "status": status}));
         };
         let timeout = Duration::from_secs_f64(
             wait.timeout
