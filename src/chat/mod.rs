@@ -3,20 +3,29 @@
 //! recent history is shown on start; Ctrl-D leaves.
 //!
 //! The stream resumes from the last message seen (`Last-Event-ID`) when the connection
-//! drops, so nothing posted meanwhile is missed.
+//! drops, so nothing posted meanwhile is missed; when the gateway refuses it for good (the
+//! token or the membership was revoked), chat ends at once, whether or not someone is typing.
+//!
+//! Everything shown comes from other people and their agents, so it is shown through
+//! [`screen`], which escapes whatever a terminal would obey.
+
+mod screen;
+mod sse;
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use futures::StreamExt;
-use tokio::io::AsyncBufReadExt;
+use reqwest::StatusCode;
 
 use crate::gateway::api::{
     ActivityEvent, DeltaEvent, ErrorBody, Message, MessagePage, Posted, SpaceInfo,
 };
+use screen::Screen;
+pub use sse::{SseEvent, SseParser};
 
 /// Flags of `agentfleet chat`.
 #[derive(clap::Args, Debug, Clone)]
@@ -38,120 +47,8 @@ pub struct Args {
     pub history: u16,
 }
 
-/// One SSE event.
-#[derive(Debug, Default, PartialEq)]
-pub struct SseEvent {
-    /// `event:` (default `message`).
-    pub event: String,
-    /// `data:` lines joined by newlines.
-    pub data: String,
-    /// `id:`, if the event had one.
-    pub id: Option<String>,
-}
-
-/// Splits a byte stream into SSE events (comments and `retry:` are dropped).
-#[derive(Default)]
-pub struct SseParser {
-    buf: String,
-}
-
-impl SseParser {
-    /// Feeds bytes; returns the events they complete.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.buf.push_str(&String::from_utf8_lossy(bytes));
-        if self.buf.contains('\r') {
-            self.buf = self.buf.replace("\r\n", "\n").replace('\r', "\n");
-        }
-        let mut out = Vec::new();
-        while let Some(end) = self.buf.find("\n\n") {
-            let block: String = self.buf.drain(..end + 2).collect();
-            let mut ev = SseEvent::default();
-            let mut data = Vec::new();
-            for line in block.lines() {
-                let (field, value) = line.split_once(':').unwrap_or((line, ""));
-                let value = value.strip_prefix(' ').unwrap_or(value);
-                match field {
-                    "event" => ev.event = value.to_string(),
-                    "data" => data.push(value.to_string()),
-                    "id" => ev.id = Some(value.to_string()),
-                    _ => {}
-                }
-            }
-            if data.is_empty() {
-                continue;
-            }
-            if ev.event.is_empty() {
-                ev.event = "message".into();
-            }
-            ev.data = data.join("\n");
-            out.push(ev);
-        }
-        out
-    }
-}
-
-/// What the terminal shows: permanent lines, plus (on a terminal) one status line that is
-/// redrawn in place: who is thinking, or the reply being typed.
-struct Screen {
-    tty: bool,
-    status: BTreeMap<String, String>,
-    shown: bool,
-}
-
-impl Screen {
-    fn clear(&mut self, out: &mut impl Write) {
-        if self.tty && self.shown {
-            let _ = write!(out, "\r\x1b[2K");
-            self.shown = false;
-        }
-    }
-
-    fn redraw(&mut self, out: &mut impl Write) {
-        self.clear(out);
-        if self.tty && !self.status.is_empty() {
-            let line: Vec<String> = self
-                .status
-                .iter()
-                .map(|(who, what)| format!("{who} {what}"))
-                .collect();
-            let mut line = line.join(" · ");
-            // Keep the newest text of a long reply in view.
-            let chars = line.chars().count();
-            if chars > 100 {
-                line = format!("…{}", line.chars().skip(chars - 97).collect::<String>());
-            }
-            let _ = write!(out, "\x1b[2m{line}\x1b[0m");
-            self.shown = true;
-        }
-        let _ = out.flush();
-    }
-
-    fn line(&mut self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        self.clear(&mut out);
-        let _ = writeln!(out, "{text}");
-        self.redraw(&mut out);
-    }
-
-    fn set_status(&mut self, who: &str, what: Option<String>) {
-        let changed = match &what {
-            Some(w) => self.status.insert(who.to_string(), w.clone()).as_ref() != Some(w),
-            None => self.status.remove(who).is_some(),
-        };
-        if !changed {
-            return;
-        }
-        let mut out = std::io::stdout().lock();
-        if self.tty {
-            self.redraw(&mut out);
-        } else if let Some(w) = what {
-            // Not a terminal: say once what an agent starts doing.
-            if !w.starts_with("is typing: ") {
-                let _ = writeln!(out, "· {who} {w}");
-            }
-        }
-    }
-}
+/// The terminal, shared by the stream and the input loop.
+type Shared = Arc<Mutex<Screen<std::io::Stdout>>>;
 
 fn format_message(m: &Message) -> String {
     format!("{}: {}", m.sender.name, m.text)
@@ -214,13 +111,19 @@ impl Client {
     }
 }
 
+/// Whether reconnecting cannot help: the token, the membership or the space is gone (a client
+/// error other than a timeout or a rate limit).
+fn permanent(status: StatusCode) -> bool {
+    status.is_client_error()
+        && !matches!(
+            status,
+            StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS
+        )
+}
+
 /// Follows the space's stream, reconnecting after `last` when it drops. Returns only on an
 /// error that reconnecting cannot fix (the token or membership was revoked).
-async fn follow(
-    client: Arc<Client>,
-    screen: Arc<Mutex<Screen>>,
-    mut last: Option<String>,
-) -> anyhow::Error {
+async fn follow(client: Arc<Client>, screen: Shared, mut last: Option<String>) -> anyhow::Error {
     let mut backoff = Duration::from_millis(500);
     let mut typing: BTreeMap<String, String> = BTreeMap::new();
     loop {
@@ -238,44 +141,12 @@ async fn follow(
                 let mut parser = SseParser::default();
                 let mut body = resp.bytes_stream();
                 while let Some(Ok(chunk)) = body.next().await {
+                    let Ok(mut screen) = screen.lock() else {
+                        return anyhow::anyhow!("terminal state poisoned");
+                    };
                     for ev in parser.feed(&chunk) {
-                        let Ok(mut screen) = screen.lock() else {
-                            return anyhow::anyhow!("terminal state poisoned");
-                        };
-                        match ev.event.as_str() {
-                            "message" => {
-                                if let Ok(m) = serde_json::from_str::<Message>(&ev.data) {
-                                    typing.remove(&m.sender.name);
-                                    screen.set_status(&m.sender.name, None);
-                                    screen.line(&format_message(&m));
-                                    last = ev.id.or(Some(m.id));
-                                }
-                            }
-                            "delta" => {
-                                if let Ok(d) = serde_json::from_str::<DeltaEvent>(&ev.data) {
-                                    let text = typing.entry(d.sender.name.clone()).or_default();
-                                    text.push_str(&d.delta);
-                                    let shown = format!("is typing: {text}");
-                                    screen.set_status(&d.sender.name, Some(shown));
-                                }
-                            }
-                            "activity" => {
-                                if let Ok(a) = serde_json::from_str::<ActivityEvent>(&ev.data) {
-                                    let what = match (a.activity.as_str(), &a.tool) {
-                                        ("thinking", _) => Some("is thinking…".to_string()),
-                                        ("tool", Some(t)) if t != "send_message" => {
-                                            Some(format!("is using {t}…"))
-                                        }
-                                        ("idle", _) => {
-                                            typing.remove(&a.sender.name);
-                                            None
-                                        }
-                                        _ => continue,
-                                    };
-                                    screen.set_status(&a.sender.name, what);
-                                }
-                            }
-                            _ => {}
+                        if let Some(id) = show(&mut screen, &mut typing, ev) {
+                            last = Some(id);
                         }
                     }
                 }
@@ -283,7 +154,7 @@ async fn follow(
             Ok(resp) => {
                 let status = resp.status();
                 let err = api_error(resp).await;
-                if status.is_client_error() && status != reqwest::StatusCode::TOO_MANY_REQUESTS {
+                if permanent(status) {
                     return err;
                 }
             }
@@ -292,6 +163,79 @@ async fn follow(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(10));
     }
+}
+
+/// Shows one event of the stream (`typing`: each agent's reply so far). A message returns the
+/// id to resume after.
+fn show(
+    screen: &mut Screen<std::io::Stdout>,
+    typing: &mut BTreeMap<String, String>,
+    ev: SseEvent,
+) -> Option<String> {
+    match ev.event.as_str() {
+        "message" => {
+            let m: Message = serde_json::from_str(&ev.data).ok()?;
+            typing.remove(&m.sender.name);
+            screen.set_status(&m.sender.name, None);
+            screen.line(&format_message(&m));
+            return Some(ev.id.unwrap_or(m.id));
+        }
+        "delta" => {
+            let d: DeltaEvent = serde_json::from_str(&ev.data).ok()?;
+            let text = typing.entry(d.sender.name.clone()).or_default();
+            text.push_str(&d.delta);
+            let shown = format!("is typing: {text}");
+            screen.set_status(&d.sender.name, Some(shown));
+        }
+        "activity" => {
+            let a: ActivityEvent = serde_json::from_str(&ev.data).ok()?;
+            let what = match (a.activity.as_str(), &a.tool) {
+                ("thinking", _) => Some("is thinking…".to_string()),
+                ("tool", Some(t)) if t != "send_message" => Some(format!("is using {t}…")),
+                ("idle", _) => {
+                    typing.remove(&a.sender.name);
+                    None
+                }
+                _ => return None,
+            };
+            screen.set_status(&a.sender.name, what);
+        }
+        _ => {}
+    }
+    None
+}
+
+/// The lines typed on standard input (without their line end), read on a thread of their own;
+/// the channel closes at the end of input. A read of standard input cannot be cancelled: on
+/// tokio's blocking pool it would hold up the runtime's shutdown, and so chat's exit, until
+/// the next Enter. This thread is never joined: the process ends without waiting for it.
+fn typed_lines() -> anyhow::Result<tokio::sync::mpsc::Receiver<std::io::Result<String>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    std::thread::Builder::new()
+        .name("chat-input".into())
+        .spawn(move || {
+            let mut input = std::io::stdin().lock();
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let read = match input.read_until(b'\n', &mut line) {
+                    Ok(0) => return,
+                    Ok(_) => {
+                        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+                        let text = text.strip_suffix(b"\r").unwrap_or(text);
+                        Ok(String::from_utf8_lossy(text).into_owned())
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => Err(e),
+                };
+                let failed = read.is_err();
+                if tx.blocking_send(read).is_err() || failed {
+                    return;
+                }
+            }
+        })
+        .context("starting the input thread")?;
+    Ok(rx)
 }
 
 /// `agentfleet chat`.
@@ -311,11 +255,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         space: space.to_string(),
     });
     let info: SpaceInfo = client.get(&client.url("")).await?;
-    let screen = Arc::new(Mutex::new(Screen {
-        tty: std::io::stdout().is_terminal(),
-        status: BTreeMap::new(),
-        shown: false,
-    }));
+    let stdout = std::io::stdout();
+    let tty = stdout.is_terminal();
+    let screen: Shared = Arc::new(Mutex::new(Screen::new(
+        stdout,
+        tty,
+        std::io::stdin().is_terminal(),
+        || terminal_size::terminal_size_of(std::io::stdout()).map(|(w, _)| usize::from(w.0)),
+    )));
     let members: Vec<String> = info
         .members
         .iter()
@@ -340,12 +287,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     if let Ok(mut s) = screen.lock() {
         s.line(&format!(
-            "{} ({}/{}) — {}\nType a message and press Enter; Ctrl-D leaves.\n",
+            "{} ({}/{}) — {}",
             info.display_name,
             info.namespace,
             info.name,
             members.join(", ")
         ));
+        s.line("Type a message and press Enter; Ctrl-D leaves.");
+        s.line("");
         if args.history > 0 {
             for m in history.messages.iter().rev() {
                 s.line(&format_message(m));
@@ -354,13 +303,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let mut follower = tokio::spawn(follow(client.clone(), screen.clone(), last));
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut typed = typed_lines()?;
     let mut n = 0u64;
     let session = crate::gateway::auth::new_token("chat-")?;
-    loop {
+    let ended = loop {
         tokio::select! {
-            line = lines.next_line() => {
-                let Some(line) = line.context("reading the terminal")? else { break };
+            line = typed.recv() => {
+                let Some(line) = line else { break Ok(()) };
+                let line = line.context("reading the terminal")?;
+                if let Ok(mut s) = screen.lock() {
+                    s.typed(&line);
+                }
                 let text = line.trim();
                 if text.is_empty() {
                     continue;
@@ -373,43 +326,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             ended = &mut follower => {
-                return Err(match ended {
+                break Err(match ended {
                     Ok(e) => e.context("the stream ended"),
                     Err(e) => anyhow::anyhow!("the stream stopped: {e}"),
                 });
             }
         }
-    }
+    };
     follower.abort();
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sse_events_are_parsed_across_chunks() {
-        let mut p = SseParser::default();
-        assert!(p
-            .feed(b"retry: 2000\n: connected\n\nevent: mess")
-            .is_empty());
-        let evs = p.feed(b"age\ndata: {\"a\":1}\nid: 5-0\n\nevent: delta\r\ndata: x\r\n\r\n");
-        assert_eq!(
-            evs,
-            vec![
-                SseEvent {
-                    event: "message".into(),
-                    data: "{\"a\":1}".into(),
-                    id: Some("5-0".into())
-                },
-                SseEvent {
-                    event: "delta".into(),
-                    data: "x".into(),
-                    id: None
-                },
-            ]
-        );
-        assert_eq!(p.feed(b"data: a\ndata: b\n\n")[0].data, "a\nb");
+    if let Ok(mut s) = screen.lock() {
+        s.finish();
     }
+    ended
 }
