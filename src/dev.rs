@@ -369,7 +369,7 @@ impl Dev {
             }
         }
         out.push_str(&format!(
-            "\n  trigger an agent as a service:\n    curl -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n      -d '{{\"text\": \"deploy finished\"}}' {url}/v1/agents/NAMESPACE/AGENT/events\n\nCtrl-C stops (a cycle under way is finished first).\n",
+            "\n  trigger an agent as a service:\n    curl -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n      -d '{{\"text\": \"deploy finished\"}}' {url}/v1/agents/NAMESPACE/AGENT/events\n\nCtrl-C stops (a cycle under way is finished first; a second Ctrl-C stops at once).\n",
             self.service_token
         ));
         out
@@ -402,7 +402,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let dev = Dev::start(manifests, store, args.addr).await?;
     println!("{}", dev.banner());
     stop.await;
-    info!("stopping: finishing the cycles under way");
+    info!("stopping: finishing the cycles under way (Ctrl-C again stops at once)");
     dev.stop().await;
     Ok(())
 }
