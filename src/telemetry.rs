@@ -419,7 +419,7 @@ pub fn shutdown_channel(message: &'static str) -> tokio::sync::watch::Receiver<b
 /// inside the runtime.
 ///
 /// What follows is a graceful shutdown, which may wait for a model's answer; a second Ctrl-C
-/// (SIGINT) after it started ends the process at once (see [`force_on`]).
+/// (SIGINT) after it started ends the process at once (`force_on`).
 pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     let handlers = {

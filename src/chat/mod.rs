@@ -7,7 +7,7 @@
 //! token or the membership was revoked), chat ends at once, whether or not someone is typing.
 //!
 //! Everything shown comes from other people and their agents, so it is shown through
-//! [`screen`], which escapes whatever a terminal would obey.
+//! `screen`, which escapes whatever a terminal would obey.
 
 mod screen;
 mod sse;
