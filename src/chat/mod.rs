@@ -306,7 +306,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut typed = typed_lines()?;
     let mut n = 0u64;
     let session = crate::gateway::auth::new_token("chat-")?;
-    let ended = loop {
+    let result = loop {
         tokio::select! {
             line = typed.recv() => {
                 let Some(line) = line else { break Ok(()) };
@@ -337,5 +337,5 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Ok(mut s) = screen.lock() {
         s.finish();
     }
-    ended
+    result
 }
