@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::membership::SpaceKey;
 use crate::model::Message;
 use crate::store::{AgentKey, NewMessage, ReadQuery, RedisStore, Sender, Store};
+use crate::terminal::{sanitize, Breaks};
 
 /// The data plane's address, shared by the tools.
 #[derive(clap::Args, Debug, Clone)]
@@ -164,12 +165,21 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
                 if json {
                     println!("{}", serde_json::to_string(&m)?);
                 } else {
-                    println!("{}  {}: {}", time(m.time_ms), m.sender.name, m.text);
+                    say(
+                        &format!("{}  {}: {}", time(m.time_ms), m.sender.name, m.text),
+                        2,
+                    );
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Prints a line of text that agents and people wrote (continuation lines indented by
+/// `indent`), escaped as on every terminal output.
+fn say(text: &str, indent: usize) {
+    println!("{}", sanitize(text, Breaks::Indent(indent)));
 }
 
 /// Runs `agentfleet consciousness …`.
@@ -214,36 +224,38 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
                 if c.digest.is_empty() { "-" } else { &c.digest }
             );
             if let Some(s) = &c.summary {
-                println!("\nSummary of earlier conversation:\n  {s}");
+                println!("\nSummary of earlier conversation:");
+                say(&format!("  {s}"), 2);
             }
             println!("\nMessages ({}):", c.messages.len());
             for m in &c.messages {
                 match serde_json::from_str::<Message>(m) {
-                    Ok(Message::User { content }) => {
-                        println!("  [user] {}", content.replace('\n', "\n         "))
-                    }
+                    Ok(Message::User { content }) => say(&format!("  [user] {content}"), 9),
                     Ok(Message::Assistant {
                         content,
                         tool_calls,
                     }) => {
                         if let Some(t) = content {
-                            println!("  [assistant] {t}");
+                            say(&format!("  [assistant] {t}"), 4);
                         }
                         for call in tool_calls {
-                            println!("  [assistant → {}] {}", call.name, call.arguments);
+                            say(
+                                &format!("  [assistant → {}] {}", call.name, call.arguments),
+                                4,
+                            );
                         }
                     }
-                    Ok(Message::Tool { content, .. }) => println!("  [tool] {content}"),
-                    Err(_) => println!("  [unreadable] {m}"),
+                    Ok(Message::Tool { content, .. }) => say(&format!("  [tool] {content}"), 4),
+                    Err(_) => say(&format!("  [unreadable] {m}"), 4),
                 }
             }
             println!("\nMemories ({}):", memories.len());
             for (k, v) in &memories {
-                println!("  {k}: {v}");
+                say(&format!("  {k}: {v}"), 4);
             }
             println!("\nGoals ({}):", goals.len());
             for g in &goals {
-                println!("  [{}] {}: {}", g.status, g.id, g.description);
+                say(&format!("  [{}] {}: {}", g.status, g.id, g.description), 4);
             }
             println!("\nCheckpoints ({}):", checkpoints.len());
             println!(

@@ -375,7 +375,7 @@ impl Dev {
                 self.service_token, agent.namespace, agent.name
             ));
         }
-        out.push_str("\nCtrl-C stops (a cycle under way is finished first; twice: at once).\n");
+        out.push_str("\nCtrl-C stops (a cycle under way is finished first; a second Ctrl-C stops at once).\n");
         out
     }
 
@@ -406,7 +406,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let dev = Dev::start(manifests, store, args.addr).await?;
     println!("{}", dev.banner());
     stop.await;
-    info!("stopping: finishing the cycles under way");
+    info!("stopping: finishing the cycles under way (Ctrl-C again stops at once)");
     dev.stop().await;
     Ok(())
 }

@@ -13,6 +13,7 @@ pub mod operator;
 pub mod plans;
 pub mod store;
 pub mod telemetry;
+pub mod terminal;
 pub mod testing;
 
 pub mod model;

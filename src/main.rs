@@ -3,6 +3,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use agentfleet::telemetry::{self, LogFormat};
+use agentfleet::terminal::{sanitize, Breaks};
 
 /// Runs fleets of living LLM agents on Kubernetes.
 #[derive(Parser, Debug)]
@@ -63,7 +64,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("agentfleet: {e:#}");
+            // An error may quote what a server or a file said: shown, never obeyed.
+            let text = sanitize(&format!("{e:#}"), Breaks::Indent(2));
+            eprintln!("agentfleet: {text}");
             ExitCode::FAILURE
         }
     }

@@ -475,6 +475,9 @@ pub fn shutdown_channel(message: &'static str) -> tokio::sync::watch::Receiver<b
 /// Resolves on SIGTERM or Ctrl-C. The handlers are installed when this is called (not when
 /// the future is first polled), so a signal that arrives in between is not lost. Call it
 /// inside the runtime.
+///
+/// What follows is a graceful shutdown, which may wait for a model's answer; a second Ctrl-C
+/// (SIGINT) after it started ends the process at once (`force_on`).
 pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     let handlers = {
@@ -492,6 +495,7 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
                     _ = term.recv() => {},
                     _ = int.recv() => {},
                 }
+                force_on(async move { int.recv().await.is_some() });
             }
             (term, int) => {
                 let e = term.err().or(int.err());
@@ -499,11 +503,30 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
                 if tokio::signal::ctrl_c().await.is_err() {
                     std::future::pending::<()>().await;
                 }
+                force_on(async { tokio::signal::ctrl_c().await.is_ok() });
             }
         }
         #[cfg(not(unix))]
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            force_on(async { tokio::signal::ctrl_c().await.is_ok() });
         }
     }
+}
+
+/// Exit status of a process ended by Ctrl-C (128 + SIGINT), as shells report it.
+pub const INTERRUPTED: i32 = 130;
+
+/// Once `interrupted` resolves to true (a second Ctrl-C during a graceful shutdown), says so
+/// on one line and ends the process at once with [`INTERRUPTED`]: a user who presses Ctrl-C
+/// again does not want to wait for the cycles under way.
+fn force_on(interrupted: impl std::future::Future<Output = bool> + Send + 'static) {
+    tokio::spawn(async move {
+        if interrupted.await {
+            eprintln!("agentfleet: interrupted again: stopped at once, without finishing (forced)");
+            std::process::exit(INTERRUPTED);
+        }
+    });
 }

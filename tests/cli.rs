@@ -334,3 +334,55 @@ async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
     assert_eq!(store.inflight(&agent).await.unwrap(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn operator_tools_show_what_others_wrote_without_obeying_it() {
+    use agentfleet::store::AgentKey;
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    store
+        .apply_space(
+            &SpaceKey::new("fam", "family"),
+            &space_record("Family", &["assistant"], &["Husam"]),
+        )
+        .await
+        .unwrap();
+    let hostile = "\x1b[2J\x1b]0;PWNED\x07hi\u{9b}31m\u{202e}\nnext";
+    let posted = run(
+        &url,
+        &["space", "post", "fam/family", "--from", "husam", hostile],
+    );
+    assert!(posted.status.success(), "{}", stderr(&posted));
+    let agent = AgentKey::new("fam", "assistant");
+    store.register_agent(&agent).await.unwrap();
+    let lease = store
+        .acquire_lease(&agent, "test", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let memories = [(format!("k{hostile}"), hostile.to_string())];
+    store
+        .set_memories(&agent, &lease, &memories.into_iter().collect())
+        .await
+        .unwrap();
+
+    for (args, want) in [
+        (
+            &["space", "read", "fam/family"][..],
+            "Husam: ␛[2J␛]0;PWNED␇hi\\u{9b}31m\\u{202e}\n  next",
+        ),
+        (
+            &["consciousness", "show", "fam/assistant"][..],
+            "  k␛[2J␛]0;PWNED␇hi\\u{9b}31m\\u{202e}\n    next: ␛[2J",
+        ),
+    ] {
+        let out = stdout(&run(&url, args));
+        let obeyed: Vec<char> = out
+            .chars()
+            .filter(|&c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c))
+            .collect();
+        assert!(obeyed.is_empty(), "{args:?} printed {obeyed:?}: {out:?}");
+        assert!(out.contains(want), "{args:?}: {out:?}");
+    }
+}

@@ -16,11 +16,11 @@ use agentfleet::chat::SseParser;
 const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
 
 /// The lines a child writes, as they come.
-fn lines(out: std::process::ChildStdout) -> mpsc::Receiver<String> {
+fn lines(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
-            if tx.send(line.unwrap()).is_err() {
+            if tx.send(line.unwrap_or_default()).is_err() {
                 break;
             }
         }
@@ -37,6 +37,8 @@ struct Dev {
     service: String,
     /// The URL of the banner's curl line (a real agent's webhook).
     webhook: String,
+    /// What it logs.
+    stderr: mpsc::Receiver<String>,
 }
 
 impl Drop for Dev {
@@ -61,10 +63,11 @@ impl Dev {
             .args(extra)
             .env_remove("AGENTFLEET_REDIS_URL")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let rx = lines(child.stdout.take().unwrap());
+        let stderr = lines(child.stderr.take().unwrap());
         let mut url = None;
         let mut chats = Vec::new();
         let mut chat_as = None;
@@ -103,6 +106,7 @@ impl Dev {
             chats,
             service: service.expect("a service token in the banner"),
             webhook: webhook.expect("a webhook URL in the banner"),
+            stderr,
         }
     }
 
@@ -489,6 +493,94 @@ fn dev_stops_cleanly_on_sigterm() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Sends `signal` (`INT`, `TERM`) to a child.
+fn kill(child: &Child, signal: &str) {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_stops_dev_at_once_during_a_cycle() {
+    use agentfleet::testing::{MockModel, MockTurn};
+    agentfleet::install_crypto_provider();
+    // A model that takes the request and does not answer for minutes.
+    let model = MockModel::start(vec![MockTurn::Slow(
+        Duration::from_secs(600),
+        Box::new(MockTurn::text("too late")),
+    )])
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("agentfleet-dev-force-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("slow.yaml"),
+        format!(
+            "apiVersion: agentfleet.dev/v1alpha1
+kind: Space
+metadata: {{name: home}}
+spec:
+  members: [{{id: husam, name: Husam}}]
+---
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {{name: slow}}
+spec:
+  model: {{provider: openai, name: x, baseUrl: '{}'}}
+  spaces: [home]
+",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    let mut dev = Dev::start_in(dir.to_str().unwrap(), &[]);
+    let posted = reqwest::Client::new()
+        .post(format!("{}/v1/spaces/default/home/messages", dev.url))
+        .bearer_auth(dev.token("default/home", "Husam"))
+        .json(&json!({"text": "are you there?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201);
+    let start = Instant::now();
+    while model.request_count() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no cycle started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The first Ctrl-C waits for the cycle under way.
+    kill(&dev.child, "INT");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        dev.child.try_wait().unwrap().is_none(),
+        "still finishing its cycle"
+    );
+    // The second does not.
+    kill(&dev.child, "INT");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = dev.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "dev still runs after a second Ctrl-C"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(130), "{status}");
+    let logs: Vec<String> = dev.stderr.iter().collect();
+    let forced: Vec<&String> = logs.iter().filter(|l| l.contains("forced")).collect();
+    assert_eq!(forced.len(), 1, "one line says it was forced: {logs:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
