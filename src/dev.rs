@@ -25,7 +25,7 @@ use crate::membership::{self, SpaceKey};
 use crate::store::{AgentKey, MemoryStore, RedisStore, Store};
 use crate::telemetry::{self, WorkerMetrics};
 use crate::worker::cycle::Agentlet;
-use crate::worker::{run_agent, Health};
+use crate::worker::{supervise, Health};
 
 /// Flags of `agentfleet dev`.
 #[derive(clap::Args, Debug, Clone)]
@@ -279,7 +279,7 @@ impl Dev {
         let addr = listener.local_addr().context("listening address")?;
         let server = tokio::spawn(gateway::serve(
             listener,
-            gateway::router(gw, metrics.registry.clone()),
+            gateway::router(gw.clone(), metrics.registry.clone()),
             shutdown_rx.clone(),
         ));
 
@@ -288,6 +288,7 @@ impl Dev {
         let mut tasks = Vec::new();
         let mut agents = Vec::new();
         let mut plans = Vec::new();
+        let mut healths = Vec::new();
         for agent in manifests.agents {
             let key = AgentKey::new(
                 agent.namespace().unwrap_or_else(|| "default".into()),
@@ -315,22 +316,26 @@ impl Dev {
             ));
             let rx = shutdown_rx.clone();
             let holder = holder.clone();
-            let name = key.clone();
-            tasks.push(tokio::spawn(async move {
-                if let Err(e) = run_agent(
-                    agentlet,
-                    holder,
-                    Duration::from_secs(15),
-                    Arc::new(Health::default()),
-                    rx,
-                )
-                .await
-                {
-                    warn!(agent = %name, error = %e, "agent stopped");
-                }
-            }));
+            let health = Arc::new(Health::for_agent(&metrics, &key));
+            healths.push((key.clone(), health.clone()));
+            tasks.push(tokio::spawn(supervise(
+                agentlet,
+                holder,
+                Duration::from_secs(15),
+                health,
+                rx,
+            )));
             agents.push(key);
         }
+        // Ready only while every agent can work (each is restarted when it stops).
+        gw.set_readiness(Arc::new(move || {
+            for (key, health) in &healths {
+                health
+                    .ready()
+                    .map_err(|why| format!("agent {key}: {why}"))?;
+            }
+            Ok(())
+        }));
         tasks.push(tokio::spawn(crate::plans::run(
             store.clone(),
             plans,

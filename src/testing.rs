@@ -14,27 +14,79 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     dir: PathBuf,
+    persistent: bool,
+}
+
+fn spawn(port: u16, dir: &std::path::Path, persistent: bool) -> Result<Child, String> {
+    let persistence: &[&str] = if persistent {
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ]
+    } else {
+        &["--save", "", "--appendonly", "no"]
+    };
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(persistence)
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            format!("cannot start redis-server ({e}); install it (Debian: apt-get install -y redis-server)")
+        })
 }
 
 impl RedisServer {
     /// Starts `redis-server` (from `PATH`) on a free port with persistence off, and waits until
     /// it accepts connections.
     pub fn start() -> Result<Self, String> {
+        Self::start_with(false)
+    }
+
+    /// Like [`RedisServer::start`], with every write appended and synced to disk first, so the
+    /// data survives [`RedisServer::kill`] and [`RedisServer::restart`].
+    pub fn start_persistent() -> Result<Self, String> {
+        Self::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> Result<Self, String> {
         let port = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("agentfleet-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-server ({e}); install it (Debian: apt-get install -y redis-server)")
-            })?;
-        let mut server = Self { child, port, dir };
+        let child = spawn(port, &dir, persistent)?;
+        let mut server = Self {
+            child,
+            port,
+            dir,
+            persistent,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    /// Kills the server as `kill -9` would (no chance to save anything).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port and directory (after [`RedisServer::kill`]).
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        self.child = spawn(self.port, &self.dir, self.persistent)?;
+        self.wait_ready()
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let port = self.port;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
@@ -45,14 +97,14 @@ impl RedisServer {
                     && s.read_exact(&mut buf).is_ok()
                     && &buf == b"+PONG\r\n"
                 {
-                    return Ok(server);
+                    return Ok(());
                 }
             }
-            if let Ok(Some(status)) = server.child.try_wait() {
+            if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("redis-server exited at start: {status}"));
             }
             if Instant::now() > deadline {
-                let _ = server.child.kill();
+                let _ = self.child.kill();
                 return Err("redis-server did not answer within 10s".into());
             }
             std::thread::sleep(Duration::from_millis(20));

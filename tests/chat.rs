@@ -280,6 +280,7 @@ async fn chat_shows_hostile_text_without_obeying_it() {
                 },
                 activity: "tool".into(),
                 tool: Some("rm\x1b[8m\u{9d}".into()),
+                detail: None,
             },
         )
         .await

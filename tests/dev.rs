@@ -58,10 +58,16 @@ impl Dev {
     }
 
     fn start_in(dir: &str, extra: &[&str]) -> Dev {
+        Self::start_env(dir, extra, &[])
+    }
+
+    fn start_env(dir: &str, extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let mut child = Command::new(BIN)
             .args(["dev", dir, "--addr", "127.0.0.1:0"])
             .args(extra)
             .env_remove("AGENTFLEET_REDIS_URL")
+            .env_remove("AGENTFLEET_MODEL_API_KEY")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -797,6 +803,266 @@ async fn agents_answering_each_other_stop_at_the_loop_guard() {
             "agentfleet_loop_guard_total{namespace=\"default\",reason=\"depth\",space=\"loop\"} 1"
         ),
         "{metrics}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// kill -9 of Redis, then a restart on the same port: the agents wait it out, `/readyz` says
+/// they cannot work meanwhile, and afterwards they answer again (each message once). Before,
+/// every agent stopped for good at the first broken pipe while `/readyz` said ok.
+#[tokio::test]
+async fn agents_ride_out_a_redis_restart() {
+    agentfleet::install_crypto_provider();
+    let mut redis = agentfleet::testing::RedisServer::start_persistent().unwrap();
+    let dev = Dev::start_with(&["--redis", &redis.url()]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/family", "Husam");
+    let readyz = || async {
+        http.get(format!("{}/readyz", dev.url))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    };
+    let until = |what: &'static str, secs: u64| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        move || assert!(Instant::now() < deadline, "{what} within {secs}s")
+    };
+    let check = until("ready", 20);
+    while readyz().await != 200 {
+        check();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let post = |text: &'static str| {
+        http.post(format!("{}/v1/spaces/default/family/messages", dev.url))
+            .bearer_auth(&husam)
+            .json(&json!({ "text": text }))
+            .send()
+    };
+    assert_eq!(post("before the outage").await.unwrap().status(), 201);
+    wait_for_message(&http, &dev, &husam, "family", |m| {
+        m["sender"]["id"] == "assistant"
+            && m["text"].as_str().unwrap().contains("before the outage")
+    })
+    .await;
+
+    redis.kill();
+    let check = until("/readyz to say not ready", 20);
+    while readyz().await == 200 {
+        check();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The agents find the inbox gone while Redis is down (a few seconds of it).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let body = http
+        .get(format!("{}/readyz", dev.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.contains("data plane"), "{body}");
+    redis.restart().unwrap();
+
+    let check = until("ready again", 40);
+    while readyz().await != 200 {
+        check();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(post("after the outage").await.unwrap().status(), 201);
+    wait_for_message(&http, &dev, &husam, "family", |m| {
+        m["sender"]["id"] == "assistant" && m["text"].as_str().unwrap().contains("after the outage")
+    })
+    .await;
+    // Each message answered once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let page: Value = http
+        .get(format!("{}/v1/spaces/default/family/messages", dev.url))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let replies = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["sender"]["id"] == "assistant")
+        .count();
+    assert_eq!(replies, 2, "{page}");
+    let metrics = dev.metrics(&http).await;
+    assert!(
+        metrics.contains("agentfleet_agent_ready{agent=\"assistant\",namespace=\"default\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A model server that refuses the key and echoes it back (as some do): the key must show up
+/// nowhere — not in logs, the space, live events, consciousness, the model health the
+/// operator reads, metrics, nor in what is sent to the model afterwards — while the failure
+/// itself is shown in the space, counted, and recorded for the `ModelAvailable` condition.
+#[tokio::test]
+async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown() {
+    use agentfleet::store::Store;
+    agentfleet::install_crypto_provider();
+    const KEY: &str = "sk-SECRET123-agentfleet";
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let recorded = bodies.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let recorded = recorded.clone();
+            async move {
+                recorded.lock().unwrap().push(body);
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                (
+                    axum::http::StatusCode::UNAUTHORIZED,
+                    axum::Json(json!({"error": {"message": format!("Incorrect API key provided: {auth} ({})", auth.trim_start_matches("Bearer "))}})),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let model_url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let redis = agentfleet::testing::RedisServer::start().unwrap();
+    let dir = std::env::temp_dir().join(format!("agentfleet-dev-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("family.yaml"),
+        format!("apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {{name: family}}\nspec:\n  members: [{{id: husam, name: Husam}}]\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant}}\nspec:\n  model: {{provider: openai, name: gpt, baseUrl: '{model_url}'}}\n  spaces: [family]\n"),
+    )
+    .unwrap();
+    let dev = Dev::start_env(
+        dir.to_str().unwrap(),
+        &["--redis", &redis.url()],
+        &[("AGENTFLEET_MODEL_API_KEY", KEY)],
+    );
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/family", "Husam");
+    let resp = http
+        .get(format!("{}/v1/spaces/default/family/stream", dev.url))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let posted = http
+        .post(format!("{}/v1/spaces/default/family/messages", dev.url))
+        .bearer_auth(&husam)
+        .json(&json!({"text": "hello?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201);
+
+    // The space sees each failure and what happens next, until the agent gives up.
+    let mut parser = SseParser::default();
+    let mut errors = Vec::new();
+    let mut raw = String::new();
+    while !errors.iter().any(|d: &String| d.contains("gave up")) {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+            .await
+            .expect("error activity within 30s")
+            .unwrap()
+            .unwrap();
+        raw.push_str(&String::from_utf8_lossy(&chunk));
+        for e in parser.feed(&chunk) {
+            let v: Value = serde_json::from_str(&e.data).unwrap();
+            if e.event == "activity" && v["activity"] == "error" {
+                errors.push(v["detail"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert!(
+        errors[0].starts_with("the model refused the credentials: ")
+            && errors[0].contains("answered 401 Unauthorized")
+            && errors[0].ends_with("retrying in 1s"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[0].contains("Incorrect API key provided: Bearer ***"),
+        "{errors:?}"
+    );
+
+    // The failure is remembered (so the agent knows next cycle), and the model health is
+    // recorded for the operator.
+    let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
+    let agent = agentfleet::store::AgentKey::new("default", "assistant");
+    let check = Instant::now();
+    let c = loop {
+        let c = store.consciousness(&agent).await.unwrap();
+        if c.cycle == 1 {
+            break c;
+        }
+        assert!(
+            check.elapsed() < Duration::from_secs(10),
+            "the refusal was committed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let seen = store.observe(std::slice::from_ref(&agent)).await.unwrap();
+    let model = seen[0].model.clone().expect("model health recorded");
+    assert_eq!(
+        (model.available, model.reason.as_str()),
+        (false, "Unauthorized")
+    );
+
+    // Another message: the consciousness (with the failure in it) goes back to the model.
+    http.post(format!("{}/v1/spaces/default/family/messages", dev.url))
+        .bearer_auth(&husam)
+        .json(&json!({"text": "still there?"}))
+        .send()
+        .await
+        .unwrap();
+    let check = Instant::now();
+    while bodies.lock().unwrap().len() < 4 {
+        assert!(
+            check.elapsed() < Duration::from_secs(20),
+            "a fourth model call"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = dev.metrics(&http).await;
+    assert!(
+        metrics.contains("agentfleet_model_errors_total{agent=\"assistant\",namespace=\"default\",reason=\"unauthorized\"}"),
+        "{metrics}"
+    );
+
+    let mut everywhere = vec![("the live events", raw), ("the metrics", metrics)];
+    everywhere.push(("consciousness", c.messages.join("\n")));
+    everywhere.push(("the model health", format!("{model:?}")));
+    let log = store
+        .read_messages(
+            &agentfleet::membership::SpaceKey::new("default", "family"),
+            &agentfleet::store::ReadQuery {
+                limit: 100,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    everywhere.push(("the space", format!("{log:?}")));
+    everywhere.push(("what the model was sent", bodies.lock().unwrap().join("\n")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    everywhere.push((
+        "the logs",
+        dev.stderr.try_iter().collect::<Vec<_>>().join("\n"),
+    ));
+    for (what, text) in &everywhere {
+        assert!(!text.contains(KEY), "the key is in {what}: {text}");
+    }
+    assert!(
+        everywhere[2].1.contains("This cycle failed"),
+        "the failure is in consciousness: {}",
+        everywhere[2].1
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -452,6 +452,7 @@ async fn the_stream_carries_messages_deltas_activity_and_resumes() {
                 sender: agent.clone(),
                 activity: "thinking".into(),
                 tool: None,
+                detail: None,
             },
         )
         .await

@@ -196,6 +196,17 @@ fn show(
                     typing.remove(&a.sender.name);
                     None
                 }
+                // A failed cycle: said once, as a line of its own (also off a terminal).
+                ("error", _) => {
+                    typing.remove(&a.sender.name);
+                    screen.set_status(&a.sender.name, None);
+                    screen.line(&format!(
+                        "! {} cannot answer: {}",
+                        a.sender.name,
+                        a.detail.as_deref().unwrap_or("its cycle failed")
+                    ));
+                    return None;
+                }
                 _ => return None,
             };
             screen.set_status(&a.sender.name, what);

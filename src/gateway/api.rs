@@ -194,11 +194,15 @@ pub struct DeltaEvent {
 pub struct ActivityEvent {
     /// The agent.
     pub sender: EntityRef,
-    /// `thinking`, `tool` or `idle`.
+    /// `thinking`, `tool`, `idle`, or `error` (its cycle failed; see `detail`).
     pub activity: String,
     /// The tool being run, for `tool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
+    /// For `error`: what failed and what happens next (a retry in so many seconds, or giving
+    /// up on the messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// An error.

@@ -119,7 +119,12 @@ struct Inner {
     hub: Hub,
     metrics: GatewayMetrics,
     shutdown: watch::Receiver<bool>,
+    /// More that `/readyz` checks (in `agentfleet dev`: that every agent can work).
+    readiness: std::sync::OnceLock<Readiness>,
 }
+
+/// A readiness check beyond the data plane's: `Err` says why the process is not ready.
+pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 impl Gateway {
     /// A gateway over `store`, registering its metrics in `registry`. Open SSE streams end
@@ -140,8 +145,14 @@ impl Gateway {
                 limits,
                 metrics: GatewayMetrics::register(registry)?,
                 shutdown,
+                readiness: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Makes `/readyz` also require `check` to pass (set once; later calls are ignored).
+    pub fn set_readiness(&self, check: Readiness) {
+        let _ = self.inner.readiness.set(check);
     }
 
     /// The body size limit.
@@ -758,7 +769,10 @@ async fn healthz() -> &'static str {
     ))]
 async fn readyz(State(gw): State<Gateway>) -> (StatusCode, String) {
     match tokio::time::timeout(Duration::from_secs(2), gw.inner.store.ping()).await {
-        Ok(Ok(())) => (StatusCode::OK, "ok\n".into()),
+        Ok(Ok(())) => match gw.inner.readiness.get().map_or(Ok(()), |check| check()) {
+            Ok(()) => (StatusCode::OK, "ok\n".into()),
+            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
         Ok(Err(e)) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("data plane: {e}\n"),

@@ -59,6 +59,7 @@ impl Frame {
                 sender,
                 activity,
                 tool,
+                detail,
             } => Self {
                 event: "activity",
                 id: None,
@@ -67,6 +68,7 @@ impl Frame {
                     sender: EntityRef::from(sender),
                     activity: activity.clone(),
                     tool: tool.clone(),
+                    detail: detail.clone(),
                 })?,
                 posted_ms: None,
             },

@@ -168,24 +168,111 @@ pub enum Delta {
     },
 }
 
-/// Why a model call failed. Never carries the API key.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    /// Worth retrying: network trouble, rate limits, server errors.
-    #[error("model unavailable: {0}")]
-    Transient(String),
-    /// Not worth retrying: bad request, bad key, unusable response.
-    #[error("model refused the request: {0}")]
-    Fatal(String),
+/// What went wrong with a model call, as a bounded set (metrics, conditions, backoff).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Failure {
+    /// The endpoint refused the credentials (401, 403).
+    Unauthorized,
+    /// The endpoint could not be reached, or the connection broke.
+    Unreachable,
+    /// The endpoint asks to slow down (429).
+    RateLimited,
+    /// The endpoint failed (5xx).
+    ServerError,
+    /// The endpoint refused this request (another 4xx: a bad request, an unknown model).
+    Refused,
+    /// The answer could not be used (malformed stream, empty summary).
+    BadResponse,
+}
+
+impl Failure {
+    /// Every failure, in a stable order.
+    pub const ALL: [Failure; 6] = [
+        Failure::Unauthorized,
+        Failure::Unreachable,
+        Failure::RateLimited,
+        Failure::ServerError,
+        Failure::Refused,
+        Failure::BadResponse,
+    ];
+
+    /// Worth retrying the same call soon.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Failure::Unreachable | Failure::RateLimited | Failure::ServerError
+        )
+    }
+
+    /// A snake_case label for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Unauthorized => "unauthorized",
+            Failure::Unreachable => "unreachable",
+            Failure::RateLimited => "rate_limited",
+            Failure::ServerError => "server_error",
+            Failure::Refused => "refused",
+            Failure::BadResponse => "bad_response",
+        }
+    }
+
+    /// The CamelCase reason of the `ModelAvailable` condition.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Failure::Unauthorized => "Unauthorized",
+            Failure::Unreachable => "Unreachable",
+            Failure::RateLimited => "RateLimited",
+            Failure::ServerError => "ServerError",
+            Failure::Refused => "Refused",
+            Failure::BadResponse => "BadResponse",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Failure::Unauthorized => "the model refused the credentials",
+            Failure::Unreachable => "the model is unreachable",
+            Failure::RateLimited => "the model is rate-limiting",
+            Failure::ServerError => "the model's server failed",
+            Failure::Refused => "the model refused the request",
+            Failure::BadResponse => "the model's answer was unusable",
+        }
+    }
+
+    /// Parses [`Failure::reason`].
+    pub fn from_reason(reason: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.reason() == reason)
+    }
+}
+
+/// Why a model call failed. Never carries a secret: providers build it through their
+/// [`crate::secrets::Redactor`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}: {detail}", failure.describe())]
+pub struct ModelError {
+    /// What kind of failure.
+    pub failure: Failure,
+    /// What happened (the endpoint, its status and its answer's message).
+    pub detail: String,
 }
 
 impl ModelError {
+    /// An error of this kind.
+    pub fn new(failure: Failure, detail: impl Into<String>) -> Self {
+        Self {
+            failure,
+            detail: detail.into(),
+        }
+    }
+
+    /// Worth retrying soon.
+    pub fn is_transient(&self) -> bool {
+        self.failure.is_transient()
+    }
+
     /// A bounded label for metrics.
     pub fn category(&self) -> &'static str {
-        match self {
-            ModelError::Transient(_) => "transient",
-            ModelError::Fatal(_) => "fatal",
-        }
+        self.failure.as_str()
     }
 }
 
@@ -210,8 +297,9 @@ pub fn from_spec(
         ModelProvider::Scripted => Box::new(scripted::Scripted::new(agent_name)),
         ModelProvider::Openai => Box::new(openai::OpenAi::new(spec, api_key)?),
         ModelProvider::Anthropic => {
-            return Err(ModelError::Fatal(
-                "the anthropic provider is not available in this build; use an OpenAI-compatible gateway (provider: openai)".into(),
+            return Err(ModelError::new(
+                Failure::Refused,
+                "the anthropic provider is not available in this build; use an OpenAI-compatible gateway (provider: openai)",
             ))
         }
     })

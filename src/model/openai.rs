@@ -17,8 +17,11 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use tracing::warn;
 
-use super::{Delta, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage};
+use super::{
+    Delta, Failure, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage,
+};
 use crate::crd::ModelSpec;
+use crate::secrets::Redactor;
 
 /// The public endpoint when an Agent names no `baseUrl`.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -34,6 +37,8 @@ pub struct OpenAi {
     max_tokens: u32,
     temperature: Option<f64>,
     backoff: Duration,
+    /// The API key (and any password in the URL), kept out of every error.
+    redactor: Redactor,
 }
 
 impl OpenAi {
@@ -44,21 +49,37 @@ impl OpenAi {
             .connect_timeout(Duration::from_secs(10))
             .read_timeout(Duration::from_secs(120))
             .build()
-            .map_err(|e| ModelError::Fatal(format!("building the HTTP client: {e}")))?;
+            .map_err(|e| {
+                ModelError::new(
+                    Failure::BadResponse,
+                    format!("building the HTTP client: {e}"),
+                )
+            })?;
         let base = spec
             .base_url
             .as_deref()
             .unwrap_or(DEFAULT_BASE_URL)
             .trim_end_matches('/');
+        let api_key = api_key.filter(|k| !k.is_empty());
+        let url_password = reqwest::Url::parse(base)
+            .ok()
+            .and_then(|u| u.password().map(str::to_string));
+        let redactor = Redactor::new(api_key.iter().chain(url_password.iter()));
         Ok(Self {
+            redactor,
             http,
             url: format!("{base}/chat/completions"),
             model: spec.name.clone(),
-            api_key: api_key.filter(|k| !k.is_empty()),
+            api_key,
             max_tokens: spec.max_output_tokens,
             temperature: spec.temperature,
             backoff: Duration::from_millis(500),
         })
+    }
+
+    /// An error whose text has every known secret masked (an endpoint may echo the key).
+    fn error(&self, failure: Failure, detail: String) -> ModelError {
+        ModelError::new(failure, self.redactor.redact(&detail))
     }
 
     /// Sets the first retry delay (doubling after each failure).
@@ -119,7 +140,7 @@ impl OpenAi {
     ) -> Result<Turn, (ModelError, Option<Duration>)> {
         let json = serde_json::to_vec(body).map_err(|e| {
             (
-                ModelError::Fatal(format!("encoding the request: {e}")),
+                ModelError::new(Failure::Refused, format!("encoding the request: {e}")),
                 None,
             )
         })?;
@@ -133,7 +154,10 @@ impl OpenAi {
         }
         let resp = req.send().await.map_err(|e| {
             (
-                ModelError::Transient(format!("calling {}: {}", self.url, without_url(&e))),
+                self.error(
+                    Failure::Unreachable,
+                    format!("calling {}: {}", self.url, without_url(e)),
+                ),
                 None,
             )
         })?;
@@ -151,15 +175,13 @@ impl OpenAi {
                 .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
                 .unwrap_or_else(|| text.chars().take(300).collect());
             let msg = format!("{} answered {status}: {detail}", self.url);
-            let transient = status.as_u16() == 429 || status.is_server_error();
-            return Err((
-                if transient {
-                    ModelError::Transient(msg)
-                } else {
-                    ModelError::Fatal(msg)
-                },
-                retry_after,
-            ));
+            let failure = match status.as_u16() {
+                401 | 403 => Failure::Unauthorized,
+                429 => Failure::RateLimited,
+                s if s >= 500 => Failure::ServerError,
+                _ => Failure::Refused,
+            };
+            return Err((self.error(failure, msg), retry_after));
         }
         let mut stream = resp.bytes_stream();
         let mut acc = Accumulator::default();
@@ -167,7 +189,10 @@ impl OpenAi {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
                 (
-                    ModelError::Transient(format!("reading the stream: {}", without_url(&e))),
+                    self.error(
+                        Failure::Unreachable,
+                        format!("reading the stream: {}", without_url(e)),
+                    ),
                     None,
                 )
             })?;
@@ -185,10 +210,10 @@ impl OpenAi {
                 let chunk: CreateChatCompletionStreamResponse = serde_json::from_str(data)
                     .map_err(|e| {
                         (
-                            ModelError::Fatal(format!(
-                                "malformed stream chunk from {}: {e}",
-                                self.url
-                            )),
+                            self.error(
+                                Failure::BadResponse,
+                                format!("malformed stream chunk from {}: {e}", self.url),
+                            ),
                             None,
                         )
                     })?;
@@ -199,7 +224,10 @@ impl OpenAi {
             Ok(acc.finish())
         } else {
             Err((
-                ModelError::Transient(format!("{} closed the stream without an answer", self.url)),
+                self.error(
+                    Failure::Unreachable,
+                    format!("{} closed the stream without an answer", self.url),
+                ),
                 None,
             ))
         }
@@ -207,15 +235,17 @@ impl OpenAi {
 }
 
 /// A reqwest error's text without the URL (which the caller names once).
-fn without_url(e: &reqwest::Error) -> String {
+fn without_url(e: reqwest::Error) -> String {
+    let e = e.without_url();
     let mut s = e.to_string();
-    if let Some(url) = e.url() {
-        s = s.replace(url.as_str(), "");
-    }
-    let mut source = std::error::Error::source(e);
+    let mut source = std::error::Error::source(&e);
     while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        let text = inner.to_string();
+        // Each cause once: a wrapper often repeats the text of what it wraps.
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         source = inner.source();
     }
     s
@@ -242,9 +272,9 @@ impl Model for OpenAi {
                     }
                     return Ok(turn);
                 }
-                Err((ModelError::Transient(msg), retry_after)) if attempt < ATTEMPTS => {
+                Err((e, retry_after)) if e.is_transient() && attempt < ATTEMPTS => {
                     let wait = retry_after.unwrap_or(delay);
-                    warn!(attempt, retry_in = ?wait, error = %msg, "model call failed; retrying");
+                    warn!(attempt, retry_in = ?wait, error = %e, "model call failed; retrying");
                     tokio::time::sleep(wait).await;
                     delay *= 2;
                     attempt += 1;
@@ -510,7 +540,8 @@ mod tests {
             .unwrap()
             .with_backoff(Duration::from_millis(10));
         let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
-        assert_eq!(err.category(), "fatal");
+        assert_eq!(err.category(), "unauthorized");
+        assert!(!err.is_transient());
         assert!(
             err.to_string().contains("401") && err.to_string().contains("invalid api key"),
             "{err}"
@@ -529,6 +560,14 @@ mod tests {
             .unwrap()
             .with_backoff(Duration::from_millis(5));
         let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
-        assert_eq!(err.category(), "transient", "{err}");
+        assert_eq!(err.category(), "unreachable", "{err}");
+        assert!(err.is_transient());
+        let text = err.to_string();
+        assert_eq!(
+            text.matches("Connection refused").count(),
+            1,
+            "each cause once: {text}"
+        );
+        assert!(!text.contains("url ()"), "{text}");
     }
 }

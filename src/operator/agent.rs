@@ -37,6 +37,10 @@ pub const WORKER_AVAILABLE: &str = "WorkerAvailable";
 pub const MODEL_CONFIGURED: &str = "ModelConfigured";
 /// Condition: every space the agent names exists.
 pub const SPACES_RESOLVED: &str = "SpacesResolved";
+/// Condition: the agent's model answers (written from the data plane, where the worker
+/// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
+/// `ServerError`, `Refused`, `BadResponse`).
+pub const MODEL_AVAILABLE: &str = "ModelAvailable";
 
 /// The longest Agent name: children are named `<agent>-worker` and labelled with the name,
 /// and label values hold at most 63 characters.

@@ -26,7 +26,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
@@ -34,6 +34,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::agent::MODEL_AVAILABLE;
 use super::build;
 use crate::crd::{AgentPhase, AgentSpec, AgentStatus, CheckpointStatus, PlanSpec, ScalingSpec};
 use crate::plans::{self, Due, Source};
@@ -164,11 +165,21 @@ pub fn phase(
     }
 }
 
+/// Whether a condition is written by this loop (from the data plane) rather than the reconcile.
+fn data_condition(c: &Condition) -> bool {
+    c.type_ == MODEL_AVAILABLE
+}
+
 /// The status fields the reconcile owns.
 pub fn reconcile_part(s: &AgentStatus) -> AgentStatus {
     AgentStatus {
         observed_generation: s.observed_generation,
-        conditions: s.conditions.clone(),
+        conditions: s
+            .conditions
+            .iter()
+            .filter(|c| !data_condition(c))
+            .cloned()
+            .collect(),
         available_replicas: s.available_replicas,
         config_hash: s.config_hash.clone(),
         ..AgentStatus::default()
@@ -185,8 +196,34 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
         last_cycle_time: s.last_cycle_time.clone(),
         tokens_used: s.tokens_used,
         checkpoint: s.checkpoint.clone(),
+        conditions: s
+            .conditions
+            .iter()
+            .filter(|c| data_condition(c))
+            .cloned()
+            .collect(),
         ..AgentStatus::default()
     }
+}
+
+/// `ModelAvailable`, from what the worker last reported (none before it reported). Its time
+/// is when the model's state changed, so it is the same on every pass.
+fn model_condition(seen: &AgentObservation) -> Option<Condition> {
+    let m = seen.model.as_ref()?;
+    // Written by our worker; anything else is not a valid reason and is not passed on.
+    let valid = m.reason == "Available" || crate::model::Failure::from_reason(&m.reason).is_some();
+    Some(Condition {
+        type_: MODEL_AVAILABLE.into(),
+        status: if m.available { "True" } else { "False" }.into(),
+        reason: if valid {
+            m.reason.clone()
+        } else {
+            "Unknown".into()
+        },
+        message: m.message.chars().take(1024).collect(),
+        last_transition_time: time(m.since_ms)?,
+        observed_generation: None,
+    })
 }
 
 /// A time in ms as a Kubernetes `Time`, to the second (as the API server keeps it).
@@ -227,6 +264,7 @@ pub fn data_status(
             tokens: c.tokens,
             time: time(c.time_ms),
         }),
+        conditions: model_condition(seen).into_iter().collect(),
         ..AgentStatus::default()
     }
 }
@@ -975,7 +1013,11 @@ mod tests {
     #[test]
     fn status_parts_are_disjoint_and_complete() {
         let s: AgentStatus = serde_json::from_value(serde_json::json!({
-            "phase": "Sleeping", "observedGeneration": 3, "conditions": [], "replicas": 1,
+            "phase": "Sleeping", "observedGeneration": 3, "replicas": 1,
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
+            ],
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
             "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50}
@@ -999,7 +1041,62 @@ mod tests {
             .cloned()
             .collect();
         all.sort();
+        keys.retain(|k| k != "conditions");
+        all.retain(|k| k != "conditions");
         assert_eq!(keys, all, "every field has exactly one writer");
+        let types = |v: &serde_json::Value| -> Vec<String> {
+            v["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["type"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(types(&r), ["Ready"], "conditions: one writer per type");
+        assert_eq!(types(&d), ["ModelAvailable"]);
+    }
+
+    #[test]
+    fn the_model_condition_comes_from_what_the_worker_reported() {
+        let key = AgentKey::new("fam", "assistant");
+        let mut o = AgentObservation::default();
+        assert!(
+            data_status(&key, false, Some(1), 1, &o)
+                .conditions
+                .is_empty(),
+            "not reported yet"
+        );
+        o.model = Some(crate::store::ModelHealth {
+            available: false,
+            reason: "Unauthorized".into(),
+            message: "the model refused the credentials: http://m/v1 answered 401: bad key ***"
+                .into(),
+            since_ms: 1_795_000_000_123,
+        });
+        let c = data_status(&key, false, Some(1), 1, &o).conditions;
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (
+                c[0].type_.as_str(),
+                c[0].status.as_str(),
+                c[0].reason.as_str()
+            ),
+            ("ModelAvailable", "False", "Unauthorized")
+        );
+        assert_eq!(
+            c[0].last_transition_time.0.to_string(),
+            "2026-11-18T11:06:40Z"
+        );
+        assert_eq!(
+            data_status(&key, false, Some(1), 1, &o),
+            data_status(&key, false, Some(1), 1, &o),
+            "the same on every pass"
+        );
+        o.model.as_mut().unwrap().reason = "Not a reason!".into();
+        assert_eq!(
+            data_status(&key, false, Some(1), 1, &o).conditions[0].reason,
+            "Unknown"
+        );
     }
 
     #[test]

@@ -103,6 +103,7 @@ struct AgentState {
     goals: BTreeMap<String, Goal>,
     plans: BTreeMap<String, PlanSpec>,
     plan_marks: BTreeMap<String, i64>,
+    model: Option<super::ModelHealth>,
 }
 
 impl AgentState {
@@ -751,10 +752,20 @@ impl Store for MemoryStore {
                         checkpoint: a.checkpoints.first().cloned(),
                         plans: a.plans.values().cloned().collect(),
                         plan_marks: a.plan_marks.clone(),
+                        model: a.model.clone(),
                     },
                 })
                 .collect()
         }))
+    }
+
+    async fn set_model_health(
+        &self,
+        agent: &AgentKey,
+        health: &super::ModelHealth,
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| a.model = Some(health.clone()));
+        Ok(())
     }
 
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {

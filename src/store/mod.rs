@@ -350,6 +350,13 @@ pub trait Store: Send + Sync + 'static {
         event: Option<&InboxEvent>,
     ) -> Result<Option<Pushed>, StoreError>;
 
+    /// Records how the agent's model answered lately (the worker writes it when it changes).
+    async fn set_model_health(
+        &self,
+        agent: &AgentKey,
+        health: &ModelHealth,
+    ) -> Result<(), StoreError>;
+
     /// What the operator needs of each agent, for all of them in one round trip (the same
     /// order as `agents`).
     async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError>;

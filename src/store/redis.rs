@@ -21,6 +21,7 @@
 //! | `agentfleet:{agent:NS/NAME}:memories` | hash | key → memory |
 //! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:plans` | hash | name → plan the agent made (JSON) |
+//! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
@@ -50,8 +51,8 @@ use super::types::{plan_commit, WindowState};
 use super::MidCycle;
 use super::{
     now_ms, AgentKey, AgentObservation, Checkpoint, Consciousness, CycleCommit, Goal, Guard,
-    InboxEvent, Lease, LiveEvent, Memories, NewMessage, Posted, Pushed, ReadQuery, SpaceMessage,
-    SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
+    InboxEvent, Lease, LiveEvent, Memories, ModelHealth, NewMessage, Posted, Pushed, ReadQuery,
+    SpaceMessage, SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
 use crate::crd::{MemberKind, PlanSpec};
 use crate::membership::SpaceKey;
@@ -294,6 +295,7 @@ const AGENT_KEYS: &[&str] = &[
     "goals",
     "plans",
     "planmarks",
+    "model",
 ];
 
 /// KEYS: lease, inbox, inflight, state. ARGV: lease value. Moves the inbox in flight and
@@ -1555,7 +1557,8 @@ impl Store for RedisStore {
                 .arg("lastCycleMs")
                 .lindex(agent_key(a, "checkpoints"), 0)
                 .hvals(agent_key(a, "plans"))
-                .hgetall(agent_key(a, "planmarks"));
+                .hgetall(agent_key(a, "planmarks"))
+                .get(agent_key(a, "model"));
         }
         let mut conn = self.conn().await?;
         let values: Vec<redis::Value> = pipe
@@ -1572,16 +1575,18 @@ impl Store for RedisStore {
             Option<String>,
             Vec<String>,
             BTreeMap<String, i64>,
+            Option<String>,
         );
         values
-            .chunks(9)
+            .chunks(10)
             .map(|chunk| {
                 let row: Row = redis::from_redis_value(redis::Value::Array(chunk.to_vec()))
                     .map_err(|e| StoreError::Redis {
                         op: "observe agents",
                         source: e.into(),
                     })?;
-                let (inbox, urgent, inflight, state, leased, meta, checkpoint, plans, marks) = row;
+                let (inbox, urgent, inflight, state, leased, meta, checkpoint, plans, marks, model) =
+                    row;
                 Ok(AgentObservation {
                     waiting: inbox + urgent,
                     in_flight: inflight,
@@ -1598,9 +1603,25 @@ impl Store for RedisStore {
                         .filter_map(|p| serde_json::from_str(p).ok())
                         .collect(),
                     plan_marks: marks,
+                    model: model.and_then(|m| serde_json::from_str(&m).ok()),
                 })
             })
             .collect()
+    }
+
+    async fn set_model_health(
+        &self,
+        agent: &AgentKey,
+        health: &ModelHealth,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(health).map_err(|source| StoreError::Decode {
+            what: format!("the model health of agent {agent}"),
+            source,
+        })?;
+        let mut conn = self.conn().await?;
+        conn.set(agent_key(agent, "model"), json)
+            .await
+            .map_err(redis_err("record model health"))
     }
 
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {

@@ -373,11 +373,14 @@ pub enum LiveEvent {
     Activity {
         /// The agent.
         sender: Sender,
-        /// `thinking`, `tool` or `idle`.
+        /// `thinking`, `tool`, `idle` or `error` (the cycle failed; see `detail`).
         activity: String,
         /// The tool being run, for `tool`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
+        /// For `error`: what failed and what happens next (a retry, or giving up).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
     },
 }
 
@@ -576,6 +579,21 @@ pub struct MidCycle {
     pub preview: Vec<InboxEvent>,
 }
 
+/// How the agent's model answered lately, as its worker reports it (written only when it
+/// changes). The operator turns it into the Agent's `ModelAvailable` condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelHealth {
+    /// The last model call succeeded.
+    pub available: bool,
+    /// CamelCase reason: `Available`, or what failed (`Unauthorized`, `Unreachable`, …).
+    pub reason: String,
+    /// What happened, without secrets.
+    pub message: String,
+    /// When it became so (ms since the epoch).
+    pub since_ms: i64,
+}
+
 /// What the operator reads of one agent on every sweep (one round trip for all agents).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentObservation {
@@ -599,6 +617,8 @@ pub struct AgentObservation {
     pub plans: Vec<crate::crd::PlanSpec>,
     /// Per plan id (`spec/NAME`, `agent/NAME`): the last due time handled (ms).
     pub plan_marks: std::collections::BTreeMap<String, i64>,
+    /// How the model answered lately, once a worker has reported it.
+    pub model: Option<ModelHealth>,
 }
 
 impl AgentObservation {

@@ -45,6 +45,8 @@ pub struct Agentlet {
     /// The consciousness as this worker last committed it, valid while it holds the lease of
     /// that token (the lease holder is its only writer).
     cache: tokio::sync::Mutex<Option<Cached>>,
+    /// How the model answered, as last reported to the data plane.
+    pub(crate) model_health: tokio::sync::Mutex<Option<crate::store::ModelHealth>>,
 }
 
 struct Cached {
@@ -69,7 +71,13 @@ impl Agentlet {
             model,
             metrics,
             cache: tokio::sync::Mutex::new(None),
+            model_health: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Drops the cached consciousness (after a restart: the data plane may have changed).
+    pub async fn forget_cache(&self) {
+        *self.cache.lock().await = None;
     }
 
     /// The cached consciousness, if any (for tests that check it against the store).
@@ -602,7 +610,10 @@ impl Agentlet {
             .await?;
         let summary = turn.text.unwrap_or_default().trim().to_string();
         if summary.is_empty() {
-            return Err(ModelError::Fatal("the model wrote an empty summary".into()));
+            return Err(ModelError::new(
+                crate::model::Failure::BadResponse,
+                "the model wrote an empty summary",
+            ));
         }
         Ok((summary, turn.usage))
     }
@@ -650,31 +661,12 @@ impl Agentlet {
     }
 
     async fn activity(&self, space: Option<&str>, activity: &str) {
-        self.publish_activity(space, activity, None).await;
+        self.publish_activity(space, activity, None, None).await;
     }
 
     async fn tool_activity(&self, space: Option<&str>, tool: &str) {
-        self.publish_activity(space, "tool", Some(tool.to_string()))
+        self.publish_activity(space, "tool", Some(tool.to_string()), None)
             .await;
-    }
-
-    async fn publish_activity(&self, space: Option<&str>, activity: &str, tool: Option<String>) {
-        let Some(space) = space else { return };
-        let event = LiveEvent::Activity {
-            sender: self.me(),
-            activity: activity.into(),
-            tool,
-        };
-        if let Err(e) = self
-            .store
-            .publish_live(
-                &SpaceKey::new(self.key.namespace.clone(), space.to_string()),
-                &event,
-            )
-            .await
-        {
-            debug!(error = %e, "activity not published");
-        }
     }
 
     /// The built-in tools this agent has.

@@ -1,14 +1,23 @@
 //! `agentfleet worker --agent FILE`: one agent's living process (seed 003). It sleeps on the
 //! inbox without polling, wakes, drains everything, thinks in one cycle, persists, sleeps.
+//!
+//! Whatever happens to the data plane, the model or the task itself, the agent is never
+//! silently gone: a data-plane outage is waited out with backoff (events in flight stay in
+//! flight), a failed model call is retried with backoff and shown in the agent's spaces, and a
+//! session that ends anyway is restarted and counted ([`supervise`]); `/readyz` says why the
+//! agent cannot work while it cannot.
 
 pub mod compaction;
 pub mod cycle;
+mod health;
 pub mod prompt;
+pub mod report;
 pub mod tools;
+
+pub use health::Health;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,10 +30,10 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::crd::Agent;
-use crate::model::ModelError;
 use crate::store::{AgentKey, Lease, RedisStore, Store, StoreError};
 use crate::telemetry::{self, WorkerMetrics};
 use cycle::{Agentlet, Outcome};
+use report::Next;
 
 /// Flags of `agentfleet worker`.
 #[derive(clap::Args, Debug, Clone)]
@@ -78,28 +87,103 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A worker's state as its endpoints see it.
-#[derive(Default)]
-pub struct Health {
-    leased: AtomicBool,
-    heartbeat: AtomicI64,
+/// A doubling delay between a first and a largest one.
+struct Backoff {
+    next: Duration,
+    min: Duration,
+    max: Duration,
 }
 
-impl Health {
-    /// Whether this worker holds its agent's lease.
-    pub fn leased(&self) -> bool {
-        self.leased.load(Ordering::Relaxed)
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            next: min,
+            min,
+            max,
+        }
     }
 
-    fn beat(&self) {
-        self.heartbeat
-            .store(crate::store::now_ms(), Ordering::Relaxed);
+    /// The delay to wait now (the next one is twice as long).
+    fn take(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.next = self.min;
     }
 }
 
-/// Runs one agent until `shutdown` resolves: waits for its lease (a second worker of the same
-/// agent waits here), then sleeps on the inbox and runs cycles. A cycle under way when
-/// shutdown comes is finished first.
+/// Sleeps `d`; `false` when shutdown came first.
+async fn pause(d: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = shutdown.wait_for(|v| *v) => false,
+    }
+}
+
+/// Runs one agent for as long as `shutdown` is false, whatever happens: a session
+/// ([`run_agent`]) that ends for any reason — the lease lost, an error, a panic — is counted
+/// in `agentfleet_agent_restarts_total`, shown by `health`, logged, and started again with
+/// backoff.
+pub async fn supervise(
+    agentlet: Arc<Agentlet>,
+    holder: String,
+    lease_ttl: Duration,
+    health: Arc<Health>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let key = agentlet.key.clone();
+    let mut delay = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    let mut stop = shutdown.clone();
+    loop {
+        let started = std::time::Instant::now();
+        let session = tokio::spawn(run_agent(
+            agentlet.clone(),
+            holder.clone(),
+            lease_ttl,
+            health.clone(),
+            shutdown.clone(),
+        ));
+        let outcome = session.await;
+        if *stop.borrow() {
+            return;
+        }
+        let (reason, why) = match outcome {
+            Ok(Ok(())) => ("error", "the agent's loop ended".to_string()),
+            Ok(Err(e @ StoreError::Fenced { .. })) => ("lease_lost", e.to_string()),
+            Ok(Err(e @ (StoreError::Redis { .. } | StoreError::Timeout { .. }))) => {
+                ("data_plane", e.to_string())
+            }
+            Ok(Err(e)) => ("error", e.to_string()),
+            Err(e) if e.is_panic() => ("panic", "the agent's task panicked".to_string()),
+            Err(e) => ("error", e.to_string()),
+        };
+        if started.elapsed() > Duration::from_secs(60) {
+            delay.reset();
+        }
+        let wait = delay.take();
+        agentlet
+            .metrics
+            .agent_restarts
+            .with_label_values(&[key.namespace.as_str(), key.name.as_str(), reason])
+            .inc();
+        health.set_problem(format!("restarting after: {why}"));
+        error!(agent = %key, reason, error = %why, retry_in = ?wait, "agent stopped; restarting it");
+        // The data plane may have changed meanwhile (a Redis that lost its data, say).
+        agentlet.forget_cache().await;
+        if !pause(wait, &mut stop).await {
+            return;
+        }
+    }
+}
+
+/// One session of an agent until `shutdown` resolves: waits for its lease (a second worker of
+/// the same agent waits here, and so does one whose data plane is unreachable), then sleeps
+/// on the inbox and runs cycles, riding out data-plane outages. A cycle under way when
+/// shutdown comes is finished first. Ends with an error when the lease is lost (another worker
+/// holds the agent, or the data plane forgot it); [`supervise`] starts a new session then.
 pub async fn run_agent(
     agentlet: Arc<Agentlet>,
     holder: String,
@@ -109,18 +193,29 @@ pub async fn run_agent(
 ) -> Result<(), StoreError> {
     let key = agentlet.key.clone();
     let store = agentlet.store.clone();
+    let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     let lease = loop {
         health.beat();
-        if let Some(lease) = store.acquire_lease(&key, &holder, lease_ttl).await? {
-            break lease;
-        }
-        info!(agent = %key, "another worker holds this agent; waiting");
-        tokio::select! {
-            _ = tokio::time::sleep((lease_ttl / 5).min(Duration::from_secs(2))) => {}
-            _ = shutdown.wait_for(|v| *v) => return Ok(()),
+        let wait = match store.acquire_lease(&key, &holder, lease_ttl).await {
+            Ok(Some(lease)) => break lease,
+            Ok(None) => {
+                info!(agent = %key, "another worker holds this agent; waiting");
+                health.clear_problem();
+                (lease_ttl / 5).min(Duration::from_secs(2))
+            }
+            Err(e) => {
+                let wait = retry.take();
+                warn!(agent = %key, error = %e, retry_in = ?wait, "cannot take the agent's lease; retrying");
+                health.set_problem(format!("data plane: {e}"));
+                wait
+            }
+        };
+        if !pause(wait, &mut shutdown).await {
+            return Ok(());
         }
     };
-    health.leased.store(true, Ordering::Relaxed);
+    health.clear_problem();
+    health.set_leased(true);
     info!(agent = %key, token = lease.token, "holding the agent's lease");
 
     // Renew in the background; losing it stops the loop (and the store refuses our commits).
@@ -146,13 +241,14 @@ pub async fn run_agent(
 
     let result = process(&agentlet, &lease, &health, &mut shutdown, &mut lost).await;
     drop(renewer);
-    health.leased.store(false, Ordering::Relaxed);
+    health.set_leased(false);
     if let Err(e) = store.release_lease(&key, &lease).await {
         warn!(agent = %key, error = %e, "could not release the lease");
     }
     result
 }
 
+/// The sleep–wake–think loop of a session.
 async fn process(
     agentlet: &Agentlet,
     lease: &Lease,
@@ -162,7 +258,11 @@ async fn process(
 ) -> Result<(), StoreError> {
     let key = &agentlet.key;
     let mut refusals = 0u32;
-    let mut backoff = Duration::from_secs(1);
+    let mut model_backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+    let mut store_backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+    let fenced = || StoreError::Fenced {
+        agent: key.to_string(),
+    };
     loop {
         health.beat();
         if *shutdown.borrow() {
@@ -170,14 +270,31 @@ async fn process(
         }
         if *lost.borrow() {
             warn!(agent = %key, "lease lost; stopping");
-            return Err(StoreError::Fenced {
-                agent: key.to_string(),
-            });
+            return Err(fenced());
         }
-        let events = tokio::select! {
-            r = agentlet.store.wait_inbox(key, lease, WAIT) => r?,
+        let waited = tokio::select! {
+            r = agentlet.store.wait_inbox(key, lease, WAIT) => r,
             _ = shutdown.wait_for(|v| *v) => return Ok(()),
             _ = lost.wait_for(|v| *v) => continue,
+        };
+        let events = match waited {
+            Ok(events) => {
+                health.clear_problem();
+                store_backoff.reset();
+                events
+            }
+            Err(StoreError::Fenced { .. }) => return Err(fenced()),
+            // The data plane is away: say so, wait, and wait on the inbox again (what was in
+            // flight is still there and comes back first).
+            Err(e) => {
+                let wait = store_backoff.take();
+                warn!(agent = %key, error = %e, retry_in = ?wait, "cannot reach the inbox; retrying");
+                health.set_problem(format!("data plane: {e}"));
+                if !pause(wait, shutdown).await {
+                    return Ok(());
+                }
+                continue;
+            }
         };
         if events.is_empty() {
             continue;
@@ -186,37 +303,44 @@ async fn process(
         match agentlet.cycle(lease, &events).await {
             Ok(Outcome::Completed(_)) | Ok(Outcome::Skipped) => {
                 refusals = 0;
-                backoff = Duration::from_secs(1);
+                model_backoff.reset();
+                store_backoff.reset();
+                agentlet.report_success().await;
             }
             Ok(Outcome::Failed(e)) => {
-                refusals = if matches!(e, ModelError::Fatal(_)) {
-                    refusals + 1
-                } else {
-                    0
-                };
-                if refusals >= MAX_REFUSALS {
-                    error!(agent = %key, error = %e, "the model refused this batch {MAX_REFUSALS} times; recording the failure");
-                    agentlet.commit_refusal(lease, &events, &e).await?;
-                    refusals = 0;
-                } else {
-                    warn!(agent = %key, error = %e, retry_in = ?backoff, "cycle failed; its events stay in flight");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = shutdown.wait_for(|v| *v) => return Ok(()),
+                refusals = if e.is_transient() { 0 } else { refusals + 1 };
+                if refusals < MAX_REFUSALS {
+                    let wait = model_backoff.take();
+                    warn!(agent = %key, error = %e, retry_in = ?wait, "cycle failed; its events stay in flight");
+                    agentlet
+                        .report_failure(&e, &events, Next::RetryIn(wait))
+                        .await;
+                    if !pause(wait, shutdown).await {
+                        return Ok(());
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(300));
+                    continue;
+                }
+                error!(agent = %key, error = %e, "the model refused this batch {MAX_REFUSALS} times; recording the failure");
+                agentlet.report_failure(&e, &events, Next::GaveUp).await;
+                match agentlet.commit_refusal(lease, &events, &e).await {
+                    Ok(_) => refusals = 0,
+                    Err(StoreError::Fenced { .. }) => return Err(fenced()),
+                    Err(err) => {
+                        warn!(agent = %key, error = %err, "the refusal was not recorded; the events stay in flight")
+                    }
                 }
             }
             Err(StoreError::Fenced { .. }) => {
                 warn!(agent = %key, "lease lost mid-cycle; nothing was committed");
-                return Err(StoreError::Fenced {
-                    agent: key.to_string(),
-                });
+                return Err(fenced());
             }
             Err(e) => {
-                warn!(agent = %key, error = %e, retry_in = ?backoff, "cycle failed on the data plane; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(60));
+                let wait = store_backoff.take();
+                warn!(agent = %key, error = %e, retry_in = ?wait, "cycle failed on the data plane; retrying");
+                health.set_problem(format!("data plane: {e}"));
+                if !pause(wait, shutdown).await {
+                    return Ok(());
+                }
             }
         }
     }
@@ -229,7 +353,7 @@ struct HttpState {
 }
 
 async fn healthz(State(s): State<HttpState>) -> (StatusCode, String) {
-    let age = crate::store::now_ms() - s.health.heartbeat.load(Ordering::Relaxed);
+    let age = s.health.stalled_for_ms();
     if age > 60_000 {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -246,13 +370,10 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, String) {
             format!("data plane: {e}\n"),
         );
     }
-    if !s.health.leased.load(Ordering::Relaxed) {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "waiting for the agent's lease\n".into(),
-        );
+    match s.health.ready() {
+        Ok(()) => (StatusCode::OK, "ok\n".into()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
-    (StatusCode::OK, "ok\n".into())
 }
 
 /// `agentfleet worker`.
@@ -270,7 +391,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
     let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key).context("model")?;
     let metrics = WorkerMetrics::new().context("registering metrics")?;
-    let health = Arc::new(Health::default());
+    let health = Arc::new(Health::for_agent(&metrics, &key));
     health.beat();
     let holder = telemetry::process_identity(args.identity.as_deref(), "worker");
     let shutdown_rx = telemetry::shutdown_channel("shutting down after the current cycle");
@@ -291,7 +412,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     info!(agent = %key, model = %agent.spec.model.name, provider = agent.spec.model.provider.as_str(), "worker starting");
     let agentlet = Arc::new(Agentlet::new(agent, key, store, Arc::from(model), metrics));
-    let result = run_agent(
+    supervise(
         agentlet,
         holder,
         Duration::from_secs(args.lease_seconds),
@@ -300,5 +421,5 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await;
     server.abort();
-    result.map_err(anyhow::Error::from)
+    Ok(())
 }

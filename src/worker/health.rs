@@ -1,0 +1,123 @@
+//! What a worker can honestly say about itself: whether it holds its agent's lease, whether
+//! its loop is alive, and why it cannot work right now (the data plane is down, it is waiting
+//! for the lease, it is restarting). `/readyz` answers from it, and so does the
+//! `agentfleet_agent_ready` gauge.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Mutex;
+
+use prometheus::IntGauge;
+
+/// A worker's state as its endpoints see it.
+#[derive(Default)]
+pub struct Health {
+    leased: AtomicBool,
+    heartbeat: AtomicI64,
+    problem: Mutex<Option<String>>,
+    gauge: Option<IntGauge>,
+}
+
+impl Health {
+    /// Health of one agent, kept in its `agentfleet_agent_ready` gauge too.
+    pub fn for_agent(
+        metrics: &crate::telemetry::WorkerMetrics,
+        agent: &crate::store::AgentKey,
+    ) -> Self {
+        let gauge = metrics
+            .agent_ready
+            .with_label_values(&[agent.namespace.as_str(), agent.name.as_str()]);
+        gauge.set(0);
+        Self {
+            gauge: Some(gauge),
+            ..Self::default()
+        }
+    }
+
+    /// Whether this worker holds its agent's lease.
+    pub fn leased(&self) -> bool {
+        self.leased.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_leased(&self, leased: bool) {
+        self.leased.store(leased, Ordering::Relaxed);
+        self.update_gauge();
+    }
+
+    /// The loop is alive (see [`Health::stalled_for_ms`]).
+    pub fn beat(&self) {
+        self.heartbeat
+            .store(crate::store::now_ms(), Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the loop last showed it is alive.
+    pub fn stalled_for_ms(&self) -> i64 {
+        crate::store::now_ms() - self.heartbeat.load(Ordering::Relaxed)
+    }
+
+    /// Why the agent cannot work right now (`None`: it can).
+    pub fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records why the agent cannot work (shown by `/readyz` until cleared).
+    pub fn set_problem(&self, problem: impl Into<String>) {
+        *self
+            .problem
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(problem.into());
+        self.update_gauge();
+    }
+
+    /// The agent can work again.
+    pub fn clear_problem(&self) {
+        let mut p = self
+            .problem
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if p.take().is_some() {
+            drop(p);
+            self.update_gauge();
+        }
+    }
+
+    /// `Ok` when the agent holds its lease and nothing stops it; else why not.
+    pub fn ready(&self) -> Result<(), String> {
+        if let Some(p) = self.problem() {
+            return Err(p);
+        }
+        if !self.leased() {
+            return Err("waiting for the agent's lease".into());
+        }
+        Ok(())
+    }
+
+    fn update_gauge(&self) {
+        if let Some(g) = &self.gauge {
+            g.set(i64::from(self.ready().is_ok()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_with_the_lease_and_no_problem() {
+        let m = crate::telemetry::WorkerMetrics::new().unwrap();
+        let key = crate::store::AgentKey::new("ns", "a");
+        let h = Health::for_agent(&m, &key);
+        let gauge = || m.agent_ready.with_label_values(&["ns", "a"]).get();
+        assert_eq!(h.ready(), Err("waiting for the agent's lease".into()));
+        h.set_leased(true);
+        assert_eq!((h.ready(), gauge()), (Ok(()), 1));
+        h.set_problem("data plane: connection refused");
+        assert_eq!(h.ready(), Err("data plane: connection refused".into()));
+        assert_eq!(gauge(), 0);
+        h.clear_problem();
+        assert_eq!((h.ready(), gauge()), (Ok(()), 1));
+    }
+}

@@ -1,0 +1,111 @@
+//! Telling people what an agent is doing, and what goes wrong: activity in its spaces (what
+//! `chat` shows as "is thinking…", "is using …", or an error with what happens next), and the
+//! model's health in the data plane, from which the operator writes the Agent's
+//! `ModelAvailable` condition.
+
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::cycle::Agentlet;
+use crate::membership::SpaceKey;
+use crate::model::ModelError;
+use crate::store::{now_ms, InboxEvent, LiveEvent, ModelHealth};
+
+/// What happens after a failed cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The same events are tried again after this long.
+    RetryIn(Duration),
+    /// The model refused them repeatedly: they are recorded as failed and not retried.
+    GaveUp,
+}
+
+impl Agentlet {
+    /// Publishes what the agent is doing in `space` (nothing without a space).
+    pub(crate) async fn publish_activity(
+        &self,
+        space: Option<&str>,
+        activity: &str,
+        tool: Option<String>,
+        detail: Option<String>,
+    ) {
+        let Some(space) = space else { return };
+        let event = LiveEvent::Activity {
+            sender: self.me(),
+            activity: activity.into(),
+            tool,
+            detail,
+        };
+        if let Err(e) = self
+            .store
+            .publish_live(
+                &SpaceKey::new(self.key.namespace.clone(), space.to_string()),
+                &event,
+            )
+            .await
+        {
+            debug!(error = %e, "activity not published");
+        }
+    }
+
+    /// Says in the spaces of `events` (else the agent's first space) that the cycle failed and
+    /// what happens next; counts it; records the model's health when it changed.
+    pub async fn report_failure(&self, error: &ModelError, events: &[InboxEvent], next: Next) {
+        let (ns, name) = (self.key.namespace.as_str(), self.key.name.as_str());
+        self.metrics
+            .model_errors
+            .with_label_values(&[ns, name, error.failure.as_str()])
+            .inc();
+        let then = match next {
+            Next::RetryIn(d) => format!("retrying in {}s", d.as_secs().max(1)),
+            Next::GaveUp => "gave up on these messages after repeated refusals".to_string(),
+        };
+        let detail = format!("{error}; {then}");
+        let mut spaces: Vec<&str> = events.iter().filter_map(|e| e.space.as_deref()).collect();
+        spaces.dedup();
+        if spaces.is_empty() {
+            spaces.extend(self.agent.spec.spaces.first().map(String::as_str));
+        }
+        for space in spaces {
+            self.publish_activity(Some(space), "error", None, Some(detail.clone()))
+                .await;
+        }
+        self.record_model(ModelHealth {
+            available: false,
+            reason: error.failure.reason().into(),
+            message: error.to_string(),
+            since_ms: now_ms(),
+        })
+        .await;
+    }
+
+    /// Records that the model answered (after a failure, or for the first time).
+    pub async fn report_success(&self) {
+        self.record_model(ModelHealth {
+            available: true,
+            reason: "Available".into(),
+            message: "the model answered the last cycle".into(),
+            since_ms: now_ms(),
+        })
+        .await;
+    }
+
+    /// Writes the model's health when it differs from what was last written (the time of a
+    /// change is kept while nothing changes).
+    async fn record_model(&self, health: ModelHealth) {
+        let mut last = self.model_health.lock().await;
+        let same = last.as_ref().is_some_and(|l| {
+            l.available == health.available
+                && l.reason == health.reason
+                && l.message == health.message
+        });
+        if same {
+            return;
+        }
+        match self.store.set_model_health(&self.key, &health).await {
+            Ok(()) => *last = Some(health),
+            Err(e) => warn!(agent = %self.key, error = %e, "model health not recorded"),
+        }
+    }
+}
