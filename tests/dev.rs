@@ -13,7 +13,11 @@ use serde_json::{json, Value};
 
 use agentfleet::chat::SseParser;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
+/// The binary under test: this build's, or `AGENTFLEET_TEST_BIN` (to run these tests against
+/// an older build and see a regression test fail there).
+fn bin() -> String {
+    std::env::var("AGENTFLEET_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentfleet").into())
+}
 
 /// The lines a child writes, as they come.
 fn lines(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
@@ -62,7 +66,7 @@ impl Dev {
     }
 
     fn start_env(dir: &str, extra: &[&str], env: &[(&str, &str)]) -> Dev {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(bin())
             .args(["dev", dir, "--addr", "127.0.0.1:0"])
             .args(extra)
             .env_remove("AGENTFLEET_REDIS_URL")
@@ -365,7 +369,7 @@ async fn chat_types_as_a_human_and_shows_history() {
     let dev = Dev::start();
     let muhammad = dev.token("default/family", "Muhammad");
     let chat = |lines_until: &[(&str, &str)]| {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(bin())
             .args([
                 "chat",
                 "default/family",
@@ -460,7 +464,7 @@ async fn chat_types_as_a_human_and_shows_history() {
     );
 
     // A wrong token is a clear error, not a hang.
-    let o = Command::new(BIN)
+    let o = Command::new(bin())
         .args([
             "chat",
             "default/family",
@@ -1065,4 +1069,54 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
         everywhere[2].1
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Quick posts while the assistant thinks: the mid-cycle preview tells it what waits, but
+/// each message is answered once (the scripted model answered a preview again and again).
+#[tokio::test]
+async fn quick_messages_are_each_answered_once() {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start();
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/family", "Husam");
+    for i in 1..=6 {
+        let status = http
+            .post(format!("{}/v1/spaces/default/family/messages", dev.url))
+            .bearer_auth(&husam)
+            .json(&json!({ "text": format!("quick message {i}") }))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 201);
+    }
+    wait_for_message(&http, &dev, &husam, "family", |m| {
+        m["sender"]["id"] == "assistant" && m["text"].as_str().unwrap().contains("quick message 6")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let page: Value = http
+        .get(format!(
+            "{}/v1/spaces/default/family/messages?limit=100",
+            dev.url
+        ))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for i in 1..=6 {
+        let quoted = format!("\"quick message {i}\"");
+        let answers = page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| {
+                m["sender"]["id"] == "assistant" && m["text"].as_str().unwrap().contains(&quoted)
+            })
+            .count();
+        assert_eq!(answers, 1, "quick message {i}: {page}");
+    }
 }

@@ -954,3 +954,150 @@ async fn a_failed_summary_keeps_the_whole_window() {
     );
     assert!(c.tokens <= 1000, "{}", c.tokens);
 }
+
+/// A model that panics on its first call, then answers like the scripted one.
+struct PanicsOnce {
+    panicked: std::sync::atomic::AtomicBool,
+    inner: agentfleet::model::scripted::Scripted,
+}
+
+#[async_trait::async_trait]
+impl agentfleet::model::Model for PanicsOnce {
+    async fn complete(
+        &self,
+        request: &agentfleet::model::Request,
+        on_delta: &mut (dyn FnMut(agentfleet::model::Delta) + Send),
+    ) -> Result<agentfleet::model::Turn, agentfleet::model::ModelError> {
+        if !self
+            .panicked
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("a bug in a model provider");
+        }
+        self.inner.complete(request, on_delta).await
+    }
+}
+
+/// An agent task that dies — here by a panic mid-cycle — is restarted and counted, and the
+/// events it held are answered (once) by the new session.
+#[tokio::test]
+async fn a_panicking_agent_task_is_restarted_and_counted() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let agent = manifest("assistant", &["family"], "http://unused", "");
+    let a = Arc::new(Agentlet::new(
+        agent,
+        AgentKey::new(NS, "assistant"),
+        r.store.clone(),
+        Arc::new(PanicsOnce {
+            panicked: false.into(),
+            inner: agentfleet::model::scripted::Scripted::new("assistant"),
+        }),
+        WorkerMetrics::new().unwrap(),
+    ));
+    let (stop, rx) = watch::channel(false);
+    let health = Arc::new(Health::for_agent(&a.metrics, &a.key));
+    let task = tokio::spawn(agentfleet::worker::supervise(
+        a.clone(),
+        "w1".into(),
+        Duration::from_secs(1),
+        health.clone(),
+        rx,
+    ));
+    say(r.store.as_ref(), "family", "Husam", "hello after a crash").await;
+    until_cycle(&r.store, &a, 1).await;
+    let restarts = a
+        .metrics
+        .agent_restarts
+        .with_label_values(&[NS, "assistant", "panic"])
+        .get();
+    assert_eq!(restarts, 1);
+    let replies: Vec<SpaceMessage> = r
+        .store
+        .read_messages(
+            &SpaceKey::new(NS, "family"),
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.sender.id == "assistant")
+        .collect();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    until("ready", async || health.ready().ok()).await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// The production worker's loop on a Redis that is killed and restarted: it waits the outage
+/// out, says so, and answers what comes afterwards.
+#[tokio::test]
+async fn the_worker_rides_out_a_redis_restart() {
+    let mut redis = RedisServer::start_persistent().unwrap();
+    let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    space(store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    let mock = MockModel::responding(|req| {
+        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            MockTurn::text("ok")
+        } else {
+            send("family", &format!("answering: {}", last_user_text(req)))
+        }
+    })
+    .await
+    .unwrap();
+    let a = agentlet(
+        store.clone(),
+        manifest("assistant", &["family"], &mock.base_url, ""),
+    );
+    let (stop, rx) = watch::channel(false);
+    let health = Arc::new(Health::for_agent(&a.metrics, &a.key));
+    let task = tokio::spawn(agentfleet::worker::supervise(
+        a.clone(),
+        "w1".into(),
+        Duration::from_secs(3),
+        health.clone(),
+        rx,
+    ));
+    say(store.as_ref(), "family", "Husam", "one").await;
+    until_cycle(&store, &a, 1).await;
+    redis.kill();
+    until("not ready while Redis is down", async || {
+        health.ready().err()
+    })
+    .await;
+    assert!(
+        health.ready().unwrap_err().contains("data plane"),
+        "{:?}",
+        health.ready()
+    );
+    redis.restart().unwrap();
+    until("ready again", async || health.ready().ok()).await;
+    say(store.as_ref(), "family", "Husam", "two").await;
+    until_cycle(&store, &a, 2).await;
+    let texts: Vec<String> = store
+        .read_messages(
+            &SpaceKey::new(NS, "family"),
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.sender.id == "assistant")
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
