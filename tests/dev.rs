@@ -329,6 +329,42 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
     assert_eq!(announced["sender"]["id"], "reviewer");
 }
 
+/// A directory of manifests for one test, removed when dropped: a Space with the human
+/// Husam, and agents in it, each given by its name and its `spec` lines besides `spaces`.
+struct ManifestDir(std::path::PathBuf);
+
+impl ManifestDir {
+    fn new(tag: &str, space: &str, agents: &[(&str, String)]) -> Self {
+        let dir = std::env::temp_dir().join(format!("agentfleet-dev-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut yaml = format!(
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {{name: {space}}}\nspec:\n  members: [{{id: husam, name: Husam}}]\n"
+        );
+        for (name, spec) in agents {
+            yaml.push_str(&format!(
+                "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}}}\nspec:\n  spaces: [{space}]\n{spec}\n"
+            ));
+        }
+        std::fs::write(dir.join(format!("{space}.yaml")), yaml).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for ManifestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `model` line of an Agent on an OpenAI-compatible server.
+fn openai(base_url: &str) -> String {
+    format!("  model: {{provider: openai, name: mock, baseUrl: '{base_url}'}}")
+}
+
 /// Waits up to 20 s for a message of `space` (as `token`) that `matches`.
 async fn wait_for_message(
     http: &reqwest::Client,
@@ -526,29 +562,8 @@ async fn a_second_ctrl_c_stops_dev_at_once_during_a_cycle() {
     )])
     .await
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("agentfleet-dev-force-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("slow.yaml"),
-        format!(
-            "apiVersion: agentfleet.dev/v1alpha1
-kind: Space
-metadata: {{name: home}}
-spec:
-  members: [{{id: husam, name: Husam}}]
----
-apiVersion: agentfleet.dev/v1alpha1
-kind: Agent
-metadata: {{name: slow}}
-spec:
-  model: {{provider: openai, name: x, baseUrl: '{}'}}
-  spaces: [home]
-",
-            model.base_url
-        ),
-    )
-    .unwrap();
-    let mut dev = Dev::start_in(dir.to_str().unwrap(), &[]);
+    let dir = ManifestDir::new("force", "home", &[("slow", openai(&model.base_url))]);
+    let mut dev = Dev::start_in(dir.path(), &[]);
     let posted = reqwest::Client::new()
         .post(format!("{}/v1/spaces/default/home/messages", dev.url))
         .bearer_auth(dev.token("default/home", "Husam"))
@@ -590,7 +605,6 @@ spec:
     let logs: Vec<String> = dev.stderr.iter().collect();
     let forced: Vec<&String> = logs.iter().filter(|l| l.contains("forced")).collect();
     assert_eq!(forced.len(), 1, "one line says it was forced: {logs:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
@@ -634,36 +648,25 @@ async fn dev_runs_on_redis_with_the_redis_flag() {
 #[tokio::test]
 async fn plans_fire_in_dev_and_the_agent_acts_on_them() {
     agentfleet::install_crypto_provider();
-    let dir = std::env::temp_dir().join(format!("agentfleet-dev-plans-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let at = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(3);
-    std::fs::write(
-        dir.join("home.yaml"),
-        format!(
-            "apiVersion: agentfleet.dev/v1alpha1
-kind: Space
-metadata: {{name: home}}
-spec:
-  members: [{{id: husam, name: Husam}}]
----
-apiVersion: agentfleet.dev/v1alpha1
-kind: Agent
-metadata: {{name: butler}}
-spec:
-  model: {{provider: scripted, name: butler}}
-  spaces: [home]
+    let dir = ManifestDir::new(
+        "plans",
+        "home",
+        &[(
+            "butler",
+            format!(
+                "  model: {{provider: scripted, name: butler}}
   plans:
   - name: tea
     at: {at}
     instruction: Remind Husam to drink some tea.
   - name: daily
     schedule: '0 6 * * *'
-    instruction: Good morning.
-"
-        ),
-    )
-    .unwrap();
-    let dev = Dev::start_in(dir.to_str().unwrap(), &[]);
+    instruction: Good morning."
+            ),
+        )],
+    );
+    let dev = Dev::start_in(dir.path(), &[]);
     let http = reqwest::Client::new();
     let husam = dev.token("default/home", "Husam");
     let start = Instant::now();
@@ -707,7 +710,6 @@ spec:
     // Once: no second announcement.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(from_butler().await.len(), 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Two agents on a real model that always answers by addressing the other: before the loop
@@ -741,24 +743,15 @@ async fn agents_answering_each_other_stop_at_the_loop_guard() {
     })
     .await
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("agentfleet-dev-loop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let agent = |name: &str| {
-        format!(
-            "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: '{}'}}\n  spaces: [loop]\n",
-            model.base_url
-        )
-    };
-    std::fs::write(
-        dir.join("loop.yaml"),
-        format!(
-            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {{name: loop}}\nspec:\n  members: [{{id: husam, name: Husam}}]\n{}{}",
-            agent("ping"),
-            agent("pong")
-        ),
-    )
-    .unwrap();
-    let dev = Dev::start_in(dir.to_str().unwrap(), &[]);
+    let dir = ManifestDir::new(
+        "loop",
+        "loop",
+        &[
+            ("ping", openai(&model.base_url)),
+            ("pong", openai(&model.base_url)),
+        ],
+    );
+    let dev = Dev::start_in(dir.path(), &[]);
     let http = reqwest::Client::new();
     let husam = dev.token("default/loop", "Husam");
     let posted = http
@@ -808,7 +801,6 @@ async fn agents_answering_each_other_stop_at_the_loop_guard() {
         ),
         "{metrics}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// kill -9 of Redis, then a restart on the same port: the agents wait it out, `/readyz` says
@@ -937,15 +929,9 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
     let model_url = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let redis = agentfleet::testing::RedisServer::start().unwrap();
-    let dir = std::env::temp_dir().join(format!("agentfleet-dev-key-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("family.yaml"),
-        format!("apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {{name: family}}\nspec:\n  members: [{{id: husam, name: Husam}}]\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant}}\nspec:\n  model: {{provider: openai, name: gpt, baseUrl: '{model_url}'}}\n  spaces: [family]\n"),
-    )
-    .unwrap();
+    let dir = ManifestDir::new("key", "family", &[("assistant", openai(&model_url))]);
     let dev = Dev::start_env(
-        dir.to_str().unwrap(),
+        dir.path(),
         &["--redis", &redis.url()],
         &[("AGENTFLEET_MODEL_API_KEY", KEY)],
     );
@@ -1068,7 +1054,6 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
         "the failure is in consciousness: {}",
         everywhere[2].1
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Quick posts while the assistant thinks: the mid-cycle preview tells it what waits, but

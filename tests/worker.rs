@@ -955,6 +955,23 @@ async fn a_failed_summary_keeps_the_whole_window() {
     assert!(c.tokens <= 1000, "{}", c.tokens);
 }
 
+/// The messages of `space` (newest first, up to 50) that `sender` posted.
+async fn messages_from(store: &dyn Store, space: &str, sender: &str) -> Vec<SpaceMessage> {
+    store
+        .read_messages(
+            &SpaceKey::new(NS, space),
+            &ReadQuery {
+                limit: 50,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.sender.id == sender)
+        .collect()
+}
+
 /// A model that panics on its first call, then answers like the scripted one.
 struct PanicsOnce {
     panicked: std::sync::atomic::AtomicBool,
@@ -1012,20 +1029,7 @@ async fn a_panicking_agent_task_is_restarted_and_counted() {
         .with_label_values(&[NS, "assistant", "panic"])
         .get();
     assert_eq!(restarts, 1);
-    let replies: Vec<SpaceMessage> = r
-        .store
-        .read_messages(
-            &SpaceKey::new(NS, "family"),
-            &ReadQuery {
-                limit: 10,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|m| m.sender.id == "assistant")
-        .collect();
+    let replies = messages_from(r.store.as_ref(), "family", "assistant").await;
     assert_eq!(replies.len(), 1, "{replies:?}");
     until("ready", async || health.ready().ok()).await;
     let _ = stop.send(true);
@@ -1080,20 +1084,7 @@ async fn the_worker_rides_out_a_redis_restart() {
     until("ready again", async || health.ready().ok()).await;
     say(store.as_ref(), "family", "Husam", "two").await;
     until_cycle(&store, &a, 2).await;
-    let texts: Vec<String> = store
-        .read_messages(
-            &SpaceKey::new(NS, "family"),
-            &ReadQuery {
-                limit: 10,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|m| m.sender.id == "assistant")
-        .map(|m| m.text)
-        .collect();
+    let texts = messages_from(store.as_ref(), "family", "assistant").await;
     assert_eq!(texts.len(), 2, "{texts:?}");
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(10), task)

@@ -348,6 +348,20 @@ fn say(sender: Sender, text: &str) -> NewMessage {
     }
 }
 
+/// The newest ten messages of `space`, newest first.
+async fn recent(store: &dyn Store, space: &SpaceKey) -> Vec<SpaceMessage> {
+    store
+        .read_messages(
+            space,
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
 async fn family_space(store: &dyn Store, max_messages: u64) -> SpaceKey {
     let family = SpaceKey::new("fam", "family");
     let record = SpaceRecord {
@@ -425,20 +439,7 @@ async fn a_retried_post_never_duplicates(store: &dyn Store) {
     assert_eq!(again.id, first.id);
     assert!(again.delivered.is_empty());
     assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
-    assert_eq!(
-        store
-            .read_messages(
-                &family,
-                &ReadQuery {
-                    limit: 10,
-                    ..Default::default()
-                }
-            )
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(recent(store, &family).await.len(), 1);
 }
 
 async fn idempotency_keys_belong_to_their_sender(store: &dyn Store) {
@@ -496,16 +497,8 @@ async fn idempotency_keys_belong_to_their_sender(store: &dyn Store) {
         .unwrap();
     assert!(again.duplicate);
     assert_eq!(again.id, b.id);
-    let texts: Vec<String> = store
-        .read_messages(
-            &family,
-            &ReadQuery {
-                limit: 10,
-                ..Default::default()
-            },
-        )
+    let texts: Vec<String> = recent(store, &family)
         .await
-        .unwrap()
         .into_iter()
         .map(|m| m.text)
         .collect();
@@ -557,16 +550,7 @@ async fn the_loop_guard_stops_agents_waking_each_other(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(human_post.guarded, None);
-    let log = store
-        .read_messages(
-            &space,
-            &ReadQuery {
-                limit: 10,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let log = recent(store, &space).await;
     // Newest first: husam, the notice, the held message (posted, for humans to see), the first.
     assert_eq!(log.len(), 4);
     assert_eq!(log[1].sender, Sender::system());
@@ -602,16 +586,7 @@ async fn the_loop_guard_stops_agents_waking_each_other(store: &dyn Store) {
             .unwrap();
         assert_eq!((p.guarded, p.delivered.len()), (Some(Guard::Rate), 0));
     }
-    let log = store
-        .read_messages(
-            &fast,
-            &ReadQuery {
-                limit: 10,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let log = recent(store, &fast).await;
     let notices = log.iter().filter(|m| m.sender == Sender::system()).count();
     assert_eq!((log.len(), notices), (6, 1));
 }
@@ -672,17 +647,7 @@ async fn reading_pages_newest_first_or_since_an_id(store: &dyn Store) {
         .unwrap();
     assert_eq!(texts(since), ["m4", "m5"], "oldest first after the id");
     let nothing = SpaceKey::new("fam", "empty");
-    assert!(store
-        .read_messages(
-            &nothing,
-            &ReadQuery {
-                limit: 10,
-                ..Default::default()
-            }
-        )
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(recent(store, &nothing).await.is_empty());
 }
 
 async fn live_events_reach_subscribers(store: &dyn Store) {

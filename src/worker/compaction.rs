@@ -88,6 +88,26 @@ mod tests {
         Message::user("x".repeat(n * 4))
     }
 
+    /// An assistant message calling tool call `c`.
+    fn call_c() -> Message {
+        Message::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "t".into(),
+                arguments: "{}".into(),
+            }],
+        }
+    }
+
+    /// A result of call `c`, `n` characters long.
+    fn result_c(n: usize) -> Message {
+        Message::Tool {
+            tool_call_id: "c".into(),
+            content: "x".repeat(n),
+        }
+    }
+
     #[test]
     fn fits_means_no_compaction() {
         assert_eq!(plan(&[user(10), user(10)], 0, 0, 1000, 2), None);
@@ -107,19 +127,8 @@ mod tests {
 
     #[test]
     fn a_tool_call_and_its_result_stay_together() {
-        let call = Message::Assistant {
-            content: None,
-            tool_calls: vec![ToolCall {
-                id: "c".into(),
-                name: "t".into(),
-                arguments: "{}".into(),
-            }],
-        };
-        let result = Message::Tool {
-            tool_call_id: "c".into(),
-            content: "x".repeat(400),
-        };
-        let msgs = vec![user(96), call, result, user(96), user(96)];
+        let call = call_c();
+        let msgs = vec![user(96), call, result_c(400), user(96), user(96)];
         // Dropping two messages would start on the tool result; the result goes too.
         let start = plan(&msgs, 0, 0, 300, 1).unwrap();
         assert!(!matches!(msgs[start as usize], Message::Tool { .. }));
@@ -130,18 +139,8 @@ mod tests {
     fn a_cycle_that_ended_on_tool_results_keeps_them_and_their_call() {
         // A cycle cut off by its step limit ends on results: dropping "up to the next
         // non-result" used to drop everything (an empty window).
-        let call = Message::Assistant {
-            content: None,
-            tool_calls: vec![ToolCall {
-                id: "c".into(),
-                name: "t".into(),
-                arguments: "{}".into(),
-            }],
-        };
-        let result = |n| Message::Tool {
-            tool_call_id: "c".into(),
-            content: "x".repeat(n),
-        };
+        let call = call_c();
+        let result = result_c;
         let msgs = vec![user(96), user(96), call, result(400), result(400)];
         let start = plan(&msgs, 0, 0, 300, 1).unwrap();
         assert_eq!(start, 2, "the call and its results stay");
