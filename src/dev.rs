@@ -277,11 +277,7 @@ impl Dev {
             .await
             .with_context(|| format!("listening on {addr} (choose another with --addr)"))?;
         let addr = listener.local_addr().context("listening address")?;
-        let server = tokio::spawn(gateway::serve(
-            listener,
-            gateway::router(gw, metrics.registry.clone()),
-            shutdown_rx.clone(),
-        ));
+        let server = tokio::spawn(gateway::serve(listener, gw, metrics.registry.clone()));
 
         let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
         let holder = telemetry::process_identity(None, "dev");
