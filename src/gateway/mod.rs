@@ -620,7 +620,7 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
 }
 
 /// The whole HTTP surface: the API, `/openapi.json`, `/metrics` (of `registry`), JSON 404/405;
-/// every request within the request limits ([`serve::limit_requests`]) and counted.
+/// every request within the request limits (`serve::limit_requests`) and counted.
 pub fn router(gw: Gateway, registry: Registry) -> Router {
     let (api, doc) = api();
     let doc = Arc::new(doc);
