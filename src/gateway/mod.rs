@@ -136,26 +136,24 @@ impl Gateway {
             .space(&key)
             .await
             .map_err(|e| ApiError::unavailable(&e))?;
-        admit(caller, &key, record.as_ref())?;
-        match record {
-            Some(record) => Ok((key, record)),
-            None => Err(ApiError::not_found(format!(
-                "no space {}",
-                quote(&key.to_string())
-            ))),
-        }
+        let record = admit(caller, &key, record)?;
+        Ok((key, record))
     }
 }
 
-/// Whether the caller may read and post in the space `record` describes (`None`: no such
-/// space): the one answer for requests and open streams alike.
-fn admit(caller: &Entity, key: &SpaceKey, record: Option<&SpaceRecord>) -> Result<(), ApiError> {
+/// The space `record` describes (`None`: no such space), if the caller may read and post in
+/// it: the one answer for requests and open streams alike.
+fn admit(
+    caller: &Entity,
+    key: &SpaceKey,
+    record: Option<SpaceRecord>,
+) -> Result<SpaceRecord, ApiError> {
     match record {
         None => Err(ApiError::not_found(format!(
             "no space {}",
             quote(&key.to_string())
         ))),
-        Some(r) if caller.is_member(r) => Ok(()),
+        Some(r) if caller.is_member(&r) => Ok(r),
         Some(_) => Err(ApiError::not_member(format!(
             "{} is not a member of space {}",
             quote(&caller.id),

@@ -19,7 +19,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
@@ -53,15 +53,22 @@ pub async fn serve(listener: TcpListener, gw: Gateway, registry: Registry) -> io
     let app = router(gw, registry);
     let max = limits.max_connections;
     let slots = Arc::new(Semaphore::new(max as usize));
+    let mut last_warned: Option<Instant> = None;
     loop {
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
                 metrics.connection_limit_reached.inc();
-                warn!(
-                    limit = max,
-                    "connection limit reached; accepting again when a connection closes"
-                );
+                // Under a flood the limit is reached again at every close: say so once a
+                // minute, the metric counts every time.
+                if last_warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    last_warned = Some(Instant::now());
+                    warn!(
+                        limit = max,
+                        times = metrics.connection_limit_reached.get(),
+                        "connection limit reached; accepting again when a connection closes"
+                    );
+                }
                 tokio::select! {
                     slot = slots.clone().acquire_owned() => match slot {
                         Ok(slot) => slot,

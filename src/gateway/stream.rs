@@ -328,7 +328,7 @@ impl Client {
         // moment ago): confirm with a fresh read before ending the stream. A failed read keeps
         // the stream; the next change looks again.
         match self.gw.inner.store.space(&self.space).await {
-            Ok(record) => admit(&self.caller, &self.space, record.as_ref()).err(),
+            Ok(record) => admit(&self.caller, &self.space, record).err(),
             Err(e) => {
                 warn!(space = %self.space, error = %e, "confirming a member's removal");
                 None
