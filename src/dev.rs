@@ -279,8 +279,8 @@ impl Dev {
         let addr = listener.local_addr().context("listening address")?;
         let server = tokio::spawn(gateway::serve(
             listener,
-            gateway::router(gw.clone(), metrics.registry.clone()),
-            shutdown_rx.clone(),
+            gw.clone(),
+            metrics.registry.clone(),
         ));
 
         let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();

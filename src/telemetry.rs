@@ -354,7 +354,23 @@ pub struct GatewayMetrics {
     pub sse_lagged: prometheus::IntCounter,
     /// Message posted → written to an SSE client.
     pub fanout_latency: prometheus::Histogram,
+    /// Connections open.
+    pub connections: prometheus::IntGauge,
+    /// Times the connection limit was reached (accepting paused until a connection closed).
+    pub connection_limit_reached: prometheus::IntCounter,
+    /// Connections the gateway closed, by reason: `header_timeout`, `idle_timeout`, and the
+    /// requests that are not HTTP (`bad_request`, `uri_too_long`, `headers_too_large`).
+    pub connections_closed: IntCounterVec,
 }
+
+/// The reasons of `agentfleet_gateway_connections_closed_total`.
+pub const CONNECTION_CLOSE_REASONS: [&str; 5] = [
+    "header_timeout",
+    "idle_timeout",
+    "bad_request",
+    "uri_too_long",
+    "headers_too_large",
+];
 
 impl GatewayMetrics {
     /// Creates the metrics and registers them in `registry`.
@@ -391,17 +407,39 @@ impl GatewayMetrics {
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
             ]),
         )?;
+        let connections =
+            prometheus::IntGauge::new("agentfleet_gateway_connections", "Connections open.")?;
+        let connection_limit_reached = prometheus::IntCounter::new(
+            "agentfleet_gateway_connection_limit_reached_total",
+            "Times the connection limit was reached: accepting paused until a connection closed (new connections waited in the listen backlog).",
+        )?;
+        let connections_closed = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_gateway_connections_closed_total",
+                "Connections the gateway closed, by reason (header_timeout, idle_timeout, bad_request, uri_too_long, headers_too_large).",
+            ),
+            &["reason"],
+        )?;
+        for reason in CONNECTION_CLOSE_REASONS {
+            connections_closed.with_label_values(&[reason]);
+        }
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(sse_clients.clone()))?;
         registry.register(Box::new(sse_lagged.clone()))?;
         registry.register(Box::new(fanout_latency.clone()))?;
+        registry.register(Box::new(connections.clone()))?;
+        registry.register(Box::new(connection_limit_reached.clone()))?;
+        registry.register(Box::new(connections_closed.clone()))?;
         Ok(Self {
             requests,
             request_duration,
             sse_clients,
             sse_lagged,
             fanout_latency,
+            connections,
+            connection_limit_reached,
+            connections_closed,
         })
     }
 }

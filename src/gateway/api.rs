@@ -217,10 +217,72 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable, machine-readable: `unauthenticated`, `forbidden`, `not_member`, `not_found`,
     /// `method_not_allowed`, `invalid_request`, `payload_too_large`, `rate_limited`,
-    /// `unavailable`.
+    /// `unavailable`, `request_timeout`, `uri_too_long`, `headers_too_large`, `bad_request`.
     pub code: String,
-    /// For humans.
+    /// For humans; quotes client input only cut short (see [`quote`]).
     pub message: String,
+}
+
+/// The most characters of client input an error message quotes.
+pub const QUOTE_CHARS: usize = 64;
+
+/// The longest error message, in bytes: a backstop for texts that embed input we do not
+/// quote ourselves (a JSON parser's or a query parser's error).
+const MAX_MESSAGE_BYTES: usize = 400;
+
+/// Client input as an error message quotes it: in double quotes, escaped (quotes, backslashes,
+/// control characters, line breaks, bidirectional overrides), and cut after [`QUOTE_CHARS`]
+/// characters with `…` — so an answer never echoes a huge or hostile input whole. Every
+/// message that names what the client sent goes through here.
+pub fn quote(input: &str) -> String {
+    let mut out = String::with_capacity(input.len().min(QUOTE_CHARS * 2) + 4);
+    out.push('"');
+    let mut chars = input.chars();
+    for c in chars.by_ref().take(QUOTE_CHARS) {
+        out.extend(c.escape_debug());
+    }
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out.push('"');
+    out
+}
+
+/// Characters that reorder or hide the text around them when shown.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Every error message as sent: control and bidirectional characters escaped, cut to
+/// [`MAX_MESSAGE_BYTES`] (then `…`). The backstop for the texts of other parsers, which embed
+/// what the client sent; our own messages quote input with [`quote`].
+fn clean(message: String) -> String {
+    let needs_escape = message
+        .chars()
+        .any(|c| c.is_control() || is_bidi_control(c));
+    let mut message = if needs_escape {
+        message
+            .chars()
+            .fold(String::with_capacity(message.len()), |mut out, c| {
+                if c.is_control() || is_bidi_control(c) {
+                    out.extend(c.escape_unicode());
+                } else {
+                    out.push(c);
+                }
+                out
+            })
+    } else {
+        message
+    };
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
 }
 
 /// An error answer: status, stable code, message (never a secret).
@@ -241,7 +303,7 @@ impl ApiError {
         Self {
             status,
             code,
-            message: message.into(),
+            message: clean(message.into()),
             retry_after: None,
         }
     }
@@ -311,17 +373,60 @@ impl ApiError {
             "this route does not take that method",
         )
     }
+
+    /// 408: the request did not reach its response within `limit`.
+    pub fn request_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request was not complete within {}s",
+                limit.as_secs_f64()
+            ),
+        )
+    }
+
+    /// 414: the request target is longer than `limit` bytes.
+    pub fn uri_too_long(limit: usize) -> Self {
+        Self::new(
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("the request target is longer than {limit} bytes"),
+        )
+    }
+
+    /// 431: the request's headers do not fit the server's buffer.
+    pub fn headers_too_large() -> Self {
+        Self::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            "the request's headers are too large",
+        )
+    }
+
+    /// 400 for a request that is not HTTP/1 (malformed request line or header).
+    pub fn bad_request() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the request is not valid HTTP/1.1",
+        )
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code.into(),
+                message: self.message.clone(),
+            },
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code.into(),
-                message: self.message,
-            },
-        };
-        let mut response = (self.status, axum::Json(body)).into_response();
+        let mut response = (self.status, axum::Json(self.body())).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -359,5 +464,41 @@ where
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_are_cut_short_and_escaped() {
+        assert_eq!(quote("family"), "\"family\"");
+        assert_eq!(quote("a\"b\\c\r\n\0"), r#""a\"b\\c\r\n\0""#);
+        assert_eq!(quote("\u{202e}x"), r#""\u{202e}x""#);
+        let long = quote(&"é".repeat(1000));
+        assert_eq!(long, format!("\"{}…\"", "é".repeat(QUOTE_CHARS)));
+    }
+
+    #[test]
+    fn every_message_is_escaped_and_bounded() {
+        let e = ApiError::invalid(format!("parser says `{}`", "\r\n\u{202e}".repeat(500)));
+        assert!(e.message.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8());
+        assert!(e.message.ends_with('…'));
+        assert!(
+            !e.message.contains(['\r', '\n', '\u{202e}']),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.starts_with("parser says `\\u{d}\\u{a}\\u{202e}"),
+            "{}",
+            e.message
+        );
+        let quoted = ApiError::not_found(format!("no space {}", quote("a\nb")));
+        assert_eq!(
+            quoted.message, r#"no space "a\nb""#,
+            "quoted input is not escaped twice"
+        );
     }
 }

@@ -24,11 +24,17 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::store::AgentKey;
+use super::api::ApiError;
+use super::Gateway;
+use crate::store::{AgentKey, SpaceRecord};
 
 /// What kind of entity a token stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -53,7 +59,23 @@ pub struct Entity {
     pub agents: Vec<String>,
 }
 
+impl EntityKind {
+    /// How the API names the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntityKind::Human => "human",
+            EntityKind::Service => "service",
+        }
+    }
+}
+
 impl Entity {
+    /// Whether this entity reads and posts in a space of these members: a human it lists.
+    /// The one membership rule of the gateway (requests and open streams alike).
+    pub fn is_member(&self, space: &SpaceRecord) -> bool {
+        self.kind == EntityKind::Human && space.has_human(&self.id)
+    }
+
     /// Whether this entity may send service events to `agent`.
     pub fn may_trigger(&self, agent: &AgentKey) -> bool {
         self.kind == EntityKind::Service
@@ -102,21 +124,35 @@ pub fn new_token(prefix: &str) -> anyhow::Result<String> {
 }
 
 /// Token hashes → entities. Cheap to clone; reloadable in place.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Tokens {
     by_hash: Arc<RwLock<HashMap<String, Entity>>>,
+    /// Bumped on every reload that changes the tokens (open streams look again then).
+    changes: Arc<watch::Sender<u64>>,
+}
+
+impl Default for Tokens {
+    fn default() -> Self {
+        Self::from_map(HashMap::new())
+    }
 }
 
 impl Tokens {
-    /// A token set from `(token, entity)` pairs (for `agentfleet dev` and tests).
-    pub fn from_plain(pairs: impl IntoIterator<Item = (String, Entity)>) -> Self {
-        let map = pairs
-            .into_iter()
-            .map(|(token, entity)| (hash_token(&token), entity))
-            .collect();
+    fn from_map(map: HashMap<String, Entity>) -> Self {
         Self {
             by_hash: Arc::new(RwLock::new(map)),
+            changes: Arc::new(watch::channel(0).0),
         }
+    }
+
+    /// A token set from `(token, entity)` pairs (for `agentfleet dev` and tests).
+    pub fn from_plain(pairs: impl IntoIterator<Item = (String, Entity)>) -> Self {
+        Self::from_map(
+            pairs
+                .into_iter()
+                .map(|(token, entity)| (hash_token(&token), entity))
+                .collect(),
+        )
     }
 
     /// Parses a token file's text.
@@ -164,9 +200,7 @@ impl Tokens {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading token file {}", path.display()))?;
         let map = Self::parse(&text).with_context(|| format!("token file {}", path.display()))?;
-        Ok(Self {
-            by_hash: Arc::new(RwLock::new(map)),
-        })
+        Ok(Self::from_map(map))
     }
 
     /// Reloads `path` every `every` (a mounted Secret changes in place); a file that stops
@@ -189,11 +223,16 @@ impl Tokens {
                 match Self::parse(&text) {
                     Ok(map) => {
                         invalid = None;
-                        if let Ok(mut m) = tokens.by_hash.write() {
-                            if *m != map {
+                        let changed = match tokens.by_hash.write() {
+                            Ok(mut m) if *m != map => {
                                 info!(path = %path.display(), tokens = map.len(), "token file reloaded");
                                 *m = map;
+                                true
                             }
+                            _ => false,
+                        };
+                        if changed {
+                            tokens.changes.send_modify(|n| *n += 1);
                         }
                     }
                     Err(e) => {
@@ -213,6 +252,20 @@ impl Tokens {
         self.by_hash.read().ok()?.get(&hash).cloned()
     }
 
+    /// Whether the token of this hash still stands for `entity` (same kind and id): false once
+    /// it is revoked or given to someone else.
+    pub fn still_grants(&self, hash: &TokenHash, entity: &Entity) -> bool {
+        self.by_hash.read().is_ok_and(|m| {
+            m.get(&hash.0)
+                .is_some_and(|e| e.kind == entity.kind && e.id == entity.id)
+        })
+    }
+
+    /// Changes whenever a reload changes the tokens.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// How many tokens are configured.
     pub fn len(&self) -> usize {
         self.by_hash.read().map(|m| m.len()).unwrap_or(0)
@@ -221,6 +274,42 @@ impl Tokens {
     /// Whether no token is configured.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The hash of the token a caller presented (the token itself is not kept).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenHash(String);
+
+/// The token of an `Authorization` header value: scheme `Bearer` in any case (RFC 7235),
+/// then one or more spaces or tabs, then the token (one word).
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.trim().split_once([' ', '\t'])?;
+    let token = rest.trim_start_matches([' ', '\t']);
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && !token.contains([' ', '\t']))
+        .then_some(token)
+}
+
+/// The authenticated, rate-limited caller, and the hash of the token it presented (so that
+/// a long-lived stream can tell when that token is revoked).
+pub struct Caller(pub Entity, pub TokenHash);
+
+impl FromRequestParts<Gateway> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, gw: &Gateway) -> Result<Self, ApiError> {
+        let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+            ApiError::unauthenticated("missing bearer token (Authorization: Bearer TOKEN)")
+        })?;
+        let token = value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+            ApiError::unauthenticated("the Authorization header is not a bearer token")
+        })?;
+        let entity = gw
+            .tokens()
+            .entity(token)
+            .ok_or_else(|| ApiError::unauthenticated("unknown or revoked token"))?;
+        gw.check_rate(&entity)?;
+        Ok(Caller(entity, TokenHash(hash_token(token))))
     }
 }
 
@@ -280,9 +369,7 @@ mod tests {
             hash_token("secret-1"),
             hash_token("secret-2").to_uppercase()
         );
-        let tokens = Tokens {
-            by_hash: Arc::new(RwLock::new(Tokens::parse(&file).unwrap())),
-        };
+        let tokens = Tokens::from_map(Tokens::parse(&file).unwrap());
         let husam = tokens.entity("secret-1").unwrap();
         assert_eq!(
             (husam.kind, husam.name.as_str()),
@@ -358,6 +445,67 @@ mod tests {
             tokens.entity("two").unwrap().id,
             "muhammad",
             "kept in force"
+        );
+        watcher.abort();
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in [
+            "Bearer t",
+            "bearer t",
+            "BEARER t",
+            "bEaReR   t",
+            "Bearer\tt",
+            " Bearer t ",
+        ] {
+            assert_eq!(bearer_token(value), Some("t"), "{value:?}");
+        }
+        for value in [
+            "Bearer",
+            "Bearer ",
+            "Bearert",
+            "Basic t",
+            "Bearer t u",
+            "Token t",
+            "",
+        ] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reload_that_changes_the_tokens_is_announced() {
+        let path =
+            std::env::temp_dir().join(format!("agentfleet-tokens-changes-{}", std::process::id()));
+        let file = |id: &str| {
+            format!(
+                "tokens:\n- sha256: {}\n  kind: human\n  id: {id}\n",
+                hash_token("one")
+            )
+        };
+        std::fs::write(&path, file("husam")).unwrap();
+        let tokens = Tokens::load(&path).unwrap();
+        let mut changes = tokens.changes();
+        let husam = tokens.entity("one").unwrap();
+        let hash = TokenHash(hash_token("one"));
+        assert!(tokens.still_grants(&hash, &husam));
+        let watcher = tokens.watch(path.clone(), Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !changes.has_changed().unwrap(),
+            "the same file is no change"
+        );
+
+        std::fs::write(&path, file("muhammad")).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), changes.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            !tokens.still_grants(&hash, &husam),
+            "the token stands for someone else now"
         );
         watcher.abort();
         let _ = std::fs::remove_file(&path);

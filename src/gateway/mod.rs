@@ -14,27 +14,25 @@
 
 pub mod api;
 pub mod auth;
+mod config;
+mod serve;
 pub mod sse;
+pub mod stream;
+mod wire;
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, Query, State};
-use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures::stream::{self, Stream, StreamExt};
 use prometheus::Registry;
 use serde::Deserialize;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tracing::info;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, OpenApi};
@@ -49,59 +47,14 @@ use crate::store::{
 };
 use crate::telemetry::{self, GatewayMetrics};
 use api::{
-    ApiError, ErrorBody, JsonBody, Me, Member, Message, MessagePage, PostMessage, Posted,
+    quote, ApiError, ErrorBody, JsonBody, Me, Member, Message, MessagePage, PostMessage, Posted,
     SpaceInfo, TriggerEvent, Triggered,
 };
-use auth::{Entity, EntityKind, RateLimiter, Tokens};
-use sse::{Frame, Hub, Item};
+use auth::{Caller, Entity, RateLimiter, Tokens};
+pub use config::{Args, Limits};
+pub use serve::serve;
+use sse::Hub;
 
-/// Flags of `agentfleet gateway`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Args {
-    /// Address to serve the API, `/openapi.json`, `/metrics`, `/healthz` and `/readyz` on.
-    #[arg(long, env = "AGENTFLEET_GATEWAY_ADDR", default_value = "0.0.0.0:8080")]
-    pub addr: SocketAddr,
-    /// Redis URL of the data plane.
-    #[arg(
-        long,
-        env = "AGENTFLEET_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379/"
-    )]
-    pub redis: String,
-    /// The token file: SHA-256 hashes of bearer tokens → entities (a mounted Secret; reloaded
-    /// when it changes).
-    #[arg(long, env = "AGENTFLEET_GATEWAY_TOKENS")]
-    pub tokens: PathBuf,
-    #[command(flatten)]
-    pub limits: Limits,
-}
-
-/// Request limits.
-#[derive(clap::Args, Debug, Clone, Copy)]
-pub struct Limits {
-    /// Largest request body accepted, in bytes.
-    #[arg(long, default_value_t = 64 * 1024)]
-    pub max_body_bytes: usize,
-    /// Requests per second per token (0: no limit).
-    #[arg(long, default_value_t = 20.0)]
-    pub rate_limit: f64,
-    /// Requests a token may burst above the rate.
-    #[arg(long, default_value_t = 60)]
-    pub rate_burst: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: 64 * 1024,
-            rate_limit: 20.0,
-            rate_burst: 60,
-        }
-    }
-}
-
-/// Messages read per round trip when a stream resumes.
-const RESUME_PAGE: usize = 500;
 /// The most messages one page returns.
 const MAX_PAGE: usize = 500;
 
@@ -127,8 +80,8 @@ struct Inner {
 pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 impl Gateway {
-    /// A gateway over `store`, registering its metrics in `registry`. Open SSE streams end
-    /// when `shutdown` turns true.
+    /// A gateway over `store`, registering its metrics in `registry`. When `shutdown` turns
+    /// true, [`serve`] stops accepting and open SSE streams end.
     pub fn new(
         store: Arc<dyn Store>,
         tokens: Tokens,
@@ -138,7 +91,7 @@ impl Gateway {
     ) -> Result<Self, prometheus::Error> {
         Ok(Self {
             inner: Arc::new(Inner {
-                hub: Hub::new(store.clone()),
+                hub: Hub::new(store.clone(), limits.sse_recheck),
                 store,
                 tokens,
                 limiter: RateLimiter::new(limits.rate_limit, limits.rate_burst),
@@ -160,6 +113,20 @@ impl Gateway {
         self.inner.limits.max_body_bytes
     }
 
+    /// The token map.
+    fn tokens(&self) -> &Tokens {
+        &self.inner.tokens
+    }
+
+    /// Takes one request from the caller's rate-limit bucket.
+    fn check_rate(&self, caller: &Entity) -> Result<(), ApiError> {
+        let who = format!("{}:{}", caller.kind.as_str(), caller.id);
+        self.inner
+            .limiter
+            .check(&who)
+            .map_err(ApiError::rate_limited)
+    }
+
     /// The space, if the caller is a member of it.
     async fn member_space(
         &self,
@@ -168,7 +135,10 @@ impl Gateway {
         name: &str,
     ) -> Result<(SpaceKey, SpaceRecord), ApiError> {
         if !valid_name(ns) || !valid_name(name) {
-            return Err(ApiError::not_found(format!("no space {ns}/{name}")));
+            return Err(ApiError::not_found(format!(
+                "no space {}",
+                quote(&format!("{ns}/{name}"))
+            )));
         }
         let key = SpaceKey::new(ns, name);
         let record = self
@@ -176,20 +146,30 @@ impl Gateway {
             .store
             .space(&key)
             .await
-            .map_err(|e| ApiError::unavailable(&e))?
-            .ok_or_else(|| ApiError::not_found(format!("no space {key}")))?;
-        let member = caller.kind == EntityKind::Human
-            && record
-                .members
-                .iter()
-                .any(|m| m.kind == MemberKind::Human && m.id == caller.id);
-        if !member {
-            return Err(ApiError::not_member(format!(
-                "{} is not a member of space {key}",
-                caller.id
-            )));
-        }
+            .map_err(|e| ApiError::unavailable(&e))?;
+        let record = admit(caller, &key, record)?;
         Ok((key, record))
+    }
+}
+
+/// The space `record` describes (`None`: no such space), if the caller may read and post in
+/// it: the one answer for requests and open streams alike.
+fn admit(
+    caller: &Entity,
+    key: &SpaceKey,
+    record: Option<SpaceRecord>,
+) -> Result<SpaceRecord, ApiError> {
+    match record {
+        None => Err(ApiError::not_found(format!(
+            "no space {}",
+            quote(&key.to_string())
+        ))),
+        Some(r) if caller.is_member(&r) => Ok(r),
+        Some(_) => Err(ApiError::not_member(format!(
+            "{} is not a member of space {}",
+            quote(&caller.id),
+            quote(&key.to_string())
+        ))),
     }
 }
 
@@ -201,57 +181,11 @@ fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
-/// The authenticated, rate-limited caller.
-pub struct Caller(pub Entity);
-
-impl FromRequestParts<Gateway> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, gw: &Gateway) -> Result<Self, ApiError> {
-        let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
-            ApiError::unauthenticated("missing bearer token (Authorization: Bearer TOKEN)")
-        })?;
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                ApiError::unauthenticated("the Authorization header is not a bearer token")
-            })?;
-        let entity = gw
-            .inner
-            .tokens
-            .entity(token)
-            .ok_or_else(|| ApiError::unauthenticated("unknown or revoked token"))?;
-        let who = match entity.kind {
-            EntityKind::Human => format!("human:{}", entity.id),
-            EntityKind::Service => format!("service:{}", entity.id),
-        };
-        gw.inner
-            .limiter
-            .check(&who)
-            .map_err(ApiError::rate_limited)?;
-        Ok(Caller(entity))
-    }
-}
-
-fn kind_str(kind: EntityKind) -> &'static str {
-    match kind {
-        EntityKind::Human => "human",
-        EntityKind::Service => "service",
-    }
-}
-
 /// The id of a message (`MILLIS-SEQ`), or a 400.
 fn message_id(what: &str, id: &str) -> Result<String, ApiError> {
     crate::store::parse_message_id(id)
         .map(|_| id.to_string())
-        .ok_or_else(|| ApiError::invalid(format!("{what}: {id:?} is not a message id")))
+        .ok_or_else(|| ApiError::invalid(format!("{what}: {} is not a message id", quote(id))))
 }
 
 /// A space in a route.
@@ -285,6 +219,19 @@ enum SpaceRefusals {
     Unavailable(ErrorBody),
 }
 
+/// The refusals of every route, before it is reached or while it runs (the connection-level
+/// `bad_request` 400 and `headers_too_large` 431 are in the API's description).
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // documentation only: the answers are built by `ApiError`
+enum RequestRefusals {
+    /// The request did not reach its response in time (`request_timeout`).
+    #[response(status = 408)]
+    RequestTimeout(ErrorBody),
+    /// The request target is too long (`uri_too_long`).
+    #[response(status = 414)]
+    UriTooLong(ErrorBody),
+}
+
 /// Posts a message in a space as the caller.
 #[utoipa::path(
     post,
@@ -301,12 +248,13 @@ enum SpaceRefusals {
         (status = 400, description = "Invalid body", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         SpaceRefusals,
+        RequestRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn post_message(
     State(gw): State<Gateway>,
-    Caller(caller): Caller,
+    Caller(caller, _): Caller,
     Path(SpacePath {
         namespace: ns,
         space: name,
@@ -321,7 +269,9 @@ async fn post_message(
     if let Some(m) = &body.mention {
         if !record.has_agent(m) {
             return Err(ApiError::invalid(format!(
-                "mention: {m:?} is not an agent of space {key}"
+                "mention: {} is not an agent of space {}",
+                quote(m),
+                quote(&key.to_string())
             )));
         }
     }
@@ -402,12 +352,13 @@ pub struct ReadParams {
         (status = 200, description = "A page of messages", body = MessagePage),
         (status = 400, description = "Invalid query", body = ErrorBody),
         SpaceRefusals,
+        RequestRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn read_messages(
     State(gw): State<Gateway>,
-    Caller(caller): Caller,
+    Caller(caller, _): Caller,
     Path(SpacePath {
         namespace: ns,
         space: name,
@@ -459,12 +410,13 @@ async fn read_messages(
     responses(
         (status = 200, description = "The space", body = SpaceInfo),
         SpaceRefusals,
+        RequestRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn space_info(
     State(gw): State<Gateway>,
-    Caller(caller): Caller,
+    Caller(caller, _): Caller,
     Path(SpacePath {
         namespace: ns,
         space: name,
@@ -487,159 +439,6 @@ async fn space_info(
     }))
 }
 
-/// Where a stream resumes.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct StreamParams {
-    /// Resume after this message id (as the `Last-Event-ID` header does; the header wins).
-    pub after: Option<String>,
-}
-
-/// Counts a connected SSE client while it lives.
-struct ClientGuard(prometheus::IntGauge);
-
-impl Drop for ClientGuard {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-fn sse_event(frame: &Frame) -> Event {
-    let event = Event::default().event(frame.event).data(&frame.data);
-    match &frame.id {
-        Some(id) => event.id(id),
-        None => event,
-    }
-}
-
-/// Streams a space over SSE.
-///
-/// Events: `message` (a posted message, JSON `Message`, with the message id as the SSE id),
-/// `delta` (JSON `DeltaEvent`: text an agent is writing, as it streams), `activity` (JSON
-/// `ActivityEvent`: thinking, running a tool, idle). Reconnecting with `Last-Event-ID` (or
-/// `?after=`) first replays the messages posted since that id.
-#[utoipa::path(
-    get,
-    path = "/v1/spaces/{namespace}/{space}/stream",
-    tag = "spaces",
-    params(
-        SpacePath,
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this message id"),
-        StreamParams,
-    ),
-    responses(
-        (status = 200, description = "An SSE stream of `message`, `delta` and `activity` events", content_type = "text/event-stream", body = String),
-        (status = 400, description = "Invalid resume id", body = ErrorBody),
-        SpaceRefusals,
-    ),
-    security(("bearer" = []))
-)]
-async fn stream_space(
-    State(gw): State<Gateway>,
-    Caller(caller): Caller,
-    Path(SpacePath {
-        namespace: ns,
-        space: name,
-    }): Path<SpacePath>,
-    headers: HeaderMap,
-    query: Result<Query<StreamParams>, QueryRejection>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let (key, _) = gw.member_space(&caller, &ns, &name).await?;
-    let resume = match headers.get("last-event-id") {
-        Some(v) => Some(
-            v.to_str()
-                .map_err(|_| ApiError::invalid("Last-Event-ID: not visible ASCII"))?
-                .to_string(),
-        ),
-        None => q.after,
-    }
-    .map(|id| message_id("Last-Event-ID", &id))
-    .transpose()?;
-
-    // Subscribe first, then read what was missed: a message posted in between arrives both
-    // ways and is sent once.
-    let sub = gw
-        .inner
-        .hub
-        .subscribe(&key)
-        .await
-        .map_err(|e| ApiError::unavailable(&e))?;
-    let mut backlog = Vec::new();
-    let mut last = resume.as_deref().and_then(crate::store::parse_message_id);
-    if let Some(mut cursor) = resume {
-        loop {
-            let page = gw
-                .inner
-                .store
-                .read_messages(
-                    &key,
-                    &ReadQuery {
-                        limit: RESUME_PAGE,
-                        before: None,
-                        after: Some(cursor.clone()),
-                    },
-                )
-                .await
-                .map_err(|e| ApiError::unavailable(&e))?;
-            for m in &page {
-                let frame = Frame::message(&Message::from(m))
-                    .map_err(|e| ApiError::invalid(format!("encoding a message: {e}")))?;
-                last = frame.order.or(last);
-                backlog.push(Ok(sse_event(&frame)));
-            }
-            match page.last() {
-                Some(m) if page.len() == RESUME_PAGE => cursor = m.id.clone(),
-                _ => break,
-            }
-        }
-    }
-
-    gw.inner.metrics.sse_clients.inc();
-    let guard = ClientGuard(gw.inner.metrics.sse_clients.clone());
-    let shutdown = gw.inner.shutdown.clone();
-    let live = stream::unfold(
-        (sub, last, shutdown, guard, gw),
-        |(mut sub, mut last, mut shutdown, guard, gw)| async move {
-            let metrics = &gw.inner.metrics;
-            loop {
-                let item = tokio::select! {
-                    r = sub.rx.recv() => r,
-                    _ = shutdown.wait_for(|v| *v) => return None,
-                };
-                match item {
-                    Ok(Item::Frame(frame)) => {
-                        if let Some(order) = frame.order {
-                            if last.is_some_and(|l| order <= l) {
-                                continue;
-                            }
-                            last = Some(order);
-                        }
-                        if let Some(posted) = frame.posted_ms {
-                            let ms = (now_ms() - posted).max(0) as f64;
-                            metrics.fanout_latency.observe(ms / 1000.0);
-                        }
-                        let event = sse_event(&frame);
-                        return Some((Ok(event), (sub, last, shutdown, guard, gw)));
-                    }
-                    Ok(Item::Closed) | Err(broadcast::error::RecvError::Closed) => return None,
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        metrics.sse_lagged.inc();
-                        return None;
-                    }
-                }
-            }
-        },
-    );
-    let hello = Event::default()
-        .retry(Duration::from_secs(2))
-        .comment("connected");
-    Ok(
-        Sse::new(stream::iter(std::iter::once(Ok(hello)).chain(backlog)).chain(live))
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))),
-    )
-}
-
 /// Triggers an agent with a service event (a webhook).
 #[utoipa::path(
     post,
@@ -660,12 +459,13 @@ async fn stream_space(
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 429, description = "Rate limited", body = ErrorBody),
         (status = 503, description = "Data plane unavailable", body = ErrorBody),
+        RequestRefusals,
     ),
     security(("bearer" = []))
 )]
 async fn trigger_agent(
     State(gw): State<Gateway>,
-    Caller(caller): Caller,
+    Caller(caller, _): Caller,
     Path((ns, name)): Path<(String, String)>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<TriggerEvent>,
@@ -673,9 +473,10 @@ async fn trigger_agent(
     let key = AgentKey::new(ns.clone(), name.clone());
     if !caller.may_trigger(&key) {
         return Err(ApiError::forbidden(format!(
-            "{} {} may not trigger agent {key}",
-            kind_str(caller.kind),
-            caller.id
+            "{} {} may not trigger agent {}",
+            caller.kind.as_str(),
+            quote(&caller.id),
+            quote(&key.to_string())
         )));
     }
     let known = valid_name(&ns)
@@ -687,7 +488,10 @@ async fn trigger_agent(
             .await
             .map_err(|e| ApiError::unavailable(&e))?;
     if !known {
-        return Err(ApiError::not_found(format!("no agent {key}")));
+        return Err(ApiError::not_found(format!(
+            "no agent {}",
+            quote(&key.to_string())
+        )));
     }
     let text = body.text.filter(|t| !t.trim().is_empty());
     if text.is_none() && body.data.is_none() {
@@ -743,12 +547,13 @@ async fn trigger_agent(
         (status = 200, description = "Who the token stands for", body = Me),
         (status = 401, description = "No or unknown token", body = ErrorBody),
         (status = 429, description = "Rate limited", body = ErrorBody),
+        RequestRefusals,
     ),
     security(("bearer" = []))
 )]
-async fn me(Caller(caller): Caller) -> Json<Me> {
+async fn me(Caller(caller, _): Caller) -> Json<Me> {
     Json(Me {
-        kind: kind_str(caller.kind).into(),
+        kind: caller.kind.as_str().into(),
         id: caller.id,
         name: caller.name,
     })
@@ -756,7 +561,7 @@ async fn me(Caller(caller): Caller) -> Json<Me> {
 
 /// Liveness: the process serves.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
-    responses((status = 200, description = "Serving", body = String)))]
+    responses((status = 200, description = "Serving", body = String), RequestRefusals))]
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -766,6 +571,7 @@ async fn healthz() -> &'static str {
     responses(
         (status = 200, description = "Ready", body = String),
         (status = 503, description = "The data plane does not answer", body = String),
+        RequestRefusals,
     ))]
 async fn readyz(State(gw): State<Gateway>) -> (StatusCode, String) {
     match tokio::time::timeout(Duration::from_secs(2), gw.inner.store.ping()).await {
@@ -800,7 +606,7 @@ impl utoipa::Modify for BearerAuth {
 #[openapi(
     info(
         title = "agentfleet gateway",
-        description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code. `/metrics` serves Prometheus metrics."
+        description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code, including those answered before a route is reached: `bad_request` 400 (not HTTP/1.1), `request_timeout` 408, `uri_too_long` 414, `headers_too_large` 431. Error messages quote client input cut to 64 characters. `/metrics` serves Prometheus metrics."
     ),
     modifiers(&BearerAuth),
     components(schemas(api::DeltaEvent, api::ActivityEvent)),
@@ -819,7 +625,7 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(post_message, read_messages))
         .routes(routes!(space_info))
-        .routes(routes!(stream_space))
+        .routes(routes!(stream::stream_space))
         .routes(routes!(trigger_agent))
         .routes(routes!(me))
         .routes(routes!(healthz))
@@ -827,7 +633,8 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .split_for_parts()
 }
 
-/// The whole HTTP surface: the API, `/openapi.json`, `/metrics` (of `registry`), JSON 404/405.
+/// The whole HTTP surface: the API, `/openapi.json`, `/metrics` (of `registry`), JSON 404/405;
+/// every request within the request limits (`serve::limit_requests`) and counted.
 pub fn router(gw: Gateway, registry: Registry) -> Router {
     let (api, doc) = api();
     let doc = Arc::new(doc);
@@ -840,10 +647,14 @@ pub fn router(gw: Gateway, registry: Registry) -> Router {
     )
     .fallback(|| async { ApiError::not_found("no such route") })
     .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-    .layer(axum::middleware::from_fn_with_state(gw.clone(), track))
     .layer(DefaultBodyLimit::max(gw.max_body_bytes()))
-    .with_state(gw)
+    .with_state(gw.clone())
     .merge(telemetry::metrics_router(registry))
+    .layer(axum::middleware::from_fn_with_state(
+        gw.clone(),
+        serve::limit_requests,
+    ))
+    .layer(axum::middleware::from_fn_with_state(gw, track))
 }
 
 /// Counts requests by route pattern, method and status.
@@ -869,36 +680,21 @@ async fn track(
     response.into_response()
 }
 
-/// Serves `router` on `listener` until `shutdown` turns true.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    mut shutdown: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    axum::serve(listener, router.into_make_service())
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|v| *v).await;
-        })
-        .await
-}
-
 /// `agentfleet gateway`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let tokens = Tokens::load(&args.tokens)?;
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the token file holds no tokens: every request will be refused");
     }
-    let _reload = tokens.watch(args.tokens.clone(), Duration::from_secs(10));
+    let _reload = tokens.watch(args.tokens.clone(), args.tokens_reload);
     let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis).context("data plane")?);
     let registry = Registry::new();
     let shutdown = telemetry::shutdown_channel("shutting down the gateway");
-    let gw = Gateway::new(store, tokens, args.limits, &registry, shutdown.clone())
+    let gw = Gateway::new(store, tokens, args.limits, &registry, shutdown)
         .context("registering metrics")?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("listening on {}", args.addr))?;
     info!(addr = %args.addr, tokens = gw.inner.tokens.len(), "gateway serving");
-    serve(listener, router(gw, registry), shutdown)
-        .await
-        .context("serving HTTP")
+    serve(listener, gw, registry).await.context("serving HTTP")
 }

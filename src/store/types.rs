@@ -61,6 +61,13 @@ impl SpaceRecord {
             .any(|m| m.kind == MemberKind::Agent && m.id == name)
     }
 
+    /// Whether a human of this id is a member.
+    pub fn has_human(&self, id: &str) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.kind == MemberKind::Human && m.id == id)
+    }
+
     /// Names of the member agents.
     pub fn agents(&self) -> impl Iterator<Item = &str> {
         self.members

@@ -1,171 +1,19 @@
-//! The gateway over real HTTP on a free port, on a real `redis-server`.
+//! The gateway over real HTTP on a free port, on a real `redis-server`: the API here, the
+//! connection limits in `connections`, access and replay in `trust`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
+mod connections;
+mod fixture;
+mod trust;
+
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{json, Value};
-use tokio::sync::watch;
 
-use agentfleet::chat::{SseEvent, SseParser};
-use agentfleet::gateway::auth::{Entity, EntityKind, Tokens};
-use agentfleet::gateway::{self, Gateway, Limits};
+use agentfleet::gateway::Limits;
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{AgentKey, RedisStore, Store};
-use agentfleet::testing::{space_record, RedisServer};
-
-const HUSAM: &str = "tok-husam";
-const MUHAMMAD: &str = "tok-muhammad";
-const ALERTS: &str = "tok-alerts";
-
-struct Fixture {
-    _redis: RedisServer,
-    store: Arc<dyn Store>,
-    base: String,
-    http: reqwest::Client,
-    _shutdown: watch::Sender<bool>,
-}
-
-fn human(id: &str, name: &str) -> Entity {
-    Entity {
-        kind: EntityKind::Human,
-        id: id.into(),
-        name: name.into(),
-        agents: vec![],
-    }
-}
-
-async fn start(limits: Limits) -> Fixture {
-    agentfleet::install_crypto_provider();
-    let redis = RedisServer::start().unwrap();
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&redis.url()).unwrap());
-    store
-        .apply_space(
-            &SpaceKey::new("ops", "family"),
-            &space_record("Family", &["assistant"], &["Husam", "Muhammad"]),
-        )
-        .await
-        .unwrap();
-    store
-        .apply_space(
-            &SpaceKey::new("ops", "engineering"),
-            &space_record("Engineering", &["reviewer", "oncall"], &["Husam"]),
-        )
-        .await
-        .unwrap();
-    for a in ["assistant", "reviewer", "oncall"] {
-        store
-            .register_agent(&AgentKey::new("ops", a))
-            .await
-            .unwrap();
-    }
-    let tokens = Tokens::from_plain([
-        (HUSAM.to_string(), human("husam", "Husam")),
-        (MUHAMMAD.to_string(), human("muhammad", "Muhammad")),
-        (
-            ALERTS.to_string(),
-            Entity {
-                kind: EntityKind::Service,
-                id: "alerts".into(),
-                name: "Alertmanager".into(),
-                agents: vec!["ops/oncall".into(), "ops/ghost".into()],
-            },
-        ),
-    ]);
-    let registry = prometheus::Registry::new();
-    let (tx, rx) = watch::channel(false);
-    let gw = Gateway::new(store.clone(), tokens, limits, &registry, rx.clone()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(gateway::serve(listener, gateway::router(gw, registry), rx));
-    Fixture {
-        _redis: redis,
-        store,
-        base,
-        http: reqwest::Client::new(),
-        _shutdown: tx,
-    }
-}
-
-impl Fixture {
-    async fn post(&self, token: &str, space: &str, body: Value) -> (u16, Value) {
-        let resp = self
-            .http
-            .post(format!("{}/v1/spaces/ops/{space}/messages", self.base))
-            .bearer_auth(token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        (resp.status().as_u16(), resp.json().await.unwrap())
-    }
-
-    async fn get(&self, token: Option<&str>, path: &str) -> (u16, Value) {
-        let mut req = self.http.get(format!("{}{path}", self.base));
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn stream(&self, token: &str, space: &str, last: Option<&str>) -> Sse {
-        let mut req = self
-            .http
-            .get(format!("{}/v1/spaces/ops/{space}/stream", self.base))
-            .bearer_auth(token);
-        if let Some(id) = last {
-            req = req.header("Last-Event-ID", id);
-        }
-        let resp = req.send().await.unwrap();
-        assert_eq!(resp.status(), 200);
-        assert_eq!(
-            resp.headers()["content-type"].to_str().unwrap(),
-            "text/event-stream"
-        );
-        Sse {
-            body: Box::pin(resp.bytes_stream()),
-            parser: SseParser::default(),
-            pending: Default::default(),
-        }
-    }
-}
-
-type Body =
-    std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
-
-struct Sse {
-    body: Body,
-    parser: SseParser,
-    pending: std::collections::VecDeque<SseEvent>,
-}
-
-impl Sse {
-    async fn next(&mut self) -> SseEvent {
-        loop {
-            if let Some(e) = self.pending.pop_front() {
-                return e;
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(5), self.body.next())
-                .await
-                .expect("an SSE event within 5s")
-                .expect("the stream is open")
-                .unwrap();
-            self.pending.extend(self.parser.feed(&chunk));
-        }
-    }
-
-    async fn next_message(&mut self) -> (String, Value) {
-        loop {
-            let e = self.next().await;
-            if e.event == "message" {
-                return (e.id.unwrap(), serde_json::from_str(&e.data).unwrap());
-            }
-        }
-    }
-}
+use agentfleet::store::AgentKey;
+use fixture::*;
 
 #[tokio::test]
 async fn members_post_read_and_page() {
@@ -388,6 +236,7 @@ async fn oversized_bodies_and_floods_are_refused() {
         max_body_bytes: 1024,
         rate_limit: 1.0,
         rate_burst: 5,
+        ..Limits::default()
     })
     .await;
     let (s, v) = f
