@@ -326,7 +326,7 @@ impl Dev {
                 )
                 .await
                 {
-                    warn!(agent = %name, error = %e, "agent stopped");
+                    warn!(agent = %name, error = %crate::report::chain(&e), "agent stopped");
                 }
             }));
             agents.push(key);

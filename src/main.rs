@@ -64,8 +64,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // An error may quote what a server or a file said: shown, never obeyed.
-            let text = sanitize(&format!("{e:#}"), Breaks::Indent(2));
+            // An error may quote what a server or a file said: shown, never obeyed; each
+            // cause once.
+            let text = sanitize(&agentfleet::report::chain(&*e), Breaks::Indent(2));
             eprintln!("agentfleet: {text}");
             ExitCode::FAILURE
         }

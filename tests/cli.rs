@@ -386,3 +386,36 @@ async fn operator_tools_show_what_others_wrote_without_obeying_it() {
         assert!(out.contains(want), "{args:?}: {out:?}");
     }
 }
+
+/// What the OS says when nothing listens on a loopback port, and such a port.
+fn refused_port() -> (u16, String) {
+    let port = free_port().unwrap();
+    let e = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    (port, e.to_string())
+}
+
+#[test]
+fn an_unreachable_data_plane_is_said_once() {
+    let (port, refused) = refused_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    for args in [
+        &["space", "read", "default/x", "--redis", &url][..],
+        &["consciousness", "show", "default/x", "--redis", &url][..],
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("AGENTFLEET_REDIS_URL")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.matches(&refused).count(), 1, "{args:?}: {err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("agentfleet: ") && first.contains(&refused),
+            "{args:?}: {err}"
+        );
+        assert!(stdout(&out).is_empty(), "{args:?}");
+    }
+}

@@ -321,7 +321,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 n += 1;
                 if let Err(e) = client.post(text, &format!("{session}-{n}")).await {
                     if let Ok(mut s) = screen.lock() {
-                        s.line(&format!("! not sent: {e:#}"));
+                        s.line(&format!("! not sent: {}", crate::report::chain(&*e)));
                     }
                 }
             }

@@ -331,7 +331,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     // Known to the data plane, so producers (the gateway's webhook) can address it.
     let registered = ctx.store.register_agent(&key).await;
     if let Err(e) = &registered {
-        warn!(error = %e, "could not register the agent in the data plane; retrying in 30s");
+        warn!(error = %crate::report::chain(e), "could not register the agent in the data plane; retrying in 30s");
     }
 
     // Secrets are not watched: look again soon while the key is missing.
