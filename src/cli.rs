@@ -7,7 +7,11 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::membership::SpaceKey;
 use crate::model::Message;
-use crate::store::{AgentKey, NewMessage, ReadQuery, RedisStore, Sender, Store};
+use crate::names;
+use crate::store::{
+    redact_url, AgentKey, Consciousness, NewMessage, ReadQuery, RedisStore, Sender, SpaceRecord,
+    Store,
+};
 use crate::terminal::{sanitize, Breaks};
 
 /// The data plane's address, shared by the tools.
@@ -20,6 +24,28 @@ pub struct Redis {
         default_value = "redis://127.0.0.1:6379/"
     )]
     pub redis: String,
+}
+
+/// Said when nothing listens at the data plane's address: the usual cause is an
+/// `agentfleet dev` without `--redis`, whose data no other process can reach.
+const DEV_HINT: &str = "hint: `agentfleet dev` without --redis keeps its data in its own memory, where this command cannot reach it; run `agentfleet dev DIR --redis URL` and pass the same --redis URL (or AGENTFLEET_REDIS_URL) here";
+
+impl Redis {
+    /// The data plane, once it answers; when it does not, the error says where it was looked
+    /// for (and, when nothing listens there, where `agentfleet dev` keeps its data).
+    async fn connect(&self) -> anyhow::Result<RedisStore> {
+        let store = RedisStore::new(&self.redis)?;
+        match store.ping().await {
+            Ok(()) => Ok(store),
+            Err(e) => {
+                let at = format!("cannot reach the data plane at {}", redact_url(&self.redis));
+                if e.is_connection_refused() {
+                    bail!("{at}: {e}\n{DEV_HINT}");
+                }
+                Err(anyhow::Error::new(e).context(at))
+            }
+        }
+    }
 }
 
 /// `agentfleet space …`
@@ -80,13 +106,37 @@ pub enum ConsciousnessCommand {
     },
 }
 
-fn split(kind: &str, s: &str) -> anyhow::Result<(String, String)> {
-    match s.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.into(), name.into()))
-        }
-        _ => bail!("{kind} must be written NAMESPACE/NAME, got {s:?}"),
+/// A space named on the command line, refused unless both names are valid Kubernetes names
+/// (before anything is asked of the data plane or the gateway). Parsed here rather than by
+/// clap, whose error would echo the argument unescaped.
+pub(crate) fn space_arg(s: &str) -> anyhow::Result<SpaceKey> {
+    let (ns, name) = names::parse_namespaced("the space", s).map_err(anyhow::Error::msg)?;
+    Ok(SpaceKey::new(ns, name))
+}
+
+/// An agent named on the command line, as [`space_arg`].
+fn agent_arg(s: &str) -> anyhow::Result<AgentKey> {
+    let (ns, name) = names::parse_namespaced("the agent", s).map_err(anyhow::Error::msg)?;
+    Ok(AgentKey::new(ns, name))
+}
+
+/// The space's record; an error when the data plane has no such space.
+async fn space_record(store: &dyn Store, key: &SpaceKey) -> anyhow::Result<SpaceRecord> {
+    store.space(key).await?.with_context(|| {
+        format!("space {key} does not exist in the data plane (is the Space applied, and the operator or `agentfleet dev` running?)")
+    })
+}
+
+/// An error unless the data plane knows the agent: registered (by the operator or
+/// `agentfleet dev`), or with a consciousness or checkpoints of its own.
+async fn require_agent(store: &dyn Store, key: &AgentKey) -> anyhow::Result<()> {
+    if store.agent_registered(key).await?
+        || store.consciousness(key).await? != Consciousness::default()
+        || !store.checkpoints(key).await?.is_empty()
+    {
+        return Ok(());
     }
+    bail!("agent {key} does not exist in the data plane (is the Agent applied, and the operator or `agentfleet dev` running?)")
 }
 
 fn time(ms: i64) -> String {
@@ -105,12 +155,9 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
             urgent,
             redis,
         } => {
-            let (ns, name) = split("the space", &space)?;
-            let store = RedisStore::new(&redis.redis)?;
-            let key = SpaceKey::new(ns, name);
-            let record = store.space(&key).await?.with_context(|| {
-                format!("space {key} is not set up in the data plane (is the operator running?)")
-            })?;
+            let key = space_arg(&space)?;
+            let store = redis.connect().await?;
+            let record = space_record(&store, &key).await?;
             let member = record
                 .members
                 .iter()
@@ -149,11 +196,12 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
             json,
             redis,
         } => {
-            let (ns, name) = split("the space", &space)?;
-            let store = RedisStore::new(&redis.redis)?;
+            let space = space_arg(&space)?;
+            let store = redis.connect().await?;
+            space_record(&store, &space).await?;
             let mut messages = store
                 .read_messages(
-                    &SpaceKey::new(ns, name),
+                    &space,
                     &ReadQuery {
                         limit,
                         ..Default::default()
@@ -186,9 +234,9 @@ fn say(text: &str, indent: usize) {
 pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
     match cmd {
         ConsciousnessCommand::Show { agent, json, redis } => {
-            let (ns, name) = split("the agent", &agent)?;
-            let store = RedisStore::new(&redis.redis)?;
-            let key = AgentKey::new(ns, name);
+            let key = agent_arg(&agent)?;
+            let store = redis.connect().await?;
+            require_agent(&store, &key).await?;
             let c = store.consciousness(&key).await?;
             let memories = store.memories(&key).await?;
             let goals = store.goals(&key).await?;
@@ -278,9 +326,9 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
             cycle,
             redis,
         } => {
-            let (ns, name) = split("the agent", &agent)?;
-            let store = RedisStore::new(&redis.redis)?;
-            let key = AgentKey::new(ns, name);
+            let key = agent_arg(&agent)?;
+            let store = redis.connect().await?;
+            require_agent(&store, &key).await?;
             let holder = format!("agentfleet-cli-{}", std::process::id());
             let lease = store
                 .acquire_lease(&key, &holder, Duration::from_secs(30))

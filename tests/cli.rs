@@ -396,7 +396,7 @@ fn refused_port() -> (u16, String) {
 }
 
 #[test]
-fn an_unreachable_data_plane_is_said_once() {
+fn an_unreachable_data_plane_is_said_once_with_a_hint_about_dev() {
     let (port, refused) = refused_port();
     let url = format!("redis://127.0.0.1:{port}/");
     for args in [
@@ -413,9 +413,125 @@ fn an_unreachable_data_plane_is_said_once() {
         assert_eq!(err.matches(&refused).count(), 1, "{args:?}: {err}");
         let first = err.lines().next().unwrap_or_default();
         assert!(
-            first.starts_with("agentfleet: ") && first.contains(&refused),
+            first.starts_with("agentfleet: ") && first.contains(&refused) && first.contains(&url),
             "{args:?}: {err}"
         );
+        assert!(
+            err.contains("agentfleet dev DIR --redis URL") && err.contains("AGENTFLEET_REDIS_URL"),
+            "{args:?}: the hint about dev's own memory: {err}"
+        );
         assert!(stdout(&out).is_empty(), "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_spaces_and_agents_are_errors_and_bad_names_are_never_queried() {
+    use agentfleet::store::AgentKey;
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    store
+        .apply_space(
+            &SpaceKey::new("default", "family"),
+            &space_record("Family", &["assistant"], &["Husam"]),
+        )
+        .await
+        .unwrap();
+    store
+        .register_agent(&AgentKey::new("default", "assistant"))
+        .await
+        .unwrap();
+
+    for (args, want) in [
+        (
+            &["space", "read", "default/nope"][..],
+            "space default/nope does not exist in the data plane",
+        ),
+        (
+            &["space", "post", "default/nope", "--from", "husam", "hi"][..],
+            "space default/nope does not exist in the data plane",
+        ),
+        (
+            &["consciousness", "show", "default/nobody"][..],
+            "agent default/nobody does not exist in the data plane",
+        ),
+        (
+            &["consciousness", "show", "default/nobody", "--json"][..],
+            "agent default/nobody does not exist in the data plane",
+        ),
+        (
+            &["consciousness", "restore", "default/nobody", "--cycle", "1"][..],
+            "agent default/nobody does not exist in the data plane",
+        ),
+    ] {
+        let out = run(&url, args);
+        assert!(
+            !out.status.success(),
+            "{args:?} succeeded: {}",
+            stdout(&out)
+        );
+        assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
+    }
+
+    // What exists still answers: an empty space, an agent before its first cycle.
+    let read = run(&url, &["space", "read", "default/family"]);
+    assert!(read.status.success(), "{}", stderr(&read));
+    let show = run(&url, &["consciousness", "show", "default/assistant"]);
+    assert!(show.status.success(), "{}", stderr(&show));
+    assert!(
+        stdout(&show).contains("Cycles:       0"),
+        "{}",
+        stdout(&show)
+    );
+
+    // A name the API server would refuse is refused before any query: the data plane here
+    // refuses connections, so a query would say so.
+    let (port, refused) = refused_port();
+    let closed = format!("redis://127.0.0.1:{port}/");
+    let closed_gateway = format!("http://127.0.0.1:{port}");
+    for (args, want) in [
+        (&["space", "read", "NS/evil"][..], "not a valid namespace"),
+        (&["space", "read", "default/../etc"][..], "not a valid name"),
+        (
+            &[
+                "space",
+                "post",
+                "default/Bad_Name!",
+                "--from",
+                "husam",
+                "hi",
+            ][..],
+            "not a valid name",
+        ),
+        (
+            &["consciousness", "show", "default/Bad_Name!"][..],
+            "not a valid name",
+        ),
+        (
+            &["consciousness", "restore", "a/b/c", "--cycle", "1"][..],
+            "not a valid name",
+        ),
+        (&["space", "read", "family"][..], "NAMESPACE/NAME"),
+        (
+            &[
+                "chat",
+                "default/../etc",
+                "--token",
+                "t",
+                "--gateway",
+                &closed_gateway,
+            ][..],
+            "not a valid name",
+        ),
+    ] {
+        let out = run(&closed, args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !err.contains(&refused),
+            "{args:?} queried the data plane: {err}"
+        );
     }
 }
