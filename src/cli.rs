@@ -1,5 +1,6 @@
 //! Operator tools on the data plane: `agentfleet space …` and `agentfleet consciousness …`.
 
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -147,6 +148,7 @@ fn time(ms: i64) -> String {
 
 /// Runs `agentfleet space …`.
 pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
+    let out = &mut std::io::stdout();
     match cmd {
         SpaceCommand::Post {
             space,
@@ -180,7 +182,8 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
                     },
                 )
                 .await?;
-            println!(
+            writeln!(
+                out,
                 "posted {} to {key}; delivered to {}",
                 posted.id,
                 if posted.delivered.is_empty() {
@@ -188,7 +191,7 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
                 } else {
                     posted.delivered.join(", ")
                 }
-            );
+            )?;
         }
         SpaceCommand::Read {
             space,
@@ -211,12 +214,13 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
             messages.reverse();
             for m in messages {
                 if json {
-                    println!("{}", serde_json::to_string(&m)?);
+                    writeln!(out, "{}", serde_json::to_string(&m)?)?;
                 } else {
                     say(
+                        out,
                         &format!("{}  {}: {}", time(m.time_ms), m.sender.name, m.text),
                         2,
-                    );
+                    )?;
                 }
             }
         }
@@ -224,14 +228,15 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints a line of text that agents and people wrote (continuation lines indented by
+/// Writes a line of text that agents and people wrote (continuation lines indented by
 /// `indent`), escaped as on every terminal output.
-fn say(text: &str, indent: usize) {
-    println!("{}", sanitize(text, Breaks::Indent(indent)));
+fn say(out: &mut impl Write, text: &str, indent: usize) -> std::io::Result<()> {
+    writeln!(out, "{}", sanitize(text, Breaks::Indent(indent)))
 }
 
 /// Runs `agentfleet consciousness …`.
 pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
+    let out = &mut std::io::stdout();
     match cmd {
         ConsciousnessCommand::Show { agent, json, redis } => {
             let key = agent_arg(&agent)?;
@@ -247,78 +252,91 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
                 .map(|m| serde_json::from_str(m).unwrap_or(serde_json::Value::String(m.clone())))
                 .collect();
             if json {
-                println!(
+                writeln!(
+                    out,
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
                         "agent": key.to_string(), "cycle": c.cycle, "tokens": c.tokens, "tokensUsed": c.tokens_used,
                         "digest": c.digest, "summary": c.summary, "messages": messages,
                         "memories": memories, "goals": goals, "checkpoints": checkpoints,
                     }))?
-                );
+                )?;
                 return Ok(());
             }
-            println!("Agent:        {key}");
-            println!("Cycles:       {}", c.cycle);
-            println!(
+            writeln!(out, "Agent:        {key}")?;
+            writeln!(out, "Cycles:       {}", c.cycle)?;
+            writeln!(
+                out,
                 "Last cycle:   {}",
                 c.last_cycle_ms.map_or("never".into(), time)
-            );
-            println!(
+            )?;
+            writeln!(
+                out,
                 "Tokens:       {} in consciousness, {} used over its life",
                 c.tokens, c.tokens_used
-            );
-            println!(
+            )?;
+            writeln!(
+                out,
                 "Digest:       {}",
                 if c.digest.is_empty() { "-" } else { &c.digest }
-            );
+            )?;
             if let Some(s) = &c.summary {
-                println!("\nSummary of earlier conversation:");
-                say(&format!("  {s}"), 2);
+                writeln!(out, "\nSummary of earlier conversation:")?;
+                say(out, &format!("  {s}"), 2)?;
             }
-            println!("\nMessages ({}):", c.messages.len());
+            writeln!(out, "\nMessages ({}):", c.messages.len())?;
             for m in &c.messages {
                 match serde_json::from_str::<Message>(m) {
-                    Ok(Message::User { content }) => say(&format!("  [user] {content}"), 9),
+                    Ok(Message::User { content }) => say(out, &format!("  [user] {content}"), 9)?,
                     Ok(Message::Assistant {
                         content,
                         tool_calls,
                     }) => {
                         if let Some(t) = content {
-                            say(&format!("  [assistant] {t}"), 4);
+                            say(out, &format!("  [assistant] {t}"), 4)?;
                         }
                         for call in tool_calls {
                             say(
+                                out,
                                 &format!("  [assistant → {}] {}", call.name, call.arguments),
                                 4,
-                            );
+                            )?;
                         }
                     }
-                    Ok(Message::Tool { content, .. }) => say(&format!("  [tool] {content}"), 4),
-                    Err(_) => say(&format!("  [unreadable] {m}"), 4),
+                    Ok(Message::Tool { content, .. }) => {
+                        say(out, &format!("  [tool] {content}"), 4)?
+                    }
+                    Err(_) => say(out, &format!("  [unreadable] {m}"), 4)?,
                 }
             }
-            println!("\nMemories ({}):", memories.len());
+            writeln!(out, "\nMemories ({}):", memories.len())?;
             for (k, v) in &memories {
-                say(&format!("  {k}: {v}"), 4);
+                say(out, &format!("  {k}: {v}"), 4)?;
             }
-            println!("\nGoals ({}):", goals.len());
+            writeln!(out, "\nGoals ({}):", goals.len())?;
             for g in &goals {
-                say(&format!("  [{}] {}: {}", g.status, g.id, g.description), 4);
+                say(
+                    out,
+                    &format!("  [{}] {}: {}", g.status, g.id, g.description),
+                    4,
+                )?;
             }
-            println!("\nCheckpoints ({}):", checkpoints.len());
-            println!(
+            writeln!(out, "\nCheckpoints ({}):", checkpoints.len())?;
+            writeln!(
+                out,
                 "  {:>6}  {:>8}  {:>7}  {:<25}  DIGEST",
                 "CYCLE", "MESSAGES", "TOKENS", "TIME"
-            );
+            )?;
             for cp in &checkpoints {
-                println!(
+                writeln!(
+                    out,
                     "  {:>6}  {:>8}  {:>7}  {:<25}  {}",
                     cp.cycle,
                     cp.messages,
                     cp.tokens,
                     time(cp.time_ms),
                     cp.digest
-                );
+                )?;
             }
         }
         ConsciousnessCommand::Restore {
@@ -337,10 +355,11 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
             let restored = store.restore_checkpoint(&key, &lease, cycle).await;
             store.release_lease(&key, &lease).await?;
             match restored? {
-                Some(cp) => println!(
+                Some(cp) => writeln!(
+                    out,
                     "restored {key} to cycle {} ({} messages, {} tokens, {})",
                     cp.cycle, cp.messages, cp.tokens, cp.digest
-                ),
+                )?,
                 None => {
                     let kept: Vec<String> = store
                         .checkpoints(&key)

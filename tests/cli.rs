@@ -535,3 +535,51 @@ async fn unknown_spaces_and_agents_are_errors_and_bad_names_are_never_queried() 
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_that_stops_reading_ends_the_output_quietly() {
+    use agentfleet::store::{NewMessage, Sender};
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    let family = SpaceKey::new("fam", "family");
+    store
+        .apply_space(&family, &space_record("Family", &[], &["Husam"]))
+        .await
+        .unwrap();
+    // More than a pipe holds, so the writer meets the closed pipe whenever it closes.
+    for i in 0..300 {
+        let message = NewMessage {
+            sender: Sender {
+                id: "husam".into(),
+                name: "Husam".into(),
+                kind: None,
+            },
+            text: format!("{i} {}", "x".repeat(400)),
+            mention: None,
+            idempotency_key: None,
+            urgent: false,
+            depth: 0,
+        };
+        store.post_message(&family, &message).await.unwrap();
+    }
+    for args in [
+        &["space", "read", "fam/family", "--limit", "300"][..],
+        &["crd"][..],
+    ] {
+        // As `agentfleet … | head -1`: the reader is gone before the output ends.
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("AGENTFLEET_REDIS_URL", &url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {}: {err}", out.status);
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}
