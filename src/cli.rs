@@ -1,5 +1,6 @@
 //! Operator tools on the data plane: `agentfleet space …` and `agentfleet consciousness …`.
 
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -7,7 +8,11 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::membership::SpaceKey;
 use crate::model::Message;
-use crate::store::{AgentKey, NewMessage, ReadQuery, RedisStore, Sender, Store};
+use crate::names;
+use crate::store::{
+    redact_url, AgentKey, Consciousness, NewMessage, ReadQuery, RedisStore, Sender, SpaceRecord,
+    Store,
+};
 use crate::terminal::{sanitize, Breaks};
 
 /// The data plane's address, shared by the tools.
@@ -20,6 +25,28 @@ pub struct Redis {
         default_value = "redis://127.0.0.1:6379/"
     )]
     pub redis: String,
+}
+
+/// Said when nothing listens at the data plane's address: the usual cause is an
+/// `agentfleet dev` without `--redis`, whose data no other process can reach.
+const DEV_HINT: &str = "hint: `agentfleet dev` without --redis keeps its data in its own memory, where this command cannot reach it; run `agentfleet dev DIR --redis URL` and pass the same --redis URL (or AGENTFLEET_REDIS_URL) here";
+
+impl Redis {
+    /// The data plane, once it answers; when it does not, the error says where it was looked
+    /// for (and, when nothing listens there, where `agentfleet dev` keeps its data).
+    async fn connect(&self) -> anyhow::Result<RedisStore> {
+        let store = RedisStore::new(&self.redis)?;
+        match store.ping().await {
+            Ok(()) => Ok(store),
+            Err(e) => {
+                let at = format!("cannot reach the data plane at {}", redact_url(&self.redis));
+                if e.is_connection_refused() {
+                    bail!("{at}: {e}\n{DEV_HINT}");
+                }
+                Err(anyhow::Error::new(e).context(at))
+            }
+        }
+    }
 }
 
 /// `agentfleet space …`
@@ -80,13 +107,37 @@ pub enum ConsciousnessCommand {
     },
 }
 
-fn split(kind: &str, s: &str) -> anyhow::Result<(String, String)> {
-    match s.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.into(), name.into()))
-        }
-        _ => bail!("{kind} must be written NAMESPACE/NAME, got {s:?}"),
+/// A space named on the command line, refused unless both names are valid Kubernetes names
+/// (before anything is asked of the data plane or the gateway). Parsed here rather than by
+/// clap, whose error would echo the argument unescaped.
+pub(crate) fn space_arg(s: &str) -> anyhow::Result<SpaceKey> {
+    let (ns, name) = names::parse_namespaced("the space", s).map_err(anyhow::Error::msg)?;
+    Ok(SpaceKey::new(ns, name))
+}
+
+/// An agent named on the command line, as [`space_arg`].
+fn agent_arg(s: &str) -> anyhow::Result<AgentKey> {
+    let (ns, name) = names::parse_namespaced("the agent", s).map_err(anyhow::Error::msg)?;
+    Ok(AgentKey::new(ns, name))
+}
+
+/// The space's record; an error when the data plane has no such space.
+async fn space_record(store: &dyn Store, key: &SpaceKey) -> anyhow::Result<SpaceRecord> {
+    store.space(key).await?.with_context(|| {
+        format!("space {key} does not exist in the data plane (is the Space applied, and the operator or `agentfleet dev` running?)")
+    })
+}
+
+/// An error unless the data plane knows the agent: registered (by the operator or
+/// `agentfleet dev`), or with a consciousness or checkpoints of its own.
+async fn require_agent(store: &dyn Store, key: &AgentKey) -> anyhow::Result<()> {
+    if store.agent_registered(key).await?
+        || store.consciousness(key).await? != Consciousness::default()
+        || !store.checkpoints(key).await?.is_empty()
+    {
+        return Ok(());
     }
+    bail!("agent {key} does not exist in the data plane (is the Agent applied, and the operator or `agentfleet dev` running?)")
 }
 
 fn time(ms: i64) -> String {
@@ -97,6 +148,7 @@ fn time(ms: i64) -> String {
 
 /// Runs `agentfleet space …`.
 pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
+    let out = &mut std::io::stdout();
     match cmd {
         SpaceCommand::Post {
             space,
@@ -105,12 +157,9 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
             urgent,
             redis,
         } => {
-            let (ns, name) = split("the space", &space)?;
-            let store = RedisStore::new(&redis.redis)?;
-            let key = SpaceKey::new(ns, name);
-            let record = store.space(&key).await?.with_context(|| {
-                format!("space {key} is not set up in the data plane (is the operator running?)")
-            })?;
+            let key = space_arg(&space)?;
+            let store = redis.connect().await?;
+            let record = space_record(&store, &key).await?;
             let member = record
                 .members
                 .iter()
@@ -133,7 +182,8 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
                     },
                 )
                 .await?;
-            println!(
+            writeln!(
+                out,
                 "posted {} to {key}; delivered to {}",
                 posted.id,
                 if posted.delivered.is_empty() {
@@ -141,7 +191,7 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
                 } else {
                     posted.delivered.join(", ")
                 }
-            );
+            )?;
         }
         SpaceCommand::Read {
             space,
@@ -149,11 +199,12 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
             json,
             redis,
         } => {
-            let (ns, name) = split("the space", &space)?;
-            let store = RedisStore::new(&redis.redis)?;
+            let space = space_arg(&space)?;
+            let store = redis.connect().await?;
+            space_record(&store, &space).await?;
             let mut messages = store
                 .read_messages(
-                    &SpaceKey::new(ns, name),
+                    &space,
                     &ReadQuery {
                         limit,
                         ..Default::default()
@@ -163,12 +214,13 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
             messages.reverse();
             for m in messages {
                 if json {
-                    println!("{}", serde_json::to_string(&m)?);
+                    writeln!(out, "{}", serde_json::to_string(&m)?)?;
                 } else {
                     say(
+                        out,
                         &format!("{}  {}: {}", time(m.time_ms), m.sender.name, m.text),
                         2,
-                    );
+                    )?;
                 }
             }
         }
@@ -176,19 +228,20 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints a line of text that agents and people wrote (continuation lines indented by
+/// Writes a line of text that agents and people wrote (continuation lines indented by
 /// `indent`), escaped as on every terminal output.
-fn say(text: &str, indent: usize) {
-    println!("{}", sanitize(text, Breaks::Indent(indent)));
+fn say(out: &mut impl Write, text: &str, indent: usize) -> std::io::Result<()> {
+    writeln!(out, "{}", sanitize(text, Breaks::Indent(indent)))
 }
 
 /// Runs `agentfleet consciousness …`.
 pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
+    let out = &mut std::io::stdout();
     match cmd {
         ConsciousnessCommand::Show { agent, json, redis } => {
-            let (ns, name) = split("the agent", &agent)?;
-            let store = RedisStore::new(&redis.redis)?;
-            let key = AgentKey::new(ns, name);
+            let key = agent_arg(&agent)?;
+            let store = redis.connect().await?;
+            require_agent(&store, &key).await?;
             let c = store.consciousness(&key).await?;
             let memories = store.memories(&key).await?;
             let goals = store.goals(&key).await?;
@@ -199,78 +252,91 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
                 .map(|m| serde_json::from_str(m).unwrap_or(serde_json::Value::String(m.clone())))
                 .collect();
             if json {
-                println!(
+                writeln!(
+                    out,
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
                         "agent": key.to_string(), "cycle": c.cycle, "tokens": c.tokens, "tokensUsed": c.tokens_used,
                         "digest": c.digest, "summary": c.summary, "messages": messages,
                         "memories": memories, "goals": goals, "checkpoints": checkpoints,
                     }))?
-                );
+                )?;
                 return Ok(());
             }
-            println!("Agent:        {key}");
-            println!("Cycles:       {}", c.cycle);
-            println!(
+            writeln!(out, "Agent:        {key}")?;
+            writeln!(out, "Cycles:       {}", c.cycle)?;
+            writeln!(
+                out,
                 "Last cycle:   {}",
                 c.last_cycle_ms.map_or("never".into(), time)
-            );
-            println!(
+            )?;
+            writeln!(
+                out,
                 "Tokens:       {} in consciousness, {} used over its life",
                 c.tokens, c.tokens_used
-            );
-            println!(
+            )?;
+            writeln!(
+                out,
                 "Digest:       {}",
                 if c.digest.is_empty() { "-" } else { &c.digest }
-            );
+            )?;
             if let Some(s) = &c.summary {
-                println!("\nSummary of earlier conversation:");
-                say(&format!("  {s}"), 2);
+                writeln!(out, "\nSummary of earlier conversation:")?;
+                say(out, &format!("  {s}"), 2)?;
             }
-            println!("\nMessages ({}):", c.messages.len());
+            writeln!(out, "\nMessages ({}):", c.messages.len())?;
             for m in &c.messages {
                 match serde_json::from_str::<Message>(m) {
-                    Ok(Message::User { content }) => say(&format!("  [user] {content}"), 9),
+                    Ok(Message::User { content }) => say(out, &format!("  [user] {content}"), 9)?,
                     Ok(Message::Assistant {
                         content,
                         tool_calls,
                     }) => {
                         if let Some(t) = content {
-                            say(&format!("  [assistant] {t}"), 4);
+                            say(out, &format!("  [assistant] {t}"), 4)?;
                         }
                         for call in tool_calls {
                             say(
+                                out,
                                 &format!("  [assistant → {}] {}", call.name, call.arguments),
                                 4,
-                            );
+                            )?;
                         }
                     }
-                    Ok(Message::Tool { content, .. }) => say(&format!("  [tool] {content}"), 4),
-                    Err(_) => say(&format!("  [unreadable] {m}"), 4),
+                    Ok(Message::Tool { content, .. }) => {
+                        say(out, &format!("  [tool] {content}"), 4)?
+                    }
+                    Err(_) => say(out, &format!("  [unreadable] {m}"), 4)?,
                 }
             }
-            println!("\nMemories ({}):", memories.len());
+            writeln!(out, "\nMemories ({}):", memories.len())?;
             for (k, v) in &memories {
-                say(&format!("  {k}: {v}"), 4);
+                say(out, &format!("  {k}: {v}"), 4)?;
             }
-            println!("\nGoals ({}):", goals.len());
+            writeln!(out, "\nGoals ({}):", goals.len())?;
             for g in &goals {
-                say(&format!("  [{}] {}: {}", g.status, g.id, g.description), 4);
+                say(
+                    out,
+                    &format!("  [{}] {}: {}", g.status, g.id, g.description),
+                    4,
+                )?;
             }
-            println!("\nCheckpoints ({}):", checkpoints.len());
-            println!(
+            writeln!(out, "\nCheckpoints ({}):", checkpoints.len())?;
+            writeln!(
+                out,
                 "  {:>6}  {:>8}  {:>7}  {:<25}  DIGEST",
                 "CYCLE", "MESSAGES", "TOKENS", "TIME"
-            );
+            )?;
             for cp in &checkpoints {
-                println!(
+                writeln!(
+                    out,
                     "  {:>6}  {:>8}  {:>7}  {:<25}  {}",
                     cp.cycle,
                     cp.messages,
                     cp.tokens,
                     time(cp.time_ms),
                     cp.digest
-                );
+                )?;
             }
         }
         ConsciousnessCommand::Restore {
@@ -278,9 +344,9 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
             cycle,
             redis,
         } => {
-            let (ns, name) = split("the agent", &agent)?;
-            let store = RedisStore::new(&redis.redis)?;
-            let key = AgentKey::new(ns, name);
+            let key = agent_arg(&agent)?;
+            let store = redis.connect().await?;
+            require_agent(&store, &key).await?;
             let holder = format!("agentfleet-cli-{}", std::process::id());
             let lease = store
                 .acquire_lease(&key, &holder, Duration::from_secs(30))
@@ -289,10 +355,11 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
             let restored = store.restore_checkpoint(&key, &lease, cycle).await;
             store.release_lease(&key, &lease).await?;
             match restored? {
-                Some(cp) => println!(
+                Some(cp) => writeln!(
+                    out,
                     "restored {key} to cycle {} ({} messages, {} tokens, {})",
                     cp.cycle, cp.messages, cp.tokens, cp.digest
-                ),
+                )?,
                 None => {
                     let kept: Vec<String> = store
                         .checkpoints(&key)

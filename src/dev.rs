@@ -1,10 +1,11 @@
 //! `agentfleet dev DIR`: the whole system on one machine, no cluster and no Redis.
 //!
-//! Loads the Agent and Space manifests in DIR (the YAML `kubectl apply` takes), validates the
-//! Agents as the operator does, derives membership with the operator's own function, and
-//! runs the gateway plus one in-process worker per agent on the embedded store (or on Redis
-//! with `--redis`). Prints the gateway's URL, a token per human member and the `chat`
-//! command to use.
+//! Loads the Agent and Space manifests in DIR (the YAML `kubectl apply` takes), refuses what
+//! the API server would (schema, names, namespaces), validates the Agents as the operator
+//! does and refuses those that could not call their model, derives membership with the
+//! operator's own function, and runs the gateway plus one in-process worker per agent on the
+//! embedded store (or on Redis with `--redis`). Prints the gateway's URL, a token per human
+//! member and the `chat` command to use.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -22,6 +24,7 @@ use crate::crd::{Agent, MemberKind, Space};
 use crate::gateway::auth::{new_token, Entity, EntityKind, Tokens};
 use crate::gateway::{self, Gateway, Limits};
 use crate::membership::{self, SpaceKey};
+use crate::names;
 use crate::store::{AgentKey, MemoryStore, RedisStore, Store};
 use crate::telemetry::{self, WorkerMetrics};
 use crate::worker::cycle::Agentlet;
@@ -65,6 +68,9 @@ struct TypeMeta {
 /// without one. Objects of other API groups are skipped with a warning; anything malformed is
 /// an error naming the file and document.
 pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
+    if let Some(p) = names::namespace_problem(namespace) {
+        bail!("--namespace: {p}");
+    }
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading directory {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -109,19 +115,15 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
                 "Agent" => {
                     let mut agent: Agent = serde_yaml::from_value(value)
                         .with_context(|| format!("{}: not a valid Agent", at()))?;
-                    agent
-                        .metadata
-                        .namespace
-                        .get_or_insert_with(|| namespace.to_string());
+                    place(&mut agent.metadata, namespace)
+                        .map_err(|p| anyhow::anyhow!("{}: invalid Agent: {p}", at()))?;
                     out.agents.push(agent);
                 }
                 "Space" => {
                     let mut space: Space = serde_yaml::from_value(value)
                         .with_context(|| format!("{}: not a valid Space", at()))?;
-                    space
-                        .metadata
-                        .namespace
-                        .get_or_insert_with(|| namespace.to_string());
+                    place(&mut space.metadata, namespace)
+                        .map_err(|p| anyhow::anyhow!("{}: invalid Space: {p}", at()))?;
                     out.spaces.push(space);
                 }
                 other => bail!("{}: unknown agentfleet kind {other:?}", at()),
@@ -132,16 +134,29 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
     Ok(out)
 }
 
-/// Refuses what the operator would: nameless or duplicate objects, invalid Agent specs.
+/// What the API server refuses in an object's name and namespace (as `kubectl apply` would
+/// be refused), then the object placed in `namespace` when it names none.
+fn place(meta: &mut ObjectMeta, namespace: &str) -> Result<(), String> {
+    let name = meta.name.as_deref().unwrap_or_default();
+    if name.is_empty() {
+        return Err("metadata.name is required".into());
+    }
+    if let Some(p) = names::object_name_problem(name) {
+        return Err(format!("metadata.name: {p}"));
+    }
+    if let Some(p) = meta.namespace.as_deref().and_then(names::namespace_problem) {
+        return Err(format!("metadata.namespace: {p}"));
+    }
+    meta.namespace.get_or_insert_with(|| namespace.to_string());
+    Ok(())
+}
+
+/// Refuses what the operator would: duplicate objects, invalid Agent specs.
 fn check(m: &Manifests) -> anyhow::Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     let mut problems = Vec::new();
     for a in &m.agents {
         let name = a.name_any();
-        if name.is_empty() {
-            problems.push("an Agent has no metadata.name".to_string());
-            continue;
-        }
         if !seen.insert(("Agent", a.namespace(), name.clone())) {
             problems.push(format!("Agent {name} appears twice"));
         }
@@ -151,9 +166,7 @@ fn check(m: &Manifests) -> anyhow::Result<()> {
     }
     for s in &m.spaces {
         let name = s.name_any();
-        if name.is_empty() {
-            problems.push("a Space has no metadata.name".to_string());
-        } else if !seen.insert(("Space", s.namespace(), name.clone())) {
+        if !seen.insert(("Space", s.namespace(), name.clone())) {
             problems.push(format!("Space {name} appears twice"));
         }
     }
@@ -161,6 +174,26 @@ fn check(m: &Manifests) -> anyhow::Result<()> {
         bail!("invalid manifests:\n  {}", problems.join("\n  "));
     }
     Ok(())
+}
+
+/// The agents that would start and fail every cycle for want of an API key (`dev` gives
+/// every agent `AGENTFLEET_MODEL_API_KEY`; paused agents do not start).
+fn missing_keys(agents: &[Agent], api_key: Option<&str>) -> Vec<String> {
+    if api_key.is_some_and(|k| !k.is_empty()) {
+        return Vec::new();
+    }
+    agents
+        .iter()
+        .filter(|a| !a.spec.paused && a.spec.model.needs_api_key())
+        .map(|a| {
+            format!(
+                "Agent {}/{}: provider {} at its public endpoint needs an API key: set AGENTFLEET_MODEL_API_KEY, or give model.baseUrl (a local server that takes no key)",
+                a.namespace().unwrap_or_default(),
+                a.name_any(),
+                a.spec.model.provider.as_str()
+            )
+        })
+        .collect()
 }
 
 /// A human who can chat, with a fresh token.
@@ -199,6 +232,11 @@ impl Dev {
         store: Arc<dyn Store>,
         addr: SocketAddr,
     ) -> anyhow::Result<Self> {
+        let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
+        let missing = missing_keys(&manifests.agents, api_key.as_deref());
+        if !missing.is_empty() {
+            bail!("{}", missing.join("\n"));
+        }
         store.ping().await.context("data plane")?;
         let agent_refs: Vec<&Agent> = manifests.agents.iter().collect();
         let space_refs: Vec<&Space> = manifests.spaces.iter().collect();
@@ -283,7 +321,6 @@ impl Dev {
             metrics.registry.clone(),
         ));
 
-        let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
         let holder = telemetry::process_identity(None, "dev");
         let mut tasks = Vec::new();
         let mut agents = Vec::new();
@@ -486,5 +523,105 @@ mod tests {
         let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
         assert!(err.contains("Space s appears twice"), "{err}");
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn names_the_api_server_refuses_are_refused_with_file_and_document() {
+        let d = tempdir("names");
+        let space =
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: lobby}\nspec: {}\n";
+        let agent = |meta: &str| {
+            format!("{space}---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {meta}\nspec: {{model: {{provider: scripted, name: a}}, spaces: [lobby]}}\n")
+        };
+        for (text, want) in [
+            (
+                "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: ../etc}\nspec: {}\n".to_string(),
+                "a.yaml (document 1): invalid Space: metadata.name: \"../etc\" is not a valid name",
+            ),
+            (
+                agent("{name: Bad_Name!}"),
+                "a.yaml (document 2): invalid Agent: metadata.name: \"Bad_Name!\" is not a valid name",
+            ),
+            (
+                agent("{name: a, namespace: NS/evil}"),
+                "a.yaml (document 2): invalid Agent: metadata.namespace: \"NS/evil\" is not a valid namespace",
+            ),
+            (
+                agent("{labels: {x: y}}"),
+                "a.yaml (document 2): invalid Agent: metadata.name is required",
+            ),
+            (
+                agent(&format!("{{name: {}}}", "a".repeat(254))),
+                "is not a valid name",
+            ),
+        ] {
+            write(&d, "a.yaml", &text);
+            let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+            assert!(err.contains(want), "{want}\n{err}");
+        }
+
+        // The namespace given to manifests that name none.
+        write(&d, "a.yaml", &agent("{name: a}"));
+        load_dir(&d, "default").unwrap();
+        for bad in ["NS/evil", "NS", "../etc", ""] {
+            let err = format!("{:#}", load_dir(&d, bad).unwrap_err());
+            assert!(
+                err.starts_with("--namespace: ") && err.contains("is not a valid namespace"),
+                "{bad}: {err}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn anthropic_is_refused_as_the_operator_refuses_it() {
+        let d = tempdir("anthropic");
+        write(
+            &d,
+            "a.yaml",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: anthropic, name: claude}}\n",
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(
+            err.contains(
+                "Agent a: model.provider: the anthropic provider is not available in this build"
+            ),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn an_agent_at_a_public_endpoint_without_a_key_is_refused_at_start() {
+        let agent = |model: &str, paused: bool| -> Agent {
+            serde_yaml::from_str(&format!(
+                "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: a, namespace: default}}\nspec: {{model: {model}, paused: {paused}}}\n"
+            ))
+            .unwrap()
+        };
+        let public = agent("{provider: openai, name: gpt-4o-mini}", false);
+        for key in [None, Some("")] {
+            let p = missing_keys(std::slice::from_ref(&public), key);
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert!(
+                p[0].starts_with("Agent default/a: provider openai at its public endpoint")
+                    && p[0].contains("AGENTFLEET_MODEL_API_KEY")
+                    && p[0].contains("model.baseUrl"),
+                "{p:?}"
+            );
+        }
+        assert!(missing_keys(std::slice::from_ref(&public), Some("sk-1")).is_empty());
+        // A local server takes no key; the scripted model needs none; a paused agent
+        // does not start.
+        for fine in [
+            agent(
+                "{provider: openai, name: llama, baseUrl: \"http://127.0.0.1:11434/v1\"}",
+                false,
+            ),
+            agent("{provider: scripted, name: a}", false),
+            agent("{provider: openai, name: gpt-4o-mini}", true),
+        ] {
+            assert!(missing_keys(&[fine], None).is_empty());
+        }
     }
 }

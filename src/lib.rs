@@ -11,6 +11,7 @@ pub mod membership;
 pub mod names;
 pub mod operator;
 pub mod plans;
+pub mod report;
 pub mod secrets;
 pub mod store;
 pub mod telemetry;

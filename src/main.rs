@@ -1,3 +1,4 @@
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -41,10 +42,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_tracing(cli.log_format);
+    // The tools whose output is meant for a pipe (`agentfleet space read … | head`).
+    let prints = matches!(
+        cli.command,
+        Command::Crd | Command::Space(_) | Command::Consciousness(_)
+    );
     let result = match cli.command {
         Command::Crd => agentfleet::crd::render_all()
-            .map(|yaml| print!("{yaml}"))
-            .map_err(anyhow::Error::from),
+            .map_err(anyhow::Error::from)
+            .and_then(|yaml| Ok(std::io::stdout().write_all(yaml.as_bytes())?)),
         Command::Operator(args) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::operator::run(*args)))
         }
@@ -63,13 +69,22 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away before the output ended: it wanted no more, as with any
+        // filter; not an error (their only bare I/O error is a write to stdout).
+        Err(e) if prints && is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            // An error may quote what a server or a file said: shown, never obeyed.
-            let text = sanitize(&format!("{e:#}"), Breaks::Indent(2));
+            // An error may quote what a server or a file said: shown, never obeyed; each
+            // cause once.
+            let text = sanitize(&agentfleet::report::chain(&*e), Breaks::Indent(2));
             eprintln!("agentfleet: {text}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

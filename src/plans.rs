@@ -268,7 +268,7 @@ pub async fn run(
                     let (todo, next) = pending(spec_plans, o, now);
                     for (source, plan, due) in todo {
                         if let Err(e) = fire(store.as_ref(), key, source, &plan, due).await {
-                            warn!(agent = %key, plan = %plan.name, error = %e, "cannot fire plan");
+                            warn!(agent = %key, plan = %plan.name, error = %crate::report::chain(&e), "cannot fire plan");
                         }
                     }
                     if let Some(t) = next {
@@ -277,7 +277,9 @@ pub async fn run(
                     }
                 }
             }
-            Err(e) => warn!(error = %e, "cannot read plans from the data plane"),
+            Err(e) => {
+                warn!(error = %crate::report::chain(&e), "cannot read plans from the data plane")
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}

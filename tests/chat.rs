@@ -317,9 +317,21 @@ async fn chat_shows_hostile_text_without_obeying_it() {
         "{out:?}"
     );
 
-    // The gateway's own error messages quote what they were given.
+    // A space name no API server accepts is refused before the gateway is asked, and the
+    // refusal quotes it escaped.
     let o = Command::new(BIN)
         .args(["chat", "ops/fam\x1b]0;PWNED\x07ily", "--gateway", &f.url()])
+        .args(["--token", HUSAM])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(err.contains("is not a valid name"), "{err}");
+    assert_eq!(controls(&err), Vec::<char>::new(), "{err:?}");
+    // The gateway's own error messages quote what they were given.
+    let o = Command::new(BIN)
+        .args(["chat", "ops/nowhere", "--gateway", &f.url()])
         .args(["--token", HUSAM])
         .stdin(Stdio::null())
         .output()

@@ -386,3 +386,200 @@ async fn operator_tools_show_what_others_wrote_without_obeying_it() {
         assert!(out.contains(want), "{args:?}: {out:?}");
     }
 }
+
+/// What the OS says when nothing listens on a loopback port, and such a port.
+fn refused_port() -> (u16, String) {
+    let port = free_port().unwrap();
+    let e = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    (port, e.to_string())
+}
+
+#[test]
+fn an_unreachable_data_plane_is_said_once_with_a_hint_about_dev() {
+    let (port, refused) = refused_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    for args in [
+        &["space", "read", "default/x", "--redis", &url][..],
+        &["consciousness", "show", "default/x", "--redis", &url][..],
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("AGENTFLEET_REDIS_URL")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.matches(&refused).count(), 1, "{args:?}: {err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("agentfleet: ") && first.contains(&refused) && first.contains(&url),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains("agentfleet dev DIR --redis URL") && err.contains("AGENTFLEET_REDIS_URL"),
+            "{args:?}: the hint about dev's own memory: {err}"
+        );
+        assert!(stdout(&out).is_empty(), "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_spaces_and_agents_are_errors_and_bad_names_are_never_queried() {
+    use agentfleet::store::AgentKey;
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    store
+        .apply_space(
+            &SpaceKey::new("default", "family"),
+            &space_record("Family", &["assistant"], &["Husam"]),
+        )
+        .await
+        .unwrap();
+    store
+        .register_agent(&AgentKey::new("default", "assistant"))
+        .await
+        .unwrap();
+
+    for (args, want) in [
+        (
+            &["space", "read", "default/nope"][..],
+            "space default/nope does not exist in the data plane",
+        ),
+        (
+            &["space", "post", "default/nope", "--from", "husam", "hi"][..],
+            "space default/nope does not exist in the data plane",
+        ),
+        (
+            &["consciousness", "show", "default/nobody"][..],
+            "agent default/nobody does not exist in the data plane",
+        ),
+        (
+            &["consciousness", "show", "default/nobody", "--json"][..],
+            "agent default/nobody does not exist in the data plane",
+        ),
+        (
+            &["consciousness", "restore", "default/nobody", "--cycle", "1"][..],
+            "agent default/nobody does not exist in the data plane",
+        ),
+    ] {
+        let out = run(&url, args);
+        assert!(
+            !out.status.success(),
+            "{args:?} succeeded: {}",
+            stdout(&out)
+        );
+        assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
+    }
+
+    // What exists still answers: an empty space, an agent before its first cycle.
+    let read = run(&url, &["space", "read", "default/family"]);
+    assert!(read.status.success(), "{}", stderr(&read));
+    let show = run(&url, &["consciousness", "show", "default/assistant"]);
+    assert!(show.status.success(), "{}", stderr(&show));
+    assert!(
+        stdout(&show).contains("Cycles:       0"),
+        "{}",
+        stdout(&show)
+    );
+
+    // A name the API server would refuse is refused before any query: the data plane here
+    // refuses connections, so a query would say so.
+    let (port, refused) = refused_port();
+    let closed = format!("redis://127.0.0.1:{port}/");
+    let closed_gateway = format!("http://127.0.0.1:{port}");
+    for (args, want) in [
+        (&["space", "read", "NS/evil"][..], "not a valid namespace"),
+        (&["space", "read", "default/../etc"][..], "not a valid name"),
+        (
+            &[
+                "space",
+                "post",
+                "default/Bad_Name!",
+                "--from",
+                "husam",
+                "hi",
+            ][..],
+            "not a valid name",
+        ),
+        (
+            &["consciousness", "show", "default/Bad_Name!"][..],
+            "not a valid name",
+        ),
+        (
+            &["consciousness", "restore", "a/b/c", "--cycle", "1"][..],
+            "not a valid name",
+        ),
+        (&["space", "read", "family"][..], "NAMESPACE/NAME"),
+        (
+            &[
+                "chat",
+                "default/../etc",
+                "--token",
+                "t",
+                "--gateway",
+                &closed_gateway,
+            ][..],
+            "not a valid name",
+        ),
+    ] {
+        let out = run(&closed, args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !err.contains(&refused),
+            "{args:?} queried the data plane: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_that_stops_reading_ends_the_output_quietly() {
+    use agentfleet::store::{NewMessage, Sender};
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    let family = SpaceKey::new("fam", "family");
+    store
+        .apply_space(&family, &space_record("Family", &[], &["Husam"]))
+        .await
+        .unwrap();
+    // More than a pipe holds, so the writer meets the closed pipe whenever it closes.
+    for i in 0..300 {
+        let message = NewMessage {
+            sender: Sender {
+                id: "husam".into(),
+                name: "Husam".into(),
+                kind: None,
+            },
+            text: format!("{i} {}", "x".repeat(400)),
+            mention: None,
+            idempotency_key: None,
+            urgent: false,
+            depth: 0,
+        };
+        store.post_message(&family, &message).await.unwrap();
+    }
+    for args in [
+        &["space", "read", "fam/family", "--limit", "300"][..],
+        &["crd"][..],
+    ] {
+        // As `agentfleet … | head -1`: the reader is gone before the output ends.
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("AGENTFLEET_REDIS_URL", &url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {}: {err}", out.status);
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}

@@ -1105,3 +1105,94 @@ async fn quick_messages_are_each_answered_once() {
         assert_eq!(answers, 1, "quick message {i}: {page}");
     }
 }
+
+/// Runs `agentfleet dev` on `dir` (plus `extra`) and returns its exit status, stdout and
+/// stderr, killing it if it is still running after 20s (a `dev` that starts).
+fn dev_exit(dir: &std::path::Path, extra: &[&str]) -> (std::process::ExitStatus, String, String) {
+    use std::io::Read;
+    let mut child = Command::new(bin())
+        .arg("dev")
+        .arg(dir)
+        .args(["--addr", "127.0.0.1:0"])
+        .args(extra)
+        .env_remove("AGENTFLEET_REDIS_URL")
+        .env_remove("AGENTFLEET_MODEL_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status, out, err)
+}
+
+#[test]
+fn dev_refuses_what_kubectl_apply_would_refuse_and_prints_no_banner() {
+    let dir = std::env::temp_dir().join(format!("agentfleet-dev-names-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let space = "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: lobby}\nspec: {members: [{id: ann, name: Ann}]}\n";
+    let agent = |name: &str, model: &str| {
+        format!("apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: \"{name}\"}}\nspec:\n  model: {model}\n  spaces: [lobby]\n")
+    };
+    for (files, extra, want) in [
+        (
+            vec![agent("Bad_Name!", "{provider: scripted, name: x}")],
+            &[][..],
+            "\"Bad_Name!\" is not a valid name",
+        ),
+        (
+            vec![agent("fine", "{provider: scripted, name: x}")],
+            &["--namespace", "NS/evil"][..],
+            "\"NS/evil\" is not a valid namespace",
+        ),
+        (
+            vec![agent("fine", "{provider: openai, name: gpt-4o-mini}")],
+            &[][..],
+            "AGENTFLEET_MODEL_API_KEY",
+        ),
+        (
+            vec![agent("fine", "{provider: anthropic, name: claude}")],
+            &[][..],
+            "the anthropic provider is not available in this build",
+        ),
+    ] {
+        for f in std::fs::read_dir(&dir).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        std::fs::write(dir.join("space.yaml"), space).unwrap();
+        for (i, text) in files.iter().enumerate() {
+            std::fs::write(dir.join(format!("agent{i}.yaml")), text).unwrap();
+        }
+        let (status, out, err) = dev_exit(&dir, extra);
+        assert!(!status.success(), "{want}: {status}\n{out}\n{err}");
+        assert!(err.contains(want), "{want}: {err}");
+        assert!(
+            !out.contains("agentfleet chat") && !out.contains("gateway"),
+            "{want}: a banner was printed: {out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

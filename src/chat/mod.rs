@@ -17,7 +17,7 @@ use std::io::{BufRead, IsTerminal};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use futures::StreamExt;
 use reqwest::StatusCode;
 
@@ -252,9 +252,7 @@ fn typed_lines() -> anyhow::Result<tokio::sync::mpsc::Receiver<std::io::Result<S
 /// `agentfleet chat`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     crate::install_crypto_provider();
-    let Some((ns, space)) = args.space.split_once('/') else {
-        bail!("the space is NAMESPACE/NAME, not {:?}", args.space);
-    };
+    let space = crate::cli::space_arg(&args.space)?;
     let client = Arc::new(Client {
         http: reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -262,8 +260,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .context("building the HTTP client")?,
         base: args.gateway.trim_end_matches('/').to_string(),
         token: args.token.clone(),
-        ns: ns.to_string(),
-        space: space.to_string(),
+        ns: space.namespace,
+        space: space.name,
     });
     let info: SpaceInfo = client.get(&client.url("")).await?;
     let stdout = std::io::stdout();
@@ -332,7 +330,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 n += 1;
                 if let Err(e) = client.post(text, &format!("{session}-{n}")).await {
                     if let Ok(mut s) = screen.lock() {
-                        s.line(&format!("! not sent: {e:#}"));
+                        s.line(&format!("! not sent: {}", crate::report::chain(&*e)));
                     }
                 }
             }

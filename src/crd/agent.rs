@@ -86,8 +86,9 @@ pub struct AgentSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ModelSpec {
     /// Who serves the model: `openai` (any OpenAI-compatible endpoint such as vLLM, Ollama or
-    /// LiteLLM), `anthropic`, or `scripted` (a built-in deterministic model for demos and tests
-    /// that needs no network and no key).
+    /// LiteLLM), or `scripted` (a built-in deterministic model for demos and tests that needs
+    /// no network and no key). `anthropic` is reserved: this build refuses it as an invalid
+    /// spec (reach Anthropic models through an OpenAI-compatible gateway).
     pub provider: ModelProvider,
 
     /// The model's name as the provider knows it (for example `gpt-4o-mini` or
@@ -116,6 +117,18 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 2.0))]
     pub temperature: Option<f64>,
+}
+
+impl ModelSpec {
+    /// Whether calling the model needs an API key: `anthropic`, and `openai` at its public
+    /// endpoint (no `baseUrl`); a `baseUrl` may be a local server that takes none.
+    pub fn needs_api_key(&self) -> bool {
+        match self.provider {
+            ModelProvider::Scripted => false,
+            ModelProvider::Openai => self.base_url.is_none(),
+            ModelProvider::Anthropic => true,
+        }
+    }
 }
 
 fn default_max_output_tokens() -> u32 {

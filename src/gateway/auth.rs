@@ -237,7 +237,7 @@ impl Tokens {
                     }
                     Err(e) => {
                         if invalid.as_deref() != Some(text.as_str()) {
-                            warn!(path = %path.display(), error = %format!("{e:#}"), "token file invalid; keeping the tokens in force");
+                            warn!(path = %path.display(), error = %crate::report::chain(&*e), "token file invalid; keeping the tokens in force");
                             invalid = Some(text);
                         }
                     }

@@ -287,6 +287,10 @@ pub trait Model: Send + Sync {
     ) -> Result<Turn, ModelError>;
 }
 
+/// Why an Agent with `provider: anthropic` cannot run (the operator and `dev` refuse it as an
+/// invalid spec, see [`crate::operator::agent::validate`]).
+pub const ANTHROPIC_UNAVAILABLE: &str = "the anthropic provider is not available in this build; use an OpenAI-compatible gateway (provider: openai)";
+
 /// The model an Agent's spec names. `api_key` comes from `AGENTFLEET_MODEL_API_KEY`.
 pub fn from_spec(
     spec: &ModelSpec,
@@ -297,10 +301,7 @@ pub fn from_spec(
         ModelProvider::Scripted => Box::new(scripted::Scripted::new(agent_name)),
         ModelProvider::Openai => Box::new(openai::OpenAi::new(spec, api_key)?),
         ModelProvider::Anthropic => {
-            return Err(ModelError::new(
-                Failure::Refused,
-                "the anthropic provider is not available in this build; use an OpenAI-compatible gateway (provider: openai)",
-            ))
+            return Err(ModelError::new(Failure::Refused, ANTHROPIC_UNAVAILABLE))
         }
     })
 }

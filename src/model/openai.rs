@@ -236,19 +236,7 @@ impl OpenAi {
 
 /// A reqwest error's text without the URL (which the caller names once).
 fn without_url(e: reqwest::Error) -> String {
-    let e = e.without_url();
-    let mut s = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        // Each cause once: a wrapper often repeats the text of what it wraps.
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = inner.source();
-    }
-    s
+    crate::report::chain(&e.without_url())
 }
 
 #[async_trait]

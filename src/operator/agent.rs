@@ -335,7 +335,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     // Known to the data plane, so producers (the gateway's webhook) can address it.
     let registered = ctx.store.register_agent(&key).await;
     if let Err(e) = &registered {
-        warn!(error = %e, "could not register the agent in the data plane; retrying in 30s");
+        warn!(error = %crate::report::chain(e), "could not register the agent in the data plane; retrying in 30s");
     }
 
     // Secrets are not watched: look again soon while the key is missing.
@@ -401,6 +401,12 @@ where
 /// Problems with a spec that the schema cannot refuse.
 pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
     let mut problems = Vec::new();
+    if spec.model.provider == ModelProvider::Anthropic {
+        problems.push(format!(
+            "model.provider: {}",
+            crate::model::ANTHROPIC_UNAVAILABLE
+        ));
+    }
     if name.len() > MAX_NAME_LEN {
         problems.push(format!(
             "name is {} characters; at most {MAX_NAME_LEN} fit in the worker's labels",
@@ -446,25 +452,27 @@ pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
 async fn check_model(secrets: &Api<Secret>, spec: &AgentSpec) -> Result<Cond, Error> {
     let model = &spec.model;
     let Some(key_ref) = &model.api_key_secret_ref else {
-        return Ok(match (model.provider, &model.base_url) {
-            (ModelProvider::Scripted, _) => Cond::ok(
-                MODEL_CONFIGURED,
-                "NoKeyNeeded",
-                "the scripted model needs no key",
-            ),
-            (ModelProvider::Openai, Some(url)) => Cond::ok(
-                MODEL_CONFIGURED,
-                "NoKeyNeeded",
-                format!("{url} is called without an API key"),
-            ),
-            (provider, _) => Cond::fail(
+        return Ok(if model.needs_api_key() {
+            Cond::fail(
                 MODEL_CONFIGURED,
                 "ApiKeyRequired",
                 format!(
                     "provider {} at its public endpoint needs model.apiKeySecretRef",
-                    provider.as_str()
+                    model.provider.as_str()
                 ),
-            ),
+            )
+        } else if let (ModelProvider::Openai, Some(url)) = (model.provider, &model.base_url) {
+            Cond::ok(
+                MODEL_CONFIGURED,
+                "NoKeyNeeded",
+                format!("{url} is called without an API key"),
+            )
+        } else {
+            Cond::ok(
+                MODEL_CONFIGURED,
+                "NoKeyNeeded",
+                "the scripted model needs no key",
+            )
         });
     };
     match secrets.get_opt(&key_ref.name).await {
@@ -623,6 +631,16 @@ mod tests {
         assert!(p[0].contains("53 characters"));
         assert!(p[1].contains("AGENTFLEET_REDIS_URL"));
         assert!(validate("fine", &spec("{model: {provider: scripted, name: x}}")).is_empty());
+    }
+
+    #[test]
+    fn anthropic_is_not_available_in_this_build() {
+        let p = validate("a", &spec("{model: {provider: anthropic, name: claude}}"));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("model.provider: the anthropic provider is not available"),
+            "{p:?}"
+        );
     }
 
     #[test]

@@ -160,7 +160,7 @@ impl Elector {
                     leader.send_if_modified(|v| !std::mem::replace(v, true));
                 }
                 Ok(false) => {}
-                Err(e) => warn!(error = %e, "leader lease round failed"),
+                Err(e) => warn!(error = %crate::report::chain(&e), "leader lease round failed"),
             }
             if let Some(at) = last_renewed {
                 // Stop acting as leader before another replica may take over.

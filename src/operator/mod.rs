@@ -102,18 +102,19 @@ pub struct Args {
     pub cleanup_timeout_seconds: u64,
 }
 
-/// Why a reconcile failed.
+/// Why a reconcile failed. Each variant's text says its cause and `source()` does not return
+/// it again (see [`crate::report`]), so the cause is said once however it is printed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The Kubernetes API refused or failed a request.
     #[error("Kubernetes API: {0}")]
-    Kube(#[source] kube::Error),
+    Kube(kube::Error),
     /// The data plane failed.
     #[error("data plane: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// The Agent manifest could not be rendered.
     #[error("rendering the agent manifest: {0}")]
-    Render(#[from] serde_yaml::Error),
+    Render(serde_yaml::Error),
     /// The object lacks a field the API server always sets.
     #[error("object has no {0}")]
     MissingField(&'static str),
@@ -125,7 +126,20 @@ pub enum Error {
     CleanupPending(String),
     /// Adding or removing a finalizer failed.
     #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+// By hand, not `#[from]`: `#[from]` would also make the wrapped error the source.
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        Error::Store(e)
+    }
+}
+
+impl From<serde_yaml::Error> for Error {
+    fn from(e: serde_yaml::Error) -> Self {
+        Error::Render(e)
+    }
 }
 
 impl Error {
@@ -233,7 +247,7 @@ impl Context {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
-            warn!(error = %e, reason, "cannot publish event");
+            warn!(error = %crate::report::chain(&e), reason, "cannot publish event");
         }
     }
 
@@ -347,7 +361,7 @@ fn error_policy<K: ResourceExt>(
             } else {
                 Duration::from_secs(300)
             });
-        warn!(%controller, object = %obj.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+        warn!(%controller, object = %obj.name_any(), error = %crate::report::chain(error), retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     }
 }
@@ -620,7 +634,7 @@ pub async fn run_controllers(
             )
             .for_each(|res| async move {
                 if let Err(e) = res {
-                    warn!(error = %e, "agent controller");
+                    warn!(error = %crate::report::chain(&e), "agent controller");
                 }
             })
     };
@@ -640,7 +654,7 @@ pub async fn run_controllers(
             )
             .for_each(|res| async move {
                 if let Err(e) = res {
-                    warn!(error = %e, "space controller");
+                    warn!(error = %crate::report::chain(&e), "space controller");
                 }
             })
     };
@@ -685,7 +699,7 @@ pub async fn run_controllers(
                 match space::sweep_orphans(&ctx).await {
                     Ok(0) => {}
                     Ok(n) => info!(removed = n, "orphaned space memberships removed"),
-                    Err(e) => warn!(error = %e, "orphan sweep failed"),
+                    Err(e) => warn!(error = %crate::report::chain(&e), "orphan sweep failed"),
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(300)) => {}
@@ -825,7 +839,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Duration::from_secs(args.lease_seconds),
     );
     if let Err(e) = releaser.release().await {
-        warn!(error = %e, "could not release the leader lease");
+        warn!(error = %crate::report::chain(&e), "could not release the leader lease");
     }
     let _ = server.await;
     Ok(())

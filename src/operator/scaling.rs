@@ -340,7 +340,7 @@ impl Cluster for KubeCluster {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&ev, object).await {
-            warn!(error = %e, reason, "cannot publish event");
+            warn!(error = %crate::report::chain(&e), reason, "cannot publish event");
         }
     }
 }
@@ -564,7 +564,7 @@ impl Scaler {
                 match deps.store.subscribe_wakes().await {
                     Ok(s) => wakes = Some(s),
                     Err(e) => {
-                        warn!(error = %e, "cannot subscribe to wake signals; the sweep still scales up")
+                        warn!(error = %crate::report::chain(&e), "cannot subscribe to wake signals; the sweep still scales up")
                     }
                 }
             }
@@ -671,7 +671,7 @@ impl Scaler {
             deps.cluster.set_replicas(&agent, to).await
         };
         if let Err(e) = written {
-            warn!(%agent, error = %e, to, "cannot set the worker's replicas; the next sweep retries");
+            warn!(%agent, error = %crate::report::chain(&e), to, "cannot set the worker's replicas; the next sweep retries");
             deps.metrics
                 .scale_errors
                 .with_label_values(&[direction])
@@ -728,7 +728,7 @@ impl Scaler {
         let seen = match deps.store.observe(&keys).await {
             Ok(seen) => seen,
             Err(e) => {
-                warn!(error = %e, agents = keys.len(), "cannot read the data plane; scaling and status wait");
+                warn!(error = %crate::report::chain(&e), agents = keys.len(), "cannot read the data plane; scaling and status wait");
                 return None;
             }
         };
@@ -848,7 +848,7 @@ impl Scaler {
                             .status_writes
                             .with_label_values(&["error"])
                             .inc();
-                        warn!(%agent, error = %e, "cannot write the agent's status; retrying");
+                        warn!(%agent, error = %crate::report::chain(&e), "cannot write the agent's status; retrying");
                         if let Some(entry) = self.entries().get_mut(&agent) {
                             entry.written = None;
                             entry.written_at = None;
@@ -869,7 +869,7 @@ impl Scaler {
                     .inc(),
                 Ok(false) => {}
                 Err(e) => {
-                    warn!(%agent, plan = %plan.name, error = %e, "cannot fire plan; the next sweep retries")
+                    warn!(%agent, plan = %plan.name, error = %crate::report::chain(&e), "cannot fire plan; the next sweep retries")
                 }
             },
         }

@@ -161,7 +161,7 @@ async fn cleanup(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
             if deleting_for < CLEANUP_GIVE_UP {
                 return Err(Error::Store(e));
             }
-            warn!(error = %e, "data plane unreachable; letting the Space go, the orphan sweep removes its membership later");
+            warn!(error = %crate::report::chain(&e), "data plane unreachable; letting the Space go, the orphan sweep removes its membership later");
             ctx.publish(
                 &*space,
                 EventType::Warning,

@@ -418,7 +418,7 @@ async fn secret_without_the_key_is_reported_without_its_values() {
     let mut h = harness(vec![], vec![lobby(true)]);
     let mut agent = agent_yaml("");
     agent.spec.model = serde_yaml::from_str(
-        "{provider: anthropic, name: claude, apiKeySecretRef: {name: llm, key: anthropic}}",
+        "{provider: openai, name: gpt-4o-mini, apiKeySecretRef: {name: llm, key: api-key}}",
     )
     .unwrap();
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llm", "namespace": "default"},
@@ -445,20 +445,50 @@ async fn secret_without_the_key_is_reported_without_its_values() {
         condition(&bodies[5]["status"], "ModelConfigured")["reason"],
         "SecretKeyNotFound"
     );
-    assert_eq!(bodies[4]["note"], "Secret llm has no key anthropic");
+    assert_eq!(bodies[4]["note"], "Secret llm has no key api-key");
 }
 
 #[tokio::test]
-async fn anthropic_without_a_key_is_refused_before_any_call() {
+async fn a_public_endpoint_without_a_key_is_refused_before_any_call() {
     let mut h = harness(vec![], vec![lobby(true)]);
     let mut agent = agent_yaml("");
-    agent.spec.model = serde_yaml::from_str("{provider: anthropic, name: claude}").unwrap();
+    agent.spec.model = serde_yaml::from_str("{provider: openai, name: gpt-4o-mini}").unwrap();
     let (_, bodies) = h.run_agent(agent, applied_then(2)).await;
     assert_eq!(bodies[3]["reason"], "ApiKeyRequired");
     assert_eq!(
         condition(&bodies[4]["status"], "Ready")["reason"],
         "ApiKeyRequired"
     );
+}
+
+#[tokio::test]
+async fn anthropic_is_an_invalid_spec_in_this_build() {
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let mut agent = agent_yaml("");
+    agent.spec.model = serde_yaml::from_str(
+        "{provider: anthropic, name: claude, apiKeySecretRef: {name: llm, key: api-key}}",
+    )
+    .unwrap();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llm", "namespace": "default"},
+                        "data": {"api-key": "c2stc2VjcmV0LXZhbHVl"}});
+    let (result, bodies) = h
+        .run_agent(
+            agent,
+            vec![
+                answering(expect(Method::GET, "/secrets/llm"), StatusCode::OK, secret),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    assert_eq!(bodies[1]["reason"], "InvalidSpec");
+    let ready = condition(&bodies[2]["status"], "Ready");
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert!(ready["message"]
+        .as_str()
+        .unwrap()
+        .contains("the anthropic provider is not available in this build"));
 }
 
 #[tokio::test]

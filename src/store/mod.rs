@@ -49,19 +49,21 @@ use crate::crd::PlanSpec;
 use crate::membership::SpaceKey;
 
 /// Why a store operation failed. The text never carries credentials.
-#[derive(Debug, thiserror::Error)]
+///
+/// The text says the cause (the driver's or the decoder's error) and `source()` does not
+/// return it again: `{e}` is the whole story, and a chain printer ([`crate::report::chain`],
+/// anyhow's `{:#}`) says the cause once. (thiserror makes a field named `source` the source,
+/// hence the hand-written `Display`.)
+#[derive(Debug)]
 pub enum StoreError {
     /// The store could not be reached or refused the command.
-    #[error("redis {op}: {source}")]
     Redis {
         /// What the store was doing.
         op: &'static str,
         /// The driver's error.
-        #[source]
         source: ::redis::RedisError,
     },
     /// The store did not answer in time.
-    #[error("redis {op}: no answer within {seconds}s")]
     Timeout {
         /// What the store was doing.
         op: &'static str,
@@ -69,19 +71,15 @@ pub enum StoreError {
         seconds: u64,
     },
     /// A stored value could not be decoded.
-    #[error("decoding {what}: {source}")]
     Decode {
         /// The value being decoded.
         what: String,
         /// The decoder's error.
-        #[source]
         source: serde_json::Error,
     },
     /// The store's address is not usable.
-    #[error("invalid redis URL: {0}")]
     InvalidUrl(String),
     /// A commit that does not fit the stored consciousness (a bug in the caller).
-    #[error("invalid commit for agent {agent}: {reason}")]
     InvalidCommit {
         /// The agent.
         agent: String,
@@ -89,7 +87,6 @@ pub enum StoreError {
         reason: String,
     },
     /// The sender is not a member of the space (or the space does not exist).
-    #[error("{sender} is not a member of space {space}")]
     NotMember {
         /// The space.
         space: String,
@@ -97,12 +94,35 @@ pub enum StoreError {
         sender: String,
     },
     /// The caller's lease is no longer current: another worker holds the agent.
-    #[error("lease of agent {agent} lost: another worker holds it")]
     Fenced {
         /// The agent.
         agent: String,
     },
 }
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Redis { op, source } => write!(f, "redis {op}: {source}"),
+            StoreError::Timeout { op, seconds } => {
+                write!(f, "redis {op}: no answer within {seconds}s")
+            }
+            StoreError::Decode { what, source } => write!(f, "decoding {what}: {source}"),
+            StoreError::InvalidUrl(url) => write!(f, "invalid redis URL: {url}"),
+            StoreError::InvalidCommit { agent, reason } => {
+                write!(f, "invalid commit for agent {agent}: {reason}")
+            }
+            StoreError::NotMember { space, sender } => {
+                write!(f, "{sender} is not a member of space {space}")
+            }
+            StoreError::Fenced { agent } => {
+                write!(f, "lease of agent {agent} lost: another worker holds it")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
 
 impl StoreError {
     /// A bounded label for metrics.
@@ -116,6 +136,11 @@ impl StoreError {
             StoreError::NotMember { .. } => "not_member",
             StoreError::InvalidCommit { .. } => "invalid_commit",
         }
+    }
+
+    /// Whether nothing accepted the connection (nothing listens at the store's address).
+    pub fn is_connection_refused(&self) -> bool {
+        matches!(self, StoreError::Redis { source, .. } if source.is_connection_refusal())
     }
 }
 
