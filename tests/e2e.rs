@@ -784,6 +784,44 @@ async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisSt
     let stored = store.checkpoints(&key).await.unwrap();
     assert_eq!(stored[0].digest, cp.digest, "status mirrors the data plane");
 
+    // ModelAvailable comes from the data plane (the worker reported that its model answered)
+    // and lives beside the reconcile's conditions, each under its own field manager.
+    let model_condition = |want: &'static str| {
+        let agents = agents.clone();
+        async move {
+            let a = agents.get("sleeper").await.ok()?;
+            let (status, reason) = condition(&a, "ModelAvailable")?;
+            (status == want && condition(&a, "Ready").is_some()).then_some(reason)
+        }
+    };
+    let reason = eventually(
+        "ModelAvailable=True beside Ready",
+        Duration::from_secs(20),
+        || model_condition("True"),
+    )
+    .await;
+    assert_eq!(reason, "Available");
+    store
+        .set_model_health(
+            &key,
+            &agentfleet::store::ModelHealth {
+                available: false,
+                reason: "Unauthorized".into(),
+                message: "the model refused the credentials: 401 Unauthorized: bad key ***".into(),
+                since_ms: agentfleet::store::now_ms(),
+            },
+        )
+        .await
+        .unwrap();
+    let reason = eventually(
+        "ModelAvailable=False (Unauthorized) beside Ready",
+        Duration::from_secs(20),
+        || model_condition("False"),
+    )
+    .await;
+    assert_eq!(reason, "Unauthorized");
+    eprintln!("  ModelAvailable: True (Available), then False (Unauthorized); Ready kept");
+
     let idle = time_until(
         "idle 2 s with an empty inbox → replicas 0",
         Duration::from_secs(30),
