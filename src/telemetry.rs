@@ -26,7 +26,12 @@ pub enum LogFormat {
 /// Installs the global tracing subscriber (level from `RUST_LOG`, `info` by default).
 pub fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: a log file or a pod's log never carries escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     // A second initialisation (tests) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -961,7 +961,9 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
     while !errors.iter().any(|d: &String| d.contains("gave up")) {
         let chunk = tokio::time::timeout_at(deadline, body.next())
             .await
-            .unwrap_or_else(|_| panic!("no error activity saying it gave up within 30s: {errors:?}"))
+            .unwrap_or_else(|_| {
+                panic!("no error activity saying it gave up within 30s: {errors:?}")
+            })
             .unwrap()
             .unwrap();
         raw.push_str(&String::from_utf8_lossy(&chunk));
@@ -1050,6 +1052,12 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
     for (what, text) in &everywhere {
         assert!(!text.contains(KEY), "the key is in {what}: {text}");
     }
+    let logs = &everywhere.last().unwrap().1;
+    assert!(logs.contains("cycle failed"), "{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "colour codes in a log that is not a terminal: {logs}"
+    );
     assert!(
         everywhere[2].1.contains("This cycle failed"),
         "the failure is in consciousness: {}",

@@ -412,9 +412,7 @@ impl Store for MemoryStore {
                 log.agent_minute = (time_ms, 0);
             }
             let guarded = message.loop_guard(&record, log.agent_minute.1);
-            if message.sender.kind == Some(crate::crd::MemberKind::Agent)
-                && guarded != Some(super::Guard::Depth)
-            {
+            if message.guarded_by_loop_guard(&record) && guarded != Some(super::Guard::Depth) {
                 log.agent_minute.1 += 1;
             }
             let id = log.next_id(time_ms);

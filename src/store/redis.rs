@@ -1114,8 +1114,8 @@ impl Store for RedisStore {
         let live_template = encode("a live event", &LiveEvent::Message { message: templated })?;
         let idempotency = message.scoped_idempotency_key();
         let agents: Vec<&str> = record.agents().collect();
-        // The loop guard's notices (the rate is counted by the script); only agents need them.
-        let is_agent = message.sender.kind == Some(MemberKind::Agent);
+        // The loop guard's notices (the rate is counted by the script), for the posts it watches.
+        let is_agent = message.guarded_by_loop_guard(&record);
         let over_depth = message.loop_guard(&record, 0) == Some(Guard::Depth);
         let mut notices = Vec::new();
         for guard in [Guard::Depth, Guard::Rate] {

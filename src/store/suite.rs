@@ -544,7 +544,17 @@ async fn the_loop_guard_stops_agents_waking_each_other(store: &dyn Store) {
         1,
         "bob was not woken again"
     );
-    // Humans are never held, whatever the depth field says.
+    // Humans are never held, whatever the depth field says; nor is an agent alone among
+    // agents (there is nobody to wake).
+    let alone = SpaceKey::new("fam", "alone");
+    let mut solo = r.clone();
+    solo.members.retain(|m| m.id != "bob");
+    store.apply_space(&alone, &solo).await.unwrap();
+    let lone = store
+        .post_message(&alone, &at(agent_sender("alice"), 99))
+        .await
+        .unwrap();
+    assert_eq!(lone.guarded, None);
     let human_post = store
         .post_message(&space, &at(human("husam"), 99))
         .await

@@ -212,14 +212,20 @@ impl NewMessage {
         Some(format!("{kind}:{}:{key}", self.sender.id))
     }
 
-    /// The loop guard this post trips in `record`, given how many agent messages the space
-    /// has seen this minute before it (for the rate). Only agents' messages are guarded.
+    /// Whether the loop guard watches this post: an agent's message in a space with another
+    /// agent it could wake.
+    pub fn guarded_by_loop_guard(&self, record: &SpaceRecord) -> bool {
+        self.sender.kind == Some(MemberKind::Agent) && record.agents().any(|a| a != self.sender.id)
+    }
+
+    /// The loop guard this post trips in `record`, given how many watched agent messages the
+    /// space has seen this minute before it (for the rate).
     pub fn loop_guard(
         &self,
         record: &SpaceRecord,
         agent_messages_this_minute: u64,
     ) -> Option<Guard> {
-        if self.sender.kind != Some(MemberKind::Agent) {
+        if !self.guarded_by_loop_guard(record) {
             return None;
         }
         if self.depth > record.loop_guard.max_depth {

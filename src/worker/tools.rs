@@ -349,7 +349,15 @@ impl ToolEnv<'_> {
                     .loop_guard
                     .with_label_values(&[self.agent.namespace.as_str(), space.as_str(), g.as_str()])
                     .inc();
-                tracing::warn!(agent = %self.agent, space = %space, reason = g.as_str(), depth = self.depth, "loop guard: the message wakes no other agent");
+                // Once per chain for the depth; the rate holds for the rest of a minute.
+                match g {
+                    crate::store::Guard::Depth => {
+                        tracing::warn!(agent = %self.agent, space = %space, depth = self.depth, "loop guard (depth): the message wakes no other agent")
+                    }
+                    crate::store::Guard::Rate => {
+                        tracing::info!(agent = %self.agent, space = %space, "loop guard (rate): the message wakes no other agent")
+                    }
+                }
                 format!("posted, but not delivered to other agents: the space's loop guard ({}) stops agents talking in circles; humans see it", g.as_str())
             }
         };
