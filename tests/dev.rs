@@ -120,6 +120,22 @@ impl Dev {
         }
     }
 
+    /// Posts `body` to `space` (of `default`) as the holder of `token`.
+    async fn post(
+        &self,
+        http: &reqwest::Client,
+        token: &str,
+        space: &str,
+        body: &Value,
+    ) -> reqwest::Response {
+        http.post(format!("{}/v1/spaces/default/{space}/messages", self.url))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     async fn metrics(&self, http: &reqwest::Client) -> String {
         let resp = http.get(format!("{}/metrics", self.url)).send().await;
         resp.unwrap().text().await.unwrap()
@@ -167,13 +183,14 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
-    let posted: Value = http
-        .post(format!("{}/v1/spaces/default/family/messages", dev.url))
-        .bearer_auth(&husam)
-        .json(&json!({"text": "hello, what's for dinner?"}))
-        .send()
+    let posted: Value = dev
+        .post(
+            &http,
+            &husam,
+            "family",
+            &json!({"text": "hello, what's for dinner?"}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -231,16 +248,14 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
     );
 
     // Engineering: only the addressed agent answers; the other skips without a trace.
-    let posted: Value = http
-        .post(format!(
-            "{}/v1/spaces/default/engineering/messages",
-            dev.url
-        ))
-        .bearer_auth(&husam)
-        .json(&json!({"text": "oncall, is prod up?"}))
-        .send()
+    let posted: Value = dev
+        .post(
+            &http,
+            &husam,
+            "engineering",
+            &json!({"text": "oncall, is prod up?"}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -287,16 +302,14 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
 
     // A mention makes the mentioned agent answer, though the text does not name it; the
     // other agent skips.
-    let posted: Value = http
-        .post(format!(
-            "{}/v1/spaces/default/engineering/messages",
-            dev.url
-        ))
-        .bearer_auth(&husam)
-        .json(&json!({"text": "please look at PR 12", "mention": "reviewer"}))
-        .send()
+    let posted: Value = dev
+        .post(
+            &http,
+            &husam,
+            "engineering",
+            &json!({"text": "please look at PR 12", "mention": "reviewer"}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -614,13 +627,14 @@ async fn dev_runs_on_redis_with_the_redis_flag() {
     let dev = Dev::start_with(&["--redis", &redis.url()]);
     let http = reqwest::Client::new();
     let husam = dev.token("default/family", "Husam");
-    let post = http
-        .post(format!("{}/v1/spaces/default/family/messages", dev.url))
-        .bearer_auth(&husam)
-        .json(&json!({"text": "hello from redis"}))
-        .send()
-        .await
-        .unwrap();
+    let post = dev
+        .post(
+            &http,
+            &husam,
+            "family",
+            &json!({"text": "hello from redis"}),
+        )
+        .await;
     assert_eq!(post.status(), 201);
     // The reply lands in Redis, where another process (here: the store) reads it.
     let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
@@ -754,13 +768,14 @@ async fn agents_answering_each_other_stop_at_the_loop_guard() {
     let dev = Dev::start_in(dir.path(), &[]);
     let http = reqwest::Client::new();
     let husam = dev.token("default/loop", "Husam");
-    let posted = http
-        .post(format!("{}/v1/spaces/default/loop/messages", dev.url))
-        .bearer_auth(&husam)
-        .json(&json!({"text": "ping, say hi to pong"}))
-        .send()
-        .await
-        .unwrap();
+    let posted = dev
+        .post(
+            &http,
+            &husam,
+            "loop",
+            &json!({"text": "ping, say hi to pong"}),
+        )
+        .await;
     assert_eq!(posted.status(), 201);
     let notice = wait_for_message(&http, &dev, &husam, "loop", |m| {
         m["sender"]["id"] == "agentfleet"
@@ -944,13 +959,9 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
         .await
         .unwrap();
     let mut body = resp.bytes_stream();
-    let posted = http
-        .post(format!("{}/v1/spaces/default/family/messages", dev.url))
-        .bearer_auth(&husam)
-        .json(&json!({"text": "hello?"}))
-        .send()
-        .await
-        .unwrap();
+    let posted = dev
+        .post(&http, &husam, "family", &json!({"text": "hello?"}))
+        .await;
     assert_eq!(posted.status(), 201);
 
     // The space sees each failure and what happens next, until the agent gives up.
@@ -1009,12 +1020,8 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
     );
 
     // Another message: the consciousness (with the failure in it) goes back to the model.
-    http.post(format!("{}/v1/spaces/default/family/messages", dev.url))
-        .bearer_auth(&husam)
-        .json(&json!({"text": "still there?"}))
-        .send()
-        .await
-        .unwrap();
+    dev.post(&http, &husam, "family", &json!({"text": "still there?"}))
+        .await;
     let check = Instant::now();
     while bodies.lock().unwrap().len() < 4 {
         assert!(

@@ -41,7 +41,8 @@ pub struct StreamParams {
 ///
 /// Events: `message` (a posted message, JSON `Message`, with the message id as the SSE id),
 /// `delta` (JSON `DeltaEvent`: text an agent is writing, as it streams), `activity` (JSON
-/// `ActivityEvent`: thinking, running a tool, idle). Reconnecting with `Last-Event-ID` (or
+/// `ActivityEvent`: thinking, running a tool, idle, or `error` with what failed and what
+/// happens next). Reconnecting with `Last-Event-ID` (or
 /// `?after=`) first replays the messages posted since that id.
 ///
 /// The stream ends with a last `error` event (JSON `ErrorBody`) when the caller may no longer
