@@ -63,6 +63,7 @@ impl Agentlet {
         };
         let detail = format!("{error}; {then}");
         let mut spaces: Vec<&str> = events.iter().filter_map(|e| e.space.as_deref()).collect();
+        spaces.sort_unstable();
         spaces.dedup();
         if spaces.is_empty() {
             spaces.extend(self.agent.spec.spaces.first().map(String::as_str));
