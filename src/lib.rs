@@ -7,6 +7,7 @@ pub mod dev;
 pub mod gateway;
 #[cfg(test)]
 pub(crate) mod hostile;
+pub mod keys;
 pub mod membership;
 pub mod names;
 pub mod operator;

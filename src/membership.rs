@@ -5,44 +5,11 @@
 //! operator applies the result from the cluster, `agentfleet dev` from files.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use kube::ResourceExt;
 
 use crate::crd::{Agent, MemberKind, ResolvedMember, Space};
-
-/// A space, by namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SpaceKey {
-    /// Namespace of the Space.
-    pub namespace: String,
-    /// Name of the Space.
-    pub name: String,
-}
-
-impl SpaceKey {
-    /// A key from its parts.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    /// The key of a Space object (`default` namespace when unset, as for a manifest file).
-    pub fn of(space: &Space) -> Self {
-        Self::new(
-            space.namespace().unwrap_or_else(|| "default".to_string()),
-            space.name_any(),
-        )
-    }
-}
-
-impl fmt::Display for SpaceKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub use crate::keys::SpaceKey;
 
 /// Members of every Space: the Agents (of the same namespace, not being deleted) that name it,
 /// sorted by name, then its human members in the order the Space lists them.
@@ -83,6 +50,23 @@ pub fn derive(agents: &[&Agent], spaces: &[&Space]) -> BTreeMap<SpaceKey, Vec<Re
         }
     }
     out
+}
+
+/// The name of the space `wanted` names among `spaces` (an agent's spaces as `(name,
+/// record)`): by name, or by display name ignoring case. The one space lookup of the tools
+/// and the streaming of `send_message`.
+pub fn resolve<'a>(
+    spaces: &'a [(String, Option<crate::store::SpaceRecord>)],
+    wanted: &str,
+) -> Option<&'a str> {
+    spaces
+        .iter()
+        .find(|(n, r)| {
+            n == wanted
+                || r.as_ref()
+                    .is_some_and(|r| r.display_name.eq_ignore_ascii_case(wanted))
+        })
+        .map(|(n, _)| n.as_str())
 }
 
 /// What the data plane keeps of a Space with these resolved members.

@@ -73,7 +73,19 @@ impl Entity {
     /// Whether this entity reads and posts in a space of these members: a human it lists.
     /// The one membership rule of the gateway (requests and open streams alike).
     pub fn is_member(&self, space: &SpaceRecord) -> bool {
-        self.kind == EntityKind::Human && space.has_human(&self.id)
+        space.admits(&self.sender())
+    }
+
+    /// This entity as the sender of what it posts or triggers (a human member, or a service).
+    pub fn sender(&self) -> crate::store::Sender {
+        crate::store::Sender {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            kind: match self.kind {
+                EntityKind::Human => Some(crate::crd::MemberKind::Human),
+                EntityKind::Service => None,
+            },
+        }
     }
 
     /// Whether this entity may send service events to `agent`.

@@ -39,11 +39,10 @@ use utoipa::{IntoParams, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::crd::MemberKind;
 use crate::membership::SpaceKey;
 use crate::store::{
-    now_ms, AgentKey, EventKind, InboxEvent, NewMessage, ReadQuery, RedisStore, Sender,
-    SpaceRecord, Store, StoreError,
+    now_ms, AgentKey, EventKind, InboxEvent, NewMessage, ReadQuery, RedisStore, SpaceRecord, Store,
+    StoreError,
 };
 use crate::telemetry::{self, GatewayMetrics};
 use api::{
@@ -282,11 +281,7 @@ async fn post_message(
         .post_message(
             &key,
             &NewMessage {
-                sender: Sender {
-                    id: caller.id.clone(),
-                    name: caller.name.clone(),
-                    kind: Some(MemberKind::Human),
-                },
+                sender: caller.sender(),
                 text: body.text,
                 mention: body.mention,
                 idempotency_key,
@@ -513,11 +508,7 @@ async fn trigger_agent(
         time_ms: now_ms(),
         urgent: body.urgent,
         space: None,
-        sender: Some(Sender {
-            id: caller.id.clone(),
-            name: caller.name.clone(),
-            kind: None,
-        }),
+        sender: Some(caller.sender()),
         text,
         data: body.data,
         depth: 0,

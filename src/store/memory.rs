@@ -17,7 +17,7 @@ use super::{
     Store, StoreError, SEEN_IDS,
 };
 use crate::crd::PlanSpec;
-use crate::membership::SpaceKey;
+use crate::keys::SpaceKey;
 
 /// A [`Store`] held in this process's memory.
 pub struct MemoryStore {
@@ -389,7 +389,7 @@ impl Store for MemoryStore {
             let record = s
                 .spaces
                 .get(space)
-                .filter(|r| r.members.iter().any(|m| m.id == message.sender.id))
+                .filter(|r| r.admits(&message.sender))
                 .cloned()
                 .ok_or_else(|| StoreError::NotMember {
                     space: space.to_string(),

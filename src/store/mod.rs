@@ -46,7 +46,7 @@ pub const WAKE_CHANNEL: &str = "agentfleet:wake";
 pub const SEEN_IDS: usize = 10_000;
 
 use crate::crd::PlanSpec;
-use crate::membership::SpaceKey;
+use crate::keys::SpaceKey;
 
 /// Why a store operation failed. The text never carries credentials.
 ///

@@ -55,7 +55,7 @@ use super::{
     SpaceMessage, SpaceRecord, Store, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
 use crate::crd::{MemberKind, PlanSpec};
-use crate::membership::SpaceKey;
+use crate::keys::SpaceKey;
 
 const PREFIX: &str = "agentfleet:";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -1084,7 +1084,7 @@ impl Store for RedisStore {
         let record = self
             .space(space)
             .await?
-            .filter(|r| r.members.iter().any(|m| m.id == message.sender.id))
+            .filter(|r| r.admits(&message.sender))
             .ok_or_else(|| StoreError::NotMember {
                 space: space.to_string(),
                 sender: message.sender.id.clone(),

@@ -1,41 +1,9 @@
 //! What the data plane carries: inbox events and the identities they name.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 use crate::crd::MemberKind;
-
-/// An agent, by namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct AgentKey {
-    /// Namespace of the Agent.
-    pub namespace: String,
-    /// Name of the Agent.
-    pub name: String,
-}
-
-impl AgentKey {
-    /// A key from its parts.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    /// Parses `NS/NAME`.
-    pub fn parse(s: &str) -> Option<Self> {
-        let (ns, name) = s.split_once('/')?;
-        (!ns.is_empty() && !name.is_empty() && !name.contains('/')).then(|| Self::new(ns, name))
-    }
-}
-
-impl fmt::Display for AgentKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub use crate::keys::AgentKey;
 
 /// What the data plane knows of a space: derived from its Space object and the Agents that
 /// name it.
@@ -61,11 +29,12 @@ impl SpaceRecord {
             .any(|m| m.kind == MemberKind::Agent && m.id == name)
     }
 
-    /// Whether a human of this id is a member.
-    pub fn has_human(&self, id: &str) -> bool {
+    /// Whether `sender` may read and post here: a member of the same kind and id (a service or
+    /// the system never is). The one admission rule of the gateway, the tools and the stores.
+    pub fn admits(&self, sender: &Sender) -> bool {
         self.members
             .iter()
-            .any(|m| m.kind == MemberKind::Human && m.id == id)
+            .any(|m| Some(m.kind) == sender.kind && m.id == sender.id)
     }
 
     /// Names of the member agents.

@@ -565,16 +565,7 @@ impl Agentlet {
                 return;
             };
             let space = field_value(buf, "space")
-                .and_then(|s| {
-                    spaces
-                        .iter()
-                        .find(|(n, r)| {
-                            *n == s
-                                || r.as_ref()
-                                    .is_some_and(|r| r.display_name.eq_ignore_ascii_case(&s))
-                        })
-                        .map(|(n, _)| n.clone())
-                })
+                .and_then(|s| crate::membership::resolve(spaces, &s).map(str::to_string))
                 .or_else(|| active.clone());
             // Only ever an extension of what was streamed (the decoded prefix only grows).
             let piece = text.strip_prefix(sent.as_str()).filter(|p| !p.is_empty());

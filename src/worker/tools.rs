@@ -160,7 +160,7 @@ impl ToolEnv<'_> {
             .space(&key)
             .await
             .map_err(|e| format!("cannot read space {wanted}: {e}"))?
-            .filter(|r| r.has_agent(&self.agent.name))
+            .filter(|r| r.admits(&self.me))
             .ok_or_else(|| format!("you are not a member of space {wanted}"))?;
         Ok((wanted, record))
     }
@@ -169,15 +169,8 @@ impl ToolEnv<'_> {
     /// without reading the data plane.
     fn resolve(&self, arg: Option<&str>) -> Result<String, String> {
         let wanted = match arg.map(str::trim).filter(|s| !s.is_empty()) {
-            Some(a) => self
-                .spaces
-                .iter()
-                .find(|(n, r)| {
-                    n == a
-                        || r.as_ref()
-                            .is_some_and(|r| r.display_name.eq_ignore_ascii_case(a))
-                })
-                .map(|(n, _)| n.clone())
+            Some(a) => crate::membership::resolve(self.spaces, a)
+                .map(str::to_string)
                 .ok_or_else(|| {
                     let known: Vec<&str> = self.spaces.iter().map(|(n, _)| n.as_str()).collect();
                     format!(
