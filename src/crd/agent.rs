@@ -231,6 +231,25 @@ impl BuiltinTool {
             BuiltinTool::SetPlans,
         ]
     }
+
+    /// The name the model calls it by (and `cycle.phases[].activeTools` names it by).
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinTool::SendMessage => "send_message",
+            BuiltinTool::EnterSpace => "enter_space",
+            BuiltinTool::ReadMessages => "read_messages",
+            BuiltinTool::Skip => "skip",
+            BuiltinTool::SetMemories => "set_memories",
+            BuiltinTool::DeleteMemories => "delete_memories",
+            BuiltinTool::SetGoals => "set_goals",
+            BuiltinTool::SetPlans => "set_plans",
+        }
+    }
+
+    /// The built-in tool called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<BuiltinTool> {
+        Self::all().into_iter().find(|t| t.name() == name)
+    }
 }
 
 /// Limits and behaviour of one think cycle.
@@ -606,4 +625,20 @@ pub struct CheckpointStatus {
     /// When the checkpoint was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_tool_names_are_what_the_manifest_says() {
+        for tool in BuiltinTool::all() {
+            let manifest = serde_json::to_value(tool).unwrap();
+            assert_eq!(manifest, tool.name(), "{tool:?}");
+            assert_eq!(BuiltinTool::from_name(tool.name()), Some(tool));
+        }
+        assert_eq!(BuiltinTool::from_name("Send_Message"), None);
+        assert_eq!(BuiltinTool::from_name("http"), None);
+    }
 }

@@ -422,12 +422,7 @@ pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
             ));
         }
         for tool in phase.active_tools.iter().flatten() {
-            if !spec
-                .tools
-                .builtin
-                .iter()
-                .any(|t| crate::worker::tools::name(*t) == tool)
-            {
+            if !spec.tools.builtin.iter().any(|t| t.name() == tool) {
                 problems.push(format!("cycle.phases[{i}].activeTools names {tool:?}, which is not a tool of this agent"));
             }
         }

@@ -353,12 +353,7 @@ impl Agentlet {
                     env.run(call, &format!("{}:{batch}:{step}:{i}", self.key))
                         .await
                 };
-                let tool_label = if spec
-                    .tools
-                    .builtin
-                    .iter()
-                    .any(|t| tools::name(*t) == call.name)
-                {
+                let tool_label = if spec.tools.builtin.iter().any(|t| t.name() == call.name) {
                     call.name.as_str()
                 } else {
                     "unknown"

@@ -18,20 +18,6 @@ use crate::store::{
 /// Longest `wait` of `send_message`.
 pub const MAX_WAIT: Duration = Duration::from_secs(120);
 
-/// The name of a built-in tool.
-pub fn name(tool: BuiltinTool) -> &'static str {
-    match tool {
-        BuiltinTool::SendMessage => "send_message",
-        BuiltinTool::EnterSpace => "enter_space",
-        BuiltinTool::ReadMessages => "read_messages",
-        BuiltinTool::Skip => "skip",
-        BuiltinTool::SetMemories => "set_memories",
-        BuiltinTool::DeleteMemories => "delete_memories",
-        BuiltinTool::SetGoals => "set_goals",
-        BuiltinTool::SetPlans => "set_plans",
-    }
-}
-
 /// The specs of the enabled built-in tools, in a stable order.
 pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
     let space = json!({"type": "string", "description": "Space name (or display name). Defaults to the active space."});
@@ -97,7 +83,7 @@ pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
                 ),
             };
             ToolSpec {
-                name: name(t).into(),
+                name: t.name().into(),
                 description: description.into(),
                 parameters,
             }
@@ -189,10 +175,7 @@ impl ToolEnv<'_> {
     /// Runs one tool call (not `skip`, which the cycle handles). `idempotency` makes a
     /// re-run of the same call (after a crash) post nothing twice.
     pub async fn run(&mut self, call: &ToolCall, idempotency: &str) -> Outcome {
-        let Some(tool) = BuiltinTool::all()
-            .into_iter()
-            .find(|t| name(*t) == call.name)
-        else {
+        let Some(tool) = BuiltinTool::from_name(&call.name) else {
             return err(format!(
                 "unknown tool {:?}; available: {}",
                 call.name,
@@ -238,7 +221,7 @@ impl ToolEnv<'_> {
     fn available(&self) -> String {
         self.enabled
             .iter()
-            .map(|t| name(*t))
+            .map(|t| t.name())
             .collect::<Vec<_>>()
             .join(", ")
     }
