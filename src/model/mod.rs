@@ -4,6 +4,9 @@
 pub mod format;
 pub mod openai;
 pub mod scripted;
+mod tokens;
+
+pub use tokens::estimate_tokens;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -52,26 +55,6 @@ impl Message {
             _ => &[],
         };
         calls.iter().map(|c| c.id.as_str())
-    }
-
-    /// Rough token estimate (4 characters a token, plus overhead), used for the window and
-    /// budgets when the provider reports no usage.
-    pub fn estimate_tokens(&self) -> u64 {
-        let chars = match self {
-            Message::User { content } => content.len(),
-            Message::Assistant {
-                content,
-                tool_calls,
-            } => {
-                content.as_deref().map_or(0, str::len)
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.len())
-                        .sum::<usize>()
-            }
-            Message::Tool { content, .. } => content.len(),
-        };
-        (chars as u64).div_ceil(4) + 4
     }
 }
 

@@ -254,7 +254,7 @@ impl Model for OpenAi {
                 Ok(mut turn) => {
                     if turn.usage == Usage::default() {
                         turn.usage = Usage {
-                            input: estimate_request(request),
+                            input: request.estimate_tokens(),
                             output: turn.message().estimate_tokens(),
                         };
                     }
@@ -271,15 +271,6 @@ impl Model for OpenAi {
             }
         }
     }
-}
-
-fn estimate_request(request: &Request) -> u64 {
-    (request.system.len() as u64).div_ceil(4)
-        + request
-            .messages
-            .iter()
-            .map(Message::estimate_tokens)
-            .sum::<u64>()
 }
 
 fn wire_message(m: &Message) -> ChatCompletionRequestMessage {

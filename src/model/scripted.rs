@@ -223,12 +223,7 @@ impl Model for Scripted {
                 });
             }
         }
-        let input = (request.system.len() as u64).div_ceil(4)
-            + request
-                .messages
-                .iter()
-                .map(Message::estimate_tokens)
-                .sum::<u64>();
+        let input = request.estimate_tokens();
         let output = turn.message().estimate_tokens();
         Ok(Turn {
             usage: Usage { input, output },

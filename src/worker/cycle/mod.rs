@@ -399,7 +399,7 @@ impl Agentlet {
         let summary_tokens = c
             .summary
             .as_deref()
-            .map_or(0, |s| (s.len() as u64).div_ceil(4));
+            .map_or(0, crate::model::estimate_tokens);
         let window = spec.consciousness.window_tokens;
         let keep = spec.consciousness.keep_recent_messages as usize;
         let mut summary_text = c.summary.clone();
@@ -449,7 +449,7 @@ impl Agentlet {
             .map_or(0, |cp| (cp.start - c.start) as usize);
         let tokens = summary_text
             .as_deref()
-            .map_or(0, |s| (s.len() as u64).div_ceil(4))
+            .map_or(0, crate::model::estimate_tokens)
             + all
                 .iter()
                 .skip(first_kept)
