@@ -22,6 +22,17 @@ pub enum Next {
 }
 
 impl Agentlet {
+    /// Shows `activity` ("thinking", "idle") in `space`.
+    pub(crate) async fn activity(&self, space: Option<&str>, activity: &str) {
+        self.publish_activity(space, activity, None, None).await;
+    }
+
+    /// Shows in `space` that the agent is running `tool`.
+    pub(crate) async fn tool_activity(&self, space: Option<&str>, tool: &str) {
+        self.publish_activity(space, "tool", Some(tool.to_string()), None)
+            .await;
+    }
+
     /// Publishes what the agent is doing in `space` (nothing without a space).
     pub(crate) async fn publish_activity(
         &self,

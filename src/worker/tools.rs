@@ -121,6 +121,16 @@ pub struct Outcome {
     pub ok: bool,
 }
 
+impl Outcome {
+    /// A result the model sees as `{"error": message}`.
+    pub fn error(message: impl Into<String>) -> Self {
+        Outcome {
+            content: json!({"error": message.into()}).to_string(),
+            ok: false,
+        }
+    }
+}
+
 fn ok(v: Value) -> Outcome {
     Outcome {
         content: v.to_string(),
@@ -129,10 +139,7 @@ fn ok(v: Value) -> Outcome {
 }
 
 fn err(msg: impl Into<String>) -> Outcome {
-    Outcome {
-        content: json!({"error": msg.into()}).to_string(),
-        ok: false,
-    }
+    Outcome::error(msg)
 }
 
 impl ToolEnv<'_> {
@@ -172,7 +179,7 @@ impl ToolEnv<'_> {
         Ok(wanted)
     }
 
-    /// Runs one tool call (not `skip`, which the cycle handles). `idempotency` makes a
+    /// Runs one tool call (`skip` is the cycle's: see [`super::cycle`]). `idempotency` makes a
     /// re-run of the same call (after a crash) post nothing twice.
     pub async fn run(&mut self, call: &ToolCall, idempotency: &str) -> Outcome {
         let Some(tool) = BuiltinTool::from_name(&call.name) else {
@@ -210,7 +217,8 @@ impl ToolEnv<'_> {
             BuiltinTool::DeleteMemories => self.delete_memories(args).await,
             BuiltinTool::SetGoals => self.set_goals(args).await,
             BuiltinTool::SetPlans => self.set_plans(args).await,
-            BuiltinTool::Skip => Ok(json!({"skipped": true})),
+            // The cycle answers skip itself (it ends or rolls back the cycle).
+            BuiltinTool::Skip => return super::cycle::skip::result(),
         };
         match result {
             Ok(v) => ok(v),
@@ -586,154 +594,9 @@ impl ToolEnv<'_> {
     }
 }
 
-/// The text of a `send_message` call's arguments so far, as they stream: the decoded value of
-/// `"text"` up to where the JSON has arrived (`None` before it starts). What it returns only
-/// grows as more arrives: an escape cut by the end of the input is left out until complete.
-pub fn partial_text(arguments: &str) -> Option<String> {
-    let start = arguments.find("\"text\"")? + "\"text\"".len();
-    let rest = arguments[start..]
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start()
-        .strip_prefix('"')?;
-    let mut out = String::new();
-    let mut chars = rest.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => break,
-            '\\' => match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
-                Some('r') => out.push('\r'),
-                Some('b') => out.push('\u{8}'),
-                Some('f') => out.push('\u{c}'),
-                Some('u') => {
-                    let Ok(unit) = hex4(&mut chars) else { break };
-                    let c = if (0xD800..0xDC00).contains(&unit) {
-                        // A high surrogate: the character needs the low half that follows.
-                        let mut ahead = chars.clone();
-                        match (ahead.next(), ahead.next()) {
-                            (Some('\\'), Some('u')) => match hex4(&mut ahead) {
-                                Ok(low) if (0xDC00..0xE000).contains(&low) => {
-                                    chars = ahead;
-                                    char::from_u32(
-                                        0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00),
-                                    )
-                                }
-                                Err(Hex::Cut) => break,
-                                _ => None,
-                            },
-                            (None, _) | (Some('\\'), None) => break,
-                            _ => None,
-                        }
-                    } else {
-                        char::from_u32(unit)
-                    };
-                    out.push(c.unwrap_or('\u{fffd}'));
-                }
-                Some(other) => out.push(other),
-                None => break,
-            },
-            c => out.push(c),
-        }
-    }
-    Some(out)
-}
-
-/// Why four hex digits of a `\u` escape could not be read.
-enum Hex {
-    /// The input ended before them (more may arrive).
-    Cut,
-    /// Something else stands there.
-    Bad,
-}
-
-/// The four hex digits of a `\u` escape.
-fn hex4(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Result<u32, Hex> {
-    let mut v = 0;
-    for _ in 0..4 {
-        let d = chars.next().ok_or(Hex::Cut)?.to_digit(16).ok_or(Hex::Bad)?;
-        v = v * 16 + d;
-    }
-    Ok(v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partial_text_follows_the_stream() {
-        assert_eq!(partial_text(r#"{"spa"#), None);
-        assert_eq!(
-            partial_text(r#"{"space":"Family","text":"Hi Hu"#).as_deref(),
-            Some("Hi Hu")
-        );
-        assert_eq!(
-            partial_text(r#"{"text": "a \"b\"\nc\"#).as_deref(),
-            Some("a \"b\"\nc")
-        );
-        assert_eq!(
-            partial_text(r#"{"text":"done","space":"x"}"#).as_deref(),
-            Some("done")
-        );
-        assert_eq!(
-            partial_text(r#"{"text":"caf\u00e9"#).as_deref(),
-            Some("café")
-        );
-    }
-
-    #[test]
-    fn partial_text_waits_for_both_halves_of_a_surrogate_pair() {
-        let full = r#"{"text":"a\ud83d\ude00b"}"#;
-        let mut seen = String::new();
-        for end in 0..=full.len() {
-            if let Some(t) = partial_text(&full[..end]) {
-                assert!(t.starts_with(&seen), "{seen:?} then {t:?}");
-                seen = t;
-            }
-        }
-        assert_eq!(seen, "a😀b");
-        assert_eq!(
-            partial_text(r#"{"text":"\ud800x"}"#).as_deref(),
-            Some("\u{fffd}x")
-        );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn streamed_text_only_grows_and_ends_as_sent(text in crate::hostile::hostile_text(), ascii in proptest::bool::ANY) {
-            let json = if ascii {
-                // Every non-ASCII character as a \u escape (surrogate pairs for the astral ones).
-                let mut out = String::from("{\"text\":\"");
-                for c in text.chars() {
-                    match c {
-                        '"' => out.push_str("\\\""),
-                        '\\' => out.push_str("\\\\"),
-                        c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-                        c => {
-                            let mut units = [0u16; 2];
-                            for u in c.encode_utf16(&mut units) {
-                                out.push_str(&format!("\\u{u:04x}"));
-                            }
-                        }
-                    }
-                }
-                out.push_str("\"}");
-                out
-            } else {
-                serde_json::json!({"text": text}).to_string()
-            };
-            let mut seen = String::new();
-            for (end, _) in json.char_indices().skip(1) {
-                if let Some(t) = partial_text(&json[..end]) {
-                    proptest::prop_assert!(t.starts_with(&seen));
-                    seen = t;
-                }
-            }
-            proptest::prop_assert_eq!(partial_text(&json), Some(text));
-        }
-    }
 
     #[test]
     fn specs_follow_the_enabled_list() {

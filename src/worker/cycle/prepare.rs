@@ -1,0 +1,137 @@
+//! Before the first step (seed 000; DESIGN "The think cycle" 1–2): the consciousness (from
+//! the cache when it is this lease's), the fresh context read from the data plane (spaces,
+//! memories, goals, plans) and the system prompt built from it, and the drained events as one
+//! inbox message.
+
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+use super::{Agentlet, Cycle};
+use crate::membership::SpaceKey;
+use crate::model::{Message, Usage};
+use crate::store::{Consciousness, InboxEvent, Lease, SpaceRecord, StoreError};
+use crate::worker::prompt::{self, PromptInput};
+use crate::worker::tools;
+
+impl<'a> Cycle<'a> {
+    /// A cycle over `events` (in flight), ready for its first step.
+    pub(super) async fn prepare(
+        agentlet: &'a Agentlet,
+        lease: &'a Lease,
+        events: &'a [InboxEvent],
+        started: Instant,
+    ) -> Result<Cycle<'a>, StoreError> {
+        let (consciousness, history) = agentlet.load(lease).await?;
+        tracing::Span::current().record("cycle", consciousness.cycle + 1);
+        let key = &agentlet.key;
+        let store = &agentlet.store;
+        let (spaces, memories, goals, plans, plan_marks) = tokio::try_join!(
+            agentlet.spaces(),
+            store.memories(key),
+            store.goals(key),
+            store.plans(key),
+            store.plan_marks(key)
+        )?;
+        let system = prompt::system_prompt(&PromptInput {
+            agent: &agentlet.agent,
+            spaces: &spaces,
+            memories: &memories,
+            goals: &goals,
+            plans: &plans,
+            plan_marks: &plan_marks,
+            now_ms: k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+        });
+        let summary = consciousness
+            .summary
+            .as_ref()
+            .map(|s| Message::user(format!("[SUMMARY of the earlier conversation]\n{s}")));
+        let inbox = Message::user(prompt::inbox_message(&spaces, events));
+        let spec = &agentlet.agent.spec;
+        // The space of the first event that has one the agent is in.
+        let active = events
+            .iter()
+            .find_map(|e| e.space.clone())
+            .filter(|s| spec.spaces.contains(s));
+        Ok(Cycle {
+            agentlet,
+            lease,
+            events,
+            started,
+            consciousness,
+            history,
+            spaces,
+            system,
+            summary,
+            tools: tools::specs(&spec.tools.builtin),
+            batch: batch_id(events),
+            new: vec![inbox],
+            active,
+            depth: reply_depth(events),
+            used: Usage::default(),
+        })
+    }
+}
+
+impl Agentlet {
+    /// The consciousness and its parsed messages: from the cache when it is this lease's,
+    /// else read from the store.
+    async fn load(&self, lease: &Lease) -> Result<(Consciousness, Vec<Message>), StoreError> {
+        if let Some(c) = self
+            .cache
+            .lock()
+            .await
+            .take()
+            .filter(|c| c.token == lease.token)
+        {
+            return Ok((c.consciousness, c.history));
+        }
+        let c = self.store.consciousness(&self.key).await?;
+        let history = c
+            .messages
+            .iter()
+            .map(|j| {
+                serde_json::from_str(j).unwrap_or_else(|e| {
+                    warn!(error = %e, "unreadable message in consciousness; kept as a placeholder");
+                    Message::user("[unreadable message]")
+                })
+            })
+            .collect();
+        Ok((c, history))
+    }
+
+    /// The agent's spaces and what the data plane knows of each (`None`: nothing).
+    pub(super) async fn spaces(&self) -> Result<Vec<(String, Option<SpaceRecord>)>, StoreError> {
+        let reads = self.agent.spec.spaces.iter().map(|s| async move {
+            let record = self
+                .store
+                .space(&SpaceKey::new(self.key.namespace.clone(), s.clone()))
+                .await?;
+            Ok::<_, StoreError>((s.clone(), record))
+        });
+        futures::future::try_join_all(reads).await
+    }
+}
+
+/// The causal depth of what an agent posts in answer to `events`: one more than the deepest
+/// of them (a human's message, a webhook or a plan is 0, so the answer is 1).
+pub(super) fn reply_depth(events: &[InboxEvent]) -> u32 {
+    events
+        .iter()
+        .map(|e| e.depth)
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1)
+}
+
+/// A stable id of a batch of events (the same batch redelivered after a crash has the same
+/// id, so the tool calls of its re-run are deduplicated).
+fn batch_id(events: &[InboxEvent]) -> String {
+    let mut h = Sha256::new();
+    for e in events {
+        h.update(e.id.as_bytes());
+        h.update(b"\n");
+    }
+    crate::hex(&h.finalize()[..8])
+}

@@ -1,0 +1,223 @@
+//! Streaming a step's `send_message` text to the space's live events as the model writes it
+//! (DESIGN "The think cycle": streaming), so people see the answer grow.
+
+use tracing::debug;
+
+use super::partial::partial_string;
+use super::Agentlet;
+use crate::membership::{self, SpaceKey};
+use crate::model::{Delta, ModelError, Request, Turn};
+use crate::store::{LiveEvent, SpaceRecord};
+
+/// The `send_message` calls of one model call as their arguments stream in.
+pub(super) struct SendStreams<'a> {
+    /// The agent's spaces, to resolve the space a call names.
+    spaces: &'a [(String, Option<SpaceRecord>)],
+    /// Where a call that names no space (yet) streams.
+    active: Option<String>,
+    /// Per call, by position in the turn: its arguments so far and the text already streamed.
+    calls: Vec<(String, String)>,
+}
+
+/// A piece of a call's text to show.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Piece {
+    /// The space it goes to.
+    pub(super) space: String,
+    /// The call's position in the turn.
+    pub(super) index: usize,
+    /// The text that follows what was shown before.
+    pub(super) text: String,
+}
+
+impl<'a> SendStreams<'a> {
+    /// No call started yet.
+    pub(super) fn new(spaces: &'a [(String, Option<SpaceRecord>)], active: Option<String>) -> Self {
+        Self {
+            spaces,
+            active,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Takes a streamed delta; returns the text to show now, if any: what the call's `text`
+    /// has decoded beyond what was shown, once it is known where it goes (the space the
+    /// call names once its name is complete, else the active space).
+    pub(super) fn push(&mut self, delta: Delta) -> Option<Piece> {
+        let Delta::ToolArguments { index, name, delta } = delta else {
+            return None;
+        };
+        if name != crate::crd::BuiltinTool::SendMessage.name() {
+            return None;
+        }
+        if self.calls.len() <= index {
+            self.calls.resize_with(index + 1, Default::default);
+        }
+        let (arguments, shown) = &mut self.calls[index];
+        arguments.push_str(&delta);
+        let text = partial_string(arguments, "text")?.value;
+        let space = partial_string(arguments, "space")
+            .filter(|s| s.complete)
+            .and_then(|s| membership::resolve(self.spaces, &s.value).map(str::to_string))
+            .or_else(|| self.active.clone())?;
+        // Only ever an extension of what was shown (the decoded text only grows).
+        let piece = text
+            .strip_prefix(shown.as_str())
+            .filter(|p| !p.is_empty())?;
+        let piece = piece.to_string();
+        *shown = text;
+        Some(Piece {
+            space,
+            index,
+            text: piece,
+        })
+    }
+}
+
+impl Agentlet {
+    /// One model call, publishing each piece of `send_message` text as a live delta with
+    /// stream id `{agent}:{step_id}:{call index}`. Publishing runs beside the model's stream
+    /// and never slows or fails it.
+    pub(super) async fn stream(
+        &self,
+        request: &Request,
+        mut streams: SendStreams<'_>,
+        step_id: &str,
+    ) -> Result<Turn, ModelError> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Piece>();
+        let forward = {
+            let store = self.store.clone();
+            let ns = self.key.namespace.clone();
+            let me = self.me();
+            let stream_id = format!("{}:{step_id}", self.key);
+            tokio::spawn(async move {
+                while let Some(piece) = rx.recv().await {
+                    let event = LiveEvent::Delta {
+                        stream_id: format!("{stream_id}:{}", piece.index),
+                        sender: me.clone(),
+                        delta: piece.text,
+                    };
+                    let space = SpaceKey::new(ns.clone(), piece.space);
+                    if let Err(e) = store.publish_live(&space, &event).await {
+                        debug!(error = %e, "live delta not published");
+                    }
+                }
+            })
+        };
+        let mut on_delta = |d: Delta| {
+            if let Some(piece) = streams.push(d) {
+                let _ = tx.send(piece);
+            }
+        };
+        let result = self.model.complete(request, &mut on_delta).await;
+        drop(tx);
+        let _ = forward.await;
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spaces() -> Vec<(String, Option<SpaceRecord>)> {
+        vec![
+            ("family".into(), Some(super::super::tests::record("Family"))),
+            ("work".into(), Some(super::super::tests::record("Work"))),
+        ]
+    }
+
+    fn args(index: usize, delta: &str) -> Delta {
+        Delta::ToolArguments {
+            index,
+            name: "send_message".into(),
+            delta: delta.into(),
+        }
+    }
+
+    fn shown(streams: &mut SendStreams<'_>, deltas: Vec<Delta>) -> Vec<(String, usize, String)> {
+        deltas
+            .into_iter()
+            .filter_map(|d| streams.push(d))
+            .map(|p| (p.space, p.index, p.text))
+            .collect()
+    }
+
+    #[test]
+    fn text_streams_to_the_space_named_once_the_name_is_whole() {
+        let spaces = spaces();
+        let mut s = SendStreams::new(&spaces, Some("family".into()));
+        let out = shown(
+            &mut s,
+            vec![
+                args(0, r#"{"space":"Wo"#),
+                args(0, r#"rk","text":"Hel"#),
+                args(0, r#"lo \u00e"#),
+                args(0, r#"9!"}"#),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                ("work".into(), 0, "Hel".into()),
+                ("work".into(), 0, "lo ".into()),
+                ("work".into(), 0, "é!".into())
+            ],
+            "by display name, never before the text has a new piece"
+        );
+    }
+
+    #[test]
+    fn text_before_the_space_waits_or_goes_to_the_active_space() {
+        let spaces = spaces();
+        let deltas = || vec![args(0, r#"{"text":"Hi","#), args(0, r#""space":"work"}"#)];
+        let mut none = SendStreams::new(&spaces, None);
+        assert_eq!(
+            shown(&mut none, deltas()),
+            [("work".into(), 0, "Hi".into())]
+        );
+        let mut active = SendStreams::new(&spaces, Some("family".into()));
+        assert_eq!(
+            shown(&mut active, deltas()),
+            [("family".into(), 0, "Hi".into())],
+            "what was shown is not shown again"
+        );
+        // A space the agent is not in: the active space, else nowhere.
+        let mut unknown = SendStreams::new(&spaces, None);
+        assert_eq!(
+            shown(
+                &mut unknown,
+                vec![args(0, r#"{"space":"secret","text":"x"}"#)]
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn each_call_streams_on_its_own_and_other_tools_not_at_all() {
+        let spaces = spaces();
+        let mut s = SendStreams::new(&spaces, Some("family".into()));
+        let out = shown(
+            &mut s,
+            vec![
+                Delta::Text("thinking".into()),
+                Delta::ToolArguments {
+                    index: 0,
+                    name: "set_memories".into(),
+                    delta: r#"{"text":"no"}"#.into(),
+                },
+                args(2, r#"{"text":"b"#),
+                args(1, r#"{"text":"a"#),
+                args(2, r#"b"}"#),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                ("family".into(), 2, "b".into()),
+                ("family".into(), 1, "a".into()),
+                ("family".into(), 2, "b".into())
+            ]
+        );
+    }
+}
