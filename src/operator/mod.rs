@@ -39,13 +39,9 @@ use build::{RedisUrlSource, WorkerDefaults};
 /// Flags of `agentfleet operator`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Redis URL of the data plane.
-    #[arg(
-        long,
-        env = "AGENTFLEET_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379/"
-    )]
-    pub redis: String,
+    /// The data plane (`--redis`).
+    #[command(flatten)]
+    pub redis: crate::cli::Redis,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -717,7 +713,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis).context("data plane")?);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
     let metrics = OperatorMetrics::new().context("registering metrics")?;
     let health = Arc::new(Health::default());
     health
@@ -780,7 +776,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             key: args.worker_redis_secret_key.clone(),
         },
         (None, url) => {
-            let url = url.clone().unwrap_or_else(|| args.redis.clone());
+            let url = url.clone().unwrap_or_else(|| args.redis.url.clone());
             if crate::store::redact_url(&url) != url {
                 warn!(
                     url = %crate::store::redact_url(&url),
