@@ -15,16 +15,20 @@ use crate::store::{
 };
 use crate::terminal::{sanitize, Breaks};
 
-/// The data plane's address, shared by the tools.
+/// The data plane's address: the `--redis` flag (env `AGENTFLEET_REDIS_URL`) of every
+/// command that reaches Redis — `operator`, `gateway`, `worker`, the tools here, and `dev`'s
+/// optional one (see [`Redis::optional`]) — declared once.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Redis {
     /// Redis URL of the data plane.
     #[arg(
-        long,
+        id = "redis",
+        long = "redis",
+        value_name = "REDIS",
         env = "AGENTFLEET_REDIS_URL",
         default_value = "redis://127.0.0.1:6379/"
     )]
-    pub redis: String,
+    pub url: String,
 }
 
 /// Said when nothing listens at the data plane's address: the usual cause is an
@@ -32,14 +36,23 @@ pub struct Redis {
 const DEV_HINT: &str = "hint: `agentfleet dev` without --redis keeps its data in its own memory, where this command cannot reach it; run `agentfleet dev DIR --redis URL` and pass the same --redis URL (or AGENTFLEET_REDIS_URL) here";
 
 impl Redis {
+    /// The flag as a command whose data plane is optional declares it, with
+    /// `#[command(flatten)] redis: Option<Redis>` and
+    /// `#[command(mut_arg("redis", |a| Redis::optional(a, HELP)))]`: no environment variable
+    /// and no default, so that leaving it out means no Redis (`None`); `help` says what it
+    /// replaces.
+    pub fn optional(arg: clap::Arg, help: &'static str) -> clap::Arg {
+        arg.env(None).default_value(None).help(help)
+    }
+
     /// The data plane, once it answers; when it does not, the error says where it was looked
     /// for (and, when nothing listens there, where `agentfleet dev` keeps its data).
     async fn connect(&self) -> anyhow::Result<RedisStore> {
-        let store = RedisStore::new(&self.redis)?;
+        let store = RedisStore::new(&self.url)?;
         match store.ping().await {
             Ok(()) => Ok(store),
             Err(e) => {
-                let at = format!("cannot reach the data plane at {}", redact_url(&self.redis));
+                let at = format!("cannot reach the data plane at {}", redact_url(&self.url));
                 if e.is_connection_refused() {
                     bail!("{at}: {e}\n{DEV_HINT}");
                 }
@@ -380,4 +393,27 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args as _, Command, FromArgMatches as _};
+
+    use super::Redis;
+
+    #[test]
+    fn the_redis_flag_has_its_env_and_default() {
+        let cmd = Redis::augment_args(Command::new("x"));
+        let arg = cmd.get_arguments().find(|a| a.get_id() == "redis").unwrap();
+        assert_eq!(arg.get_long(), Some("redis"));
+        assert_eq!(
+            arg.get_env().and_then(|e| e.to_str()),
+            Some("AGENTFLEET_REDIS_URL")
+        );
+        assert_eq!(arg.get_default_values(), ["redis://127.0.0.1:6379/"]);
+        let given = cmd
+            .try_get_matches_from(["x", "--redis", "redis://r:1/"])
+            .unwrap();
+        assert_eq!(Redis::from_arg_matches(&given).unwrap().url, "redis://r:1/");
+    }
 }

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::cli::Redis;
 use crate::crd::{Agent, MemberKind, Space};
 use crate::gateway::auth::{new_token, Entity, EntityKind, Tokens};
 use crate::gateway::{self, Gateway, Limits};
@@ -32,15 +33,16 @@ use crate::worker::{supervise, Health};
 
 /// Flags of `agentfleet dev`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("redis", |a| Redis::optional(a, "Use this Redis instead of the embedded store")))]
 pub struct Args {
     /// Directory of Agent and Space manifests (`*.yaml`, `*.yml`; several documents a file).
     pub dir: PathBuf,
     /// Address of the gateway (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Use this Redis instead of the embedded store.
-    #[arg(long)]
-    pub redis: Option<String>,
+    /// Redis instead of the embedded store (the shared flag, made optional).
+    #[command(flatten)]
+    pub redis: Option<Redis>,
     /// Namespace of manifests that name none.
     #[arg(long, default_value = "default")]
     pub namespace: String,
@@ -441,7 +443,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let store: Arc<dyn Store> = match &args.redis {
-        Some(url) => Arc::new(RedisStore::new(url).context("data plane")?),
+        Some(redis) => Arc::new(RedisStore::new(&redis.url).context("data plane")?),
         None => Arc::new(MemoryStore::new()),
     };
     let stop = telemetry::shutdown_signal();
@@ -456,6 +458,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_redis_flag_is_optional_and_reads_no_environment() {
+        use clap::{Args as _, FromArgMatches as _};
+        let cmd = Args::augment_args(clap::Command::new("dev"));
+        let arg = cmd.get_arguments().find(|a| a.get_id() == "redis").unwrap();
+        assert_eq!(
+            arg.get_env(),
+            None,
+            "AGENTFLEET_REDIS_URL does not move dev off its store"
+        );
+        assert!(arg.get_default_values().is_empty());
+        let parse = |argv: &[&str]| {
+            let m = cmd.clone().try_get_matches_from(argv).unwrap();
+            Args::from_arg_matches(&m).unwrap().redis.map(|r| r.url)
+        };
+        assert_eq!(parse(&["dev", "d"]), None, "no --redis: the embedded store");
+        assert_eq!(
+            parse(&["dev", "d", "--redis", "redis://r:1/"]).as_deref(),
+            Some("redis://r:1/")
+        );
+    }
 
     fn write(dir: &Path, name: &str, text: &str) {
         std::fs::write(dir.join(name), text).unwrap();

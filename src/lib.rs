@@ -17,6 +17,8 @@ pub mod secrets;
 pub mod store;
 pub mod telemetry;
 pub mod terminal;
+// Test helpers: never in a release build (feature `test-support`, on for this crate's tests).
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
 pub mod model;

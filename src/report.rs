@@ -67,7 +67,7 @@ mod tests {
         }
 
         // The operator's error around the store's.
-        let op = crate::operator::Error::from(store.ping().await.unwrap_err());
+        let op = crate::operator::context::Error::from(store.ping().await.unwrap_err());
         for line in [
             chain(&op),
             op.to_string(),

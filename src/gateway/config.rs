@@ -10,13 +10,9 @@ pub struct Args {
     /// Address to serve the API, `/openapi.json`, `/metrics`, `/healthz` and `/readyz` on.
     #[arg(long, env = "AGENTFLEET_GATEWAY_ADDR", default_value = "0.0.0.0:8080")]
     pub addr: SocketAddr,
-    /// Redis URL of the data plane.
-    #[arg(
-        long,
-        env = "AGENTFLEET_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379/"
-    )]
-    pub redis: String,
+    /// The data plane (`--redis`).
+    #[command(flatten)]
+    pub redis: crate::cli::Redis,
     /// The token file: SHA-256 hashes of bearer tokens → entities (a mounted Secret; reloaded
     /// when it changes).
     #[arg(long, env = "AGENTFLEET_GATEWAY_TOKENS")]

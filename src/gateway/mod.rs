@@ -678,7 +678,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!(path = %args.tokens.display(), "the token file holds no tokens: every request will be refused");
     }
     let _reload = tokens.watch(args.tokens.clone(), args.tokens_reload);
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis).context("data plane")?);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
     let registry = Registry::new();
     let shutdown = telemetry::shutdown_channel("shutting down the gateway");
     let gw = Gateway::new(store, tokens, args.limits, &registry, shutdown)

@@ -22,9 +22,9 @@ use serde::Serialize;
 use tracing::{info, instrument, warn};
 
 use super::build::{self, FIELD_MANAGER};
-use super::conditions::{self, Cond};
-use super::scaling;
-use super::{Context, Error};
+use super::context::{Context, Error};
+use super::dataplane::Tracked;
+use super::status::{self, status_str, Cond};
 use crate::crd::{Agent, AgentSpec, AgentStatus, ModelProvider, Space};
 use crate::membership;
 use crate::store::AgentKey;
@@ -37,10 +37,8 @@ pub const WORKER_AVAILABLE: &str = "WorkerAvailable";
 pub const MODEL_CONFIGURED: &str = "ModelConfigured";
 /// Condition: every space the agent names exists.
 pub const SPACES_RESOLVED: &str = "SpacesResolved";
-/// Condition: the agent's model answers (written from the data plane, where the worker
-/// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
-/// `ServerError`, `Refused`, `BadResponse`).
-pub const MODEL_AVAILABLE: &str = "ModelAvailable";
+// `ModelAvailable`, the agent's fifth condition, is the data-plane loop's to write:
+// `status::MODEL_AVAILABLE`.
 
 /// The longest Agent name: children are named `<agent>-worker` and labelled with the name,
 /// and label values hold at most 63 characters.
@@ -159,15 +157,15 @@ pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Err
         limit.as_secs()
     );
     let previous = agent.status.clone().unwrap_or_default();
-    let mut own = scaling::reconcile_part(&previous);
+    let mut own = status::reconcile_part(&previous);
     let cond = Cond::fail(DATA_PLANE_CLEANUP, "DataPlaneUnreachable", message.clone());
-    own.conditions = conditions::merge(
+    own.conditions = status::merge(
         &previous.conditions,
         std::slice::from_ref(&cond),
         agent.metadata.generation,
         Timestamp::now(),
     );
-    if own != scaling::reconcile_part(&previous) {
+    if own != status::reconcile_part(&previous) {
         ctx.publish(
             &*agent,
             EventType::Warning,
@@ -288,7 +286,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     let ready = ready_condition(&problems, &model, &spaces_cond, &worker);
     let is_failed = failed(&problems, &model, &worker);
     let next = [ready, worker, model.clone(), spaces_cond];
-    status.conditions = conditions::merge(
+    status.conditions = status::merge(
         &previous.conditions,
         &next,
         agent.metadata.generation,
@@ -297,7 +295,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
 
     // Events for conditions that changed.
     for c in &next {
-        let before = conditions::find(&previous.conditions, c.type_);
+        let before = status::find(&previous.conditions, c.type_);
         let changed =
             before.is_none_or(|b| b.reason != c.reason || b.status != status_str(c.status));
         if changed && c.type_ != READY {
@@ -315,14 +313,14 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     }
 
     // Only the fields the reconcile owns; phase, depth, cycles and the checkpoint come from
-    // the data plane (see `scaling`).
-    let own = scaling::reconcile_part(&status);
-    if scaling::reconcile_part(&previous) != own {
+    // the data plane (see `status`).
+    let own = status::reconcile_part(&status);
+    if status::reconcile_part(&previous) != own {
         write_status(&ctx, &ns, &name, &own).await?;
     }
     ctx.scaler.track(
         &key,
-        scaling::Tracked {
+        Tracked {
             object: agent.object_ref(&()),
             spec: &agent.spec,
             failed: is_failed,
@@ -343,14 +341,6 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
-}
-
-fn status_str(s: Option<bool>) -> &'static str {
-    match s {
-        Some(true) => "True",
-        Some(false) => "False",
-        None => "Unknown",
-    }
 }
 
 /// Applies the worker Deployment. The replicas are read and applied under the agent's

@@ -17,8 +17,8 @@ use kube::{Api, ResourceExt};
 use tracing::{info, instrument, warn};
 
 use super::build::FIELD_MANAGER;
-use super::conditions::{self, Cond};
-use super::{Context, Error};
+use super::context::{Context, Error};
+use super::status::{self, Cond};
 use crate::crd::{Agent, MemberKind, Space, SpaceStatus};
 use crate::membership::{self, SpaceKey};
 
@@ -78,7 +78,7 @@ async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
     let status = SpaceStatus {
         observed_generation: space.metadata.generation,
         member_count: u32::try_from(members.len()).unwrap_or(u32::MAX),
-        conditions: conditions::merge(
+        conditions: status::merge(
             &previous.conditions,
             std::slice::from_ref(&ready),
             space.metadata.generation,
@@ -101,7 +101,7 @@ async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
         .await
         .map_err(Error::Kube)?;
     }
-    let was_ready = conditions::find(&previous.conditions, "Ready").map(|c| c.reason.as_str());
+    let was_ready = status::find(&previous.conditions, "Ready").map(|c| c.reason.as_str());
     match applied {
         Ok(changed) => {
             if changed || was_ready == Some("StoreUnavailable") {

@@ -41,13 +41,9 @@ pub struct Args {
     /// The Agent manifest (YAML, as `kubectl apply` takes it).
     #[arg(long)]
     pub agent: PathBuf,
-    /// Redis URL of the data plane.
-    #[arg(
-        long,
-        env = "AGENTFLEET_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379/"
-    )]
-    pub redis: String,
+    /// The data plane (`--redis`).
+    #[command(flatten)]
+    pub redis: crate::cli::Redis,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:9090")]
     pub metrics_addr: SocketAddr,
@@ -387,7 +383,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or_else(|| "default".into()),
         agent.metadata.name.clone().unwrap_or_default(),
     );
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis).context("data plane")?);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
     let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
     let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key).context("model")?;
     let metrics = WorkerMetrics::new().context("registering metrics")?;

@@ -1,0 +1,265 @@
+//! What every reconcile shares: the [`Context`] (Kubernetes client, data plane, metrics,
+//! Event recorder, caches, the data-plane loop's state), the operator's [`Config`], the
+//! reconcile [`Error`] with its bounded metric label, and the backoff after failures. The
+//! controllers import it from here, beside them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store as Cache;
+use kube::{Client, Resource};
+use tokio::sync::watch;
+use tracing::warn;
+
+use super::build::WorkerDefaults;
+use super::dataplane::{Scaler, Tuning};
+use crate::crd::{Agent, Space};
+use crate::store::{Store, StoreError};
+use crate::telemetry::OperatorMetrics;
+
+/// Why a reconcile failed. Each variant's text says its cause and `source()` does not return
+/// it again (see [`crate::report`]), so the cause is said once however it is printed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API refused or failed a request.
+    #[error("Kubernetes API: {0}")]
+    Kube(kube::Error),
+    /// The data plane failed.
+    #[error("data plane: {0}")]
+    Store(StoreError),
+    /// The Agent manifest could not be rendered.
+    #[error("rendering the agent manifest: {0}")]
+    Render(serde_yaml::Error),
+    /// The object lacks a field the API server always sets.
+    #[error("object has no {0}")]
+    MissingField(&'static str),
+    /// A cache this reconcile reads has not synced.
+    #[error("cache not synced")]
+    CacheNotReady,
+    /// A deleted Agent's data-plane state could not be removed yet.
+    #[error("{0}")]
+    CleanupPending(String),
+    /// Adding or removing a finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+// By hand, not `#[from]`: `#[from]` would also make the wrapped error the source.
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        Error::Store(e)
+    }
+}
+
+impl From<serde_yaml::Error> for Error {
+    fn from(e: serde_yaml::Error) -> Self {
+        Error::Render(e)
+    }
+}
+
+impl Error {
+    /// A bounded label for metrics (never the error's text).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(_)) => "kube_api",
+            Error::Kube(_) => "kube_client",
+            Error::Store(e) => e.category(),
+            Error::Render(_) => "render",
+            Error::MissingField(_) => "invalid_object",
+            Error::CacheNotReady => "cache",
+            Error::CleanupPending(_) => "cleanup_pending",
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(inner)
+                | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.category(),
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
+/// How this operator runs its workers and times its data-plane work.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// What every worker gets from the operator's configuration.
+    pub worker: WorkerDefaults,
+    /// This replica's identity (Event reporter instance).
+    pub instance: Option<String>,
+    /// Sweep, status and cleanup timing.
+    pub tuning: Tuning,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// The data plane.
+    pub store: Arc<dyn Store>,
+    /// Operator metrics.
+    pub metrics: OperatorMetrics,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+    /// What every worker gets from the operator's configuration.
+    pub worker: WorkerDefaults,
+    /// Cache of every Agent.
+    pub agents: Cache<Agent>,
+    /// Cache of every Space.
+    pub spaces: Cache<Space>,
+    /// Scaling, data-plane status and plans (the loop runs beside the controllers).
+    pub scaler: Arc<Scaler>,
+    failures: Mutex<HashMap<String, u32>>,
+    applied: Mutex<HashMap<String, String>>,
+    caches_ready: watch::Sender<bool>,
+}
+
+impl Context {
+    /// A context over the given caches.
+    pub fn new(
+        client: Client,
+        store: Arc<dyn Store>,
+        metrics: OperatorMetrics,
+        config: Config,
+        agents: Cache<Agent>,
+        spaces: Cache<Space>,
+    ) -> Self {
+        let Config {
+            worker,
+            instance,
+            tuning,
+        } = config;
+        let reporter = Reporter {
+            controller: "agentfleet-operator".into(),
+            instance,
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            store,
+            metrics,
+            worker,
+            agents,
+            spaces,
+            scaler: Arc::new(Scaler::new(tuning)),
+            failures: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
+            caches_ready: watch::Sender::new(false),
+        }
+    }
+
+    /// Publishes an Event about `obj`; a failure is logged, never fatal.
+    pub async fn publish<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            warn!(error = %crate::report::chain(&e), reason, "cannot publish event");
+        }
+    }
+
+    fn failures(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Backoff after a failed reconcile of `key`: 1 s doubling to 5 min.
+    pub(super) fn backoff(&self, key: String) -> Duration {
+        let mut failures = self.failures();
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs((1u64 << (*n - 1).min(9)).min(300))
+    }
+
+    /// When to reconcile `key` again after `error`: the backoff, and at most 5 s for a pending
+    /// cleanup (its deadline is bounded).
+    pub(super) fn retry_after(&self, key: String, error: &Error) -> Duration {
+        self.backoff(key)
+            .min(if error.category() == "cleanup_pending" {
+                Duration::from_secs(5)
+            } else {
+                Duration::from_secs(300)
+            })
+    }
+
+    /// Waits until both caches have synced. Any number of reconciles may wait here.
+    ///
+    /// (kube-runtime's `Store::wait_until_ready` keeps only the last waiter's waker, so with
+    /// several concurrent waiters all but one hang forever; one task awaits the stores and
+    /// opens this gate instead.)
+    pub async fn caches_synced(&self) -> Result<(), Error> {
+        self.caches_ready
+            .subscribe()
+            .wait_for(|ready| *ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| Error::CacheNotReady)
+    }
+
+    /// Opens the gate of [`Context::caches_synced`].
+    pub fn mark_caches_synced(&self) {
+        self.caches_ready.send_replace(true);
+    }
+
+    /// The worker configuration hash this process last applied for `ns/name`.
+    pub(super) fn applied_hash(&self, key: &str) -> Option<String> {
+        self.applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    /// Remembers the worker configuration hash applied for `ns/name`.
+    pub(super) fn record_applied_hash(&self, key: String, hash: &str) {
+        self.applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, hash.to_string());
+    }
+
+    /// A reconcile of `key` succeeded: its backoff starts over.
+    pub(super) fn succeeded(&self, key: &str) {
+        self.failures().remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::operator::tests::context;
+    #[tokio::test]
+    async fn every_reconcile_waiting_for_the_caches_is_woken() {
+        let h = context(vec![], vec![], false);
+        let ctx = h.ctx.clone();
+        let waiters: Vec<_> = (0..16)
+            .map(|_| {
+                let ctx = ctx.clone();
+                tokio::spawn(async move { ctx.caches_synced().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "nobody passes before the sync"
+        );
+        ctx.mark_caches_synced();
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(2), w)
+                .await
+                .expect("a waiter was never woken")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The two controllers wired to what they watch, and the loops that run beside them: the
+//! cache-sync gate, the data-plane loop (after the caches synced) and the orphan sweep. A failed
+//! reconcile is counted and requeued after its backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector;
+use kube::runtime::{predicates, watcher, Controller, Predicate, WatchStreamExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::context::{Config, Context, Error};
+use super::dataplane::cluster::KubeCluster;
+use super::dataplane::Deps;
+use super::health::Health;
+use super::watches::{agents_naming, worker_changes, MembershipChanges};
+use super::{agent, build, space};
+use crate::crd::{Agent, Space};
+use crate::store::Store;
+use crate::telemetry::OperatorMetrics;
+
+/// Reconciles run at once, per controller.
+const RECONCILERS: u16 = 16;
+
+/// Runs both controllers until `shutdown` resolves or a controller stops.
+pub async fn run_controllers(
+    client: Client,
+    store: Arc<dyn Store>,
+    metrics: OperatorMetrics,
+    config: Config,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let wc = watcher::Config::default().any_semantic();
+    let children = watcher::Config::default()
+        .labels(&format!(
+            "app.kubernetes.io/managed-by={}",
+            build::MANAGED_BY
+        ))
+        .any_semantic();
+    let agents_api = Api::<Agent>::all(client.clone());
+    let spaces_api = Api::<Space>::all(client.clone());
+    // Agents reconcile on a new generation (spec changes, deletion) or finalizer changes, not
+    // on their own status writes, which the data-plane loop makes often.
+    let (agent_cache, agent_writer) = reflector::store();
+    let agent_events = watcher(agents_api.clone(), wc.clone())
+        .default_backoff()
+        .reflect(agent_writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers),
+            Default::default(),
+        );
+    // Bounded concurrency: a thousand Agents reconciling at once would only queue at the API
+    // server, in front of the scale changes that wake agents.
+    let reconcilers = kube::runtime::controller::Config::default().concurrency(RECONCILERS);
+    let agent_ctl =
+        Controller::for_stream(agent_events, agent_cache.clone()).with_config(reconcilers.clone());
+    let space_ctl = Controller::new(spaces_api.clone(), wc.clone()).with_config(reconcilers);
+    let space_cache = space_ctl.store();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        store.clone(),
+        metrics.clone(),
+        config,
+        agent_cache.clone(),
+        space_cache.clone(),
+    ));
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    let agents = {
+        let spaces_for_agents = agent_cache.clone();
+        agent_ctl
+            .owns_stream(worker_changes(
+                Api::<Deployment>::all(client.clone()),
+                children.clone(),
+                ctx.scaler.clone(),
+            ))
+            .owns(Api::<ConfigMap>::all(client.clone()), children)
+            .watches(spaces_api, wc.clone(), move |space| {
+                agents_naming(&spaces_for_agents, &space)
+            })
+            .graceful_shutdown_on(stopped(stop_rx.clone()))
+            .run(
+                |obj, ctx| instrumented("agent", obj, ctx, agent::run),
+                error_policy("agent"),
+                ctx.clone(),
+            )
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    warn!(error = %crate::report::chain(&e), "agent controller");
+                }
+            })
+    };
+    let changes = Arc::new(MembershipChanges::default());
+    let spaces = {
+        let changes = changes.clone();
+        let cache = space_cache.clone();
+        space_ctl
+            .watches(agents_api, wc, move |agent| {
+                changes.affected(&agent, &cache)
+            })
+            .graceful_shutdown_on(stopped(stop_rx.clone()))
+            .run(
+                |obj, ctx| instrumented("space", obj, ctx, space::reconcile),
+                error_policy("space"),
+                ctx.clone(),
+            )
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    warn!(error = %crate::report::chain(&e), "space controller");
+                }
+            })
+    };
+    let synced = {
+        let health = health.clone();
+        let ctx = ctx.clone();
+        let (a, s) = (agent_cache.clone(), space_cache.clone());
+        // The only task that awaits the stores themselves (see `Context::caches_synced`).
+        async move {
+            if a.wait_until_ready().await.is_ok() && s.wait_until_ready().await.is_ok() {
+                ctx.mark_caches_synced();
+                health.mark_caches_synced();
+                info!("caches synced");
+            }
+        }
+    };
+    let data_plane = {
+        let deps = Deps {
+            store,
+            cluster: Arc::new(KubeCluster::new(client.clone(), ctx.recorder.clone())),
+            metrics,
+        };
+        let scaler = ctx.scaler.clone();
+        let ctx = ctx.clone();
+        let stop = stop_rx.clone();
+        async move {
+            // Decisions need every Agent known: start after the caches synced.
+            if ctx.caches_synced().await.is_ok() {
+                scaler.run(deps, stop).await;
+            }
+        }
+    };
+    let sweeper = {
+        let ctx = ctx.clone();
+        let mut stop = stop_rx.clone();
+        async move {
+            loop {
+                changes.retain(&ctx.agents);
+                match space::sweep_orphans(&ctx).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(removed = n, "orphaned space memberships removed"),
+                    Err(e) => warn!(error = %crate::report::chain(&e), "orphan sweep failed"),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(300)) => {}
+                    _ = stop.wait_for(|v| *v) => return,
+                }
+            }
+        }
+    };
+    tokio::join!(agents, spaces, synced, sweeper, data_plane);
+    health.mark_controllers_stopped();
+}
+
+/// Wraps a reconciler with metrics and failure bookkeeping.
+async fn instrumented<K, F, Fut>(
+    controller: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    f: F,
+) -> Result<Action, Error>
+where
+    K: Resource + ResourceExt,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, Error>>,
+{
+    let key = backoff_key(controller, obj.as_ref());
+    let timer = ctx
+        .metrics
+        .reconcile_duration
+        .with_label_values(&[controller])
+        .start_timer();
+    ctx.metrics
+        .reconciles
+        .with_label_values(&[controller])
+        .inc();
+    let result = f(obj, ctx.clone()).await;
+    timer.observe_duration();
+    match &result {
+        Ok(_) => ctx.succeeded(&key),
+        Err(e) => ctx
+            .metrics
+            .reconcile_errors
+            .with_label_values(&[controller, e.category()])
+            .inc(),
+    }
+    result
+}
+
+/// Requeues a failed object after its backoff ([`Context::retry_after`]).
+fn error_policy<K: ResourceExt>(
+    controller: &'static str,
+) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
+    move |obj, error, ctx| {
+        let delay = ctx.retry_after(backoff_key(controller, obj.as_ref()), error);
+        warn!(%controller, object = %obj.name_any(), error = %crate::report::chain(error), retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+/// The key an object's failures are counted under.
+fn backoff_key<K: ResourceExt>(controller: &str, obj: &K) -> String {
+    format!(
+        "{controller}/{}/{}",
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}

@@ -1,0 +1,376 @@
+//! The data-plane loop against a recording [`Cluster`] and the embedded store: wake signals,
+//! sweeps, refused scale changes, the status write rate.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::cluster::Cluster;
+use super::{Deps, Scaler, Tracked, Tuning};
+use crate::crd::{AgentPhase, AgentSpec, AgentStatus};
+use crate::store::{now_ms, AgentKey, EventKind, InboxEvent, MemoryStore, Store};
+use crate::telemetry::OperatorMetrics;
+
+/// What the loop did to the "cluster".
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Call {
+    Replicas(AgentKey, i32),
+    Status(AgentKey, Box<AgentStatus>),
+    Event(String, String),
+}
+
+#[derive(Default)]
+pub(super) struct Recording {
+    calls: Mutex<Vec<Call>>,
+    refuse_scale: std::sync::atomic::AtomicBool,
+}
+
+impl Recording {
+    pub(super) fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub(super) fn replicas(&self) -> Vec<(AgentKey, i32)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Replicas(k, n) => Some((k, n)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(super) fn statuses(&self, key: &AgentKey) -> Vec<AgentStatus> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Status(k, s) if &k == key => Some(*s),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Cluster for Recording {
+    async fn set_replicas(&self, agent: &AgentKey, replicas: i32) -> Result<(), kube::Error> {
+        if self.refuse_scale.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(kube::Error::Api(
+                kube::core::Status::failure("deployments.apps not found", "NotFound")
+                    .with_code(404)
+                    .boxed(),
+            ));
+        }
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Replicas(agent.clone(), replicas));
+        Ok(())
+    }
+
+    async fn write_status(
+        &self,
+        agent: &AgentKey,
+        status: &AgentStatus,
+    ) -> Result<(), kube::Error> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Status(agent.clone(), Box::new(status.clone())));
+        Ok(())
+    }
+
+    async fn publish(&self, _object: &ObjectReference, reason: &str, note: String) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Event(reason.into(), note));
+    }
+}
+
+pub(super) struct Running {
+    pub(super) scaler: Arc<Scaler>,
+    pub(super) cluster: Arc<Recording>,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) metrics: OperatorMetrics,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub(super) async fn stop(self) {
+        self.stop.send_replace(true);
+        self.task.await.unwrap();
+    }
+}
+
+pub(super) fn start(store: Arc<dyn Store>, tuning: Tuning) -> Running {
+    let scaler = Arc::new(Scaler::new(tuning));
+    let cluster = Arc::new(Recording::default());
+    let metrics = OperatorMetrics::new().unwrap();
+    let (stop, rx) = watch::channel(false);
+    let task = tokio::spawn(scaler.clone().run(
+        Deps {
+            store: store.clone(),
+            cluster: cluster.clone(),
+            metrics: metrics.clone(),
+        },
+        rx,
+    ));
+    Running {
+        scaler,
+        cluster,
+        store,
+        metrics,
+        stop,
+        task,
+    }
+}
+
+pub(super) fn fast() -> Tuning {
+    Tuning {
+        sweep: Duration::from_millis(100),
+        status_interval: Duration::from_millis(100),
+        cleanup_timeout: Duration::from_secs(60),
+    }
+}
+
+pub(super) fn spec(yaml: &str) -> AgentSpec {
+    serde_yaml::from_str(&format!(
+        "{{model: {{provider: scripted, name: x}}, {yaml}}}"
+    ))
+    .unwrap()
+}
+
+pub(super) fn track(r: &Running, key: &AgentKey, spec: &AgentSpec, replicas: i32) {
+    r.scaler.track(
+        key,
+        Tracked {
+            object: ObjectReference {
+                name: Some(key.name.clone()),
+                namespace: Some(key.namespace.clone()),
+                ..ObjectReference::default()
+            },
+            spec,
+            failed: false,
+            replicas: Some(replicas),
+            available: 0,
+            status: &AgentStatus::default(),
+        },
+    );
+}
+
+fn ev(id: &str) -> InboxEvent {
+    InboxEvent {
+        id: id.into(),
+        kind: EventKind::Service,
+        time_ms: now_ms(),
+        urgent: false,
+        space: None,
+        sender: None,
+        text: Some("hi".into()),
+        data: None,
+        depth: 0,
+    }
+}
+
+pub(super) async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_wake_signal_scales_up_at_once_and_only_agents_that_may() {
+    // A long sweep: only the wake signal can be what scales.
+    let tuning = Tuning {
+        sweep: Duration::from_secs(3600),
+        ..fast()
+    };
+    let r = start(Arc::new(MemoryStore::new()), tuning);
+    let asleep = AgentKey::new("fam", "asleep");
+    let paused = AgentKey::new("fam", "paused");
+    let external = AgentKey::new("fam", "external");
+    track(&r, &asleep, &spec("spaces: []"), 0);
+    track(&r, &paused, &spec("paused: true"), 0);
+    track(&r, &external, &spec("scaling: {external: true}"), 0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for k in [
+        &paused,
+        &external,
+        &AgentKey::new("fam", "unknown"),
+        &asleep,
+    ] {
+        r.store.push_event(k, &ev("e1")).await.unwrap();
+    }
+    until("the asleep agent scaled up", || {
+        r.cluster.replicas() == [(asleep.clone(), 1)]
+    })
+    .await;
+    // A second event while its worker starts: no second change.
+    r.store.push_event(&asleep, &ev("e2")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(r.cluster.replicas(), [(asleep.clone(), 1)]);
+    until("the ScaledUp event", || {
+        r.cluster.calls().iter().any(|c| {
+            matches!(c, Call::Event(reason, note) if reason == "ScaledUp" && note.contains("event(s) waiting"))
+        })
+    })
+    .await;
+    let wakes = &r.metrics.wakes;
+    assert_eq!(wakes.with_label_values(&["scaled"]).get(), 1);
+    assert_eq!(wakes.with_label_values(&["held"]).get(), 2);
+    assert_eq!(wakes.with_label_values(&["unknown"]).get(), 1);
+    assert_eq!(wakes.with_label_values(&["already_up"]).get(), 1);
+    assert_eq!(r.metrics.wake_to_scale.get_sample_count(), 1);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn the_sweep_scales_up_missed_wakes_and_down_idle_agents_only() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // Events that arrived before the operator listened: only the sweep sees them.
+    let missed = AgentKey::new("fam", "missed");
+    store.push_event(&missed, &ev("e1")).await.unwrap();
+    let r = start(store.clone(), fast());
+    track(&r, &missed, &spec("scaling: {idleSeconds: 0}"), 0);
+    until("the missed agent scaled up", || {
+        r.cluster.replicas().contains(&(missed.clone(), 1))
+    })
+    .await;
+
+    // A worker takes the event and thinks for a long time: never cut off.
+    let lease = store
+        .acquire_lease(&missed, "w", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store
+            .wait_inbox(&missed, &lease, Duration::from_millis(10))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        r.cluster.replicas(),
+        [(missed.clone(), 1)],
+        "in flight: held"
+    );
+    until("Thinking in the status", || {
+        r.cluster
+            .statuses(&missed)
+            .last()
+            .is_some_and(|s| s.phase == Some(AgentPhase::Thinking))
+    })
+    .await;
+
+    // The cycle ends; idle (idleSeconds 0) → down.
+    store.ack_cycle(&missed, &lease).await.unwrap();
+    until("scaled down", || {
+        r.cluster.replicas() == [(missed.clone(), 1), (missed.clone(), 0)]
+    })
+    .await;
+    until("the ScaledDown event", || {
+        r.cluster.calls().iter().any(|c| {
+            matches!(c, Call::Event(reason, note) if reason == "ScaledDown" && note.contains("nothing in flight"))
+        })
+    })
+    .await;
+    assert_eq!(
+        r.metrics
+            .scale_decisions
+            .with_label_values(&["up", "sweep"])
+            .get(),
+        1
+    );
+    assert_eq!(
+        r.metrics
+            .scale_decisions
+            .with_label_values(&["down", "sweep"])
+            .get(),
+        1
+    );
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_scale_is_retried_by_the_next_sweep() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let a = AgentKey::new("fam", "a");
+    store.push_event(&a, &ev("e1")).await.unwrap();
+    let r = start(store, fast());
+    r.cluster
+        .refuse_scale
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    track(&r, &a, &spec("spaces: []"), 0);
+    until("a refused attempt", || {
+        r.metrics.scale_errors.with_label_values(&["up"]).get() >= 1
+    })
+    .await;
+    r.cluster
+        .refuse_scale
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    until("scaled up on a later sweep", || {
+        r.cluster.replicas() == [(a.clone(), 1)]
+    })
+    .await;
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn status_is_written_when_it_changes_and_at_most_once_per_interval() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tuning = Tuning {
+        sweep: Duration::from_millis(50),
+        status_interval: Duration::from_millis(600),
+        ..fast()
+    };
+    let r = start(store.clone(), tuning);
+    let a = AgentKey::new("fam", "a");
+    // minReplicas 1 and a worker holding the lease: no scaling, only status.
+    track(&r, &a, &spec("scaling: {minReplicas: 1}"), 1);
+    let lease = store
+        .acquire_lease(&a, "w", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    until("a first status", || !r.cluster.statuses(&a).is_empty()).await;
+    // Nothing changes: no more writes, though sweeps run every 50 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(r.cluster.statuses(&a).len(), 1);
+    assert_eq!(r.cluster.statuses(&a)[0].phase, Some(AgentPhase::Sleeping));
+    // Changes arrive fast; writes stay at the interval, and the last one wins.
+    let started = Instant::now();
+    for i in 0..20 {
+        store
+            .push_event(&a, &ev(&format!("burst-{i}")))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    until("the final depth", || {
+        r.cluster
+            .statuses(&a)
+            .last()
+            .is_some_and(|s| s.inbox_depth == Some(20))
+    })
+    .await;
+    let writes = r.cluster.statuses(&a).len() - 1;
+    let allowed = started.elapsed().as_millis() / 600 + 2;
+    assert!(
+        (writes as u128) <= allowed,
+        "{writes} writes in {:?}",
+        started.elapsed()
+    );
+    store.release_lease(&a, &lease).await.unwrap();
+    r.stop().await;
+}

@@ -1,0 +1,425 @@
+//! The Agent's status, assembled. The reconcile and the data-plane loop own disjoint status
+//! fields, each written under its own server-side apply field manager: the reconcile writes
+//! its conditions, available replicas and the configuration hash ([`reconcile_part`]); the loop
+//! writes phase, replicas, inbox depth, cycles, tokens, last cycle time, the checkpoint and
+//! `ModelAvailable` ([`data_part`], built from the data plane by [`data_status`]).
+//!
+//! Conditions are merged with the previous set ([`merge`]), so `lastTransitionTime` only moves
+//! when a condition's status flips, and nothing here changes from one pass to the next unless
+//! what it says changed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus};
+use crate::store::{AgentKey, AgentObservation};
+
+/// Condition: the agent's model answers (written from the data plane, where the worker
+/// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
+/// `ServerError`, `Refused`, `BadResponse`).
+pub const MODEL_AVAILABLE: &str = "ModelAvailable";
+
+/// A condition as the reconciler computes it, before it is merged with the previous set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cond {
+    /// Condition type, for example `Ready`.
+    pub type_: &'static str,
+    /// `true` for `"True"`, `false` for `"False"`, `None` for `"Unknown"`.
+    pub status: Option<bool>,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+impl Cond {
+    /// A `True` condition.
+    pub fn ok(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: Some(true),
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A `False` condition.
+    pub fn fail(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: Some(false),
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// An `Unknown` condition.
+    pub fn unknown(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: None,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// A condition status as the API writes it: `"True"`, `"False"` or `"Unknown"`.
+pub fn status_str(status: Option<bool>) -> &'static str {
+    match status {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "Unknown",
+    }
+}
+
+/// The new condition list: `next` in its order, each keeping the previous
+/// `lastTransitionTime` when its status did not change, `now` otherwise.
+pub fn merge(
+    previous: &[Condition],
+    next: &[Cond],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    next.iter()
+        .map(|c| {
+            let status = status_str(c.status).to_string();
+            let last_transition_time = previous
+                .iter()
+                .find(|p| p.type_ == c.type_ && p.status == status)
+                .map(|p| p.last_transition_time.clone())
+                .unwrap_or(Time(now));
+            Condition {
+                type_: c.type_.to_string(),
+                status,
+                reason: c.reason.to_string(),
+                message: c.message.clone(),
+                observed_generation: generation,
+                last_transition_time,
+            }
+        })
+        .collect()
+}
+
+/// The previous condition of a type, if any.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The phase: `Failed` when the spec cannot run, `Thinking` during a cycle, `ScaledToZero`
+/// with no worker asked for, `Sleeping` when a worker is up, else `Pending`.
+pub fn phase(
+    failed: bool,
+    replicas: Option<i32>,
+    available: i32,
+    seen: &AgentObservation,
+) -> AgentPhase {
+    if failed {
+        AgentPhase::Failed
+    } else if seen.thinking {
+        AgentPhase::Thinking
+    } else if replicas == Some(0) {
+        AgentPhase::ScaledToZero
+    } else if seen.worker || available > 0 {
+        AgentPhase::Sleeping
+    } else {
+        AgentPhase::Pending
+    }
+}
+
+/// Whether a condition is written by this loop (from the data plane) rather than the reconcile.
+fn data_condition(c: &Condition) -> bool {
+    c.type_ == MODEL_AVAILABLE
+}
+
+/// The status fields the reconcile owns.
+pub fn reconcile_part(s: &AgentStatus) -> AgentStatus {
+    AgentStatus {
+        observed_generation: s.observed_generation,
+        conditions: s
+            .conditions
+            .iter()
+            .filter(|c| !data_condition(c))
+            .cloned()
+            .collect(),
+        available_replicas: s.available_replicas,
+        config_hash: s.config_hash.clone(),
+        ..AgentStatus::default()
+    }
+}
+
+/// The status fields this loop owns.
+pub fn data_part(s: &AgentStatus) -> AgentStatus {
+    AgentStatus {
+        phase: s.phase,
+        replicas: s.replicas,
+        inbox_depth: s.inbox_depth,
+        cycles: s.cycles,
+        last_cycle_time: s.last_cycle_time.clone(),
+        tokens_used: s.tokens_used,
+        checkpoint: s.checkpoint.clone(),
+        conditions: s
+            .conditions
+            .iter()
+            .filter(|c| data_condition(c))
+            .cloned()
+            .collect(),
+        ..AgentStatus::default()
+    }
+}
+
+/// `ModelAvailable`, from what the worker last reported (none before it reported). Its time
+/// is when the model's state changed, so it is the same on every pass.
+fn model_condition(seen: &AgentObservation) -> Option<Condition> {
+    let m = seen.model.as_ref()?;
+    // Written by our worker; anything else is not a valid reason and is not passed on.
+    let valid = m.reason == "Available" || crate::model::Failure::from_reason(&m.reason).is_some();
+    Some(Condition {
+        type_: MODEL_AVAILABLE.into(),
+        status: if m.available { "True" } else { "False" }.into(),
+        reason: if valid {
+            m.reason.clone()
+        } else {
+            "Unknown".into()
+        },
+        message: m.message.chars().take(1024).collect(),
+        last_transition_time: time(m.since_ms)?,
+        observed_generation: None,
+    })
+}
+
+/// A time in ms as a Kubernetes `Time`, to the second (as the API server keeps it).
+fn time(ms: i64) -> Option<Time> {
+    Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
+}
+
+/// Where a checkpoint lives in the data plane.
+pub fn checkpoint_ref(agent: &AgentKey, cycle: u64) -> String {
+    format!(
+        "redis:agentfleet:{{agent:{}/{}}}:checkpoints#cycle={cycle}",
+        agent.namespace, agent.name
+    )
+}
+
+/// The data-plane status of an agent.
+pub fn data_status(
+    agent: &AgentKey,
+    failed: bool,
+    replicas: Option<i32>,
+    available: i32,
+    seen: &AgentObservation,
+) -> AgentStatus {
+    AgentStatus {
+        phase: Some(phase(failed, replicas, available, seen)),
+        replicas,
+        inbox_depth: Some(i64::try_from(seen.waiting).unwrap_or(i64::MAX)),
+        cycles: Some(seen.cycles),
+        tokens_used: Some(seen.tokens_used),
+        last_cycle_time: seen.last_cycle_ms.and_then(time),
+        checkpoint: seen.checkpoint.as_ref().map(|c| CheckpointStatus {
+            cycle: c.cycle,
+            storage_ref: checkpoint_ref(agent, c.cycle),
+            digest: c.digest.clone(),
+            messages: c.messages,
+            tokens: c.tokens,
+            time: time(c.time_ms),
+        }),
+        conditions: model_condition(seen).into_iter().collect(),
+        ..AgentStatus::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_when_status_flips() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let first = merge(
+            &[],
+            &[Cond::fail("Ready", "Starting", "starting")],
+            Some(1),
+            t0,
+        );
+        assert_eq!(first[0].last_transition_time, Time(t0));
+        assert_eq!(first[0].status, "False");
+
+        let same = merge(
+            &first,
+            &[Cond::fail("Ready", "StillStarting", "later")],
+            Some(2),
+            t1,
+        );
+        assert_eq!(same[0].last_transition_time, Time(t0), "reason change only");
+        assert_eq!(same[0].reason, "StillStarting");
+        assert_eq!(same[0].observed_generation, Some(2));
+
+        let flipped = merge(&same, &[Cond::ok("Ready", "Ok", "")], Some(2), t1);
+        assert_eq!(flipped[0].last_transition_time, Time(t1));
+        assert_eq!(flipped[0].status, "True");
+        assert_eq!(
+            merge(&flipped, &[Cond::unknown("Ready", "X", "")], None, t1)[0].status,
+            "Unknown"
+        );
+    }
+
+    #[test]
+    fn phases() {
+        let quiet = AgentObservation::default();
+        let up = AgentObservation {
+            worker: true,
+            ..quiet.clone()
+        };
+        assert_eq!(phase(true, Some(1), 1, &up), AgentPhase::Failed);
+        assert_eq!(phase(false, Some(0), 0, &quiet), AgentPhase::ScaledToZero);
+        assert_eq!(phase(false, Some(1), 0, &quiet), AgentPhase::Pending);
+        assert_eq!(phase(false, Some(1), 0, &up), AgentPhase::Sleeping);
+        assert_eq!(phase(false, Some(1), 1, &quiet), AgentPhase::Sleeping);
+        assert_eq!(
+            phase(
+                false,
+                Some(0),
+                0,
+                &AgentObservation {
+                    in_flight: 1,
+                    thinking: true,
+                    ..AgentObservation::default()
+                }
+            ),
+            AgentPhase::Thinking,
+            "a worker finishing its cycle after scale-down is still thinking"
+        );
+        assert_eq!(phase(false, None, 0, &quiet), AgentPhase::Pending);
+    }
+
+    #[test]
+    fn status_parts_are_disjoint_and_complete() {
+        let s: AgentStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Sleeping", "observedGeneration": 3, "replicas": 1,
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
+            ],
+            "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
+            "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
+            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50}
+        }))
+        .unwrap();
+        let r = serde_json::to_value(reconcile_part(&s)).unwrap();
+        let d = serde_json::to_value(data_part(&s)).unwrap();
+        let mut keys: Vec<String> = r
+            .as_object()
+            .unwrap()
+            .keys()
+            .chain(d.as_object().unwrap().keys())
+            .cloned()
+            .collect();
+        keys.sort();
+        let mut all: Vec<String> = serde_json::to_value(&s)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        all.sort();
+        keys.retain(|k| k != "conditions");
+        all.retain(|k| k != "conditions");
+        assert_eq!(keys, all, "every field has exactly one writer");
+        let types = |v: &serde_json::Value| -> Vec<String> {
+            v["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["type"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(types(&r), ["Ready"], "conditions: one writer per type");
+        assert_eq!(types(&d), ["ModelAvailable"]);
+    }
+
+    #[test]
+    fn the_model_condition_comes_from_what_the_worker_reported() {
+        let key = AgentKey::new("fam", "assistant");
+        let mut o = AgentObservation::default();
+        assert!(
+            data_status(&key, false, Some(1), 1, &o)
+                .conditions
+                .is_empty(),
+            "not reported yet"
+        );
+        o.model = Some(crate::store::ModelHealth {
+            available: false,
+            reason: "Unauthorized".into(),
+            message: "the model refused the credentials: http://m/v1 answered 401: bad key ***"
+                .into(),
+            since_ms: 1_795_000_000_123,
+        });
+        let c = data_status(&key, false, Some(1), 1, &o).conditions;
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (
+                c[0].type_.as_str(),
+                c[0].status.as_str(),
+                c[0].reason.as_str()
+            ),
+            ("ModelAvailable", "False", "Unauthorized")
+        );
+        assert_eq!(
+            c[0].last_transition_time.0.to_string(),
+            "2026-11-18T11:06:40Z"
+        );
+        assert_eq!(
+            data_status(&key, false, Some(1), 1, &o),
+            data_status(&key, false, Some(1), 1, &o),
+            "the same on every pass"
+        );
+        o.model.as_mut().unwrap().reason = "Not a reason!".into();
+        assert_eq!(
+            data_status(&key, false, Some(1), 1, &o).conditions[0].reason,
+            "Unknown"
+        );
+    }
+
+    #[test]
+    fn data_status_carries_the_checkpoint() {
+        let key = AgentKey::new("fam", "assistant");
+        let o = AgentObservation {
+            waiting: 2,
+            cycles: 7,
+            tokens_used: 1234,
+            last_cycle_ms: Some(1_795_000_000_123),
+            checkpoint: Some(crate::store::Checkpoint {
+                cycle: 7,
+                start: 0,
+                end: 14,
+                summary_cycle: None,
+                digest: "sha256:ab".into(),
+                messages: 14,
+                tokens: 900,
+                time_ms: 1_795_000_000_123,
+            }),
+            ..AgentObservation::default()
+        };
+        let s = data_status(&key, false, Some(0), 0, &o);
+        assert_eq!(s.phase, Some(AgentPhase::ScaledToZero));
+        assert_eq!(
+            (s.inbox_depth, s.cycles, s.tokens_used),
+            (Some(2), Some(7), Some(1234))
+        );
+        let cp = s.checkpoint.unwrap();
+        assert_eq!((cp.cycle, cp.messages, cp.tokens), (7, 14, 900));
+        assert_eq!(cp.digest, "sha256:ab");
+        assert_eq!(
+            cp.storage_ref,
+            "redis:agentfleet:{agent:fam/assistant}:checkpoints#cycle=7"
+        );
+        assert_eq!(
+            cp.time.unwrap().0.to_string(),
+            "2026-11-18T11:06:40Z",
+            "to the second, as the API server keeps it"
+        );
+    }
+}
