@@ -22,7 +22,7 @@ use agentfleet::membership::SpaceKey;
 use agentfleet::operator::build::WorkerDefaults;
 use agentfleet::operator::scaling::Tuning;
 use agentfleet::operator::{run_controllers, Config as OperatorConfig, Health};
-use agentfleet::store::{RedisStore, Store};
+use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::telemetry::OperatorMetrics;
 use agentfleet::testing::RedisServer;
 use k8s_openapi::api::apps::v1::Deployment;

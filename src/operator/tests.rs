@@ -16,7 +16,7 @@ use super::build::WorkerDefaults;
 use super::{agent, space, Context};
 use crate::crd::{Agent, AgentPhase, Space};
 use crate::membership::SpaceKey;
-use crate::store::{MemoryStore, SpaceRecord, Store};
+use crate::store::{prelude::*, MemoryStore, SpaceRecord};
 use crate::telemetry::OperatorMetrics;
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::crd::{MemberKind, ResolvedMember};
+use crate::keys::SpaceKey;
 use crate::testing::RedisServer;
 
 fn member(kind: MemberKind, id: &str) -> ResolvedMember {
