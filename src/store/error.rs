@@ -94,4 +94,16 @@ impl StoreError {
     pub fn is_connection_refused(&self) -> bool {
         matches!(self, StoreError::Redis { source, .. } if source.is_connection_refusal())
     }
+
+    /// Whether trying the same step again may succeed: the store did not answer, or the
+    /// connection failed (not a refusal by the store, a fence or a bad value).
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Timeout { .. } => true,
+            StoreError::Redis { source, .. } => {
+                !matches!(source.retry_method(), ::redis::RetryMethod::NoRetry)
+            }
+            _ => false,
+        }
+    }
 }

@@ -18,9 +18,10 @@
 //!   firing**: recording a plan's due time and pushing its event is one atomic step, so it
 //!   fires once.
 //! - [`Messages`] — **space messages**: an append-only log per space with stable ids, and
-//!   **live events** per space on pub/sub (messages, streamed text, activity). Posting a
-//!   message and pushing it to every other member agent's inbox is one atomic step,
-//!   idempotent by key.
+//!   **live events** per space on pub/sub (messages, streamed text, activity). Posting writes
+//!   the log in one step on the space, then pushes the message into every other member agent's
+//!   inbox, one idempotent step per agent (each agent's keys live apart, on a Redis Cluster);
+//!   a retried keyed post completes a fan-out that was interrupted (see [`Messages`]).
 //! - [`ConsciousnessLog`] — **consciousness** per agent: an append-only message log with a
 //!   window (start..end) and the summary of what was compacted out; each committed cycle
 //!   appends its messages, records a checkpoint (cycle, window, digest chained over commits,

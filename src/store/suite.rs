@@ -1252,13 +1252,105 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
     assert_eq!(store.plans(&keep).await.unwrap().len(), 1);
 }
 
+/// Breaks one agent's inbox, so that pushes into it fail for good, and mends it: a fan-out
+/// interrupted half-way.
+#[async_trait::async_trait]
+trait Faults: Send + Sync {
+    /// Pushes into `agent`'s inbox fail (`true`) or work again (`false`).
+    async fn break_inbox(&self, agent: &AgentKey, broken: bool);
+}
+
+#[async_trait::async_trait]
+impl Faults for MemoryStore {
+    async fn break_inbox(&self, agent: &AgentKey, broken: bool) {
+        self.fail_pushes(agent, if broken { u32::MAX } else { 0 }, false);
+    }
+}
+
+/// Breaks an agent's inbox on Redis: its dedupe set becomes a string, so `push.lua` fails
+/// (WRONGTYPE) at its first command, before writing anything.
+struct RedisFaults(String);
+
+#[async_trait::async_trait]
+impl Faults for RedisFaults {
+    async fn break_inbox(&self, agent: &AgentKey, broken: bool) {
+        use ::redis::AsyncCommands;
+        let client = ::redis::Client::open(self.0.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let ids = format!("agentfleet:{{agent:{agent}}}:ids");
+        if broken {
+            conn.set::<_, _, ()>(ids, "broken").await.unwrap();
+        } else {
+            conn.del::<_, ()>(ids).await.unwrap();
+        }
+    }
+}
+
+async fn an_interrupted_fan_out_is_completed_by_its_retry(store: &dyn Store, faults: &dyn Faults) {
+    let family = family_space(store, 100).await;
+    let alice = AgentKey::new("fam", "alice");
+    let bob = AgentKey::new("fam", "bob");
+    let mut m = say(human("husam"), "Dinner at 8?");
+    m.idempotency_key = Some("dinner".into());
+    faults.break_inbox(&bob, true).await;
+    let err = store.post_message(&family, &m).await.unwrap_err();
+    assert_eq!(err.category(), "store_unavailable", "{err}");
+    // The post's own step is done: the message is in the log and alice has it; bob has not.
+    let log = recent(store, &family).await;
+    assert_eq!(log.len(), 1);
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 1);
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 0);
+    // A retry while bob's inbox is still broken fails again, and gives alice nothing twice.
+    assert!(store.post_message(&family, &m).await.is_err());
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 1);
+
+    faults.break_inbox(&bob, false).await;
+    let retried = store.post_message(&family, &m).await.unwrap();
+    assert!(retried.duplicate);
+    assert_eq!(retried.id, log[0].id);
+    assert_eq!(
+        retried.delivered,
+        ["bob"],
+        "only the agent the fan-out missed"
+    );
+    let events = store.peek_inbox(&bob, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].id, format!("msg:family:{}", log[0].id));
+    assert_eq!(events[0].text.as_deref(), Some("Dinner at 8?"));
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 1);
+    // The fan-out is finished: one more retry delivers nothing, and the log has one message.
+    let again = store.post_message(&family, &m).await.unwrap();
+    assert!(again.duplicate);
+    assert!(again.delivered.is_empty());
+    assert_eq!(recent(store, &family).await.len(), 1);
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
+
+    // Without a key nothing can find the post again: it stays posted, and the error says the
+    // delivery failed.
+    faults.break_inbox(&bob, true).await;
+    assert!(store
+        .post_message(&family, &say(human("husam"), "no key"))
+        .await
+        .is_err());
+    assert_eq!(recent(store, &family).await.len(), 2);
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 2);
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
+}
+
 macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident),* $(,)?; faults: $($faulty:ident),* $(,)?) => {
         mod memory {
             $(
                 #[tokio::test]
                 async fn $name() {
                     super::$name(&super::MemoryStore::new()).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $faulty() {
+                    let store = super::MemoryStore::new();
+                    super::$faulty(&store, &store).await;
                 }
             )*
         }
@@ -1269,6 +1361,14 @@ macro_rules! suite {
                     let server = super::RedisServer::start().unwrap();
                     let store = super::RedisStore::new(&server.url()).unwrap();
                     super::$name(&store).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $faulty() {
+                    let server = super::RedisServer::start().unwrap();
+                    let store = super::RedisStore::new(&server.url()).unwrap();
+                    super::$faulty(&store, &super::RedisFaults(server.url())).await;
                 }
             )*
         }
@@ -1301,7 +1401,8 @@ suite!(
     observation_reads_every_agent_at_once,
     plans_fire_once_per_due_time,
     agent_plans_are_kept_and_fenced,
-    purging_an_agent_forgets_everything,
+    purging_an_agent_forgets_everything;
+    faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );
 
 #[tokio::test]
@@ -1414,4 +1515,25 @@ async fn redis_commit_recovers_from_a_stale_cached_window() {
             .collect::<Vec<_>>(),
         [3, 2, 1]
     );
+}
+
+#[tokio::test]
+async fn memory_fan_out_retries_a_push_that_failed_for_a_passing_reason() {
+    let store = MemoryStore::new();
+    let family = family_space(&store, 100).await;
+    let bob = AgentKey::new("fam", "bob");
+    store.fail_pushes(&bob, 2, true);
+    let posted = store
+        .post_message(&family, &say(human("husam"), "hello"))
+        .await
+        .unwrap();
+    assert_eq!(posted.delivered, ["alice", "bob"], "bob's third try landed");
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
+    // A failure that outlasts the tries is the post's error.
+    store.fail_pushes(&bob, 3, true);
+    let err = store
+        .post_message(&family, &say(human("husam"), "again"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "store_timeout", "{err}");
 }

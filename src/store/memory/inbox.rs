@@ -60,9 +60,38 @@ impl AgentState {
     }
 }
 
+impl MemoryStore {
+    /// A failure the tests asked for (see [`MemoryStore::fail_pushes`]).
+    #[cfg(test)]
+    fn refused(&self, agent: &AgentKey) -> Option<StoreError> {
+        self.with(|s| {
+            let (times, transient) = s.refused.get_mut(agent)?;
+            if *times == 0 {
+                return None;
+            }
+            *times -= 1;
+            Some(if *transient {
+                StoreError::Timeout {
+                    op: "push event",
+                    seconds: 0,
+                }
+            } else {
+                StoreError::Redis {
+                    op: "push event",
+                    source: (::redis::ErrorKind::Client, "refused by the test").into(),
+                }
+            })
+        })
+    }
+}
+
 #[async_trait]
 impl Inbox for MemoryStore {
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {
+        #[cfg(test)]
+        if let Some(e) = self.refused(agent) {
+            return Err(e);
+        }
         let pushed = self.agent(agent, |a| a.push(event));
         Ok(self.wake(agent, pushed))
     }

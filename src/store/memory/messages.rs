@@ -1,4 +1,5 @@
-//! Space messages in memory: a post and its pushes are one step under the lock.
+//! Space messages in memory: a post is one step on the space (under the lock), then one push
+//! per recipient, as on Redis (see [`Messages`]).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -9,9 +10,9 @@ use tokio::sync::broadcast;
 
 use super::{MemoryStore, State};
 use crate::keys::SpaceKey;
-use crate::store::messages::{admit, recipients, unposted};
+use crate::store::messages::{admit, fan_out, recipients, unposted, FanOut};
 use crate::store::{
-    now_ms, parse_message_id, AgentKey, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery,
+    now_ms, parse_message_id, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery,
     SpaceMessage, StoreError,
 };
 
@@ -22,6 +23,8 @@ pub(super) struct SpaceLog {
     last_ms: i64,
     seq: u64,
     idempotency: HashMap<String, String>,
+    /// Keyed posts whose fan-out has not finished, by scoped key.
+    fan_outs: HashMap<String, FanOut>,
     /// When the current minute of agent messages began (ms), and how many were posted in it.
     agent_minute: (i64, u64),
 }
@@ -54,24 +57,30 @@ impl State {
     }
 }
 
-#[async_trait]
-impl Messages for MemoryStore {
-    async fn post_message(
+impl MemoryStore {
+    /// The space's step of a post (as `post.lua`): the log, the idempotency and fan-out
+    /// records, the loop guard's count and notice, the live events. Returns the post (with
+    /// nobody delivered yet) and the fan-out to run, if any.
+    fn post(
         &self,
         space: &SpaceKey,
         message: &NewMessage,
-    ) -> Result<Posted, StoreError> {
+    ) -> Result<(Posted, Option<FanOut>), StoreError> {
         self.with(|s| {
             let record = admit(space, s.spaces.get(space).cloned(), message)?;
             let log = s.logs.entry(space.clone()).or_default();
             let scoped = message.scoped_idempotency_key();
             if let Some(id) = scoped.as_ref().and_then(|k| log.idempotency.get(k)) {
-                return Ok(Posted {
-                    id: id.clone(),
-                    duplicate: true,
-                    delivered: Vec::new(),
-                    guarded: None,
-                });
+                let pending = scoped.as_ref().and_then(|k| log.fan_outs.get(k)).cloned();
+                return Ok((
+                    Posted {
+                        id: id.clone(),
+                        duplicate: true,
+                        delivered: Vec::new(),
+                        guarded: None,
+                    },
+                    pending,
+                ));
             }
             let time_ms = now_ms();
             // A window of a minute from its first agent message (as the Redis store's key
@@ -88,8 +97,8 @@ impl Messages for MemoryStore {
                 id: id.clone(),
                 ..unposted(space, message, time_ms)
             };
-            if let Some(k) = scoped {
-                log.idempotency.insert(k, id.clone());
+            if let Some(k) = &scoped {
+                log.idempotency.insert(k.clone(), id.clone());
             }
             log.messages.push_back(posted.clone());
             // The rate notice is posted once a minute (when the limit is first passed).
@@ -108,30 +117,54 @@ impl Messages for MemoryStore {
             while log.messages.len() as u64 > record.max_messages {
                 log.messages.pop_front();
             }
-            let mut delivered = Vec::new();
-            if guarded.is_none() {
-                let event = posted.event(message.urgent);
-                for agent in recipients(&record, message) {
-                    let key = AgentKey::new(space.namespace.clone(), agent);
-                    let pushed = s.agents.entry(key.clone()).or_default().push(&event);
-                    if pushed.queued {
-                        delivered.push(agent.to_string());
-                    }
-                    self.wake(&key, pushed);
-                }
+            let agents: Vec<String> = match guarded {
+                None => recipients(&record, message).map(str::to_string).collect(),
+                Some(_) => Vec::new(),
+            };
+            let run = (!agents.is_empty()).then(|| FanOut {
+                event: posted.event(message.urgent),
+                agents,
+            });
+            if let (Some(k), Some(run)) = (&scoped, &run) {
+                log.fan_outs.insert(k.clone(), run.clone());
             }
             let live = s.live(space);
             let _ = live.send(LiveEvent::Message { message: posted });
             if let Some(n) = notice {
                 let _ = live.send(LiveEvent::Message { message: n });
             }
-            Ok(Posted {
-                id,
-                duplicate: false,
-                delivered,
-                guarded,
-            })
+            Ok((
+                Posted {
+                    id,
+                    duplicate: false,
+                    delivered: Vec::new(),
+                    guarded,
+                },
+                run,
+            ))
         })
+    }
+}
+
+#[async_trait]
+impl Messages for MemoryStore {
+    async fn post_message(
+        &self,
+        space: &SpaceKey,
+        message: &NewMessage,
+    ) -> Result<Posted, StoreError> {
+        let (mut posted, run) = self.post(space, message)?;
+        if let Some(run) = run {
+            posted.delivered = fan_out(self, space, &run, !posted.duplicate).await?;
+            if let Some(k) = message.scoped_idempotency_key() {
+                self.with(|s| {
+                    if let Some(log) = s.logs.get_mut(space) {
+                        log.fan_outs.remove(&k);
+                    }
+                });
+            }
+        }
+        Ok(posted)
     }
 
     async fn read_messages(

@@ -46,6 +46,10 @@ struct State {
     agents: HashMap<AgentKey, AgentState>,
     logs: HashMap<SpaceKey, SpaceLog>,
     live: HashMap<SpaceKey, broadcast::Sender<LiveEvent>>,
+    /// Agents whose pushes fail (tests of interrupted fan-outs): how many more times, and
+    /// whether for a passing reason.
+    #[cfg(test)]
+    refused: HashMap<AgentKey, (u32, bool)>,
 }
 
 #[derive(Default)]
@@ -120,5 +124,12 @@ impl MemoryStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut guard)
+    }
+
+    /// Makes the next `times` pushes to `agent` fail, for a passing reason (a timeout) when
+    /// `transient`, else for good; 0 heals it.
+    #[cfg(test)]
+    pub(crate) fn fail_pushes(&self, agent: &AgentKey, times: u32, transient: bool) {
+        self.with(|s| s.refused.insert(agent.clone(), (times, transient)));
     }
 }

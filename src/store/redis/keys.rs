@@ -3,7 +3,8 @@
 //!
 //! Every key starts with `agentfleet:`. Keys of one space share the hash tag `{space:NS/NAME}`
 //! and keys of one agent share `{agent:NS/NAME}`, so each per-space or per-agent atomic step
-//! stays on one Redis Cluster slot (see `scripts.rs`).
+//! stays on one Redis Cluster slot. A script takes the keys of one [`AgentKeys`] or one
+//! [`SpaceKeys`], never both (see `scripts.rs`).
 //!
 //! | key | type | holds |
 //! |---|---|---|
@@ -11,6 +12,7 @@
 //! | `agentfleet:{space:NS/NAME}:agents` | set | names of the member agents (for fan-out) |
 //! | `agentfleet:{space:NS/NAME}:log` | stream | messages (field `m`: JSON), trimmed to the retention |
 //! | `agentfleet:{space:NS/NAME}:idem:KIND:SENDER:KEY` | string | message id of an idempotent post (1 day), scoped to its sender |
+//! | `agentfleet:{space:NS/NAME}:fanout:KIND:SENDER:KEY` | string | a keyed post's fan-out not yet finished: JSON `{event, agents}` (removed once every agent has the event; 1 day) |
 //! | `agentfleet:{space:NS/NAME}:agentrate` | integer | agent messages in the current minute (the loop guard's rate; expires) |
 //! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:clog` | list | consciousness messages (JSON), append-only, trimmed to what retained checkpoints need |
@@ -204,6 +206,11 @@ impl SpaceKeys {
         self.key(&format!("idem:{scoped}"))
     }
 
+    /// The unfinished fan-out of a keyed post.
+    pub(super) fn fan_out(&self, scoped: &str) -> String {
+        self.key(&format!("fanout:{scoped}"))
+    }
+
     /// Agent messages this minute (the loop guard's rate).
     pub(super) fn agent_rate(&self) -> String {
         self.key("agentrate")
@@ -246,6 +253,7 @@ pub(super) mod tests {
             s.agents(),
             s.log(),
             s.idempotency("human:h:k"),
+            s.fan_out("human:h:k"),
             s.agent_rate(),
             s.live(),
         ];
@@ -255,6 +263,10 @@ pub(super) mod tests {
         assert_eq!(
             s.idempotency("agent:a:k"),
             "agentfleet:{space:ns/family}:idem:agent:a:k"
+        );
+        assert_eq!(
+            s.fan_out("agent:a:k"),
+            "agentfleet:{space:ns/family}:fanout:agent:a:k"
         );
     }
 

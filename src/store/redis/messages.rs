@@ -1,5 +1,5 @@
-//! Space messages on Redis: a post is `post.lua`, which pushes into the recipients' inboxes in
-//! the same step.
+//! Space messages on Redis: a post is `post.lua` on the space's slot, then one `push.lua` per
+//! recipient on its own slot (see [`Messages`] for what happens when a push fails).
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -10,9 +10,9 @@ use super::keys::SpaceKeys;
 use super::scripts::{self, Post, ID_PLACEHOLDER};
 use super::{from_json, redis_err, to_json, RedisStore};
 use crate::keys::SpaceKey;
-use crate::store::messages::{admit, recipients, unposted};
+use crate::store::messages::{admit, fan_out, recipients, unposted, FanOut};
 use crate::store::{
-    now_ms, AgentKey, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery, SpaceMessage,
+    now_ms, Guard, InboxEvent, LiveEvent, Messages, NewMessage, Posted, ReadQuery, SpaceMessage,
     Spaces, StoreError,
 };
 
@@ -61,9 +61,7 @@ impl Messages for RedisStore {
         };
         let (depth_notice, rate_notice) = (notice(Guard::Depth)?, notice(Guard::Rate)?);
         let scoped = message.scoped_idempotency_key();
-        let recipients: Vec<AgentKey> = recipients(&record, message)
-            .map(|a| AgentKey::new(space.namespace.clone(), a))
-            .collect();
+        let recipients: Vec<&str> = recipients(&record, message).collect();
 
         let mut conn = self.conns.shared().await?;
         let reply = scripts::post(
@@ -74,9 +72,6 @@ impl Messages for RedisStore {
                 idempotency: scoped.as_deref(),
                 max_messages: record.max_messages,
                 event_template: &event_template,
-                event_id_prefix: &format!("msg:{}:", space.name),
-                urgent: message.urgent,
-                time_ms: stored.time_ms,
                 live_template: &live_template,
                 watched,
                 over_depth: message.loop_guard(&record, 0) == Some(Guard::Depth),
@@ -87,10 +82,23 @@ impl Messages for RedisStore {
             },
         )
         .await?;
+
+        let (event, agents) = reply.fan_out;
+        let mut delivered = Vec::new();
+        if !agents.is_empty() {
+            let event: InboxEvent = from_json(what("the inbox event"), &event)?;
+            let run = FanOut { event, agents };
+            delivered = fan_out(self, space, &run, !reply.duplicate).await?;
+            if let Some(scoped) = &scoped {
+                // Every recipient has the event: the record goes. One left behind (this
+                // failed) only makes a retry push again what every inbox drops as seen.
+                let _ = conn.del::<_, ()>(keys.fan_out(scoped)).await;
+            }
+        }
         Ok(Posted {
             id: reply.id,
             duplicate: reply.duplicate,
-            delivered: reply.delivered,
+            delivered,
             guarded: reply.guarded,
         })
     }

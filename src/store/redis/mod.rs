@@ -7,7 +7,7 @@
 //! | `conn.rs` | the shared and the blocking connections; the commit cache |
 //! | `spaces.rs` | membership records, registered agents |
 //! | `inbox.rs` | push, wait and drain, urgent events, acknowledge, wake signals, plan firing |
-//! | `messages.rs` | posting, reading, live events |
+//! | `messages.rs` | posting (log step, then fan-out steps), reading, live events |
 //! | `consciousness.rs` | commits, the window, checkpoints, restore |
 //! | `leases.rs` | the lease and its fencing token |
 //! | `notes.rs` | memories, goals and plans: one keyed, fenced hash each |

@@ -3,9 +3,8 @@
 //! A script lives in `lua/NAME.lua` (its header says its KEYS, ARGV and reply); the function
 //! of the same name here is its only caller and fills KEYS and ARGV from named parameters, so
 //! no other code builds a KEYS/ARGV list. Each function takes the keys of one agent
-//! ([`AgentKeys`]) or of one space ([`SpaceKeys`]), so the script runs on one Redis Cluster
-//! slot — all but [`post`], which still pushes into the recipients' inboxes in the same step.
-//! Shared snippets under `lua/lib/` are prepended when a script is loaded:
+//! ([`AgentKeys`]) or of one space ([`SpaceKeys`]), never more, so every script runs on one
+//! Redis Cluster slot. Shared snippets under `lua/lib/` are prepended when a script is loaded:
 //! `fence.lua` (fenced scripts: the caller's `HOLDER|TOKEN` against the lease, else the error
 //! `FENCED`) and `push.lua` (queueing one event, with the wake signal).
 
@@ -18,8 +17,8 @@ use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
 use crate::store::consciousness::{CommitPlan, WindowState};
 use crate::store::{
-    AgentKey, Checkpoint, CycleCommit, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed,
-    StoreError, SEEN_IDS, WAKE_CHANNEL,
+    Checkpoint, CycleCommit, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed, StoreError,
+    SEEN_IDS, WAKE_CHANNEL,
 };
 
 const FENCE: &str = include_str!("lua/lib/fence.lua");
@@ -33,7 +32,7 @@ fn load(parts: &[&str]) -> Script {
 static PUSH: LazyLock<Script> = LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/push.lua")]));
 static MARK_PLAN: LazyLock<Script> =
     LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/mark_plan.lua")]));
-static POST: LazyLock<Script> = LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/post.lua")]));
+static POST: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/post.lua")]));
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/acquire.lua")]));
 static RENEW: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/renew.lua")]));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/release.lua")]));
@@ -162,12 +161,6 @@ pub(super) struct Post<'a> {
     pub max_messages: u64,
     /// The inbox event (JSON) with [`ID_PLACEHOLDER`] for the id.
     pub event_template: &'a str,
-    /// The inbox event's id before the message's id (`msg:SPACE:`).
-    pub event_id_prefix: &'a str,
-    /// The inbox event is urgent.
-    pub urgent: bool,
-    /// When the message was posted (ms).
-    pub time_ms: i64,
     /// The live event (JSON) with [`ID_PLACEHOLDER`] for the id.
     pub live_template: &'a str,
     /// The loop guard watches this post.
@@ -181,7 +174,7 @@ pub(super) struct Post<'a> {
     /// The rate notice: the message (JSON) and its live event template.
     pub rate_notice: (&'a str, &'a str),
     /// The member agents but the sender, in the record's order.
-    pub recipients: &'a [AgentKey],
+    pub recipients: &'a [&'a str],
 }
 
 /// What `post.lua` answered.
@@ -192,37 +185,28 @@ pub(super) struct PostReply {
     pub duplicate: bool,
     /// The loop guard held the message.
     pub guarded: Option<Guard>,
-    /// The agents whose inbox got the message.
-    pub delivered: Vec<String>,
+    /// The inbox event (JSON) and the agents to push it to (none: nothing to push).
+    pub fan_out: (String, Vec<String>),
 }
 
-/// `post.lua`: writes a message to `space`'s log, its idempotency record, the loop guard's
-/// count and notice, and its live event, and pushes its event into the recipients' inboxes.
-/// KEYS: log, agents, idempotency, agent rate, then each recipient's inbox, urgent, ids,
-/// state, lease. ARGV: message, max messages, live channel, event and live templates, keyed,
-/// watched, over depth, rate, depth and rate notices and their live templates,
-/// [`SEEN_IDS`], [`WAKE_CHANNEL`], event id prefix, urgent, time, then each recipient's name
-/// and `NS/NAME`.
+/// `post.lua`: writes a message to `space`'s log, its idempotency and fan-out records, the
+/// loop guard's count and notice, and its live event; returns what to push to which agents.
+/// KEYS: log, agents, idempotency, agent rate, fan-out record. ARGV: message, max messages,
+/// live channel, event and live templates, keyed, watched, over depth, rate, depth and rate
+/// notices and their live templates, then the recipients.
 pub(super) async fn post(
     conn: &mut ConnectionManager,
     space: &SpaceKeys,
     post: &Post<'_>,
 ) -> Result<PostReply, StoreError> {
+    let scoped = post.idempotency.unwrap_or("");
     let mut invocation = POST.prepare_invoke();
     invocation
         .key(space.log())
         .key(space.agents())
-        .key(space.idempotency(post.idempotency.unwrap_or("")))
-        .key(space.agent_rate());
-    for agent in post.recipients.iter().map(AgentKeys::new) {
-        invocation
-            .key(agent.inbox())
-            .key(agent.urgent())
-            .key(agent.ids())
-            .key(agent.state())
-            .key(agent.lease());
-    }
-    invocation
+        .key(space.idempotency(scoped))
+        .key(space.agent_rate())
+        .key(space.fan_out(scoped))
         .arg(post.message)
         .arg(post.max_messages)
         .arg(space.live())
@@ -235,14 +219,9 @@ pub(super) async fn post(
         .arg(post.depth_notice.0)
         .arg(post.rate_notice.0)
         .arg(post.depth_notice.1)
-        .arg(post.rate_notice.1)
-        .arg(SEEN_IDS)
-        .arg(WAKE_CHANNEL)
-        .arg(post.event_id_prefix)
-        .arg(flag(post.urgent))
-        .arg(post.time_ms);
+        .arg(post.rate_notice.1);
     for agent in post.recipients {
-        invocation.arg(&agent.name).arg(agent.to_string());
+        invocation.arg(*agent);
     }
     let reply: Vec<String> = invocation
         .invoke_async(conn)
@@ -252,11 +231,12 @@ pub(super) async fn post(
     let id = reply.next().unwrap_or_default();
     let duplicate = reply.next().as_deref() == Some("1");
     let guarded = reply.next().as_deref().and_then(Guard::parse);
+    let event = reply.next().unwrap_or_default();
     Ok(PostReply {
         id,
         duplicate,
         guarded,
-        delivered: reply.collect(),
+        fan_out: (event, reply.collect()),
     })
 }
 
