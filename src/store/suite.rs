@@ -1337,6 +1337,85 @@ async fn an_interrupted_fan_out_is_completed_by_its_retry(store: &dyn Store, fau
     assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
 }
 
+/// A `redis-server` in cluster mode, alone in its cluster and owning every slot: any command,
+/// transaction or script whose keys span two slots fails there with `CROSSSLOT`, as on a real
+/// Redis Cluster. The whole suite runs on one too.
+struct ClusterNode {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl ClusterNode {
+    fn start() -> Self {
+        let port = crate::testing::free_port().unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("agentfleet-cluster-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian: apt-get install -y redis-server)");
+        let node = Self { child, port, dir };
+        let client = ::redis::Client::open(node.url()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut conn = loop {
+            match client.get_connection() {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() > deadline => panic!("cluster node: {e}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        };
+        ::redis::cmd("CLUSTER")
+            .arg(&["ADDSLOTSRANGE", "0", "16383"][..])
+            .query::<()>(&mut conn)
+            .unwrap();
+        while !::redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query::<String>(&mut conn)
+            .unwrap()
+            .contains("cluster_state:ok")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "cluster state never ok"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        node
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Forgets every key.
+    fn flush(&self) {
+        let client = ::redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        ::redis::cmd("FLUSHALL").query::<()>(&mut conn).unwrap();
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?; faults: $($faulty:ident),* $(,)?) => {
         mod memory {
@@ -1370,6 +1449,26 @@ macro_rules! suite {
                     let store = super::RedisStore::new(&server.url()).unwrap();
                     super::$faulty(&store, &super::RedisFaults(server.url())).await;
                 }
+            )*
+        }
+        /// Every behaviour again on a Redis Cluster node: each step on one slot. One node for
+        /// all (a node takes two seconds to accept writes), emptied before each behaviour.
+        #[tokio::test]
+        async fn cluster_runs_every_behaviour() {
+            let node = ClusterNode::start();
+            $(
+                node.flush();
+                eprintln!("on a cluster node: {}", stringify!($name));
+                $name(&RedisStore::new(&node.url()).unwrap()).await;
+            )*
+            $(
+                node.flush();
+                eprintln!("on a cluster node: {}", stringify!($faulty));
+                $faulty(
+                    &RedisStore::new(&node.url()).unwrap(),
+                    &RedisFaults(node.url()),
+                )
+                .await;
             )*
         }
     };
@@ -1536,4 +1635,18 @@ async fn memory_fan_out_retries_a_push_that_failed_for_a_passing_reason() {
         .await
         .unwrap_err();
     assert_eq!(err.category(), "store_timeout", "{err}");
+}
+
+#[tokio::test]
+async fn cluster_node_refuses_a_step_across_slots() {
+    let node = ClusterNode::start();
+    let client = ::redis::Client::open(node.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let err = ::redis::Script::new("return 1")
+        .key("agentfleet:{space:fam/family}:log")
+        .key("agentfleet:{agent:fam/alice}:inbox")
+        .invoke_async::<u8>(&mut conn)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
 }
