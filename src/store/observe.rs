@@ -1,5 +1,5 @@
 //! What the operator reads of the data plane and does to it: every agent in one round trip,
-//! the model's health as workers report it, forgetting an agent.
+//! the model's health as workers report it, forgetting an agent, and where things live.
 
 use async_trait::async_trait;
 
@@ -25,4 +25,12 @@ pub trait Observe: Send + Sync {
     /// Removes everything the data plane holds of an agent: inbox, queues, consciousness,
     /// checkpoints, memories, goals, plans, lease, registration.
     async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError>;
+
+    /// Where the checkpoint of `agent` after `cycle` lives, as status shows it (the store's
+    /// own reference: callers never spell the store's keys).
+    fn checkpoint_ref(&self, agent: &AgentKey, cycle: u64) -> String;
+
+    /// What the data plane holds of `agent`, named for a human: what is left behind when
+    /// [`Observe::purge_agent`] cannot run.
+    fn agent_data(&self, agent: &AgentKey) -> String;
 }

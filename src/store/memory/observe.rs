@@ -58,4 +58,12 @@ impl Observe for MemoryStore {
         });
         Ok(())
     }
+
+    fn checkpoint_ref(&self, agent: &AgentKey, cycle: u64) -> String {
+        format!("memory:{agent}#cycle={cycle}")
+    }
+
+    fn agent_data(&self, agent: &AgentKey) -> String {
+        format!("the embedded store's data of agent {agent}")
+    }
 }

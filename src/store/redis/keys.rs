@@ -163,6 +163,16 @@ impl AgentKeys {
     pub(super) fn all(&self) -> Vec<String> {
         AGENT_SUFFIXES.iter().map(|s| self.key(s)).collect()
     }
+
+    /// Where a checkpoint of this agent lives, as the operator shows it.
+    pub(super) fn checkpoint_ref(&self, cycle: u64) -> String {
+        format!("redis:{}#cycle={cycle}", self.checkpoints())
+    }
+
+    /// Every key of this agent, as a pattern.
+    pub(super) fn pattern(&self) -> String {
+        self.key("*")
+    }
 }
 
 /// The keys of one space, all under its hash tag `{space:NS/NAME}`.
@@ -299,5 +309,10 @@ pub(super) mod tests {
         assert_eq!(all.len(), named.len());
         assert_eq!(a.inbox(), "agentfleet:{agent:ns/alice}:inbox");
         assert_eq!(a.name(), "ns/alice");
+        assert_eq!(
+            a.checkpoint_ref(7),
+            "redis:agentfleet:{agent:ns/alice}:checkpoints#cycle=7"
+        );
+        assert_eq!(a.pattern(), "agentfleet:{agent:ns/alice}:*");
     }
 }

@@ -112,4 +112,12 @@ impl Observe for RedisStore {
         self.committed.take(agent);
         Ok(())
     }
+
+    fn checkpoint_ref(&self, agent: &AgentKey, cycle: u64) -> String {
+        AgentKeys::new(agent).checkpoint_ref(cycle)
+    }
+
+    fn agent_data(&self, agent: &AgentKey) -> String {
+        format!("the keys {} in Redis", AgentKeys::new(agent).pattern())
+    }
 }
