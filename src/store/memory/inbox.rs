@@ -5,11 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use futures::StreamExt;
-use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use super::{AgentState, MemoryStore};
+use super::{received, AgentState, MemoryStore};
 use crate::store::{AgentKey, Inbox, InboxEvent, Lease, Pushed, StoreError, SEEN_IDS};
 
 impl AgentState {
@@ -160,18 +158,8 @@ impl Inbox for MemoryStore {
     }
 
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
-        let rx = self.wakes.subscribe();
-        Ok(futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(key) => return Some((key, rx)),
-                    // A lagging listener misses signals; the operator's sweep catches up.
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
-        .boxed())
+        // A lagging listener misses signals; the operator's sweep catches up.
+        Ok(received(self.wakes.subscribe()))
     }
 
     async fn mark_plan(

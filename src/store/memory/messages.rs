@@ -5,10 +5,9 @@ use std::collections::{HashMap, VecDeque};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use futures::StreamExt;
 use tokio::sync::broadcast;
 
-use super::{MemoryStore, State};
+use super::{received, MemoryStore, State};
 use crate::keys::SpaceKey;
 use crate::store::messages::{admit, fan_out, recipients, unposted, FanOut};
 use crate::store::{
@@ -207,16 +206,6 @@ impl Messages for MemoryStore {
         &self,
         space: &SpaceKey,
     ) -> Result<BoxStream<'static, LiveEvent>, StoreError> {
-        let rx = self.with(|s| s.live(space).subscribe());
-        Ok(futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(event) => return Some((event, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
-        .boxed())
+        Ok(received(self.with(|s| s.live(space).subscribe())))
     }
 }

@@ -13,6 +13,8 @@ mod spaces;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
@@ -95,6 +97,20 @@ impl AgentState {
             })
         }
     }
+}
+
+/// What `rx` receives from now on; a listener that lags skips what it missed.
+fn received<T: Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> BoxStream<'static, T> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(item) => return Some((item, rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .boxed()
 }
 
 impl MemoryStore {
