@@ -158,8 +158,9 @@ pub struct NewMessage {
     pub text: String,
     /// An agent member addressed by the message.
     pub mention: Option<String>,
-    /// Posting again with the same key returns the first message instead of a second one (and
-    /// fans out nothing new), so a retried or re-run post never duplicates.
+    /// Posting again with the same key returns the first message instead of a second one, so
+    /// a retried or re-run post never duplicates; it only completes the first one's delivery
+    /// to the member agents, if that was interrupted (see [`Messages`](super::Messages)).
     pub idempotency_key: Option<String>,
     /// Deliver to the member agents as urgent events.
     pub urgent: bool,
@@ -314,9 +315,10 @@ impl SpaceMessage {
 pub struct Posted {
     /// The message (the first one, for a repeated idempotency key).
     pub id: String,
-    /// An earlier post had the same idempotency key; nothing new was written.
+    /// An earlier post had the same idempotency key; nothing new was written to the log.
     pub duplicate: bool,
-    /// Agents whose inbox received the message.
+    /// Agents whose inbox received the message (for a duplicate: those an interrupted
+    /// delivery had missed, reached now).
     pub delivered: Vec<String>,
     /// The space's loop guard kept the message from the other agents (a notice says so).
     pub guarded: Option<Guard>,
