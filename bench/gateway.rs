@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use agentfleet::chat::SseParser;
 use agentfleet::gateway::auth::hash_token;
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{AgentKey, RedisStore, Store};
+use agentfleet::store::{prelude::*, AgentKey, RedisStore};
 use agentfleet::testing::{free_port, space_record, RedisServer};
 use futures::StreamExt;
 use serde_json::json;

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentfleet::crd::Agent;
-use agentfleet::store::{AgentKey, EventKind, InboxEvent, RedisStore, Store};
+use agentfleet::store::{prelude::*, AgentKey, EventKind, InboxEvent, RedisStore};
 use agentfleet::testing::{free_port, RedisServer};
 use common::{pct, rss_kib, Kill};
 use futures::StreamExt;

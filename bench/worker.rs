@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::Message;
-use agentfleet::store::{AgentKey, CycleCommit, LiveEvent, NewMessage, RedisStore, Sender, Store};
+use agentfleet::store::{
+    prelude::*, AgentKey, CycleCommit, LiveEvent, NewMessage, RedisStore, Sender,
+};
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
 use futures::StreamExt;
 use serde_json::json;

@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::membership::SpaceKey;
 use crate::model::Message;
 use crate::names;
+use crate::store::prelude::*;
 use crate::store::{
     redact_url, AgentKey, Consciousness, NewMessage, ReadQuery, RedisStore, Sender, SpaceRecord,
     Store,

@@ -3,7 +3,7 @@
 //!
 //! The operator fires them: at a plan's due time it puts a `plan` event with the instruction
 //! in the agent's inbox, which wakes an agent scaled to zero. The store records, per plan, the
-//! last due time handled, atomically with the push ([`crate::store::Store::mark_plan`]), so a
+//! last due time handled, atomically with the push ([`crate::store::Inbox::mark_plan`]), so a
 //! due time fires at most once — also when two operators race across a leader change.
 //!
 //! A plan seen for the first time does not fire for due times before it was seen (a new

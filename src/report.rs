@@ -30,7 +30,7 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{RedisStore, Store};
+    use crate::store::{prelude::*, RedisStore};
 
     /// A loopback port nothing listens on, and what the OS says when connecting to it.
     fn refused() -> (u16, String) {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use agentfleet::crd::{MemberKind, ResolvedMember};
 use agentfleet::gateway::auth::hash_token;
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{LiveEvent, RedisStore, Sender, SpaceRecord, Store};
+use agentfleet::store::{prelude::*, LiveEvent, RedisStore, Sender, SpaceRecord};
 use agentfleet::testing::{free_port, RedisServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{RedisStore, Store};
+use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::testing::{free_port, space_record, RedisServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");

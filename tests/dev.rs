@@ -641,7 +641,7 @@ async fn dev_runs_on_redis_with_the_redis_flag() {
     let family = agentfleet::membership::SpaceKey::new("default", "family");
     let start = Instant::now();
     loop {
-        use agentfleet::store::Store;
+        use agentfleet::store::prelude::*;
         let q = agentfleet::store::ReadQuery {
             limit: 10,
             ..Default::default()
@@ -917,7 +917,7 @@ async fn agents_ride_out_a_redis_restart() {
 /// itself is shown in the space, counted, and recorded for the `ModelAvailable` condition.
 #[tokio::test]
 async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown() {
-    use agentfleet::store::Store;
+    use agentfleet::store::prelude::*;
     agentfleet::install_crypto_provider();
     const KEY: &str = "sk-SECRET123-agentfleet";
     let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));

@@ -24,7 +24,7 @@ use agentfleet::operator::context::Config as OperatorConfig;
 use agentfleet::operator::controllers::run_controllers;
 use agentfleet::operator::dataplane::Tuning;
 use agentfleet::operator::health::Health;
-use agentfleet::store::{RedisStore, Store};
+use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::telemetry::OperatorMetrics;
 use agentfleet::testing::RedisServer;
 use k8s_openapi::api::apps::v1::Deployment;

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use agentfleet::crd::{Agent, MemberKind};
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::openai::OpenAi;
-use agentfleet::store::{AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage, Store};
+use agentfleet::store::{
+    prelude::*, AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage,
+};
 use agentfleet::telemetry::WorkerMetrics;
 use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer};
 use agentfleet::worker::cycle::Agentlet;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::crd::{MemberKind, ResolvedMember};
+use crate::keys::SpaceKey;
 use crate::testing::RedisServer;
 
 fn member(kind: MemberKind, id: &str) -> ResolvedMember {
@@ -1251,13 +1252,184 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
     assert_eq!(store.plans(&keep).await.unwrap().len(), 1);
 }
 
+/// Breaks one agent's inbox, so that pushes into it fail for good, and mends it: a fan-out
+/// interrupted half-way.
+#[async_trait::async_trait]
+trait Faults: Send + Sync {
+    /// Pushes into `agent`'s inbox fail (`true`) or work again (`false`).
+    async fn break_inbox(&self, agent: &AgentKey, broken: bool);
+}
+
+#[async_trait::async_trait]
+impl Faults for MemoryStore {
+    async fn break_inbox(&self, agent: &AgentKey, broken: bool) {
+        self.fail_pushes(agent, if broken { u32::MAX } else { 0 }, false);
+    }
+}
+
+/// Breaks an agent's inbox on Redis: its dedupe set becomes a string, so `push.lua` fails
+/// (WRONGTYPE) at its first command, before writing anything.
+struct RedisFaults(String);
+
+#[async_trait::async_trait]
+impl Faults for RedisFaults {
+    async fn break_inbox(&self, agent: &AgentKey, broken: bool) {
+        use ::redis::AsyncCommands;
+        let client = ::redis::Client::open(self.0.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let ids = format!("agentfleet:{{agent:{agent}}}:ids");
+        if broken {
+            conn.set::<_, _, ()>(ids, "broken").await.unwrap();
+        } else {
+            conn.del::<_, ()>(ids).await.unwrap();
+        }
+    }
+}
+
+async fn an_interrupted_fan_out_is_completed_by_its_retry(store: &dyn Store, faults: &dyn Faults) {
+    let family = family_space(store, 100).await;
+    let alice = AgentKey::new("fam", "alice");
+    let bob = AgentKey::new("fam", "bob");
+    let mut m = say(human("husam"), "Dinner at 8?");
+    m.idempotency_key = Some("dinner".into());
+    faults.break_inbox(&bob, true).await;
+    let err = store.post_message(&family, &m).await.unwrap_err();
+    assert_eq!(err.category(), "store_unavailable", "{err}");
+    // The post's own step is done: the message is in the log and alice has it; bob has not.
+    let log = recent(store, &family).await;
+    assert_eq!(log.len(), 1);
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 1);
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 0);
+    // A retry while bob's inbox is still broken fails again, and gives alice nothing twice.
+    assert!(store.post_message(&family, &m).await.is_err());
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 1);
+
+    faults.break_inbox(&bob, false).await;
+    let retried = store.post_message(&family, &m).await.unwrap();
+    assert!(retried.duplicate);
+    assert_eq!(retried.id, log[0].id);
+    assert_eq!(
+        retried.delivered,
+        ["bob"],
+        "only the agent the fan-out missed"
+    );
+    let events = store.peek_inbox(&bob, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].id, format!("msg:family:{}", log[0].id));
+    assert_eq!(events[0].text.as_deref(), Some("Dinner at 8?"));
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 1);
+    // The fan-out is finished: one more retry delivers nothing, and the log has one message.
+    let again = store.post_message(&family, &m).await.unwrap();
+    assert!(again.duplicate);
+    assert!(again.delivered.is_empty());
+    assert_eq!(recent(store, &family).await.len(), 1);
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
+
+    // Without a key nothing can find the post again: it stays posted, and the error says the
+    // delivery failed.
+    faults.break_inbox(&bob, true).await;
+    assert!(store
+        .post_message(&family, &say(human("husam"), "no key"))
+        .await
+        .is_err());
+    assert_eq!(recent(store, &family).await.len(), 2);
+    assert_eq!(store.inbox_depth(&alice).await.unwrap(), 2);
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
+}
+
+/// A `redis-server` in cluster mode, alone in its cluster and owning every slot: any command,
+/// transaction or script whose keys span two slots fails there with `CROSSSLOT`, as on a real
+/// Redis Cluster. The whole suite runs on one too.
+struct ClusterNode {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl ClusterNode {
+    fn start() -> Self {
+        let port = crate::testing::free_port().unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("agentfleet-cluster-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian: apt-get install -y redis-server)");
+        let node = Self { child, port, dir };
+        let client = ::redis::Client::open(node.url()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut conn = loop {
+            match client.get_connection() {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() > deadline => panic!("cluster node: {e}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        };
+        ::redis::cmd("CLUSTER")
+            .arg(&["ADDSLOTSRANGE", "0", "16383"][..])
+            .query::<()>(&mut conn)
+            .unwrap();
+        while !::redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query::<String>(&mut conn)
+            .unwrap()
+            .contains("cluster_state:ok")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "cluster state never ok"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        node
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Forgets every key.
+    fn flush(&self) {
+        let client = ::redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        ::redis::cmd("FLUSHALL").query::<()>(&mut conn).unwrap();
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident),* $(,)?; faults: $($faulty:ident),* $(,)?) => {
         mod memory {
             $(
                 #[tokio::test]
                 async fn $name() {
                     super::$name(&super::MemoryStore::new()).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $faulty() {
+                    let store = super::MemoryStore::new();
+                    super::$faulty(&store, &store).await;
                 }
             )*
         }
@@ -1269,6 +1441,34 @@ macro_rules! suite {
                     let store = super::RedisStore::new(&server.url()).unwrap();
                     super::$name(&store).await;
                 }
+            )*
+            $(
+                #[tokio::test]
+                async fn $faulty() {
+                    let server = super::RedisServer::start().unwrap();
+                    let store = super::RedisStore::new(&server.url()).unwrap();
+                    super::$faulty(&store, &super::RedisFaults(server.url())).await;
+                }
+            )*
+        }
+        /// Every behaviour again on a Redis Cluster node: each step on one slot. One node for
+        /// all (a node takes two seconds to accept writes), emptied before each behaviour.
+        #[tokio::test]
+        async fn cluster_runs_every_behaviour() {
+            let node = ClusterNode::start();
+            $(
+                node.flush();
+                eprintln!("on a cluster node: {}", stringify!($name));
+                $name(&RedisStore::new(&node.url()).unwrap()).await;
+            )*
+            $(
+                node.flush();
+                eprintln!("on a cluster node: {}", stringify!($faulty));
+                $faulty(
+                    &RedisStore::new(&node.url()).unwrap(),
+                    &RedisFaults(node.url()),
+                )
+                .await;
             )*
         }
     };
@@ -1300,7 +1500,8 @@ suite!(
     observation_reads_every_agent_at_once,
     plans_fire_once_per_due_time,
     agent_plans_are_kept_and_fenced,
-    purging_an_agent_forgets_everything,
+    purging_an_agent_forgets_everything;
+    faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );
 
 #[tokio::test]
@@ -1413,4 +1614,39 @@ async fn redis_commit_recovers_from_a_stale_cached_window() {
             .collect::<Vec<_>>(),
         [3, 2, 1]
     );
+}
+
+#[tokio::test]
+async fn memory_fan_out_retries_a_push_that_failed_for_a_passing_reason() {
+    let store = MemoryStore::new();
+    let family = family_space(&store, 100).await;
+    let bob = AgentKey::new("fam", "bob");
+    store.fail_pushes(&bob, 2, true);
+    let posted = store
+        .post_message(&family, &say(human("husam"), "hello"))
+        .await
+        .unwrap();
+    assert_eq!(posted.delivered, ["alice", "bob"], "bob's third try landed");
+    assert_eq!(store.inbox_depth(&bob).await.unwrap(), 1);
+    // A failure that outlasts the tries is the post's error.
+    store.fail_pushes(&bob, 3, true);
+    let err = store
+        .post_message(&family, &say(human("husam"), "again"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "store_timeout", "{err}");
+}
+
+#[tokio::test]
+async fn cluster_node_refuses_a_step_across_slots() {
+    let node = ClusterNode::start();
+    let client = ::redis::Client::open(node.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let err = ::redis::Script::new("return 1")
+        .key("agentfleet:{space:fam/family}:log")
+        .key("agentfleet:{agent:fam/alice}:inbox")
+        .invoke_async::<u8>(&mut conn)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
 }

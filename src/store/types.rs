@@ -158,8 +158,9 @@ pub struct NewMessage {
     pub text: String,
     /// An agent member addressed by the message.
     pub mention: Option<String>,
-    /// Posting again with the same key returns the first message instead of a second one (and
-    /// fans out nothing new), so a retried or re-run post never duplicates.
+    /// Posting again with the same key returns the first message instead of a second one, so
+    /// a retried or re-run post never duplicates; it only completes the first one's delivery
+    /// to the member agents, if that was interrupted (see [`Messages`](super::Messages)).
     pub idempotency_key: Option<String>,
     /// Deliver to the member agents as urgent events.
     pub urgent: bool,
@@ -314,9 +315,10 @@ impl SpaceMessage {
 pub struct Posted {
     /// The message (the first one, for a repeated idempotency key).
     pub id: String,
-    /// An earlier post had the same idempotency key; nothing new was written.
+    /// An earlier post had the same idempotency key; nothing new was written to the log.
     pub duplicate: bool,
-    /// Agents whose inbox received the message.
+    /// Agents whose inbox received the message (for a duplicate: those an interrupted
+    /// delivery had missed, reached now).
     pub delivered: Vec<String>,
     /// The space's loop guard kept the message from the other agents (a notice says so).
     pub guarded: Option<Guard>,
@@ -451,103 +453,6 @@ pub struct Goal {
     /// `active`, `completed`, `blocked`, … (free text).
     #[serde(default)]
     pub status: String,
-}
-
-/// The digest after a commit: sha256 over the previous digest, then the compaction (if any),
-/// then each new message, length-prefixed. O(new messages), and verifiable by replaying the log.
-pub fn next_digest(previous: &str, commit: &CycleCommit) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    let mut field = |bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_be_bytes());
-        h.update(bytes);
-    };
-    field(previous.as_bytes());
-    if let Some(c) = &commit.compaction {
-        field(b"compact");
-        field(&c.start.to_be_bytes());
-        field(c.summary.as_deref().unwrap_or("").as_bytes());
-    }
-    for m in &commit.new_messages {
-        field(m.as_bytes());
-    }
-    format!("sha256:{}", crate::hex(&h.finalize()))
-}
-
-/// Where the window of an agent's consciousness stands: what a commit builds on.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WindowState {
-    pub cycle: u64,
-    pub start: u64,
-    pub end: u64,
-    pub summary_cycle: Option<u64>,
-    pub digest: String,
-}
-
-/// Everything a commit writes, computed once for both stores.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct CommitPlan {
-    pub checkpoint: Checkpoint,
-    /// Checkpoints kept afterwards, newest first.
-    pub retained: Vec<Checkpoint>,
-    /// Log entries before this sequence number are needed by no retained checkpoint.
-    pub trim_before: u64,
-    /// Summaries (by cycle) no retained checkpoint refers to any more.
-    pub drop_summaries: Vec<u64>,
-}
-
-/// Plans a commit on `prev` with the retained checkpoints `retained` (newest first).
-pub(crate) fn plan_commit(
-    prev: &WindowState,
-    retained: &[Checkpoint],
-    commit: &CycleCommit,
-    time_ms: i64,
-) -> Result<CommitPlan, String> {
-    let cycle = prev.cycle + 1;
-    let end = prev.end + commit.new_messages.len() as u64;
-    let (start, summary_cycle) = match &commit.compaction {
-        Some(c) if c.start < prev.start || c.start > end => {
-            return Err(format!(
-                "compaction to sequence {} is outside the window {}..{end}",
-                c.start, prev.start
-            ))
-        }
-        Some(c) => (c.start, c.summary.as_ref().map(|_| cycle)),
-        None => (prev.start, prev.summary_cycle),
-    };
-    let checkpoint = Checkpoint {
-        cycle,
-        start,
-        end,
-        summary_cycle,
-        digest: next_digest(&prev.digest, commit),
-        messages: end - start,
-        tokens: commit.tokens,
-        time_ms,
-    };
-    let keep = commit.checkpoints_retained.max(1) as usize;
-    let mut kept: Vec<Checkpoint> = std::iter::once(checkpoint.clone())
-        .chain(retained.iter().cloned())
-        .take(keep)
-        .collect();
-    kept.sort_by_key(|c| std::cmp::Reverse(c.cycle));
-    let trim_before = kept.iter().map(|c| c.start).min().unwrap_or(start);
-    let referenced: std::collections::BTreeSet<u64> =
-        kept.iter().filter_map(|c| c.summary_cycle).collect();
-    let drop_summaries = retained
-        .iter()
-        .filter_map(|c| c.summary_cycle)
-        .chain(prev.summary_cycle)
-        .filter(|s| !referenced.contains(s))
-        .collect::<std::collections::BTreeSet<u64>>()
-        .into_iter()
-        .collect();
-    Ok(CommitPlan {
-        checkpoint,
-        retained: kept,
-        trim_before,
-        drop_summaries,
-    })
 }
 
 /// What a later step of a cycle sees of the inbox (seed 000: preview + urgent injection).

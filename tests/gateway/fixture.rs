@@ -15,7 +15,7 @@ use agentfleet::chat::{SseEvent, SseParser};
 use agentfleet::gateway::auth::{Entity, EntityKind, Tokens};
 use agentfleet::gateway::{self, Gateway, Limits};
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{AgentKey, RedisStore, Store};
+use agentfleet::store::{prelude::*, AgentKey, RedisStore};
 use agentfleet::testing::{space_record, RedisServer};
 
 pub const HUSAM: &str = "tok-husam";

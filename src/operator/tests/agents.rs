@@ -14,7 +14,7 @@ use super::{
 };
 use crate::crd::{Agent, AgentPhase};
 use crate::operator::agent;
-use crate::store::Store;
+use crate::store::prelude::*;
 #[tokio::test]
 async fn new_agent_gets_configmap_deployment_event_and_status() {
     let mut h = harness(vec![], vec![lobby(true)]);

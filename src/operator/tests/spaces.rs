@@ -7,7 +7,7 @@ use serde_json::json;
 use super::{agent_yaml, condition, expect, harness, lobby};
 use crate::membership::SpaceKey;
 use crate::operator::space;
-use crate::store::{SpaceRecord, Store};
+use crate::store::{prelude::*, SpaceRecord};
 #[tokio::test]
 async fn space_membership_lands_in_the_store_and_status() {
     let alice = agent_yaml("");

@@ -16,8 +16,8 @@ use crate::model::{
     Delta, Failure, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage,
 };
 use crate::store::{
-    AgentKey, InboxEvent, Lease, LiveEvent, MemoryStore, NewMessage, ReadQuery, Sender,
-    SpaceRecord, Store,
+    prelude::*, AgentKey, InboxEvent, Lease, LiveEvent, MemoryStore, NewMessage, ReadQuery, Sender,
+    SpaceRecord,
 };
 use crate::telemetry::WorkerMetrics;
 

@@ -1,0 +1,100 @@
+//! The inbox of an agent: pushing, waiting and draining, urgent events, acknowledging, wake
+//! signals, and plans firing into it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use super::{AgentKey, InboxEvent, Lease, MidCycle, Pushed, StoreError};
+
+/// An agent's inbox, drained reliably: waiting moves events in flight, and they leave only
+/// when the cycle is acknowledged (or committed), so a crash mid-cycle loses nothing.
+#[async_trait]
+pub trait Inbox: Send + Sync {
+    /// Queues an event in an agent's inbox (the urgent queue when the event is urgent and the
+    /// agent is thinking). Idempotent by event id. Publishes a wake signal when no worker
+    /// holds the agent.
+    async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError>;
+
+    /// The events of the next cycle. Events already in flight (a cycle that never finished)
+    /// come back first; otherwise waits, without polling, up to `timeout` for the inbox to
+    /// hold an event, then moves the whole inbox in flight and marks the agent thinking.
+    /// Empty when the wait timed out. Fenced.
+    async fn wait_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        timeout: Duration,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// Moves the urgent queue in flight (acknowledged with the cycle) and returns it. Fenced.
+    async fn take_urgent(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// The first `limit` events waiting in the inbox, left in place (mid-cycle preview).
+    async fn peek_inbox(
+        &self,
+        agent: &AgentKey,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// Events waiting: inbox plus urgent queue (not counting those in flight).
+    async fn inbox_depth(&self, agent: &AgentKey) -> Result<u64, StoreError>;
+
+    /// One look at the inbox between steps: takes the urgent events in flight when
+    /// `take_urgent`, then counts what waits and previews up to `preview` inbox events.
+    async fn mid_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        take_urgent: bool,
+        preview: usize,
+    ) -> Result<MidCycle, StoreError> {
+        let urgent = if take_urgent {
+            self.take_urgent(agent, lease).await?
+        } else {
+            Vec::new()
+        };
+        let waiting = self.inbox_depth(agent).await?;
+        let preview = if waiting > 0 && preview > 0 {
+            self.peek_inbox(agent, preview).await?
+        } else {
+            Vec::new()
+        };
+        Ok(MidCycle {
+            urgent,
+            waiting,
+            preview,
+        })
+    }
+
+    /// Events in flight: taken by a cycle that has not been acknowledged.
+    async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError>;
+
+    /// Ends a cycle: drops the in-flight events, marks the agent sleeping, and moves urgent
+    /// events that arrived late back to the inbox (so they wake the next cycle). Fenced.
+    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Wake signals from now on: agents whose inbox got an event while no worker held them
+    /// (or whose worker left with events still waiting).
+    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError>;
+
+    /// Records `due_ms` as handled for plan `plan_id` and, when `event` is given, pushes it
+    /// (with a wake signal like [`Inbox::push_event`]) — atomically, and only if no due time
+    /// at or after `due_ms` was handled before. `None` when it was.
+    async fn mark_plan(
+        &self,
+        agent: &AgentKey,
+        plan_id: &str,
+        due_ms: i64,
+        event: Option<&InboxEvent>,
+    ) -> Result<Option<Pushed>, StoreError>;
+
+    /// Per plan id, the last due time handled (ms).
+    async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError>;
+}

@@ -1,0 +1,104 @@
+//! An agent's consciousness in memory.
+
+use async_trait::async_trait;
+
+use super::{AgentState, MemoryStore};
+use crate::store::consciousness::{plan_commit, WindowState};
+use crate::store::{
+    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, StoreError,
+};
+
+impl AgentState {
+    /// The logged message of sequence number `seq`, unless trimmed.
+    fn message(&self, seq: u64) -> Option<&String> {
+        seq.checked_sub(self.base)
+            .and_then(|i| self.log.get(usize::try_from(i).ok()?))
+    }
+}
+
+#[async_trait]
+impl ConsciousnessLog for MemoryStore {
+    async fn commit_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        commit: &CycleCommit,
+    ) -> Result<Checkpoint, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            let plan =
+                plan_commit(&a.window, &a.checkpoints, commit, now_ms()).map_err(|reason| {
+                    StoreError::InvalidCommit {
+                        agent: agent.to_string(),
+                        reason,
+                    }
+                })?;
+            a.log.extend(commit.new_messages.iter().cloned());
+            if let (Some(c), Some(cycle)) = (&commit.compaction, plan.checkpoint.summary_cycle) {
+                if let Some(summary) = &c.summary {
+                    a.summaries.insert(cycle, summary.clone());
+                }
+            }
+            for s in &plan.drop_summaries {
+                a.summaries.remove(s);
+            }
+            let cp = &plan.checkpoint;
+            a.window = WindowState::from(cp);
+            a.tokens = cp.tokens;
+            a.tokens_used += commit.cycle_tokens;
+            a.last_cycle_ms = Some(cp.time_ms);
+            a.checkpoints = plan.retained.clone();
+            if plan.trim_before > a.base {
+                let drop = usize::try_from(plan.trim_before - a.base)
+                    .unwrap_or(usize::MAX)
+                    .min(a.log.len());
+                a.log.drain(..drop);
+                a.base = plan.trim_before;
+            }
+            a.ack();
+            Ok(plan.checkpoint)
+        })
+    }
+
+    async fn consciousness(&self, agent: &AgentKey) -> Result<Consciousness, StoreError> {
+        Ok(self.agent(agent, |a| Consciousness {
+            cycle: a.window.cycle,
+            summary: a
+                .window
+                .summary_cycle
+                .and_then(|c| a.summaries.get(&c).cloned()),
+            messages: (a.window.start..a.window.end)
+                .filter_map(|seq| a.message(seq).cloned())
+                .collect(),
+            start: a.window.start,
+            tokens: a.tokens,
+            digest: a.window.digest.clone(),
+            tokens_used: a.tokens_used,
+            last_cycle_ms: a.last_cycle_ms,
+        }))
+    }
+
+    async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(self.agent(agent, |a| a.checkpoints.clone()))
+    }
+
+    async fn restore_checkpoint(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        cycle: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            let Some(cp) = a.checkpoints.iter().find(|c| c.cycle == cycle).cloned() else {
+                return Ok(None);
+            };
+            a.checkpoints.retain(|c| c.cycle <= cycle);
+            let keep = usize::try_from(cp.end.saturating_sub(a.base)).unwrap_or(usize::MAX);
+            a.log.truncate(keep);
+            a.window = WindowState::from(&cp);
+            a.tokens = cp.tokens;
+            Ok(Some(cp))
+        })
+    }
+}

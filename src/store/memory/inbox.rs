@@ -1,0 +1,191 @@
+//! The inbox of an agent in memory.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use tokio::time::Instant;
+
+use super::{received, AgentState, MemoryStore};
+use crate::store::{AgentKey, Inbox, InboxEvent, Lease, Pushed, StoreError, SEEN_IDS};
+
+impl AgentState {
+    /// Queues `event` unless its id was seen (the last [`SEEN_IDS`]).
+    pub(super) fn push(&mut self, event: &InboxEvent) -> Pushed {
+        if !self.seen.insert(event.id.clone()) {
+            return Pushed {
+                queued: false,
+                woke: false,
+            };
+        }
+        self.seen_order.push_back(event.id.clone());
+        while self.seen_order.len() > SEEN_IDS {
+            if let Some(old) = self.seen_order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        if event.urgent && self.thinking {
+            self.urgent.push_back(event.clone());
+        } else {
+            self.inbox.push_back(event.clone());
+            self.notify.notify_one();
+        }
+        Pushed {
+            queued: true,
+            woke: self.lease_holder().is_none(),
+        }
+    }
+
+    /// Ends the cycle: drops what is in flight; urgent events that came late wait in the inbox.
+    pub(super) fn ack(&mut self) {
+        self.inflight.clear();
+        self.thinking = false;
+        let late: Vec<InboxEvent> = self.urgent.drain(..).collect();
+        if !late.is_empty() {
+            self.inbox.extend(late);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Moves the inbox in flight; returns everything in flight.
+    fn drain(&mut self) -> Vec<InboxEvent> {
+        self.inflight.extend(self.inbox.drain(..));
+        if !self.inflight.is_empty() {
+            self.thinking = true;
+        }
+        self.inflight.clone()
+    }
+}
+
+impl MemoryStore {
+    /// A failure the tests asked for (see [`MemoryStore::fail_pushes`]).
+    #[cfg(test)]
+    fn refused(&self, agent: &AgentKey) -> Option<StoreError> {
+        self.with(|s| {
+            let (times, transient) = s.refused.get_mut(agent)?;
+            if *times == 0 {
+                return None;
+            }
+            *times -= 1;
+            Some(if *transient {
+                StoreError::Timeout {
+                    op: "push event",
+                    seconds: 0,
+                }
+            } else {
+                StoreError::Redis {
+                    op: "push event",
+                    source: (::redis::ErrorKind::Client, "refused by the test").into(),
+                }
+            })
+        })
+    }
+}
+
+#[async_trait]
+impl Inbox for MemoryStore {
+    async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {
+        #[cfg(test)]
+        if let Some(e) = self.refused(agent) {
+            return Err(e);
+        }
+        let pushed = self.agent(agent, |a| a.push(event));
+        Ok(self.wake(agent, pushed))
+    }
+
+    async fn wait_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        timeout: Duration,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notify = self.agent(agent, |a| a.notify.clone());
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a push in between is not missed.
+            notified.as_mut().enable();
+            let events = self.agent(agent, |a| {
+                a.check(agent, lease)?;
+                Ok::<_, StoreError>(a.drain())
+            })?;
+            if !events.is_empty() {
+                return Ok(events);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    async fn take_urgent(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            let urgent: Vec<InboxEvent> = a.urgent.drain(..).collect();
+            a.inflight.extend(urgent.iter().cloned());
+            Ok(urgent)
+        })
+    }
+
+    async fn peek_inbox(
+        &self,
+        agent: &AgentKey,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        Ok(self.agent(agent, |a| a.inbox.iter().take(limit).cloned().collect()))
+    }
+
+    async fn inbox_depth(&self, agent: &AgentKey) -> Result<u64, StoreError> {
+        Ok(self.agent(agent, |a| (a.inbox.len() + a.urgent.len()) as u64))
+    }
+
+    async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError> {
+        Ok(self.agent(agent, |a| a.inflight.len() as u64))
+    }
+
+    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            a.ack();
+            Ok(())
+        })
+    }
+
+    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
+        // A lagging listener misses signals; the operator's sweep catches up.
+        Ok(received(self.wakes.subscribe()))
+    }
+
+    async fn mark_plan(
+        &self,
+        agent: &AgentKey,
+        plan_id: &str,
+        due_ms: i64,
+        event: Option<&InboxEvent>,
+    ) -> Result<Option<Pushed>, StoreError> {
+        let pushed = self.agent(agent, |a| {
+            if a.plan_marks.get(plan_id).is_some_and(|m| *m >= due_ms) {
+                return None;
+            }
+            a.plan_marks.insert(plan_id.to_string(), due_ms);
+            Some(event.map_or(
+                Pushed {
+                    queued: false,
+                    woke: false,
+                },
+                |e| a.push(e),
+            ))
+        });
+        Ok(pushed.map(|p| self.wake(agent, p)))
+    }
+
+    async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError> {
+        Ok(self.agent(agent, |a| a.plan_marks.clone()))
+    }
+}

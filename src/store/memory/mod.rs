@@ -1,0 +1,151 @@
+//! The embedded in-memory store, for `agentfleet dev` and unit tests. Laid out by concern like
+//! the Redis store: one file per trait of [`crate::store`]; each step takes the one lock once,
+//! as each Redis step is one script.
+
+mod consciousness;
+mod inbox;
+mod leases;
+mod messages;
+mod notes;
+mod observe;
+mod spaces;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tokio::sync::{broadcast, Notify};
+use tokio::time::Instant;
+
+use self::messages::SpaceLog;
+use super::consciousness::WindowState;
+use super::{
+    AgentKey, Checkpoint, InboxEvent, Lease, LiveEvent, ModelHealth, NoteKind, Pushed, SpaceRecord,
+    StoreError,
+};
+use crate::keys::SpaceKey;
+
+/// A [`Store`](super::Store) held in this process's memory.
+pub struct MemoryStore {
+    state: Mutex<State>,
+    wakes: broadcast::Sender<AgentKey>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            wakes: broadcast::channel(1024).0,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    spaces: BTreeMap<SpaceKey, SpaceRecord>,
+    registered: HashSet<AgentKey>,
+    agents: HashMap<AgentKey, AgentState>,
+    logs: HashMap<SpaceKey, SpaceLog>,
+    live: HashMap<SpaceKey, broadcast::Sender<LiveEvent>>,
+    /// Agents whose pushes fail (tests of interrupted fan-outs): how many more times, and
+    /// whether for a passing reason.
+    #[cfg(test)]
+    refused: HashMap<AgentKey, (u32, bool)>,
+}
+
+#[derive(Default)]
+struct AgentState {
+    inbox: VecDeque<InboxEvent>,
+    urgent: VecDeque<InboxEvent>,
+    inflight: Vec<InboxEvent>,
+    seen: HashSet<String>,
+    seen_order: VecDeque<String>,
+    thinking: bool,
+    lease: Option<(String, u64, Instant)>,
+    fence: u64,
+    notify: Arc<Notify>,
+    log: Vec<String>,
+    base: u64,
+    window: WindowState,
+    summaries: BTreeMap<u64, String>,
+    checkpoints: Vec<Checkpoint>,
+    tokens: u64,
+    tokens_used: u64,
+    last_cycle_ms: Option<i64>,
+    notes: BTreeMap<NoteKind, BTreeMap<String, String>>,
+    plan_marks: BTreeMap<String, i64>,
+    model: Option<ModelHealth>,
+}
+
+impl AgentState {
+    /// The holder and token of the lease, unless it expired.
+    fn lease_holder(&self) -> Option<(&str, u64)> {
+        self.lease
+            .as_ref()
+            .filter(|(_, _, expires)| *expires > Instant::now())
+            .map(|(h, t, _)| (h.as_str(), *t))
+    }
+
+    /// The fence: `lease` must be the current one.
+    fn check(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        if self.lease_holder() == Some((lease.holder.as_str(), lease.token)) {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                agent: agent.to_string(),
+            })
+        }
+    }
+}
+
+/// What `rx` receives from now on; a listener that lags skips what it missed.
+fn received<T: Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> BoxStream<'static, T> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(item) => return Some((item, rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .boxed()
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn agent<T>(&self, agent: &AgentKey, f: impl FnOnce(&mut AgentState) -> T) -> T {
+        self.with(|s| f(s.agents.entry(agent.clone()).or_default()))
+    }
+
+    /// Publishes a wake signal for `agent` when `pushed` says so.
+    fn wake(&self, agent: &AgentKey, pushed: Pushed) -> Pushed {
+        if pushed.woke {
+            // Nobody listening is fine: wake signals are hints, the sweep is the fallback.
+            let _ = self.wakes.send(agent.clone());
+        }
+        pushed
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        // A panic while holding the lock cannot leave `State` half-updated (every mutation is a
+        // single map operation), so a poisoned lock is safe to keep using.
+        let mut guard = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    }
+
+    /// Makes the next `times` pushes to `agent` fail, for a passing reason (a timeout) when
+    /// `transient`, else for good; 0 heals it.
+    #[cfg(test)]
+    pub(crate) fn fail_pushes(&self, agent: &AgentKey, times: u32, transient: bool) {
+        self.with(|s| s.refused.insert(agent.clone(), (times, transient)));
+    }
+}

@@ -1,0 +1,69 @@
+//! The operator's view of the embedded store.
+
+use async_trait::async_trait;
+
+use super::MemoryStore;
+use crate::store::notes::readable_plans;
+use crate::store::{AgentKey, AgentObservation, ModelHealth, NoteKind, Observe, StoreError};
+
+#[async_trait]
+impl Observe for MemoryStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError> {
+        Ok(self.with(|s| {
+            agents
+                .iter()
+                .map(|key| match s.agents.get(key) {
+                    None => AgentObservation::default(),
+                    Some(a) => AgentObservation {
+                        waiting: (a.inbox.len() + a.urgent.len()) as u64,
+                        in_flight: a.inflight.len() as u64,
+                        thinking: a.thinking,
+                        worker: a.lease_holder().is_some(),
+                        cycles: a.window.cycle,
+                        tokens_used: a.tokens_used,
+                        last_cycle_ms: a.last_cycle_ms,
+                        checkpoint: a.checkpoints.first().cloned(),
+                        plans: readable_plans(
+                            a.notes
+                                .get(&NoteKind::Plans)
+                                .into_iter()
+                                .flatten()
+                                .map(|(_, p)| p),
+                        ),
+                        plan_marks: a.plan_marks.clone(),
+                        model: a.model.clone(),
+                    },
+                })
+                .collect()
+        }))
+    }
+
+    async fn set_model_health(
+        &self,
+        agent: &AgentKey,
+        health: &ModelHealth,
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| a.model = Some(health.clone()));
+        Ok(())
+    }
+
+    async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {
+        self.with(|s| {
+            s.agents.remove(agent);
+            s.registered.remove(agent);
+        });
+        Ok(())
+    }
+
+    fn checkpoint_ref(&self, agent: &AgentKey, cycle: u64) -> String {
+        format!("memory:{agent}#cycle={cycle}")
+    }
+
+    fn agent_data(&self, agent: &AgentKey) -> String {
+        format!("the embedded store's data of agent {agent}")
+    }
+}

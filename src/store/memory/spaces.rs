@@ -1,0 +1,48 @@
+//! Space membership and registered Agents in memory.
+
+use async_trait::async_trait;
+
+use super::MemoryStore;
+use crate::keys::SpaceKey;
+use crate::store::{AgentKey, SpaceRecord, Spaces, StoreError};
+
+#[async_trait]
+impl Spaces for MemoryStore {
+    async fn apply_space(
+        &self,
+        space: &SpaceKey,
+        record: &SpaceRecord,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with(|s| {
+            let changed = s.spaces.get(space) != Some(record);
+            if changed {
+                s.spaces.insert(space.clone(), record.clone());
+            }
+            changed
+        }))
+    }
+
+    async fn space(&self, space: &SpaceKey) -> Result<Option<SpaceRecord>, StoreError> {
+        Ok(self.with(|s| s.spaces.get(space).cloned()))
+    }
+
+    async fn remove_space(&self, space: &SpaceKey) -> Result<bool, StoreError> {
+        Ok(self.with(|s| s.spaces.remove(space).is_some()))
+    }
+
+    async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError> {
+        Ok(self.with(|s| s.spaces.keys().cloned().collect()))
+    }
+
+    async fn register_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        Ok(self.with(|s| s.registered.insert(agent.clone())))
+    }
+
+    async fn unregister_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        Ok(self.with(|s| s.registered.remove(agent)))
+    }
+
+    async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        Ok(self.with(|s| s.registered.contains(agent)))
+    }
+}

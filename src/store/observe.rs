@@ -1,0 +1,36 @@
+//! What the operator reads of the data plane and does to it: every agent in one round trip,
+//! the model's health as workers report it, forgetting an agent, and where things live.
+
+use async_trait::async_trait;
+
+use super::{AgentKey, AgentObservation, ModelHealth, StoreError};
+
+/// The operator's view of the data plane.
+#[async_trait]
+pub trait Observe: Send + Sync {
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// What the operator needs of each agent, for all of them in one round trip (the same
+    /// order as `agents`).
+    async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError>;
+
+    /// Records how the agent's model answered lately (the worker writes it when it changes).
+    async fn set_model_health(
+        &self,
+        agent: &AgentKey,
+        health: &ModelHealth,
+    ) -> Result<(), StoreError>;
+
+    /// Removes everything the data plane holds of an agent: inbox, queues, consciousness,
+    /// checkpoints, memories, goals, plans, lease, registration.
+    async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError>;
+
+    /// Where the checkpoint of `agent` after `cycle` lives, as status shows it (the store's
+    /// own reference: callers never spell the store's keys).
+    fn checkpoint_ref(&self, agent: &AgentKey, cycle: u64) -> String;
+
+    /// What the data plane holds of `agent`, named for a human: what is left behind when
+    /// [`Observe::purge_agent`] cannot run.
+    fn agent_data(&self, agent: &AgentKey) -> String;
+}

@@ -1,0 +1,166 @@
+//! An agent's consciousness on Redis: commits through `commit.lua`, planned from the window
+//! this process committed last (the commit cache) or, when that is stale, read afresh.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+
+use super::keys::AgentKeys;
+use super::scripts::{self, lease_value, CommitError};
+use super::{from_json, redis_err, RedisStore};
+use crate::store::consciousness::{plan_commit, WindowState};
+use crate::store::{
+    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, StoreError,
+};
+
+impl RedisStore {
+    /// The window the next commit builds on, and the raw meta hash.
+    async fn window(
+        &self,
+        agent: &AgentKeys,
+    ) -> Result<(WindowState, HashMap<String, String>), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let meta: HashMap<String, String> = conn
+            .hgetall(agent.cmeta())
+            .await
+            .map_err(redis_err("read consciousness"))?;
+        let num = |k: &str| meta.get(k).and_then(|v| v.parse::<u64>().ok());
+        let window = WindowState {
+            cycle: num("cycle").unwrap_or(0),
+            start: num("start").unwrap_or(0),
+            end: num("end").unwrap_or(0),
+            summary_cycle: num("summaryCycle"),
+            digest: meta.get("digest").cloned().unwrap_or_default(),
+        };
+        Ok((window, meta))
+    }
+
+    /// One commit attempt, building on `known` (window, retained checkpoints) when given.
+    async fn commit_once(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        commit: &CycleCommit,
+        known: Option<(WindowState, Vec<Checkpoint>)>,
+    ) -> Result<(Checkpoint, WindowState, Vec<Checkpoint>), CommitError> {
+        let keys = AgentKeys::new(agent);
+        let (window, retained) = match known {
+            Some(k) => k,
+            None => (self.window(&keys).await?.0, self.checkpoints(agent).await?),
+        };
+        let plan = plan_commit(&window, &retained, commit, now_ms()).map_err(|reason| {
+            StoreError::InvalidCommit {
+                agent: agent.to_string(),
+                reason,
+            }
+        })?;
+        let mut conn = self.conns.shared().await?;
+        scripts::commit(&mut conn, &keys, lease, &window, &plan, commit).await?;
+        let after = WindowState::from(&plan.checkpoint);
+        Ok((plan.checkpoint, after, plan.retained))
+    }
+}
+
+#[async_trait]
+impl ConsciousnessLog for RedisStore {
+    async fn commit_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        commit: &CycleCommit,
+    ) -> Result<Checkpoint, StoreError> {
+        let known = self.committed.take(agent);
+        let result = match self.commit_once(agent, lease, commit, known.clone()).await {
+            Err(CommitError::Stale) => self.commit_once(agent, lease, commit, None).await,
+            other => other,
+        };
+        match result {
+            Ok((checkpoint, window, retained)) => {
+                self.committed.put(agent, window, retained);
+                Ok(checkpoint)
+            }
+            Err(CommitError::Stale) => Err(StoreError::InvalidCommit {
+                agent: agent.to_string(),
+                reason: "the consciousness changed under the commit".into(),
+            }),
+            Err(CommitError::Store(e)) => Err(e),
+        }
+    }
+
+    async fn consciousness(&self, agent: &AgentKey) -> Result<Consciousness, StoreError> {
+        let keys = AgentKeys::new(agent);
+        let (window, meta) = self.window(&keys).await?;
+        let base = meta
+            .get("base")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let mut conn = self.conns.shared().await?;
+        let messages: Vec<String> = if window.end > window.start {
+            let from = isize::try_from(window.start.saturating_sub(base)).unwrap_or(isize::MAX);
+            let to = isize::try_from(window.end.saturating_sub(base)).unwrap_or(isize::MAX) - 1;
+            conn.lrange(keys.clog(), from, to)
+                .await
+                .map_err(redis_err("read consciousness"))?
+        } else {
+            Vec::new()
+        };
+        let summary: Option<String> = match window.summary_cycle {
+            Some(c) => conn
+                .hget(keys.summaries(), c)
+                .await
+                .map_err(redis_err("read summary"))?,
+            None => None,
+        };
+        let num = |k: &str| meta.get(k).and_then(|v| v.parse::<u64>().ok());
+        Ok(Consciousness {
+            cycle: window.cycle,
+            summary,
+            messages,
+            start: window.start,
+            tokens: num("tokens").unwrap_or(0),
+            digest: window.digest,
+            tokens_used: num("tokensUsed").unwrap_or(0),
+            last_cycle_ms: meta.get("lastCycleMs").and_then(|v| v.parse().ok()),
+        })
+    }
+
+    async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let raw: Vec<String> = conn
+            .lrange(AgentKeys::new(agent).checkpoints(), 0, -1)
+            .await
+            .map_err(redis_err("read checkpoints"))?;
+        raw.iter()
+            .map(|j| from_json(|| format!("a checkpoint of agent {agent}"), j))
+            .collect()
+    }
+
+    async fn restore_checkpoint(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        cycle: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        self.committed.take(agent);
+        let keys = AgentKeys::new(agent);
+        // Fenced before anything else (the script checks again, atomically).
+        let mut conn = self.conns.shared().await?;
+        let holder: Option<String> = conn
+            .get(keys.lease())
+            .await
+            .map_err(redis_err("read lease"))?;
+        if holder.as_deref() != Some(lease_value(lease).as_str()) {
+            return Err(StoreError::Fenced {
+                agent: agent.to_string(),
+            });
+        }
+        let retained = self.checkpoints(agent).await?;
+        let Some(cp) = retained.iter().find(|c| c.cycle == cycle).cloned() else {
+            return Ok(None);
+        };
+        let kept: Vec<Checkpoint> = retained.into_iter().filter(|c| c.cycle <= cycle).collect();
+        scripts::restore(&mut conn, &keys, lease, &cp, &kept).await?;
+        Ok(Some(cp))
+    }
+}

@@ -1,0 +1,173 @@
+//! The inbox of an agent on Redis: every step is one script or one command on the agent's
+//! slot; waiting sleeps on the agent's own connection.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use redis::AsyncCommands;
+
+use super::keys::AgentKeys;
+use super::scripts::{self, Event};
+use super::{decode_events, redis_err, RedisStore};
+use crate::store::{
+    AgentKey, Inbox, InboxEvent, Lease, MidCycle, Pushed, StoreError, WAKE_CHANNEL,
+};
+
+#[async_trait]
+impl Inbox for RedisStore {
+    async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {
+        let event = Event::new(event)?;
+        let mut conn = self.conns.shared().await?;
+        scripts::push(&mut conn, &AgentKeys::new(agent), &event).await
+    }
+
+    async fn wait_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        timeout: Duration,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let keys = AgentKeys::new(agent);
+        // A cycle that never finished comes back first (and the fence is checked).
+        let mut conn = self.conns.shared().await?;
+        let events = scripts::drain(&mut conn, &keys, lease).await?;
+        if !events.is_empty() {
+            return Ok(events);
+        }
+        // Sleep on the inbox: the first event moves in flight atomically, so nothing is lost
+        // if this process dies right after.
+        let mut blocking = self.conns.blocking(agent).await?;
+        let moved: Option<String> = blocking
+            .blmove(
+                keys.inbox(),
+                keys.inflight(),
+                redis::Direction::Left,
+                redis::Direction::Right,
+                timeout.as_secs_f64().max(0.01),
+            )
+            .await
+            .map_err(|e| {
+                self.conns.forget_blocking(agent);
+                StoreError::Redis {
+                    op: "wait on inbox",
+                    source: e,
+                }
+            })?;
+        if moved.is_none() {
+            return Ok(Vec::new());
+        }
+        scripts::drain(&mut conn, &keys, lease).await
+    }
+
+    async fn take_urgent(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        scripts::take_urgent(&mut conn, &AgentKeys::new(agent), lease).await
+    }
+
+    async fn peek_inbox(
+        &self,
+        agent: &AgentKey,
+        limit: usize,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.conns.shared().await?;
+        let stop = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
+        let raw: Vec<String> = conn
+            .lrange(keys.inbox(), 0, stop)
+            .await
+            .map_err(redis_err("peek inbox"))?;
+        decode_events(keys.name(), raw)
+    }
+
+    async fn inbox_depth(&self, agent: &AgentKey) -> Result<u64, StoreError> {
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.conns.shared().await?;
+        let (inbox, urgent): (u64, u64) = redis::pipe()
+            .llen(keys.inbox())
+            .llen(keys.urgent())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("inbox depth"))?;
+        Ok(inbox + urgent)
+    }
+
+    async fn mid_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        take_urgent: bool,
+        preview: usize,
+    ) -> Result<MidCycle, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        scripts::mid_cycle(
+            &mut conn,
+            &AgentKeys::new(agent),
+            lease,
+            take_urgent,
+            preview,
+        )
+        .await
+    }
+
+    async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.llen(AgentKeys::new(agent).inflight())
+            .await
+            .map_err(redis_err("in-flight count"))
+    }
+
+    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        scripts::ack(&mut conn, &AgentKeys::new(agent), lease).await
+    }
+
+    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
+        let pubsub = self
+            .conns
+            .subscribe(WAKE_CHANNEL, "subscribe to wake signals")
+            .await?;
+        Ok(pubsub
+            .into_on_message()
+            .filter_map(|msg| async move {
+                let payload: String = msg.get_payload().ok()?;
+                AgentKey::parse(&payload)
+            })
+            .boxed())
+    }
+
+    async fn mark_plan(
+        &self,
+        agent: &AgentKey,
+        plan_id: &str,
+        due_ms: i64,
+        event: Option<&InboxEvent>,
+    ) -> Result<Option<Pushed>, StoreError> {
+        let event = event.map(Event::new).transpose()?;
+        let mut conn = self.conns.shared().await?;
+        scripts::mark_plan(
+            &mut conn,
+            &AgentKeys::new(agent),
+            plan_id,
+            due_ms,
+            event.as_ref(),
+        )
+        .await
+    }
+
+    async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.hgetall(AgentKeys::new(agent).plan_marks())
+            .await
+            .map_err(redis_err("read plan marks"))
+    }
+}

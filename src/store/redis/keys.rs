@@ -1,0 +1,318 @@
+//! Every key and channel the Redis store uses, and nothing else: the rest of the store names
+//! keys only through this module.
+//!
+//! Every key starts with `agentfleet:`. Keys of one space share the hash tag `{space:NS/NAME}`
+//! and keys of one agent share `{agent:NS/NAME}`, so each per-space or per-agent atomic step
+//! stays on one Redis Cluster slot. A script takes the keys of one [`AgentKeys`] or one
+//! [`SpaceKeys`], never both (see `scripts.rs`).
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `agentfleet:{space:NS/NAME}:info` | string | the space record, JSON `{displayName, members, maxMessages}` |
+//! | `agentfleet:{space:NS/NAME}:agents` | set | names of the member agents (for fan-out) |
+//! | `agentfleet:{space:NS/NAME}:log` | stream | messages (field `m`: JSON), trimmed to the retention |
+//! | `agentfleet:{space:NS/NAME}:idem:KIND:SENDER:KEY` | string | message id of an idempotent post (1 day), scoped to its sender |
+//! | `agentfleet:{space:NS/NAME}:fanout:KIND:SENDER:KEY` | string | a keyed post's fan-out not yet finished: JSON `{event, agents}` (removed once every agent has the event; 1 day) |
+//! | `agentfleet:{space:NS/NAME}:agentrate` | integer | agent messages in the current minute (the loop guard's rate; expires) |
+//! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON) |
+//! | `agentfleet:{agent:NS/NAME}:clog` | list | consciousness messages (JSON), append-only, trimmed to what retained checkpoints need |
+//! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs` |
+//! | `agentfleet:{agent:NS/NAME}:checkpoints` | list | retained checkpoints (JSON), newest first |
+//! | `agentfleet:{agent:NS/NAME}:summaries` | hash | compaction summaries by cycle |
+//! | `agentfleet:{agent:NS/NAME}:memories` | hash | key → memory |
+//! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
+//! | `agentfleet:{agent:NS/NAME}:plans` | hash | name → plan the agent made (JSON) |
+//! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
+//! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
+//! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
+//! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
+//! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
+//! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
+//! | `agentfleet:{agent:NS/NAME}:inflight` | list | events of the cycle under way |
+//! | `agentfleet:{agent:NS/NAME}:ids` | sorted set | recent event ids (score: time), for dedupe |
+//! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
+//! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
+//! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
+//! | `agentfleet:wake` | channel | wake signals: the agent's `NS/NAME` ([`WAKE_CHANNEL`](crate::store::WAKE_CHANNEL)) |
+//!
+//! Every step that takes events or acknowledges them is one Lua script on the agent's slot
+//! and starts by checking the caller's `HOLDER|TOKEN` against the lease (error `FENCED`).
+
+use crate::keys::SpaceKey;
+use crate::store::{AgentKey, NoteKind};
+
+const PREFIX: &str = "agentfleet:";
+
+/// Suffixes of every key of one agent (removed together when the agent is purged).
+const AGENT_SUFFIXES: &[&str] = &[
+    "inbox",
+    "urgent",
+    "inflight",
+    "ids",
+    "state",
+    "lease",
+    "fence",
+    "clog",
+    "cmeta",
+    "checkpoints",
+    "summaries",
+    "memories",
+    "goals",
+    "plans",
+    "planmarks",
+    "model",
+];
+
+/// The keys of one agent, all under its hash tag `{agent:NS/NAME}`.
+pub(super) struct AgentKeys {
+    /// `agentfleet:{agent:NS/NAME}`.
+    tag: String,
+    /// `NS/NAME`.
+    name: String,
+}
+
+impl AgentKeys {
+    /// The keys of `agent`.
+    pub(super) fn new(agent: &AgentKey) -> Self {
+        Self {
+            tag: format!("{PREFIX}{{agent:{}/{}}}", agent.namespace, agent.name),
+            name: agent.to_string(),
+        }
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.tag)
+    }
+
+    /// `NS/NAME`: the payload of the agent's wake signals, and its name in errors.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waiting events, oldest first.
+    pub(super) fn inbox(&self) -> String {
+        self.key("inbox")
+    }
+
+    /// Urgent events that arrived while the agent was thinking.
+    pub(super) fn urgent(&self) -> String {
+        self.key("urgent")
+    }
+
+    /// Events of the cycle under way.
+    pub(super) fn inflight(&self) -> String {
+        self.key("inflight")
+    }
+
+    /// Recent event ids, for dedupe.
+    pub(super) fn ids(&self) -> String {
+        self.key("ids")
+    }
+
+    /// `thinking` during a cycle.
+    pub(super) fn state(&self) -> String {
+        self.key("state")
+    }
+
+    /// The lease, `HOLDER|TOKEN`.
+    pub(super) fn lease(&self) -> String {
+        self.key("lease")
+    }
+
+    /// The last fencing token handed out.
+    pub(super) fn fence(&self) -> String {
+        self.key("fence")
+    }
+
+    /// The consciousness log.
+    pub(super) fn clog(&self) -> String {
+        self.key("clog")
+    }
+
+    /// The consciousness window and counters.
+    pub(super) fn cmeta(&self) -> String {
+        self.key("cmeta")
+    }
+
+    /// Retained checkpoints, newest first.
+    pub(super) fn checkpoints(&self) -> String {
+        self.key("checkpoints")
+    }
+
+    /// Compaction summaries by cycle.
+    pub(super) fn summaries(&self) -> String {
+        self.key("summaries")
+    }
+
+    /// One of the agent's keyed notes (memories, goals, plans).
+    pub(super) fn notes(&self, kind: NoteKind) -> String {
+        self.key(kind.as_str())
+    }
+
+    /// Per plan id, the last due time handled.
+    pub(super) fn plan_marks(&self) -> String {
+        self.key("planmarks")
+    }
+
+    /// How the model answered lately.
+    pub(super) fn model(&self) -> String {
+        self.key("model")
+    }
+
+    /// Every key of the agent.
+    pub(super) fn all(&self) -> Vec<String> {
+        AGENT_SUFFIXES.iter().map(|s| self.key(s)).collect()
+    }
+
+    /// Where a checkpoint of this agent lives, as the operator shows it.
+    pub(super) fn checkpoint_ref(&self, cycle: u64) -> String {
+        format!("redis:{}#cycle={cycle}", self.checkpoints())
+    }
+
+    /// Every key of this agent, as a pattern.
+    pub(super) fn pattern(&self) -> String {
+        self.key("*")
+    }
+}
+
+/// The keys of one space, all under its hash tag `{space:NS/NAME}`.
+pub(super) struct SpaceKeys {
+    /// `agentfleet:{space:NS/NAME}`.
+    tag: String,
+}
+
+impl SpaceKeys {
+    /// The keys of `space`.
+    pub(super) fn new(space: &SpaceKey) -> Self {
+        Self {
+            tag: format!("{PREFIX}{{space:{}/{}}}", space.namespace, space.name),
+        }
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.tag)
+    }
+
+    /// The space record.
+    pub(super) fn info(&self) -> String {
+        self.key("info")
+    }
+
+    /// Names of the member agents.
+    pub(super) fn agents(&self) -> String {
+        self.key("agents")
+    }
+
+    /// The message log.
+    pub(super) fn log(&self) -> String {
+        self.key("log")
+    }
+
+    /// The message id of a keyed post (`scoped`: [`NewMessage::scoped_idempotency_key`],
+    /// empty for a post without a key).
+    ///
+    /// [`NewMessage::scoped_idempotency_key`]: crate::store::NewMessage::scoped_idempotency_key
+    pub(super) fn idempotency(&self, scoped: &str) -> String {
+        self.key(&format!("idem:{scoped}"))
+    }
+
+    /// The unfinished fan-out of a keyed post.
+    pub(super) fn fan_out(&self, scoped: &str) -> String {
+        self.key(&format!("fanout:{scoped}"))
+    }
+
+    /// Agent messages this minute (the loop guard's rate).
+    pub(super) fn agent_rate(&self) -> String {
+        self.key("agentrate")
+    }
+
+    /// The live events channel.
+    pub(super) fn live(&self) -> String {
+        self.key("live")
+    }
+}
+
+/// `NS/NAME` of every space with membership.
+pub(super) fn spaces_index() -> String {
+    format!("{PREFIX}spaces")
+}
+
+/// `NS/NAME` of every registered Agent.
+pub(super) fn agents_index() -> String {
+    format!("{PREFIX}agents")
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// The hash tag of a key: what Redis Cluster hashes to pick its slot.
+    pub(in crate::store) fn hash_tag(key: &str) -> &str {
+        key.split_once('{')
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map_or(key, |(tag, _)| tag)
+    }
+
+    #[test]
+    fn keys_of_one_space_share_a_hash_tag() {
+        let s = SpaceKeys::new(&SpaceKey::new("ns", "family"));
+        assert_eq!(s.info(), "agentfleet:{space:ns/family}:info");
+        assert_eq!(s.agents(), "agentfleet:{space:ns/family}:agents");
+        let all = [
+            s.info(),
+            s.agents(),
+            s.log(),
+            s.idempotency("human:h:k"),
+            s.fan_out("human:h:k"),
+            s.agent_rate(),
+            s.live(),
+        ];
+        for k in &all {
+            assert_eq!(hash_tag(k), "space:ns/family", "{k}");
+        }
+        assert_eq!(
+            s.idempotency("agent:a:k"),
+            "agentfleet:{space:ns/family}:idem:agent:a:k"
+        );
+        assert_eq!(
+            s.fan_out("agent:a:k"),
+            "agentfleet:{space:ns/family}:fanout:agent:a:k"
+        );
+    }
+
+    #[test]
+    fn keys_of_one_agent_share_a_hash_tag_and_are_all_purged() {
+        let a = AgentKeys::new(&AgentKey::new("ns", "alice"));
+        let named = [
+            a.inbox(),
+            a.urgent(),
+            a.inflight(),
+            a.ids(),
+            a.state(),
+            a.lease(),
+            a.fence(),
+            a.clog(),
+            a.cmeta(),
+            a.checkpoints(),
+            a.summaries(),
+            a.notes(NoteKind::Memories),
+            a.notes(NoteKind::Goals),
+            a.notes(NoteKind::Plans),
+            a.plan_marks(),
+            a.model(),
+        ];
+        let all = a.all();
+        for k in &named {
+            assert_eq!(hash_tag(k), "agent:ns/alice", "{k}");
+            assert!(all.contains(k), "{k} is not purged");
+        }
+        assert_eq!(all.len(), named.len());
+        assert_eq!(a.inbox(), "agentfleet:{agent:ns/alice}:inbox");
+        assert_eq!(a.name(), "ns/alice");
+        assert_eq!(
+            a.checkpoint_ref(7),
+            "redis:agentfleet:{agent:ns/alice}:checkpoints#cycle=7"
+        );
+        assert_eq!(a.pattern(), "agentfleet:{agent:ns/alice}:*");
+    }
+}

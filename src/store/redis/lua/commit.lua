@@ -1,0 +1,32 @@
+-- Fenced. Commits a cycle in one step: appends its messages to the consciousness log, records
+-- the compaction's summary, trims what no retained checkpoint needs, writes the window and the
+-- retained checkpoints, and acknowledges the in-flight events (as ack.lua). Refused with
+-- CONFLICT when the consciousness is no longer at the cycle the commit was planned on.
+-- KEYS: 1 lease, 2 clog, 3 cmeta, 4 checkpoints, 5 summaries, 6 inflight, 7 state, 8 urgent,
+--   9 inbox.
+-- ARGV: 1 lease value, 2 the plan (JSON, numbers as strings), then the new messages.
+local plan = cjson.decode(ARGV[2])
+local cur = redis.call('HGET', KEYS[3], 'cycle') or '0'
+if cur ~= plan.prevCycle then
+  return redis.error_reply('CONFLICT consciousness is at cycle ' .. cur .. ', the commit expected ' .. plan.prevCycle)
+end
+for i = 3, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if plan.summaryText ~= '' then redis.call('HSET', KEYS[5], plan.summaryCycle, plan.summaryText) end
+for _, s in ipairs(plan.dropSummaries) do redis.call('HDEL', KEYS[5], s) end
+local base = tonumber(redis.call('HGET', KEYS[3], 'base') or '0')
+local trim = tonumber(plan.trimBefore)
+if trim > base then
+  redis.call('LTRIM', KEYS[2], trim - base, -1)
+  base = trim
+end
+redis.call('HSET', KEYS[3], 'base', base, 'start', plan.start, 'end', plan.finish,
+  'summaryCycle', plan.summaryCycle, 'cycle', plan.cycle, 'digest', plan.digest,
+  'tokens', plan.tokens, 'lastCycleMs', plan.timeMs)
+redis.call('HINCRBY', KEYS[3], 'tokensUsed', plan.cycleTokens)
+redis.call('DEL', KEYS[4])
+for _, c in ipairs(plan.checkpoints) do redis.call('RPUSH', KEYS[4], c) end
+redis.call('DEL', KEYS[6], KEYS[7])
+move_all(KEYS[8], KEYS[9])
+return 1

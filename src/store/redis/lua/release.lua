@@ -1,0 +1,11 @@
+-- Gives a lease up; publishes a wake signal when events are left waiting or in flight (the
+-- worker was scaled down as they arrived), so that the operator brings a worker back.
+-- KEYS: 1 lease, 2 inbox, 3 urgent, 4 inflight.
+-- ARGV: 1 lease value (HOLDER|TOKEN), 2 the agent's NS/NAME, 3 wake channel.
+-- Returns 1 when it was ours.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('LLEN', KEYS[2]) + redis.call('LLEN', KEYS[3]) + redis.call('LLEN', KEYS[4]) > 0 then
+  redis.call('PUBLISH', ARGV[3], ARGV[2])
+end
+return 1

@@ -1,0 +1,166 @@
+//! Space messages on Redis: a post is `post.lua` on the space's slot, then one `push.lua` per
+//! recipient on its own slot (see [`Messages`] for what happens when a push fails).
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use redis::AsyncCommands;
+
+use super::keys::SpaceKeys;
+use super::scripts::{self, Post, ID_PLACEHOLDER};
+use super::{from_json, redis_err, to_json, RedisStore};
+use crate::keys::SpaceKey;
+use crate::store::messages::{admit, fan_out, recipients, unposted, FanOut};
+use crate::store::{
+    now_ms, Guard, InboxEvent, LiveEvent, Messages, NewMessage, Posted, ReadQuery, SpaceMessage,
+    Spaces, StoreError,
+};
+
+#[async_trait]
+impl Messages for RedisStore {
+    async fn post_message(
+        &self,
+        space: &SpaceKey,
+        message: &NewMessage,
+    ) -> Result<Posted, StoreError> {
+        let record = admit(space, self.space(space).await?, message)?;
+        let keys = SpaceKeys::new(space);
+        let what = |w: &str| {
+            let w = format!("{w} for space {space}");
+            move || w
+        };
+        let stored = unposted(space, message, now_ms());
+        // The script puts the message's id where the templates say.
+        let templated = SpaceMessage {
+            id: ID_PLACEHOLDER.into(),
+            ..stored.clone()
+        };
+        let stored_json = to_json(what("a message"), &stored)?;
+        let event_template = to_json(what("an inbox event"), &templated.event(message.urgent))?;
+        let live_template = to_json(
+            what("a live event"),
+            &LiveEvent::Message { message: templated },
+        )?;
+        // The loop guard's notices (the rate is counted by the script), for the posts it watches.
+        let watched = message.guarded_by_loop_guard(&record);
+        let notice = |guard: Guard| -> Result<(String, String), StoreError> {
+            if !watched {
+                return Ok(Default::default());
+            }
+            let notice = guard.notice(&space.name, &record, &message.sender, message.depth);
+            let live = LiveEvent::Message {
+                message: SpaceMessage {
+                    id: ID_PLACEHOLDER.into(),
+                    ..notice.clone()
+                },
+            };
+            Ok((
+                to_json(what("a notice"), &notice)?,
+                to_json(what("a notice"), &live)?,
+            ))
+        };
+        let (depth_notice, rate_notice) = (notice(Guard::Depth)?, notice(Guard::Rate)?);
+        let scoped = message.scoped_idempotency_key();
+        let recipients: Vec<&str> = recipients(&record, message).collect();
+
+        let mut conn = self.conns.shared().await?;
+        let reply = scripts::post(
+            &mut conn,
+            &keys,
+            &Post {
+                message: &stored_json,
+                idempotency: scoped.as_deref(),
+                max_messages: record.max_messages,
+                event_template: &event_template,
+                live_template: &live_template,
+                watched,
+                over_depth: message.loop_guard(&record, 0) == Some(Guard::Depth),
+                max_per_minute: record.loop_guard.max_agent_messages_per_minute,
+                depth_notice: (&depth_notice.0, &depth_notice.1),
+                rate_notice: (&rate_notice.0, &rate_notice.1),
+                recipients: &recipients,
+            },
+        )
+        .await?;
+
+        let (event, agents) = reply.fan_out;
+        let mut delivered = Vec::new();
+        if !agents.is_empty() {
+            let event: InboxEvent = from_json(what("the inbox event"), &event)?;
+            let run = FanOut { event, agents };
+            delivered = fan_out(self, space, &run, !reply.duplicate).await?;
+            if let Some(scoped) = &scoped {
+                // Every recipient has the event: the record goes. One left behind (this
+                // failed) only makes a retry push again what every inbox drops as seen.
+                let _ = conn.del::<_, ()>(keys.fan_out(scoped)).await;
+            }
+        }
+        Ok(Posted {
+            id: reply.id,
+            duplicate: reply.duplicate,
+            delivered,
+            guarded: reply.guarded,
+        })
+    }
+
+    async fn read_messages(
+        &self,
+        space: &SpaceKey,
+        query: &ReadQuery,
+    ) -> Result<Vec<SpaceMessage>, StoreError> {
+        let log = SpaceKeys::new(space).log();
+        let mut conn = self.conns.shared().await?;
+        let count = query.limit.max(1);
+        let reply: redis::streams::StreamRangeReply = match (&query.after, &query.before) {
+            (Some(after), _) => {
+                conn.xrange_count(log, format!("({after}"), "+", count)
+                    .await
+            }
+            (None, Some(before)) => {
+                conn.xrevrange_count(log, format!("({before}"), "-", count)
+                    .await
+            }
+            (None, None) => conn.xrevrange_count(log, "+", "-", count).await,
+        }
+        .map_err(redis_err("read messages"))?;
+        if query.limit == 0 {
+            return Ok(Vec::new());
+        }
+        reply
+            .ids
+            .into_iter()
+            .map(|entry| {
+                let json: String = entry.get("m").unwrap_or_default();
+                let mut message: SpaceMessage =
+                    from_json(|| format!("message {} of space {space}", entry.id), &json)?;
+                message.id = entry.id;
+                Ok(message)
+            })
+            .collect()
+    }
+
+    async fn publish_live(&self, space: &SpaceKey, event: &LiveEvent) -> Result<(), StoreError> {
+        let json = to_json(|| format!("a live event of space {space}"), event)?;
+        let mut conn = self.conns.shared().await?;
+        conn.publish::<_, _, ()>(SpaceKeys::new(space).live(), json)
+            .await
+            .map_err(redis_err("publish live event"))
+    }
+
+    async fn subscribe_live(
+        &self,
+        space: &SpaceKey,
+    ) -> Result<BoxStream<'static, LiveEvent>, StoreError> {
+        let pubsub = self
+            .conns
+            .subscribe(&SpaceKeys::new(space).live(), "subscribe")
+            .await?;
+        Ok(pubsub
+            .into_on_message()
+            .filter_map(|msg| async move {
+                let payload: String = msg.get_payload().ok()?;
+                serde_json::from_str(&payload).ok()
+            })
+            .boxed())
+    }
+}

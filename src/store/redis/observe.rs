@@ -1,0 +1,123 @@
+//! The operator's view on Redis: every agent in one pipelined round trip.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+
+use super::keys::{agents_index, AgentKeys};
+use super::{redis_err, to_json, RedisStore};
+use crate::store::notes::readable_plans;
+use crate::store::{AgentKey, AgentObservation, ModelHealth, NoteKind, Observe, StoreError};
+
+#[async_trait]
+impl Observe for RedisStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map_err(redis_err("ping"))?;
+        Ok(())
+    }
+
+    async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError> {
+        if agents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for a in agents.iter().map(AgentKeys::new) {
+            pipe.llen(a.inbox())
+                .llen(a.urgent())
+                .llen(a.inflight())
+                .get(a.state())
+                .exists(a.lease())
+                .cmd("HMGET")
+                .arg(a.cmeta())
+                .arg("cycle")
+                .arg("tokensUsed")
+                .arg("lastCycleMs")
+                .lindex(a.checkpoints(), 0)
+                .hvals(a.notes(NoteKind::Plans))
+                .hgetall(a.plan_marks())
+                .get(a.model());
+        }
+        let mut conn = self.conns.shared().await?;
+        let values: Vec<redis::Value> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("observe agents"))?;
+        type Row = (
+            u64,
+            u64,
+            u64,
+            Option<String>,
+            bool,
+            (Option<u64>, Option<u64>, Option<i64>),
+            Option<String>,
+            Vec<String>,
+            BTreeMap<String, i64>,
+            Option<String>,
+        );
+        values
+            .chunks(10)
+            .map(|chunk| {
+                let row: Row = redis::from_redis_value(redis::Value::Array(chunk.to_vec()))
+                    .map_err(|e| StoreError::Redis {
+                        op: "observe agents",
+                        source: e.into(),
+                    })?;
+                let (inbox, urgent, inflight, state, leased, meta, checkpoint, plans, marks, model) =
+                    row;
+                Ok(AgentObservation {
+                    waiting: inbox + urgent,
+                    in_flight: inflight,
+                    thinking: state.as_deref() == Some("thinking"),
+                    worker: leased,
+                    cycles: meta.0.unwrap_or(0),
+                    tokens_used: meta.1.unwrap_or(0),
+                    last_cycle_ms: meta.2,
+                    // Written by the store itself; an entry it cannot read is left out rather
+                    // than failing the observation of every agent.
+                    checkpoint: checkpoint.and_then(|c| serde_json::from_str(&c).ok()),
+                    plans: readable_plans(&plans),
+                    plan_marks: marks,
+                    model: model.and_then(|m| serde_json::from_str(&m).ok()),
+                })
+            })
+            .collect()
+    }
+
+    async fn set_model_health(
+        &self,
+        agent: &AgentKey,
+        health: &ModelHealth,
+    ) -> Result<(), StoreError> {
+        let json = to_json(|| format!("the model health of agent {agent}"), health)?;
+        let mut conn = self.conns.shared().await?;
+        conn.set(AgentKeys::new(agent).model(), json)
+            .await
+            .map_err(redis_err("record model health"))
+    }
+
+    async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        // One slot (the agent's hash tag) for the keys; the index lives elsewhere.
+        conn.del::<_, ()>(AgentKeys::new(agent).all())
+            .await
+            .map_err(redis_err("remove agent data"))?;
+        conn.srem::<_, _, ()>(agents_index(), agent.to_string())
+            .await
+            .map_err(redis_err("remove agent data"))?;
+        self.committed.take(agent);
+        Ok(())
+    }
+
+    fn checkpoint_ref(&self, agent: &AgentKey, cycle: u64) -> String {
+        AgentKeys::new(agent).checkpoint_ref(cycle)
+    }
+
+    fn agent_data(&self, agent: &AgentKey) -> String {
+        format!("the keys {} in Redis", AgentKeys::new(agent).pattern())
+    }
+}

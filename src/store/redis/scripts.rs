@@ -1,0 +1,578 @@
+//! Every Lua script of the Redis store, each with the one typed function that runs it.
+//!
+//! A script lives in `lua/NAME.lua` (its header says its KEYS, ARGV and reply); the function
+//! of the same name here is its only caller and fills KEYS and ARGV from named parameters, so
+//! no other code builds a KEYS/ARGV list. Each function takes the keys of one agent
+//! ([`AgentKeys`]) or of one space ([`SpaceKeys`]), never more, so every script runs on one
+//! Redis Cluster slot. Shared snippets under `lua/lib/` are prepended when a script is loaded:
+//! `fence.lua` (fenced scripts: the caller's `HOLDER|TOKEN` against the lease, else the error
+//! `FENCED`) and `push.lua` (queueing one event, with the wake signal).
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionManager;
+use redis::Script;
+
+use super::keys::{AgentKeys, SpaceKeys};
+use super::{decode_events, fenced, redis_err, to_json};
+use crate::store::consciousness::{CommitPlan, WindowState};
+use crate::store::{
+    Checkpoint, CycleCommit, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed, StoreError,
+    SEEN_IDS, WAKE_CHANNEL,
+};
+
+const FENCE: &str = include_str!("lua/lib/fence.lua");
+const PUSH_FN: &str = include_str!("lua/lib/push.lua");
+
+/// A script made of snippets and a body.
+fn load(parts: &[&str]) -> Script {
+    Script::new(&parts.concat())
+}
+
+static PUSH: LazyLock<Script> = LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/push.lua")]));
+static MARK_PLAN: LazyLock<Script> =
+    LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/mark_plan.lua")]));
+static POST: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/post.lua")]));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/acquire.lua")]));
+static RENEW: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/renew.lua")]));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/release.lua")]));
+static DRAIN: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/drain.lua")]));
+static TAKE_URGENT: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, include_str!("lua/take_urgent.lua")]));
+static MID_CYCLE: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, include_str!("lua/mid_cycle.lua")]));
+static ACK: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/ack.lua")]));
+static COMMIT: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/commit.lua")]));
+static RESTORE: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, include_str!("lua/restore.lua")]));
+static NOTES: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/notes.lua")]));
+
+/// Where `post.lua` puts the new message's id in the templates it fills.
+pub(super) const ID_PLACEHOLDER: &str = "@@agentfleet-message-id@@";
+
+/// A lease as the lease key holds it: `HOLDER|TOKEN`.
+pub(super) fn lease_value(lease: &Lease) -> String {
+    format!("{}|{}", lease.holder, lease.token)
+}
+
+fn flag(b: bool) -> &'static str {
+    if b {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// An inbox event, encoded once for `push.lua` and `mark_plan.lua`.
+pub(super) struct Event<'a> {
+    event: &'a InboxEvent,
+    json: String,
+}
+
+impl<'a> Event<'a> {
+    /// Encodes `event`.
+    pub(super) fn new(event: &'a InboxEvent) -> Result<Self, StoreError> {
+        Ok(Self {
+            event,
+            json: to_json(|| format!("event {}", event.id), event)?,
+        })
+    }
+}
+
+/// `push.lua`: queues `event` in `agent`'s inbox unless its id was seen.
+/// KEYS: inbox, urgent, ids, state, lease. ARGV: id, JSON, urgent, time, [`SEEN_IDS`], the
+/// agent's `NS/NAME`, [`WAKE_CHANNEL`].
+pub(super) async fn push(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    event: &Event<'_>,
+) -> Result<Pushed, StoreError> {
+    let (queued, woke): (u8, u8) = PUSH
+        .key(agent.inbox())
+        .key(agent.urgent())
+        .key(agent.ids())
+        .key(agent.state())
+        .key(agent.lease())
+        .arg(&event.event.id)
+        .arg(&event.json)
+        .arg(flag(event.event.urgent))
+        .arg(event.event.time_ms)
+        .arg(SEEN_IDS)
+        .arg(agent.name())
+        .arg(WAKE_CHANNEL)
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("push event"))?;
+    Ok(Pushed {
+        queued: queued == 1,
+        woke: woke == 1,
+    })
+}
+
+/// `mark_plan.lua`: records `due_ms` as handled for `plan_id` and pushes `event` (as
+/// [`push`]), unless a due time at or after it was handled before (`None`).
+/// KEYS: planmarks, inbox, urgent, ids, state, lease. ARGV: plan id, due, has an event, then
+/// the event as [`push`] takes it.
+pub(super) async fn mark_plan(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    plan_id: &str,
+    due_ms: i64,
+    event: Option<&Event<'_>>,
+) -> Result<Option<Pushed>, StoreError> {
+    let mut invocation = MARK_PLAN.prepare_invoke();
+    invocation
+        .key(agent.plan_marks())
+        .key(agent.inbox())
+        .key(agent.urgent())
+        .key(agent.ids())
+        .key(agent.state())
+        .key(agent.lease())
+        .arg(plan_id)
+        .arg(due_ms)
+        .arg(flag(event.is_some()));
+    if let Some(e) = event {
+        invocation
+            .arg(&e.event.id)
+            .arg(&e.json)
+            .arg(flag(e.event.urgent))
+            .arg(e.event.time_ms)
+            .arg(SEEN_IDS)
+            .arg(agent.name())
+            .arg(WAKE_CHANNEL);
+    }
+    let (marked, queued, woke): (u8, u8, u8) = invocation
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("fire plan"))?;
+    Ok((marked == 1).then_some(Pushed {
+        queued: queued == 1,
+        woke: woke == 1,
+    }))
+}
+
+/// A message to post, as `post.lua` takes it.
+pub(super) struct Post<'a> {
+    /// The message as the log keeps it (JSON, no id).
+    pub message: &'a str,
+    /// The scoped idempotency key of a keyed post.
+    pub idempotency: Option<&'a str>,
+    /// The most messages the log keeps.
+    pub max_messages: u64,
+    /// The inbox event (JSON) with [`ID_PLACEHOLDER`] for the id.
+    pub event_template: &'a str,
+    /// The live event (JSON) with [`ID_PLACEHOLDER`] for the id.
+    pub live_template: &'a str,
+    /// The loop guard watches this post.
+    pub watched: bool,
+    /// The post is beyond the space's depth limit.
+    pub over_depth: bool,
+    /// The space's agent messages a minute.
+    pub max_per_minute: u32,
+    /// The depth notice: the message (JSON) and its live event template.
+    pub depth_notice: (&'a str, &'a str),
+    /// The rate notice: the message (JSON) and its live event template.
+    pub rate_notice: (&'a str, &'a str),
+    /// The member agents but the sender, in the record's order.
+    pub recipients: &'a [&'a str],
+}
+
+/// What `post.lua` answered.
+pub(super) struct PostReply {
+    /// The message's id (the first post's, for a duplicate).
+    pub id: String,
+    /// A post with the same key came first.
+    pub duplicate: bool,
+    /// The loop guard held the message.
+    pub guarded: Option<Guard>,
+    /// The inbox event (JSON) and the agents to push it to (none: nothing to push).
+    pub fan_out: (String, Vec<String>),
+}
+
+/// `post.lua`: writes a message to `space`'s log, its idempotency and fan-out records, the
+/// loop guard's count and notice, and its live event; returns what to push to which agents.
+/// KEYS: log, agents, idempotency, agent rate, fan-out record. ARGV: message, max messages,
+/// live channel, event and live templates, keyed, watched, over depth, rate, depth and rate
+/// notices and their live templates, then the recipients.
+pub(super) async fn post(
+    conn: &mut ConnectionManager,
+    space: &SpaceKeys,
+    post: &Post<'_>,
+) -> Result<PostReply, StoreError> {
+    let scoped = post.idempotency.unwrap_or("");
+    let mut invocation = POST.prepare_invoke();
+    invocation
+        .key(space.log())
+        .key(space.agents())
+        .key(space.idempotency(scoped))
+        .key(space.agent_rate())
+        .key(space.fan_out(scoped))
+        .arg(post.message)
+        .arg(post.max_messages)
+        .arg(space.live())
+        .arg(post.event_template)
+        .arg(post.live_template)
+        .arg(flag(post.idempotency.is_some()))
+        .arg(flag(post.watched))
+        .arg(flag(post.over_depth))
+        .arg(post.max_per_minute)
+        .arg(post.depth_notice.0)
+        .arg(post.rate_notice.0)
+        .arg(post.depth_notice.1)
+        .arg(post.rate_notice.1);
+    for agent in post.recipients {
+        invocation.arg(*agent);
+    }
+    let reply: Vec<String> = invocation
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("post message"))?;
+    let mut reply = reply.into_iter();
+    let id = reply.next().unwrap_or_default();
+    let duplicate = reply.next().as_deref() == Some("1");
+    let guarded = reply.next().as_deref().and_then(Guard::parse);
+    let event = reply.next().unwrap_or_default();
+    Ok(PostReply {
+        id,
+        duplicate,
+        guarded,
+        fan_out: (event, reply.collect()),
+    })
+}
+
+/// `acquire.lua`: takes `agent`'s lease for `holder`; the fencing token, or `None` while
+/// another holds it. KEYS: lease, fence. ARGV: holder, time to live.
+pub(super) async fn acquire(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    holder: &str,
+    ttl_ms: u64,
+) -> Result<Option<u64>, StoreError> {
+    ACQUIRE
+        .key(agent.lease())
+        .key(agent.fence())
+        .arg(holder)
+        .arg(ttl_ms)
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("acquire lease"))
+}
+
+/// `renew.lua`: extends the lease; `false` when it is no longer ours.
+/// KEYS: lease. ARGV: lease value, time to live.
+pub(super) async fn renew(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+    ttl_ms: u64,
+) -> Result<bool, StoreError> {
+    let ours: u8 = RENEW
+        .key(agent.lease())
+        .arg(lease_value(lease))
+        .arg(ttl_ms)
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("renew lease"))?;
+    Ok(ours == 1)
+}
+
+/// `release.lua`: gives the lease up, with a wake signal when events are left.
+/// KEYS: lease, inbox, urgent, inflight. ARGV: lease value, the agent's `NS/NAME`,
+/// [`WAKE_CHANNEL`].
+pub(super) async fn release(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+) -> Result<(), StoreError> {
+    RELEASE
+        .key(agent.lease())
+        .key(agent.inbox())
+        .key(agent.urgent())
+        .key(agent.inflight())
+        .arg(lease_value(lease))
+        .arg(agent.name())
+        .arg(WAKE_CHANNEL)
+        .invoke_async::<u8>(conn)
+        .await
+        .map_err(redis_err("release lease"))?;
+    Ok(())
+}
+
+/// `drain.lua` (fenced): moves the inbox in flight; every event in flight.
+/// KEYS: lease, inbox, inflight, state. ARGV: lease value.
+pub(super) async fn drain(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+) -> Result<Vec<InboxEvent>, StoreError> {
+    let raw: Vec<String> = DRAIN
+        .key(agent.lease())
+        .key(agent.inbox())
+        .key(agent.inflight())
+        .key(agent.state())
+        .arg(lease_value(lease))
+        .invoke_async(conn)
+        .await
+        .map_err(fenced(agent.name(), "drain inbox"))?;
+    decode_events(agent.name(), raw)
+}
+
+/// `take_urgent.lua` (fenced): moves the urgent queue in flight and returns it.
+/// KEYS: lease, urgent, inflight. ARGV: lease value.
+pub(super) async fn take_urgent(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+) -> Result<Vec<InboxEvent>, StoreError> {
+    let raw: Vec<String> = TAKE_URGENT
+        .key(agent.lease())
+        .key(agent.urgent())
+        .key(agent.inflight())
+        .arg(lease_value(lease))
+        .invoke_async(conn)
+        .await
+        .map_err(fenced(agent.name(), "take urgent events"))?;
+    decode_events(agent.name(), raw)
+}
+
+/// `mid_cycle.lua` (fenced): one look at the inbox between steps.
+/// KEYS: lease, urgent, inflight, inbox. ARGV: lease value, take urgent, preview limit.
+pub(super) async fn mid_cycle(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+    take_urgent: bool,
+    preview: usize,
+) -> Result<MidCycle, StoreError> {
+    let (urgent, waiting, previewed): (Vec<String>, u64, Vec<String>) = MID_CYCLE
+        .key(agent.lease())
+        .key(agent.urgent())
+        .key(agent.inflight())
+        .key(agent.inbox())
+        .arg(lease_value(lease))
+        .arg(flag(take_urgent))
+        .arg(preview)
+        .invoke_async(conn)
+        .await
+        .map_err(fenced(agent.name(), "look at the inbox mid-cycle"))?;
+    Ok(MidCycle {
+        urgent: decode_events(agent.name(), urgent)?,
+        waiting,
+        preview: decode_events(agent.name(), previewed)?,
+    })
+}
+
+/// `ack.lua` (fenced): ends the cycle.
+/// KEYS: lease, inflight, state, urgent, inbox. ARGV: lease value.
+pub(super) async fn ack(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+) -> Result<(), StoreError> {
+    ACK.key(agent.lease())
+        .key(agent.inflight())
+        .key(agent.state())
+        .key(agent.urgent())
+        .key(agent.inbox())
+        .arg(lease_value(lease))
+        .invoke_async::<u8>(conn)
+        .await
+        .map_err(fenced(agent.name(), "acknowledge cycle"))?;
+    Ok(())
+}
+
+/// Why `commit.lua` refused a commit.
+pub(super) enum CommitError {
+    /// The consciousness is no longer at the cycle the commit was planned on.
+    Stale,
+    /// Anything else.
+    Store(StoreError),
+}
+
+impl From<StoreError> for CommitError {
+    fn from(e: StoreError) -> Self {
+        CommitError::Store(e)
+    }
+}
+
+/// `commit.lua` (fenced): commits `commit`, planned as `plan` on the window `prev`.
+/// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, urgent, inbox.
+/// ARGV: lease value, the plan (JSON), the new messages.
+pub(super) async fn commit(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+    prev: &WindowState,
+    plan: &CommitPlan,
+    commit: &CycleCommit,
+) -> Result<(), CommitError> {
+    let cp = &plan.checkpoint;
+    let summary_text = commit
+        .compaction
+        .as_ref()
+        .and_then(|c| c.summary.clone())
+        .unwrap_or_default();
+    let plan_json = serde_json::json!({
+        "prevCycle": prev.cycle.to_string(),
+        "start": cp.start.to_string(),
+        "finish": cp.end.to_string(),
+        "summaryCycle": opt_string(cp.summary_cycle),
+        "summaryText": summary_text,
+        "cycle": cp.cycle.to_string(),
+        "digest": cp.digest,
+        "tokens": cp.tokens.to_string(),
+        "cycleTokens": commit.cycle_tokens.to_string(),
+        "timeMs": cp.time_ms.to_string(),
+        "trimBefore": plan.trim_before.to_string(),
+        "dropSummaries": plan.drop_summaries.iter().map(u64::to_string).collect::<Vec<_>>(),
+        "checkpoints": checkpoints_json(agent, &plan.retained)?,
+    });
+    let mut invocation = COMMIT.prepare_invoke();
+    invocation
+        .key(agent.lease())
+        .key(agent.clog())
+        .key(agent.cmeta())
+        .key(agent.checkpoints())
+        .key(agent.summaries())
+        .key(agent.inflight())
+        .key(agent.state())
+        .key(agent.urgent())
+        .key(agent.inbox())
+        .arg(lease_value(lease))
+        .arg(plan_json.to_string());
+    for m in &commit.new_messages {
+        invocation.arg(m);
+    }
+    invocation
+        .invoke_async::<u8>(conn)
+        .await
+        .map_err(|e| match e.code() {
+            Some("CONFLICT") => CommitError::Stale,
+            _ => CommitError::Store(fenced(agent.name(), "commit cycle")(e)),
+        })?;
+    Ok(())
+}
+
+/// `restore.lua` (fenced): makes the consciousness what it was at checkpoint `to`, keeping
+/// the checkpoints `kept` (newest first).
+/// KEYS: lease, clog, cmeta, checkpoints. ARGV: lease value, the plan (JSON).
+pub(super) async fn restore(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+    to: &Checkpoint,
+    kept: &[Checkpoint],
+) -> Result<(), StoreError> {
+    let plan = serde_json::json!({
+        "start": to.start.to_string(),
+        "finish": to.end.to_string(),
+        "summaryCycle": opt_string(to.summary_cycle),
+        "cycle": to.cycle.to_string(),
+        "digest": to.digest,
+        "tokens": to.tokens.to_string(),
+        "checkpoints": checkpoints_json(agent, kept)?,
+    });
+    RESTORE
+        .key(agent.lease())
+        .key(agent.clog())
+        .key(agent.cmeta())
+        .key(agent.checkpoints())
+        .arg(lease_value(lease))
+        .arg(plan.to_string())
+        .invoke_async::<u8>(conn)
+        .await
+        .map_err(fenced(agent.name(), "restore checkpoint"))?;
+    Ok(())
+}
+
+/// A write of [`notes`].
+pub(super) enum NotesWrite<'a> {
+    /// Set these entries (key, text).
+    Set(&'a [(String, String)]),
+    /// Delete these keys.
+    Delete(&'a [String]),
+}
+
+/// `notes.lua` (fenced): writes one of `agent`'s note collections; how many entries were
+/// deleted. KEYS: lease, the collection. ARGV: lease value, `set` KEY TEXT… | `del` KEY….
+pub(super) async fn notes(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+    kind: NoteKind,
+    write: NotesWrite<'_>,
+) -> Result<u64, StoreError> {
+    let mut invocation = NOTES.prepare_invoke();
+    invocation
+        .key(agent.lease())
+        .key(agent.notes(kind))
+        .arg(lease_value(lease));
+    match write {
+        NotesWrite::Set(entries) => {
+            invocation.arg("set");
+            for (key, text) in entries {
+                invocation.arg(key).arg(text);
+            }
+        }
+        NotesWrite::Delete(keys) => {
+            invocation.arg("del").arg(keys);
+        }
+    }
+    invocation
+        .invoke_async(conn)
+        .await
+        .map_err(fenced(agent.name(), "write memories, goals or plans"))
+}
+
+fn opt_string(v: Option<u64>) -> String {
+    v.map(|n| n.to_string()).unwrap_or_default()
+}
+
+fn checkpoints_json(
+    agent: &AgentKeys,
+    checkpoints: &[Checkpoint],
+) -> Result<Vec<String>, StoreError> {
+    checkpoints
+        .iter()
+        .map(|c| to_json(|| format!("checkpoints of agent {}", agent.name()), c))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_post_script_fills_the_placeholder_the_store_writes() {
+        assert!(include_str!("lua/post.lua").contains(super::ID_PLACEHOLDER));
+    }
+
+    #[test]
+    fn every_script_is_loaded_once_and_has_its_one_function() {
+        let source = include_str!("scripts.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap()];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/redis/lua");
+        let mut scripts = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let Some(stem) = name.strip_suffix(".lua") else {
+                continue;
+            };
+            scripts += 1;
+            let loads = format!("include_str!(\"lua/{name}\")");
+            assert_eq!(
+                source.matches(&loads).count(),
+                1,
+                "{name} is not loaded once"
+            );
+            let function = format!("pub(super) async fn {stem}(");
+            assert_eq!(
+                source.matches(&function).count(),
+                1,
+                "{name} has no one function"
+            );
+        }
+        assert_eq!(scripts, 13);
+    }
+}

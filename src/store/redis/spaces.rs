@@ -1,0 +1,113 @@
+//! Space membership and registered Agents on Redis.
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+
+use super::keys::{agents_index, spaces_index, SpaceKeys};
+use super::{from_json, redis_err, to_json, RedisStore};
+use crate::keys::SpaceKey;
+use crate::store::{AgentKey, SpaceRecord, Spaces, StoreError};
+
+#[async_trait]
+impl Spaces for RedisStore {
+    async fn apply_space(
+        &self,
+        space: &SpaceKey,
+        record: &SpaceRecord,
+    ) -> Result<bool, StoreError> {
+        let keys = SpaceKeys::new(space);
+        let json = to_json(|| format!("members of space {space}"), record)?;
+        let mut conn = self.conns.shared().await?;
+        let current: Option<String> = conn
+            .get(keys.info())
+            .await
+            .map_err(redis_err("get space members"))?;
+        let changed = current.as_deref() != Some(json.as_str());
+        if changed {
+            let agents: Vec<&str> = record.agents().collect();
+            let mut tx = redis::pipe();
+            tx.atomic()
+                .set(keys.info(), &json)
+                .ignore()
+                .del(keys.agents())
+                .ignore();
+            if !agents.is_empty() {
+                tx.sadd(keys.agents(), agents).ignore();
+            }
+            tx.query_async::<()>(&mut conn)
+                .await
+                .map_err(redis_err("set space members"))?;
+        }
+        // The index lives on another slot; adding to it is idempotent, so it is its own step.
+        conn.sadd::<_, _, ()>(spaces_index(), space.to_string())
+            .await
+            .map_err(redis_err("index space"))?;
+        Ok(changed)
+    }
+
+    async fn space(&self, space: &SpaceKey) -> Result<Option<SpaceRecord>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let json: Option<String> = conn
+            .get(SpaceKeys::new(space).info())
+            .await
+            .map_err(redis_err("get space members"))?;
+        json.map(|j| from_json(|| format!("members of space {space}"), &j))
+            .transpose()
+    }
+
+    async fn remove_space(&self, space: &SpaceKey) -> Result<bool, StoreError> {
+        let keys = SpaceKeys::new(space);
+        let mut conn = self.conns.shared().await?;
+        let (removed, _): (u64, u64) = redis::pipe()
+            .atomic()
+            .del(keys.info())
+            .del(keys.agents())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("remove space"))?;
+        conn.srem::<_, _, ()>(spaces_index(), space.to_string())
+            .await
+            .map_err(redis_err("unindex space"))?;
+        Ok(removed > 0)
+    }
+
+    async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let names: Vec<String> = conn
+            .smembers(spaces_index())
+            .await
+            .map_err(redis_err("list spaces"))?;
+        let mut keys: Vec<SpaceKey> = names
+            .iter()
+            .filter_map(|n| n.split_once('/'))
+            .map(|(ns, name)| SpaceKey::new(ns, name))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    async fn register_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let added: u64 = conn
+            .sadd(agents_index(), agent.to_string())
+            .await
+            .map_err(redis_err("register agent"))?;
+        Ok(added > 0)
+    }
+
+    async fn unregister_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let removed: u64 = conn
+            .srem(agents_index(), agent.to_string())
+            .await
+            .map_err(redis_err("unregister agent"))?;
+        Ok(removed > 0)
+    }
+
+    async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.sismember(agents_index(), agent.to_string())
+            .await
+            .map_err(redis_err("look up agent"))
+    }
+}
