@@ -145,8 +145,9 @@ pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Err
             "DataPlaneCleanupAbandoned",
             "Delete",
             format!(
-                "gave up removing the data-plane state after {}s ({failure}); the keys agentfleet:{{agent:{ns}/{name}}}:* are left in Redis",
-                limit.as_secs()
+                "gave up removing the data-plane state after {}s ({failure}); {} are left behind",
+                limit.as_secs(),
+                ctx.store.agent_data(&key)
             ),
         )
         .await;

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus};
-use crate::store::{AgentKey, AgentObservation};
+use crate::store::AgentObservation;
 
 /// Condition: the agent's model answers (written from the data plane, where the worker
 /// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
@@ -193,21 +193,14 @@ fn time(ms: i64) -> Option<Time> {
     Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
 }
 
-/// Where a checkpoint lives in the data plane.
-pub fn checkpoint_ref(agent: &AgentKey, cycle: u64) -> String {
-    format!(
-        "redis:agentfleet:{{agent:{}/{}}}:checkpoints#cycle={cycle}",
-        agent.namespace, agent.name
-    )
-}
-
-/// The data-plane status of an agent.
+/// The data-plane status of an agent; `checkpoint_ref` names where the checkpoint of a cycle
+/// is kept (the store says, see [`crate::store::Observe::checkpoint_ref`]).
 pub fn data_status(
-    agent: &AgentKey,
     failed: bool,
     replicas: Option<i32>,
     available: i32,
     seen: &AgentObservation,
+    checkpoint_ref: impl Fn(u64) -> String,
 ) -> AgentStatus {
     AgentStatus {
         phase: Some(phase(failed, replicas, available, seen)),
@@ -218,7 +211,7 @@ pub fn data_status(
         last_cycle_time: seen.last_cycle_ms.and_then(time),
         checkpoint: seen.checkpoint.as_ref().map(|c| CheckpointStatus {
             cycle: c.cycle,
-            storage_ref: checkpoint_ref(agent, c.cycle),
+            storage_ref: checkpoint_ref(c.cycle),
             digest: c.digest.clone(),
             messages: c.messages,
             tokens: c.tokens,
@@ -232,6 +225,13 @@ pub fn data_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{prelude::*, AgentKey};
+
+    /// Checkpoint references as the Redis store names them.
+    fn redis_ref(agent: &AgentKey) -> impl Fn(u64) -> String + '_ {
+        let store = crate::store::RedisStore::new("redis://127.0.0.1:1/").unwrap();
+        move |cycle| store.checkpoint_ref(agent, cycle)
+    }
 
     #[test]
     fn transition_time_moves_only_when_status_flips() {
@@ -345,7 +345,7 @@ mod tests {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
         assert!(
-            data_status(&key, false, Some(1), 1, &o)
+            data_status(false, Some(1), 1, &o, redis_ref(&key))
                 .conditions
                 .is_empty(),
             "not reported yet"
@@ -357,7 +357,7 @@ mod tests {
                 .into(),
             since_ms: 1_795_000_000_123,
         });
-        let c = data_status(&key, false, Some(1), 1, &o).conditions;
+        let c = data_status(false, Some(1), 1, &o, redis_ref(&key)).conditions;
         assert_eq!(c.len(), 1);
         assert_eq!(
             (
@@ -372,13 +372,13 @@ mod tests {
             "2026-11-18T11:06:40Z"
         );
         assert_eq!(
-            data_status(&key, false, Some(1), 1, &o),
-            data_status(&key, false, Some(1), 1, &o),
+            data_status(false, Some(1), 1, &o, redis_ref(&key)),
+            data_status(false, Some(1), 1, &o, redis_ref(&key)),
             "the same on every pass"
         );
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
         assert_eq!(
-            data_status(&key, false, Some(1), 1, &o).conditions[0].reason,
+            data_status(false, Some(1), 1, &o, redis_ref(&key)).conditions[0].reason,
             "Unknown"
         );
     }
@@ -403,7 +403,7 @@ mod tests {
             }),
             ..AgentObservation::default()
         };
-        let s = data_status(&key, false, Some(0), 0, &o);
+        let s = data_status(false, Some(0), 0, &o, redis_ref(&key));
         assert_eq!(s.phase, Some(AgentPhase::ScaledToZero));
         assert_eq!(
             (s.inbox_depth, s.cycles, s.tokens_used),

@@ -442,7 +442,7 @@ impl Scaler {
             }
         };
         let now = now_ms();
-        let (actions, next_due) = self.plan_actions(&keys, &seen, now, full, &deps.metrics);
+        let (actions, next_due) = self.plan_actions(&keys, &seen, now, full, deps);
         let next_due = next_due.map(|due| {
             let wait = u64::try_from(due.saturating_sub(now)).unwrap_or(0);
             Instant::now() + Duration::from_millis(wait)
@@ -467,8 +467,9 @@ impl Scaler {
         seen: &[AgentObservation],
         now: i64,
         full: bool,
-        metrics: &OperatorMetrics,
+        deps: &Deps,
     ) -> (Vec<Action>, Option<i64>) {
+        let metrics = &deps.metrics;
         let mut actions = Vec::new();
         let mut next_due: Option<i64> = None;
         let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
@@ -508,7 +509,9 @@ impl Scaler {
             }
             actions.extend(todo.into_iter().map(Action::Plan));
 
-            let status = data_status(key, e.failed, e.replicas, e.available, o);
+            let status = data_status(e.failed, e.replicas, e.available, o, |cycle| {
+                deps.store.checkpoint_ref(key, cycle)
+            });
             if let Some(p) = status.phase {
                 *phases.entry(p).or_default() += 1;
             }

@@ -3,7 +3,6 @@
 //! acknowledged), as if the cycle never happened. Called later, or beside other tools that
 //! have then already run, it only ends the cycle after the step's calls.
 
-use serde_json::json;
 use tracing::info;
 
 use super::Cycle;
@@ -20,15 +19,7 @@ pub(super) fn rolls_back(step: u32, calls: &[ToolCall]) -> bool {
 /// The result of a `skip` call that does not roll the cycle back (the cycle ends after this
 /// step's calls); `None` for any other call.
 pub(super) fn ends_cycle(call: &ToolCall) -> Option<tools::Outcome> {
-    is_skip(call).then(result)
-}
-
-/// What a `skip` call that ends the cycle answers.
-pub(crate) fn result() -> tools::Outcome {
-    tools::Outcome {
-        content: json!({"skipped": true, "note": "the cycle ends here"}).to_string(),
-        ok: true,
-    }
+    is_skip(call).then(tools::skip_result)
 }
 
 fn is_skip(call: &ToolCall) -> bool {
@@ -82,7 +73,7 @@ mod tests {
         assert!(outcome.ok);
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&outcome.content).unwrap(),
-            json!({"skipped": true, "note": "the cycle ends here"})
+            serde_json::json!({"skipped": true, "note": "the cycle ends here"})
         );
         assert!(ends_cycle(&call("send_message")).is_none());
     }
