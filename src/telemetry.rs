@@ -208,6 +208,8 @@ pub struct WorkerMetrics {
     pub tokens: IntCounterVec,
     /// Tool calls by tool and outcome (`ok`, `error`).
     pub tool_calls: IntCounterVec,
+    /// How long tool calls take, by tool.
+    pub tool_duration: HistogramVec,
     /// Estimated tokens of the consciousness after the last commit.
     pub consciousness_tokens: prometheus::IntGaugeVec,
     /// Compactions done.
@@ -270,6 +272,16 @@ impl WorkerMetrics {
             ),
             &["namespace", "agent", "tool", "outcome"],
         )?;
+        let tool_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_tool_duration_seconds",
+                "How long tool calls take, by tool.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0,
+            ]),
+            &["namespace", "agent", "tool"],
+        )?;
         let consciousness_tokens = prometheus::IntGaugeVec::new(
             Opts::new(
                 "agentfleet_consciousness_tokens",
@@ -326,6 +338,7 @@ impl WorkerMetrics {
         registry.register(Box::new(wake_latency.clone()))?;
         registry.register(Box::new(tokens.clone()))?;
         registry.register(Box::new(tool_calls.clone()))?;
+        registry.register(Box::new(tool_duration.clone()))?;
         registry.register(Box::new(consciousness_tokens.clone()))?;
         registry.register(Box::new(compactions.clone()))?;
         Ok(Self {
@@ -335,6 +348,7 @@ impl WorkerMetrics {
             wake_latency,
             tokens,
             tool_calls,
+            tool_duration,
             consciousness_tokens,
             compactions,
             compaction_failures,

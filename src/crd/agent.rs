@@ -6,6 +6,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::ToolsSpec;
+
 /// An LLM agent that lives in a worker process: it sleeps on its inbox, wakes when humans or
 /// other agents write to it, thinks in one multi-step tool-calling cycle, persists its memory
 /// ("consciousness") and sleeps again.
@@ -173,83 +175,6 @@ pub struct SecretKeyRef {
 
 fn default_secret_key() -> String {
     "apiKey".to_string()
-}
-
-/// The tools an agent may call.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolsSpec {
-    /// Built-in tools to enable. Defaults to all of them.
-    #[serde(default = "BuiltinTool::all")]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
-    pub builtin: Vec<BuiltinTool>,
-}
-
-impl Default for ToolsSpec {
-    fn default() -> Self {
-        Self {
-            builtin: BuiltinTool::all(),
-        }
-    }
-}
-
-/// A tool that every worker provides.
-#[derive(
-    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum BuiltinTool {
-    /// Post a message to the active space or to another space the agent is a member of.
-    SendMessage,
-    /// Make a space the active one and see its recent messages.
-    EnterSpace,
-    /// Read messages of a space the agent is a member of.
-    ReadMessages,
-    /// End the cycle without acting; nothing of it is remembered.
-    Skip,
-    /// Store facts the agent keeps across cycles.
-    SetMemories,
-    /// Remove stored memories.
-    DeleteMemories,
-    /// Set the goals the agent is working towards.
-    SetGoals,
-    /// Schedule (or cancel) plans: instructions the agent gets back at a time it chooses.
-    SetPlans,
-}
-
-impl BuiltinTool {
-    /// Every built-in tool, in a stable order.
-    pub fn all() -> Vec<BuiltinTool> {
-        vec![
-            BuiltinTool::SendMessage,
-            BuiltinTool::EnterSpace,
-            BuiltinTool::ReadMessages,
-            BuiltinTool::Skip,
-            BuiltinTool::SetMemories,
-            BuiltinTool::DeleteMemories,
-            BuiltinTool::SetGoals,
-            BuiltinTool::SetPlans,
-        ]
-    }
-
-    /// The name the model calls it by (and `cycle.phases[].activeTools` names it by).
-    pub fn name(self) -> &'static str {
-        match self {
-            BuiltinTool::SendMessage => "send_message",
-            BuiltinTool::EnterSpace => "enter_space",
-            BuiltinTool::ReadMessages => "read_messages",
-            BuiltinTool::Skip => "skip",
-            BuiltinTool::SetMemories => "set_memories",
-            BuiltinTool::DeleteMemories => "delete_memories",
-            BuiltinTool::SetGoals => "set_goals",
-            BuiltinTool::SetPlans => "set_plans",
-        }
-    }
-
-    /// The built-in tool called `name`, if there is one.
-    pub fn from_name(name: &str) -> Option<BuiltinTool> {
-        Self::all().into_iter().find(|t| t.name() == name)
-    }
 }
 
 /// Limits and behaviour of one think cycle.
@@ -569,6 +494,12 @@ pub struct AgentStatus {
     /// The latest consciousness checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointStatus>,
+
+    /// The tools the worker actually has right now (as it last reported), with whether each
+    /// can be called; see the `ToolsReady` condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub tools: Vec<super::ToolStatus>,
 }
 
 /// Lifecycle phase of an Agent.
@@ -625,20 +556,4 @@ pub struct CheckpointStatus {
     /// When the checkpoint was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn builtin_tool_names_are_what_the_manifest_says() {
-        for tool in BuiltinTool::all() {
-            let manifest = serde_json::to_value(tool).unwrap();
-            assert_eq!(manifest, tool.name(), "{tool:?}");
-            assert_eq!(BuiltinTool::from_name(tool.name()), Some(tool));
-        }
-        assert_eq!(BuiltinTool::from_name("Send_Message"), None);
-        assert_eq!(BuiltinTool::from_name("http"), None);
-    }
 }

@@ -5,10 +5,12 @@
 
 mod agent;
 mod space;
+mod tools;
 pub mod validate;
 
 pub use agent::*;
 pub use space::*;
+pub use tools::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,

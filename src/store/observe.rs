@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use super::{AgentKey, AgentObservation, ModelHealth, StoreError};
+use crate::crd::ToolStatus;
 
 /// The operator's view of the data plane.
 #[async_trait]
@@ -21,6 +22,10 @@ pub trait Observe: Send + Sync {
         agent: &AgentKey,
         health: &ModelHealth,
     ) -> Result<(), StoreError>;
+
+    /// Records the tools the worker has and whether each can be called (written when it
+    /// changes; the operator shows it in `status.tools` and the `ToolsReady` condition).
+    async fn set_tools(&self, agent: &AgentKey, tools: &[ToolStatus]) -> Result<(), StoreError>;
 
     /// Removes everything the data plane holds of an agent: inbox, queues, consciousness,
     /// checkpoints, memories, goals, plans, lease, registration.

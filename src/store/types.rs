@@ -506,6 +506,8 @@ pub struct AgentObservation {
     pub plan_marks: std::collections::BTreeMap<String, i64>,
     /// How the model answered lately, once a worker has reported it.
     pub model: Option<ModelHealth>,
+    /// The tools the worker has, once it has reported them.
+    pub tools: Option<Vec<crate::crd::ToolStatus>>,
 }
 
 impl AgentObservation {

@@ -213,6 +213,7 @@ pub async fn run_agent(
     health.clear_problem();
     health.set_leased(true);
     info!(agent = %key, token = lease.token, "holding the agent's lease");
+    agentlet.report_tools().await;
 
     // Renew in the background; losing it stops the loop (and the store refuses our commits).
     let (lost_tx, mut lost) = watch::channel(false);
@@ -292,6 +293,8 @@ async fn process(
                 continue;
             }
         };
+        // What the agent can call may change while it sleeps (an MCP server comes and goes).
+        agentlet.report_tools().await;
         if events.is_empty() {
             continue;
         }

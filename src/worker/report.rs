@@ -103,6 +103,20 @@ impl Agentlet {
         .await;
     }
 
+    /// Reports the tools the agent has now (`status.tools`, `ToolsReady`) when they differ
+    /// from what was last reported.
+    pub async fn report_tools(&self) {
+        let tools = self.toolbox().status();
+        let mut last = self.tools_reported.lock().await;
+        if last.as_ref() == Some(&tools) {
+            return;
+        }
+        match self.store.set_tools(&self.key, &tools).await {
+            Ok(()) => *last = Some(tools),
+            Err(e) => warn!(agent = %self.key, error = %e, "tools not reported"),
+        }
+    }
+
     /// Writes the model's health when it differs from what was last written (the time of a
     /// change is kept while nothing changes).
     async fn record_model(&self, health: ModelHealth) {

@@ -76,6 +76,7 @@ struct AgentState {
     notes: BTreeMap<NoteKind, BTreeMap<String, String>>,
     plan_marks: BTreeMap<String, i64>,
     model: Option<ModelHealth>,
+    tools: Option<Vec<crate::crd::ToolStatus>>,
 }
 
 impl AgentState {

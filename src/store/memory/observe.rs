@@ -36,6 +36,7 @@ impl Observe for MemoryStore {
                         ),
                         plan_marks: a.plan_marks.clone(),
                         model: a.model.clone(),
+                        tools: a.tools.clone(),
                     },
                 })
                 .collect()
@@ -48,6 +49,15 @@ impl Observe for MemoryStore {
         health: &ModelHealth,
     ) -> Result<(), StoreError> {
         self.agent(agent, |a| a.model = Some(health.clone()));
+        Ok(())
+    }
+
+    async fn set_tools(
+        &self,
+        agent: &AgentKey,
+        tools: &[crate::crd::ToolStatus],
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| a.tools = Some(tools.to_vec()));
         Ok(())
     }
 

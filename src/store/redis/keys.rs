@@ -23,6 +23,7 @@
 //! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:plans` | hash | name → plan the agent made (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
+//! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolStatus`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
@@ -61,6 +62,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "plans",
     "planmarks",
     "model",
+    "tools",
 ];
 
 /// The keys of one agent, all under its hash tag `{agent:NS/NAME}`.
@@ -157,6 +159,11 @@ impl AgentKeys {
     /// How the model answered lately.
     pub(super) fn model(&self) -> String {
         self.key("model")
+    }
+
+    /// The tools the worker has, as it last reported them.
+    pub(super) fn tools(&self) -> String {
+        self.key("tools")
     }
 
     /// Every key of the agent.
@@ -300,6 +307,7 @@ pub(super) mod tests {
             a.notes(NoteKind::Plans),
             a.plan_marks(),
             a.model(),
+            a.tools(),
         ];
         let all = a.all();
         for k in &named {

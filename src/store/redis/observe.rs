@@ -40,7 +40,8 @@ impl Observe for RedisStore {
                 .lindex(a.checkpoints(), 0)
                 .hvals(a.notes(NoteKind::Plans))
                 .hgetall(a.plan_marks())
-                .get(a.model());
+                .get(a.model())
+                .get(a.tools());
         }
         let mut conn = self.conns.shared().await?;
         let values: Vec<redis::Value> = pipe
@@ -58,17 +59,29 @@ impl Observe for RedisStore {
             Vec<String>,
             BTreeMap<String, i64>,
             Option<String>,
+            Option<String>,
         );
         values
-            .chunks(10)
+            .chunks(11)
             .map(|chunk| {
                 let row: Row = redis::from_redis_value(redis::Value::Array(chunk.to_vec()))
                     .map_err(|e| StoreError::Redis {
                         op: "observe agents",
                         source: e.into(),
                     })?;
-                let (inbox, urgent, inflight, state, leased, meta, checkpoint, plans, marks, model) =
-                    row;
+                let (
+                    inbox,
+                    urgent,
+                    inflight,
+                    state,
+                    leased,
+                    meta,
+                    checkpoint,
+                    plans,
+                    marks,
+                    model,
+                    tools,
+                ) = row;
                 Ok(AgentObservation {
                     waiting: inbox + urgent,
                     in_flight: inflight,
@@ -83,6 +96,7 @@ impl Observe for RedisStore {
                     plans: readable_plans(&plans),
                     plan_marks: marks,
                     model: model.and_then(|m| serde_json::from_str(&m).ok()),
+                    tools: tools.and_then(|t| serde_json::from_str(&t).ok()),
                 })
             })
             .collect()
@@ -98,6 +112,18 @@ impl Observe for RedisStore {
         conn.set(AgentKeys::new(agent).model(), json)
             .await
             .map_err(redis_err("record model health"))
+    }
+
+    async fn set_tools(
+        &self,
+        agent: &AgentKey,
+        tools: &[crate::crd::ToolStatus],
+    ) -> Result<(), StoreError> {
+        let json = to_json(|| format!("the tools of agent {agent}"), &tools)?;
+        let mut conn = self.conns.shared().await?;
+        conn.set(AgentKeys::new(agent).tools(), json)
+            .await
+            .map_err(redis_err("record tools"))
     }
 
     async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {

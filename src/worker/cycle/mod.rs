@@ -35,6 +35,7 @@ use crate::store::{
     AgentKey, Checkpoint, Consciousness, InboxEvent, Lease, Sender, SpaceRecord, Store, StoreError,
 };
 use crate::telemetry::WorkerMetrics;
+use crate::worker::tools::{External, Toolbox};
 use step::End;
 
 /// How a cycle ended.
@@ -76,6 +77,10 @@ pub struct Agentlet {
     cache: tokio::sync::Mutex<Option<Cached>>,
     /// How the model answered, as last reported to the data plane.
     pub(crate) model_health: tokio::sync::Mutex<Option<crate::store::ModelHealth>>,
+    /// The tools as last reported to the data plane.
+    pub(crate) tools_reported: tokio::sync::Mutex<Option<Vec<crate::crd::ToolStatus>>>,
+    /// Every tool the agent has.
+    toolbox: Toolbox,
 }
 
 /// The consciousness as committed under one lease, with its messages parsed.
@@ -94,6 +99,7 @@ impl Agentlet {
         model: Arc<dyn Model>,
         metrics: WorkerMetrics,
     ) -> Self {
+        let agent_builtin = agent.spec.tools.builtin.clone();
         Self {
             agent,
             key,
@@ -102,7 +108,20 @@ impl Agentlet {
             metrics,
             cache: tokio::sync::Mutex::new(None),
             model_health: tokio::sync::Mutex::new(None),
+            tools_reported: tokio::sync::Mutex::new(None),
+            toolbox: Toolbox::new(agent_builtin, Vec::new()),
         }
+    }
+
+    /// The same agent with tools outside the worker (its HTTP tools, its MCP servers).
+    pub fn with_external(mut self, external: Vec<Arc<dyn External>>) -> Self {
+        self.toolbox = Toolbox::new(self.agent.spec.tools.builtin.clone(), external);
+        self
+    }
+
+    /// Every tool the agent has.
+    pub fn toolbox(&self) -> &Toolbox {
+        &self.toolbox
     }
 
     /// Drops the cached consciousness (after a restart: the data plane may have changed).
@@ -131,7 +150,7 @@ impl Agentlet {
 
     /// The built-in tools this agent has.
     pub fn enabled(&self) -> &[BuiltinTool] {
-        &self.agent.spec.tools.builtin
+        self.toolbox.builtin()
     }
 
     /// The `namespace` and `agent` labels of its metrics.

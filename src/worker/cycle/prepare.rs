@@ -13,7 +13,6 @@ use crate::membership::SpaceKey;
 use crate::model::{Message, Usage};
 use crate::store::{Consciousness, InboxEvent, Lease, SpaceRecord, StoreError};
 use crate::worker::prompt::{self, PromptInput};
-use crate::worker::tools;
 
 impl<'a> Cycle<'a> {
     /// A cycle over `events` (in flight), ready for its first step.
@@ -64,7 +63,7 @@ impl<'a> Cycle<'a> {
             spaces,
             system,
             summary,
-            tools: tools::specs(&spec.tools.builtin),
+            tools: agentlet.toolbox().specs(),
             batch: batch_id(events),
             new: vec![inbox],
             active,

@@ -13,7 +13,7 @@ use crate::crd::MidCycleInbox;
 use crate::model::{Message, ModelError, Request, ToolCall, ToolSpec, Turn};
 use crate::store::{now_ms, StoreError};
 use crate::worker::prompt;
-use crate::worker::tools::{self, ToolEnv};
+use crate::worker::tools::{self, ExternalCall, ToolEnv};
 
 /// Inbox events a mid-cycle preview shows.
 const PREVIEW_EVENTS: usize = 5;
@@ -168,7 +168,22 @@ impl Cycle<'_> {
                     .tool_activity(env.active.as_deref(), &call.name)
                     .await;
                 let idempotency = format!("{}:{}:{step}:{i}", agentlet.key, self.batch);
-                env.run(call, &idempotency).await
+                let started = std::time::Instant::now();
+                let outcome = match agentlet.toolbox().external(&call.name) {
+                    Some(external) => {
+                        external
+                            .call(&ExternalCall {
+                                agent: &agentlet.key,
+                                name: &call.name,
+                                arguments: &call.arguments,
+                                idempotency_key: &idempotency,
+                            })
+                            .await
+                    }
+                    None => env.run(call, &idempotency).await,
+                };
+                time_tool(agentlet, call, started.elapsed());
+                outcome
             };
             count_tool(agentlet, call, outcome.ok);
             self.new.push(Message::Tool {
@@ -186,14 +201,32 @@ impl Cycle<'_> {
     }
 }
 
-/// Counts a tool call by tool (`unknown` for a name the agent has no tool of) and outcome.
-fn count_tool(agentlet: &Agentlet, call: &ToolCall, ok: bool) {
-    let [ns, agent] = agentlet.labels();
-    let tool = if agentlet.enabled().iter().any(|t| t.name() == call.name) {
+/// The tool label of a call: its name, or `unknown` for a name the agent has no tool of (so
+/// the model cannot grow the label set).
+fn tool_label<'a>(agentlet: &Agentlet, call: &'a ToolCall) -> &'a str {
+    let known = agentlet.enabled().iter().any(|t| t.name() == call.name)
+        || agentlet.toolbox().external(&call.name).is_some();
+    if known {
         call.name.as_str()
     } else {
         "unknown"
-    };
+    }
+}
+
+/// Observes how long a tool call took.
+fn time_tool(agentlet: &Agentlet, call: &ToolCall, took: std::time::Duration) {
+    let [ns, agent] = agentlet.labels();
+    agentlet
+        .metrics
+        .tool_duration
+        .with_label_values(&[ns, agent, tool_label(agentlet, call)])
+        .observe(took.as_secs_f64());
+}
+
+/// Counts a tool call by tool (`unknown` for a name the agent has no tool of) and outcome.
+fn count_tool(agentlet: &Agentlet, call: &ToolCall, ok: bool) {
+    let [ns, agent] = agentlet.labels();
+    let tool = tool_label(agentlet, call);
     let outcome = if ok { "ok" } else { "error" };
     agentlet
         .metrics

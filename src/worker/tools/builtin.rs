@@ -1,6 +1,8 @@
 //! The built-in tools. Every space access checks membership; bad arguments, unknown tools and
 //! refused operations come back as an error result the model sees, never as a worker failure.
 
+use super::{skip_result, Outcome};
+
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -91,15 +93,6 @@ pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
         .collect()
 }
 
-/// What a `skip` call that does not roll the cycle back answers (the cycle ends after its
-/// step; see `worker::cycle::skip`).
-pub fn skip_result() -> Outcome {
-    Outcome {
-        content: json!({"skipped": true, "note": "the cycle ends here"}).to_string(),
-        ok: true,
-    }
-}
-
 /// What tools act on, for one cycle.
 pub struct ToolEnv<'a> {
     /// The data plane.
@@ -120,24 +113,6 @@ pub struct ToolEnv<'a> {
     pub depth: u32,
     /// Metrics (the loop guard's).
     pub metrics: &'a crate::telemetry::WorkerMetrics,
-}
-
-/// A tool's answer: the JSON the model sees and whether it succeeded.
-pub struct Outcome {
-    /// JSON text of the result.
-    pub content: String,
-    /// Whether the tool did its job (for metrics).
-    pub ok: bool,
-}
-
-impl Outcome {
-    /// A result the model sees as `{"error": message}`.
-    pub fn error(message: impl Into<String>) -> Self {
-        Outcome {
-            content: json!({"error": message.into()}).to_string(),
-            ok: false,
-        }
-    }
 }
 
 fn ok(v: Value) -> Outcome {

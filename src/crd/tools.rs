@@ -1,0 +1,323 @@
+//! What an Agent may call: built-in tools, HTTP endpoints and MCP servers, and what its
+//! worker reports it actually has.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The tools an agent may call.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsSpec {
+    /// Built-in tools to enable. Defaults to all of them.
+    #[serde(default = "BuiltinTool::all")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub builtin: Vec<BuiltinTool>,
+
+    /// HTTP endpoints the agent calls as tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub http: Vec<HttpToolSpec>,
+
+    /// MCP servers (Streamable HTTP) whose tools the agent calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub mcp: Vec<McpServerSpec>,
+}
+
+impl Default for ToolsSpec {
+    fn default() -> Self {
+        Self {
+            builtin: BuiltinTool::all(),
+            http: Vec::new(),
+            mcp: Vec::new(),
+        }
+    }
+}
+
+impl ToolsSpec {
+    /// The Secrets whose keys become headers of the agent's HTTP tools and MCP servers, each
+    /// once, in a stable order.
+    pub fn secrets(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .http
+            .iter()
+            .filter_map(|t| t.headers_from.as_ref())
+            .chain(self.mcp.iter().filter_map(|m| m.headers_from.as_ref()))
+            .map(|h| h.secret_name.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+/// An HTTP endpoint the agent calls as a tool. Its arguments are validated against
+/// `inputSchema` before any request is made; whatever goes wrong (a timeout, a status other
+/// than 2xx, an oversized or non-JSON answer) comes back to the model as an error result.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpToolSpec {
+    /// The name the model calls it by: letters, digits, `_` and `-`, unique among the agent's
+    /// tools (the built-in names are taken).
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^[A-Za-z][A-Za-z0-9_-]*$")
+    )]
+    pub name: String,
+
+    /// What it does and when to use it, for the model.
+    #[schemars(length(min = 1, max = 4096))]
+    pub description: String,
+
+    /// JSON Schema (an object schema) of the arguments; the model sees it, and arguments are
+    /// checked against it before the request.
+    #[serde(default = "empty_object_schema")]
+    #[schemars(schema_with = "any_object")]
+    pub input_schema: serde_json::Value,
+
+    /// The URL to call. `{arg}` placeholders are filled from the arguments of that name,
+    /// percent-encoded; the arguments used there are not sent again.
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
+    pub url: String,
+
+    /// HTTP method. With `GET` and `DELETE` the remaining arguments are sent as query
+    /// parameters, otherwise as a JSON body.
+    #[serde(default)]
+    pub method: HttpMethod,
+
+    /// Headers sent with every call.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+
+    /// A Secret (in the Agent's namespace) whose keys become headers (key = header name,
+    /// value = header value), for credentials. Never logged or shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers_from: Option<HeadersFrom>,
+
+    /// How long a call may take, in seconds.
+    #[serde(default = "default_timeout_seconds")]
+    #[schemars(range(min = 1, max = 600))]
+    pub timeout_seconds: u32,
+
+    /// The longest answer kept, in bytes; a longer body is cut and the result says so.
+    #[serde(default = "default_max_response_bytes")]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub max_response_bytes: u32,
+
+    /// `sync`: the result is the answer. `async`: the request carries a callback URL and a
+    /// one-time token (headers `X-Agentfleet-Callback` and `X-Agentfleet-Callback-Token`), the
+    /// model gets `{"status": "pending", "callId": …}` at once, and the service's later POST
+    /// to the callback comes back to the agent as a `tool_result` inbox event.
+    #[serde(default)]
+    pub mode: ToolMode,
+
+    /// Whether repeating the call is harmless. A call whose outcome is unknown (the worker
+    /// died during it) is retried, with the same `Idempotency-Key` header, only when this is
+    /// true; otherwise the model is told it was not repeated. Defaults to true for `GET`,
+    /// false otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+
+    /// Show the call's arguments and result to the humans of the active space; by default
+    /// only the tool's name shows ("is using …").
+    #[serde(default)]
+    pub visible: bool,
+}
+
+impl HttpToolSpec {
+    /// Whether repeating the call is harmless (`idempotent`, else by method).
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent
+            .unwrap_or(matches!(self.method, HttpMethod::Get))
+    }
+}
+
+/// An HTTP method of a tool.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    /// GET (arguments as query parameters).
+    Get,
+    /// POST (arguments as a JSON body).
+    #[default]
+    Post,
+    /// PUT (arguments as a JSON body).
+    Put,
+    /// PATCH (arguments as a JSON body).
+    Patch,
+    /// DELETE (arguments as query parameters).
+    Delete,
+}
+
+/// Whether a tool's result is its answer or arrives later.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolMode {
+    /// The answer is the result.
+    #[default]
+    Sync,
+    /// The result is posted back later to the gateway.
+    Async,
+}
+
+/// A Secret whose keys become headers.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeadersFrom {
+    /// Name of the Secret, in the Agent's namespace.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub secret_name: String,
+}
+
+/// An MCP server (Streamable HTTP transport) whose tools the agent may call, each as
+/// `NAME__TOOL`. Its tools are listed when the worker starts and again when the server says
+/// they changed; while it cannot be reached its tools are unavailable (the agent keeps
+/// working) and it is retried with backoff.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerSpec {
+    /// Prefix of its tools' names: letters, digits, `_` and `-`.
+    #[schemars(
+        length(min = 1, max = 32),
+        regex(pattern = r"^[A-Za-z][A-Za-z0-9_-]*$")
+    )]
+    pub name: String,
+
+    /// The server's Streamable HTTP endpoint.
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
+    pub url: String,
+
+    /// A Secret (in the Agent's namespace) whose keys become headers of every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers_from: Option<HeadersFrom>,
+
+    /// The server's tools the agent may call (by the server's names); empty: all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub tools: Vec<String>,
+
+    /// How long a call may take, in seconds.
+    #[serde(default = "default_timeout_seconds")]
+    #[schemars(range(min = 1, max = 600))]
+    pub timeout_seconds: u32,
+
+    /// Whether repeating a call whose outcome is unknown (the worker died during it) is
+    /// harmless; only then is it retried.
+    #[serde(default)]
+    pub idempotent: bool,
+}
+
+/// A tool the worker actually has, as `status.tools` shows it.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolStatus {
+    /// The name the model calls it by.
+    pub name: String,
+    /// `builtin`, `http`, or `mcp:SERVER`.
+    pub source: String,
+    /// Whether it can be called right now.
+    pub ready: bool,
+    /// Why not, when it cannot (secrets masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+fn empty_object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object"})
+}
+
+fn default_timeout_seconds() -> u32 {
+    30
+}
+
+fn default_max_response_bytes() -> u32 {
+    64 * 1024
+}
+
+/// The schema of a free-form JSON object (a JSON Schema written by the user).
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// A tool that every worker provides.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinTool {
+    /// Post a message to the active space or to another space the agent is a member of.
+    SendMessage,
+    /// Make a space the active one and see its recent messages.
+    EnterSpace,
+    /// Read messages of a space the agent is a member of.
+    ReadMessages,
+    /// End the cycle without acting; nothing of it is remembered.
+    Skip,
+    /// Store facts the agent keeps across cycles.
+    SetMemories,
+    /// Remove stored memories.
+    DeleteMemories,
+    /// Set the goals the agent is working towards.
+    SetGoals,
+    /// Schedule (or cancel) plans: instructions the agent gets back at a time it chooses.
+    SetPlans,
+}
+
+impl BuiltinTool {
+    /// Every built-in tool, in a stable order.
+    pub fn all() -> Vec<BuiltinTool> {
+        vec![
+            BuiltinTool::SendMessage,
+            BuiltinTool::EnterSpace,
+            BuiltinTool::ReadMessages,
+            BuiltinTool::Skip,
+            BuiltinTool::SetMemories,
+            BuiltinTool::DeleteMemories,
+            BuiltinTool::SetGoals,
+            BuiltinTool::SetPlans,
+        ]
+    }
+
+    /// The name the model calls it by (and `cycle.phases[].activeTools` names it by).
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinTool::SendMessage => "send_message",
+            BuiltinTool::EnterSpace => "enter_space",
+            BuiltinTool::ReadMessages => "read_messages",
+            BuiltinTool::Skip => "skip",
+            BuiltinTool::SetMemories => "set_memories",
+            BuiltinTool::DeleteMemories => "delete_memories",
+            BuiltinTool::SetGoals => "set_goals",
+            BuiltinTool::SetPlans => "set_plans",
+        }
+    }
+
+    /// The built-in tool called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<BuiltinTool> {
+        Self::all().into_iter().find(|t| t.name() == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_tool_names_are_what_the_manifest_says() {
+        for tool in BuiltinTool::all() {
+            let manifest = serde_json::to_value(tool).unwrap();
+            assert_eq!(manifest, tool.name(), "{tool:?}");
+            assert_eq!(BuiltinTool::from_name(tool.name()), Some(tool));
+        }
+        assert_eq!(BuiltinTool::from_name("Send_Message"), None);
+        assert_eq!(BuiltinTool::from_name("http"), None);
+    }
+}

@@ -1,0 +1,127 @@
+//! The tools an agent calls: the built-ins ([`builtin`]), and tools outside the worker (HTTP
+//! endpoints, the tools of MCP servers) behind one [`External`] trait, put together in a
+//! [`Toolbox`] that offers the model one stable list.
+
+pub mod builtin;
+pub mod secrets;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+
+pub use builtin::{specs, ToolEnv, MAX_WAIT};
+
+use crate::crd::{BuiltinTool, ToolStatus};
+use crate::model::ToolSpec;
+use crate::store::AgentKey;
+
+/// A tool's answer: the JSON the model sees and whether it succeeded.
+pub struct Outcome {
+    /// JSON text of the result.
+    pub content: String,
+    /// Whether the tool did its job (for metrics).
+    pub ok: bool,
+}
+
+impl Outcome {
+    /// A result the model sees as `{"error": message}`.
+    pub fn error(message: impl Into<String>) -> Self {
+        Outcome {
+            content: json!({"error": message.into()}).to_string(),
+            ok: false,
+        }
+    }
+}
+
+/// What a `skip` call that does not roll the cycle back answers (the cycle ends after its
+/// step; see `worker::cycle::skip`).
+pub fn skip_result() -> Outcome {
+    Outcome {
+        content: json!({"skipped": true, "note": "the cycle ends here"}).to_string(),
+        ok: true,
+    }
+}
+
+/// A call of a tool outside the worker.
+pub struct ExternalCall<'a> {
+    /// The agent calling.
+    pub agent: &'a AgentKey,
+    /// The tool's name, as the model called it.
+    pub name: &'a str,
+    /// The arguments as the model wrote them (JSON text, possibly malformed).
+    pub arguments: &'a str,
+    /// The same for every try of this call: sent as `Idempotency-Key` where the tool speaks
+    /// HTTP, so a repeated call can be recognised by the service.
+    pub idempotency_key: &'a str,
+}
+
+/// Tools outside the worker: an agent's HTTP tools, or one MCP server.
+#[async_trait]
+pub trait External: Send + Sync {
+    /// The tools offered now, in a stable order.
+    fn specs(&self) -> Vec<ToolSpec>;
+
+    /// What `status.tools` shows of them (secrets masked).
+    fn status(&self) -> Vec<ToolStatus>;
+
+    /// Whether repeating a call of `tool` whose outcome is unknown is harmless.
+    fn idempotent(&self, tool: &str) -> bool;
+
+    /// Runs a call; whatever goes wrong is an error result, never a panic or an `Err`.
+    async fn call(&self, call: &ExternalCall<'_>) -> Outcome;
+}
+
+/// Every tool an agent has: its enabled built-ins, then its external tools.
+#[derive(Clone)]
+pub struct Toolbox {
+    builtin: Vec<BuiltinTool>,
+    external: Vec<Arc<dyn External>>,
+}
+
+impl Toolbox {
+    /// A toolbox of built-ins and external tools.
+    pub fn new(builtin: Vec<BuiltinTool>, external: Vec<Arc<dyn External>>) -> Self {
+        Self { builtin, external }
+    }
+
+    /// The enabled built-ins.
+    pub fn builtin(&self) -> &[BuiltinTool] {
+        &self.builtin
+    }
+
+    /// What the model is offered: the built-ins, then each external source's tools.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let mut out = specs(&self.builtin);
+        for e in &self.external {
+            out.extend(e.specs());
+        }
+        out
+    }
+
+    /// The external source offering `name`, if any.
+    pub fn external(&self, name: &str) -> Option<&dyn External> {
+        self.external
+            .iter()
+            .find(|e| e.specs().iter().any(|s| s.name == name))
+            .map(Arc::as_ref)
+    }
+
+    /// What `status.tools` shows: the built-ins (always ready), then the external tools.
+    pub fn status(&self) -> Vec<ToolStatus> {
+        let mut out: Vec<ToolStatus> = self
+            .builtin
+            .iter()
+            .map(|t| ToolStatus {
+                name: t.name().to_string(),
+                source: "builtin".into(),
+                ready: true,
+                last_error: None,
+            })
+            .collect();
+        for e in &self.external {
+            out.extend(e.status());
+        }
+        out
+    }
+}
