@@ -55,6 +55,8 @@ pub struct Manifests {
     pub agents: Vec<Agent>,
     /// Spaces, by file order.
     pub spaces: Vec<Space>,
+    /// Secrets (name → key → value), for the tools' `headersFrom`.
+    pub secrets: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -235,6 +237,8 @@ impl Dev {
         addr: SocketAddr,
     ) -> anyhow::Result<Self> {
         let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
+        // The Secrets of the directory, for the tools' `headersFrom`.
+        let secrets = crate::worker::tools::secrets::Secrets::from_map(manifests.secrets.clone());
         let missing = missing_keys(&manifests.agents, api_key.as_deref());
         if !missing.is_empty() {
             bail!("{}", missing.join("\n"));
@@ -346,13 +350,25 @@ impl Dev {
             }
             let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key.clone())
                 .with_context(|| format!("agent {key}: model"))?;
-            let agentlet = Arc::new(Agentlet::new(
-                agent,
-                key.clone(),
-                store.clone(),
-                Arc::from(model),
-                metrics.clone(),
-            ));
+            let external = crate::worker::tools::external(
+                &key,
+                &agent.spec.tools,
+                &crate::worker::tools::ExternalContext {
+                    store: store.clone(),
+                    secrets: secrets.clone(),
+                    callback_url: Some(format!("http://{addr}")),
+                },
+            );
+            let agentlet = Arc::new(
+                Agentlet::new(
+                    agent,
+                    key.clone(),
+                    store.clone(),
+                    Arc::from(model),
+                    metrics.clone(),
+                )
+                .with_external(external),
+            );
             let rx = shutdown_rx.clone();
             let holder = holder.clone();
             let health = Arc::new(Health::for_agent(&metrics, &key));

@@ -54,6 +54,9 @@ pub struct Args {
     /// this worker dies without releasing it.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub lease_seconds: u64,
+    /// The gateway's base URL (`http://…`) the services of async tools post their results to.
+    #[arg(long, env = "AGENTFLEET_CALLBACK_URL")]
+    pub callback_url: Option<String>,
 }
 
 /// How long one wait on the inbox blocks before the loop looks around (shutdown, lease).
@@ -410,7 +413,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }))
     };
     info!(agent = %key, model = %agent.spec.model.name, provider = agent.spec.model.provider.as_str(), "worker starting");
-    let agentlet = Arc::new(Agentlet::new(agent, key, store, Arc::from(model), metrics));
+    let external = tools::external(
+        &key,
+        &agent.spec.tools,
+        &tools::ExternalContext {
+            store: store.clone(),
+            secrets: tools::secrets::Secrets::default(),
+            callback_url: args.callback_url.clone(),
+        },
+    );
+    let agentlet = Arc::new(
+        Agentlet::new(agent, key, store, Arc::from(model), metrics).with_external(external),
+    );
     supervise(
         agentlet,
         holder,

@@ -72,6 +72,28 @@ pub trait External: Send + Sync {
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome;
 }
 
+/// What building an agent's external tools needs.
+#[derive(Clone)]
+pub struct ExternalContext {
+    /// The data plane (async tools register their calls there).
+    pub store: Arc<dyn crate::store::Store>,
+    /// Where the Secrets of `headersFrom` are.
+    pub secrets: secrets::Secrets,
+    /// The gateway's base URL that async tools' services post results to (`None`: async
+    /// tools cannot be offered).
+    pub callback_url: Option<String>,
+}
+
+/// The external tools an agent's spec declares: its HTTP tools, then one source per MCP
+/// server, in the spec's order.
+pub fn external(
+    _agent: &AgentKey,
+    _spec: &crate::crd::ToolsSpec,
+    _context: &ExternalContext,
+) -> Vec<Arc<dyn External>> {
+    Vec::new()
+}
+
 /// Every tool an agent has: its enabled built-ins, then its external tools.
 #[derive(Clone)]
 pub struct Toolbox {
