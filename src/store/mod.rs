@@ -33,7 +33,12 @@
 //!   fenced collection each.
 //! - [`Observe`] — what the operator reads of every agent in one round trip, the model's
 //!   health, and forgetting an agent.
+//! - [`Calls`] — **asynchronous tool calls** waiting for their result: registered by the
+//!   worker before the request, completed by the gateway when the service posts the result
+//!   (marking the call done and pushing its `tool_result` event is one atomic step on the
+//!   agent's keys).
 
+mod calls;
 mod consciousness;
 mod error;
 mod inbox;
@@ -46,6 +51,10 @@ mod redis;
 mod spaces;
 mod types;
 
+pub use self::calls::{
+    token_hash, CallId, CallRecord, CallResult, Calls, Completion, NewCall, NoRandom,
+    FORGET_AFTER_MS,
+};
 pub use self::consciousness::{next_digest, ConsciousnessLog};
 pub use self::error::StoreError;
 pub use self::inbox::Inbox;
@@ -67,7 +76,17 @@ pub const SEEN_IDS: usize = 10_000;
 /// The data plane's operations: every concern's trait. Implemented for any type that
 /// implements them all; hold it as `Arc<dyn Store>`.
 pub trait Store:
-    Spaces + Inbox + Messages + ConsciousnessLog + Leases + Notes + Observe + Send + Sync + 'static
+    Spaces
+    + Inbox
+    + Messages
+    + ConsciousnessLog
+    + Leases
+    + Notes
+    + Observe
+    + Calls
+    + Send
+    + Sync
+    + 'static
 {
 }
 
@@ -79,6 +98,7 @@ impl<T> Store for T where
         + Leases
         + Notes
         + Observe
+        + Calls
         + Send
         + Sync
         + 'static
@@ -88,7 +108,9 @@ impl<T> Store for T where
 /// The store's traits, so that one `use crate::store::prelude::*;` brings every method of a
 /// [`Store`] into scope.
 pub mod prelude {
-    pub use super::{ConsciousnessLog, Inbox, Leases, Messages, Notes, Observe, Spaces, Store};
+    pub use super::{
+        Calls, ConsciousnessLog, Inbox, Leases, Messages, Notes, Observe, Spaces, Store,
+    };
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@
 //! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolStatus`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
+//! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
+//! | `agentfleet:{agent:NS/NAME}:callsforget` | sorted set | call ids by when they are forgotten (ms): a registration removes those past |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
@@ -63,6 +65,8 @@ const AGENT_SUFFIXES: &[&str] = &[
     "planmarks",
     "model",
     "tools",
+    "calls",
+    "callsforget",
 ];
 
 /// The keys of one agent, all under its hash tag `{agent:NS/NAME}`.
@@ -164,6 +168,16 @@ impl AgentKeys {
     /// The tools the worker has, as it last reported them.
     pub(super) fn tools(&self) -> String {
         self.key("tools")
+    }
+
+    /// Asynchronous calls waiting for (or done with) their result.
+    pub(super) fn calls(&self) -> String {
+        self.key("calls")
+    }
+
+    /// Call ids by when they are forgotten.
+    pub(super) fn calls_forget(&self) -> String {
+        self.key("callsforget")
     }
 
     /// Every key of the agent.
@@ -308,6 +322,8 @@ pub(super) mod tests {
             a.plan_marks(),
             a.model(),
             a.tools(),
+            a.calls(),
+            a.calls_forget(),
         ];
         let all = a.all();
         for k in &named {
