@@ -57,6 +57,12 @@ use sse::Hub;
 /// The most messages one page returns.
 const MAX_PAGE: usize = 500;
 
+/// Where the service of an async tool call posts its result: the gateway at `base`
+/// (`http://…`, as the worker's `--callback-url` gives it), route `POST /v1/tool-results/{callId}`.
+pub fn tool_result_url(base: &str, call: &crate::store::CallId) -> String {
+    format!("{}/v1/tool-results/{call}", base.trim_end_matches('/'))
+}
+
 /// The gateway's shared state.
 #[derive(Clone)]
 pub struct Gateway {

@@ -177,6 +177,7 @@ impl Cycle<'_> {
                                 name: &call.name,
                                 arguments: &call.arguments,
                                 idempotency_key: &idempotency,
+                                space: env.active.as_deref(),
                             })
                             .await
                     }

@@ -3,6 +3,7 @@
 //! [`Toolbox`] that offers the model one stable list.
 
 pub mod builtin;
+pub mod http;
 pub mod secrets;
 
 use std::sync::Arc;
@@ -54,6 +55,9 @@ pub struct ExternalCall<'a> {
     /// The same for every try of this call: sent as `Idempotency-Key` where the tool speaks
     /// HTTP, so a repeated call can be recognised by the service.
     pub idempotency_key: &'a str,
+    /// The active space, where a `visible` tool shows its arguments and result (none: not
+    /// shown).
+    pub space: Option<&'a str>,
 }
 
 /// Tools outside the worker: an agent's HTTP tools, or one MCP server.
@@ -87,11 +91,15 @@ pub struct ExternalContext {
 /// The external tools an agent's spec declares: its HTTP tools, then one source per MCP
 /// server, in the spec's order.
 pub fn external(
-    _agent: &AgentKey,
-    _spec: &crate::crd::ToolsSpec,
-    _context: &ExternalContext,
+    agent: &AgentKey,
+    spec: &crate::crd::ToolsSpec,
+    context: &ExternalContext,
 ) -> Vec<Arc<dyn External>> {
-    Vec::new()
+    let mut out: Vec<Arc<dyn External>> = Vec::new();
+    if !spec.http.is_empty() {
+        out.push(Arc::new(http::HttpTools::new(agent, &spec.http, context)));
+    }
+    out
 }
 
 /// Every tool an agent has: its enabled built-ins, then its external tools.
