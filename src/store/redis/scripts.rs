@@ -603,6 +603,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 13);
+        assert_eq!(scripts, 14);
     }
 }
