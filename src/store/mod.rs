@@ -42,6 +42,7 @@ mod calls;
 mod consciousness;
 mod error;
 mod inbox;
+mod journal;
 mod leases;
 mod memory;
 mod messages;
@@ -58,6 +59,7 @@ pub use self::calls::{
 pub use self::consciousness::{next_digest, ConsciousnessLog};
 pub use self::error::StoreError;
 pub use self::inbox::Inbox;
+pub use self::journal::Journal;
 pub use self::leases::Leases;
 pub use self::memory::MemoryStore;
 pub use self::messages::Messages;
@@ -78,6 +80,7 @@ pub const SEEN_IDS: usize = 10_000;
 pub trait Store:
     Spaces
     + Inbox
+    + Journal
     + Messages
     + ConsciousnessLog
     + Leases
@@ -93,6 +96,7 @@ pub trait Store:
 impl<T> Store for T where
     T: Spaces
         + Inbox
+        + Journal
         + Messages
         + ConsciousnessLog
         + Leases
@@ -109,7 +113,8 @@ impl<T> Store for T where
 /// [`Store`] into scope.
 pub mod prelude {
     pub use super::{
-        Calls, ConsciousnessLog, Inbox, Leases, Messages, Notes, Observe, Spaces, Store,
+        Calls, ConsciousnessLog, Inbox, Journal, Leases, Messages, Notes, Observe, Spaces,
+        Store,
     };
 }
 

@@ -5,6 +5,7 @@
 mod calls;
 mod consciousness;
 mod inbox;
+mod journal;
 mod leases;
 mod messages;
 mod notes;
@@ -80,6 +81,8 @@ struct AgentState {
     tools: Option<Vec<crate::crd::ToolStatus>>,
     /// Asynchronous calls by id, and whether each has its result.
     calls: HashMap<String, (super::CallRecord, bool)>,
+    /// The journal of the cycle under way.
+    journal: Vec<String>,
 }
 
 impl AgentState {

@@ -23,6 +23,7 @@
 //! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:plans` | hash | name → plan the agent made (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
+//! | `agentfleet:{agent:NS/NAME}:journal` | list | the journal of the cycle under way (JSON entries; dropped by its commit or acknowledgement) |
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolStatus`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
@@ -65,6 +66,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "planmarks",
     "model",
     "tools",
+    "journal",
     "calls",
     "callsforget",
 ];
@@ -168,6 +170,11 @@ impl AgentKeys {
     /// The tools the worker has, as it last reported them.
     pub(super) fn tools(&self) -> String {
         self.key("tools")
+    }
+
+    /// The journal of the cycle under way.
+    pub(super) fn journal(&self) -> String {
+        self.key("journal")
     }
 
     /// Asynchronous calls waiting for (or done with) their result.
@@ -322,6 +329,7 @@ pub(super) mod tests {
             a.plan_marks(),
             a.model(),
             a.tools(),
+            a.journal(),
             a.calls(),
             a.calls_forget(),
         ];

@@ -18,6 +18,7 @@ mod calls;
 mod conn;
 mod consciousness;
 mod inbox;
+mod journal;
 mod keys;
 mod leases;
 mod messages;

@@ -51,6 +51,8 @@ static REGISTER_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[include_str!("lua/register_call.lua")]));
 static COMPLETE_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/complete_call.lua")]));
+static JOURNAL: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, include_str!("lua/journal.lua")]));
 
 /// Where `post.lua` puts the new message's id in the templates it fills.
 pub(super) const ID_PLACEHOLDER: &str = "@@agentfleet-message-id@@";
@@ -367,8 +369,8 @@ pub(super) async fn mid_cycle(
     })
 }
 
-/// `ack.lua` (fenced): ends the cycle.
-/// KEYS: lease, inflight, state, urgent, inbox. ARGV: lease value.
+/// `ack.lua` (fenced): ends the cycle (and its journal).
+/// KEYS: lease, inflight, state, urgent, inbox, journal. ARGV: lease value.
 pub(super) async fn ack(
     conn: &mut ConnectionManager,
     agent: &AgentKeys,
@@ -379,6 +381,7 @@ pub(super) async fn ack(
         .key(agent.state())
         .key(agent.urgent())
         .key(agent.inbox())
+        .key(agent.journal())
         .arg(lease_value(lease))
         .invoke_async::<u8>(conn)
         .await
@@ -443,6 +446,7 @@ pub(super) async fn commit(
         .key(agent.state())
         .key(agent.urgent())
         .key(agent.inbox())
+        .key(agent.journal())
         .arg(lease_value(lease))
         .arg(plan_json.to_string());
     for m in &commit.new_messages {
@@ -608,6 +612,32 @@ fn checkpoints_json(
         .collect()
 }
 
+/// `journal.lua` (fenced): appends entries to the journal of the cycle under way.
+/// KEYS: lease, journal. ARGV: lease value, entries.
+pub(super) async fn journal(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+    entries: &[String],
+) -> Result<(), StoreError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut invocation = JOURNAL.prepare_invoke();
+    invocation
+        .key(agent.lease())
+        .key(agent.journal())
+        .arg(lease_value(lease));
+    for e in entries {
+        invocation.arg(e);
+    }
+    invocation
+        .invoke_async::<u64>(conn)
+        .await
+        .map_err(fenced(agent.name(), "write the cycle's journal"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -643,6 +673,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 15);
+        assert_eq!(scripts, 16);
     }
 }
