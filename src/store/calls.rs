@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{now_ms, AgentKey, EventKind, InboxEvent, Pushed, StoreError};
+use super::{now_ms, AgentKey, EventKind, InboxEvent, Pushed, Sender, StoreError};
 
 /// How long a call is remembered after it expired, in milliseconds (a day).
 pub const FORGET_AFTER_MS: i64 = 86_400_000;
@@ -97,11 +97,17 @@ impl CallRecord {
         self.expires_ms.saturating_add(FORGET_AFTER_MS)
     }
 
-    /// The inbox event that delivers `result` of call `id` to its agent.
+    /// The inbox event that delivers `result` of call `id` to its agent: sent by the tool,
+    /// its text naming the call, the result (or error) in its data, so the model reads one
+    /// line `(tool result) TOOL: "call ID finished" {"callId", "tool", "result"}`.
     pub fn event(&self, id: &CallId, result: &CallResult) -> InboxEvent {
-        let (key, value) = match result {
-            CallResult::Result(v) => ("result", v.clone()),
-            CallResult::Error(e) => ("error", Value::String(e.clone())),
+        let (key, value, text) = match result {
+            CallResult::Result(v) => ("result", v.clone(), format!("call {id} finished")),
+            CallResult::Error(e) => (
+                "error",
+                Value::String(e.clone()),
+                format!("call {id} failed"),
+            ),
         };
         let mut data = serde_json::Map::new();
         data.insert("callId".into(), Value::String(id.as_str().to_string()));
@@ -113,8 +119,12 @@ impl CallRecord {
             time_ms: now_ms(),
             urgent: false,
             space: None,
-            sender: None,
-            text: None,
+            sender: Some(Sender {
+                id: self.tool.clone(),
+                name: self.tool.clone(),
+                kind: None,
+            }),
+            text: Some(text),
             data: Some(Value::Object(data)),
             depth: 0,
         }
@@ -274,7 +284,10 @@ mod tests {
             ok.data.unwrap(),
             serde_json::json!({"callId": id.as_str(), "tool": "create_ticket", "result": {"ticket": "T-1"}})
         );
+        assert_eq!(ok.sender.unwrap().name, "create_ticket");
+        assert_eq!(ok.text.unwrap(), format!("call {id} finished"));
         let failed = record.event(&id, &CallResult::Error("quota".into()));
+        assert_eq!(failed.text.unwrap(), format!("call {id} failed"));
         assert_eq!(failed.data.unwrap()["error"], "quota");
     }
 }

@@ -113,8 +113,7 @@ impl<T> Store for T where
 /// [`Store`] into scope.
 pub mod prelude {
     pub use super::{
-        Calls, ConsciousnessLog, Inbox, Journal, Leases, Messages, Notes, Observe, Spaces,
-        Store,
+        Calls, ConsciousnessLog, Inbox, Journal, Leases, Messages, Notes, Observe, Spaces, Store,
     };
 }
 
