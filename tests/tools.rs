@@ -23,7 +23,7 @@ use agentfleet::gateway::{self, Gateway, Limits};
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::openai::OpenAi;
 use agentfleet::store::{
-    prelude::*, AgentKey, MemoryStore, NewCall, NewMessage, RedisStore, Sender,
+    prelude::*, AgentKey, LiveEvent, MemoryStore, NewCall, NewMessage, RedisStore, Sender,
 };
 use agentfleet::telemetry::WorkerMetrics;
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
@@ -264,6 +264,66 @@ async fn headers_come_from_a_mounted_secret_and_a_missing_one_makes_the_tool_unr
     );
     assert_eq!(server.seen().len(), 1, "an unready tool sends nothing");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_visible_tool_shows_its_arguments_and_result_in_the_space_secrets_masked() {
+    let server = tool_server().await;
+    let base = &server.base;
+    let store = Arc::new(MemoryStore::new());
+    let tools = HttpTools::new(
+        &AgentKey::new("ops", "bot"),
+        &specs(&format!(
+            r#"
+- {{name: quiet, description: d, url: "{base}/q", headersFrom: {{secretName: tracker}}}}
+- {{name: shown, description: d, url: "{base}/s", visible: true, headersFrom: {{secretName: tracker}}}}
+"#
+        )),
+        &ExternalContext {
+            store: store.clone(),
+            secrets: secrets(),
+            callback_url: None,
+        },
+    );
+    let mut live = store
+        .subscribe_live(&SpaceKey::new("ops", "ops"))
+        .await
+        .unwrap();
+    for name in ["quiet", "shown"] {
+        let outcome = tools
+            .call(&ExternalCall {
+                agent: &AgentKey::new("ops", "bot"),
+                name,
+                arguments: &json!({"note": SECRET}).to_string(),
+                idempotency_key: "k",
+                space: Some("ops"),
+            })
+            .await;
+        assert!(outcome.ok, "{}", outcome.content);
+    }
+    // The first event is the visible tool's: the quiet one showed nothing.
+    let event = tokio::time::timeout(Duration::from_secs(10), live.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let LiveEvent::Activity {
+        activity,
+        tool,
+        detail,
+        ..
+    } = event
+    else {
+        panic!("{event:?}")
+    };
+    assert_eq!(
+        (activity.as_str(), tool.as_deref()),
+        ("tool_result", Some("shown"))
+    );
+    let detail: Value = serde_json::from_str(&detail.unwrap()).unwrap();
+    assert_eq!(detail["arguments"], json!({"note": "***"}));
+    assert_eq!(detail["result"]["status"], 200);
+    assert_eq!(detail["result"]["body"]["uri"], "/s");
+    assert!(!detail.to_string().contains("s3cr3t"), "{detail}");
 }
 
 /// Log lines written while a test runs.
@@ -696,7 +756,7 @@ spec:
     );
 
     // The woken agent sees the result as one inbox line naming the tool and the call.
-    let worker = start_worker(agentlet);
+    let worker = start_worker(agentlet.clone());
     until("the second cycle to commit", async || {
         (store.consciousness(&key).await.unwrap().cycle == 2).then_some(())
     })
@@ -726,6 +786,18 @@ spec:
         json!({"callId": call_id, "tool": "create_ticket", "result": {"ticket": "T-1"}})
     );
     assert_eq!(server.seen().len(), 1, "the tool was called once");
+    let calls = |outcome: &str| {
+        agentlet
+            .metrics
+            .tool_calls
+            .with_label_values(&[NS, "bot", "create_ticket", outcome])
+            .get()
+    };
+    assert_eq!(
+        (calls("ok"), calls("error")),
+        (1, 0),
+        "one call, counted once"
+    );
     for r in &requests {
         assert!(
             !r.to_string().contains("s3cr3t"),

@@ -194,13 +194,14 @@ pub struct DeltaEvent {
 pub struct ActivityEvent {
     /// The agent.
     pub sender: EntityRef,
-    /// `thinking`, `tool`, `idle`, or `error` (its cycle failed; see `detail`).
+    /// `thinking`, `tool`, `tool_result` (a `visible` tool's arguments and result; see
+    /// `detail`), `idle`, or `error` (its cycle failed; see `detail`).
     pub activity: String,
     /// The tool being run, for `tool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// For `error`: what failed and what happens next (a retry in so many seconds, or giving
-    /// up on the messages).
+    /// up on the messages). For `tool_result`: JSON `{"arguments", "result"}`, secrets masked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
