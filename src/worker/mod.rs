@@ -86,15 +86,15 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A doubling delay between a first and a largest one.
-struct Backoff {
+/// A doubling delay between a first and a largest one (also the MCP tools' reconnects).
+pub(crate) struct Backoff {
     next: Duration,
     min: Duration,
     max: Duration,
 }
 
 impl Backoff {
-    fn new(min: Duration, max: Duration) -> Self {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
         Self {
             next: min,
             min,
@@ -103,13 +103,13 @@ impl Backoff {
     }
 
     /// The delay to wait now (the next one is twice as long).
-    fn take(&mut self) -> Duration {
+    pub(crate) fn take(&mut self) -> Duration {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         d
     }
 
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.min;
     }
 }

@@ -3,6 +3,7 @@
 //! [`Toolbox`] that offers the model one stable list.
 
 pub mod builtin;
+pub mod mcp;
 pub mod secrets;
 
 use std::sync::Arc;
@@ -87,11 +88,17 @@ pub struct ExternalContext {
 /// The external tools an agent's spec declares: its HTTP tools, then one source per MCP
 /// server, in the spec's order.
 pub fn external(
-    _agent: &AgentKey,
-    _spec: &crate::crd::ToolsSpec,
-    _context: &ExternalContext,
+    agent: &AgentKey,
+    spec: &crate::crd::ToolsSpec,
+    context: &ExternalContext,
 ) -> Vec<Arc<dyn External>> {
-    Vec::new()
+    let mut out: Vec<Arc<dyn External>> = Vec::new();
+    out.extend(
+        spec.mcp.iter().map(|m| {
+            Arc::new(mcp::McpServer::start(agent, m, &context.secrets)) as Arc<dyn External>
+        }),
+    );
+    out
 }
 
 /// Every tool an agent has: its enabled built-ins, then its external tools.
