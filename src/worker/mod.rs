@@ -239,7 +239,20 @@ pub async fn run_agent(
         })
     });
 
+    // What the agent can call changes while it holds the lease (an MCP server comes up or
+    // goes away, its list changes): the data plane hears of it at once, not at the next wake.
+    let reporter = AbortOnDrop({
+        let agentlet = agentlet.clone();
+        tokio::spawn(async move {
+            loop {
+                agentlet.toolbox().changed().await;
+                agentlet.report_tools().await;
+            }
+        })
+    });
+
     let result = process(&agentlet, &lease, &health, &mut shutdown, &mut lost).await;
+    drop(reporter);
     drop(renewer);
     health.set_leased(false);
     if let Err(e) = store.release_lease(&key, &lease).await {

@@ -71,6 +71,20 @@ pub trait External: Send + Sync {
 
     /// Runs a call; whatever goes wrong is an error result, never a panic or an `Err`.
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome;
+
+    /// Whether a call of `tool` is this source's to answer: one it offers now, or (for a
+    /// source whose tools come and go, like an MCP server that is down) one it offered
+    /// before, so the call gets this source's error result rather than "unknown tool".
+    fn owns(&self, tool: &str) -> bool {
+        self.specs().iter().any(|s| s.name == tool)
+    }
+
+    /// Resolves when [`specs`](Self::specs) or [`status`](Self::status) may have changed
+    /// (the worker then reports its tools again). A change since the last call counts. The
+    /// default never resolves: the source's tools are fixed.
+    async fn changed(&self) {
+        std::future::pending::<()>().await
+    }
 }
 
 /// What building an agent's external tools needs.
@@ -128,12 +142,17 @@ impl Toolbox {
         out
     }
 
-    /// The external source offering `name`, if any.
+    /// The external source whose tool `name` is, if any (see [`External::owns`]).
     pub fn external(&self, name: &str) -> Option<&dyn External> {
-        self.external
-            .iter()
-            .find(|e| e.specs().iter().any(|s| s.name == name))
-            .map(Arc::as_ref)
+        self.external.iter().find(|e| e.owns(name)).map(Arc::as_ref)
+    }
+
+    /// Resolves when an external source's tools may have changed; never without any.
+    pub async fn changed(&self) {
+        if self.external.is_empty() {
+            return std::future::pending().await;
+        }
+        futures::future::select_all(self.external.iter().map(|e| e.changed())).await;
     }
 
     /// What `status.tools` shows: the built-ins (always ready), then the external tools.

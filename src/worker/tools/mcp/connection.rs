@@ -23,6 +23,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use tokio::sync::Notify;
 
+use super::keyed::Keyed;
 use super::offer::Offer;
 use crate::crd::McpServerSpec;
 use crate::secrets::Redactor;
@@ -121,14 +122,16 @@ impl Connection {
     /// the cause, unmasked (the caller masks it).
     pub async fn open(spec: &McpServerSpec, credentials: &Credentials) -> Result<Self, String> {
         crate::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            // Headers carry credentials: never follow a redirect to wherever it points.
-            .redirect(reqwest::redirect::Policy::none())
-            // rmcp's advice: a reused connection whose last body was not read stalls.
-            .pool_max_idle_per_host(0)
-            .build()
-            .map_err(|e| format!("building the HTTP client: {}", crate::report::chain(&e)))?;
+        let http = Keyed(
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                // Headers carry credentials: never follow a redirect to wherever it points.
+                .redirect(reqwest::redirect::Policy::none())
+                // rmcp's advice: a reused connection whose last body was not read stalls.
+                .pool_max_idle_per_host(0)
+                .build()
+                .map_err(|e| format!("building the HTTP client: {}", crate::report::chain(&e)))?,
+        );
         let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
             .custom_headers(credentials.headers.clone());
         // A stream that breaks is tried again a few times; after that the connection is lost
@@ -249,7 +252,7 @@ impl Connection {
 /// Connects and completes the handshake of `lifecycle`, within [`CONNECT_TIMEOUT`].
 async fn handshake(
     listener: &Listener,
-    http: &reqwest::Client,
+    http: &Keyed,
     config: &StreamableHttpClientTransportConfig,
     lifecycle: ClientLifecycleMode,
 ) -> Result<RunningService<RoleClient, Listener>, Box<ClientInitializeError>> {

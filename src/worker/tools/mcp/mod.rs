@@ -8,14 +8,16 @@
 //! unavailable, that fails, or that takes longer than `timeoutSeconds` is an error result.
 
 mod connection;
+mod keyed;
 mod offer;
 mod result;
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, RequestMetaObject};
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
@@ -31,6 +33,7 @@ use crate::secrets::Redactor;
 use crate::store::AgentKey;
 use crate::worker::Backoff;
 
+pub use self::keyed::META_KEY;
 pub use self::offer::{model_name, SEPARATOR};
 pub use self::result::MAX_RESULT_BYTES;
 
@@ -56,6 +59,11 @@ enum Link {
 struct Shared {
     spec: McpServerSpec,
     link: RwLock<Link>,
+    /// Every name the server's tools were offered under (and the allowlist's): the calls
+    /// that are its to answer, up or down.
+    known: RwLock<BTreeSet<String>>,
+    /// Told whenever `link` changes (the worker reports its tools again).
+    changed: Notify,
     /// Masks the header values of the last Secret read.
     redactor: RwLock<Redactor>,
     /// A call found the connection broken: reconnect now.
@@ -68,7 +76,19 @@ impl Shared {
     }
 
     fn set(&self, link: Link) {
+        if let Link::Up { offer, .. } = &link {
+            let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+            known.extend(offer.tools.iter().map(|t| t.spec.name.clone()));
+        }
         *self.link.write().unwrap_or_else(|e| e.into_inner()) = link;
+        self.changed.notify_one();
+    }
+
+    fn knows(&self, name: &str) -> bool {
+        self.known
+            .read()
+            .map(|k| k.contains(name))
+            .unwrap_or_else(|e| e.into_inner().contains(name))
     }
 
     fn redactor(&self) -> Redactor {
@@ -116,6 +136,13 @@ impl McpServer {
                 "MCP server {} is not connected yet",
                 spec.name
             ))),
+            known: RwLock::new(
+                spec.tools
+                    .iter()
+                    .map(|t| model_name(&spec.name, t))
+                    .collect(),
+            ),
+            changed: Notify::new(),
             redactor: RwLock::new(Redactor::default()),
             lost: Notify::new(),
         });
@@ -216,6 +243,16 @@ impl External for McpServer {
         self.shared.spec.idempotent
     }
 
+    /// Its tools, offered now or before (a call of one while the server is down is this
+    /// server's error result).
+    fn owns(&self, tool: &str) -> bool {
+        self.shared.knows(tool)
+    }
+
+    async fn changed(&self) {
+        self.shared.changed.notified().await
+    }
+
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome {
         let redactor = self.shared.redactor();
         let (peer, remote) = match &*self.shared.link() {
@@ -235,7 +272,10 @@ impl External for McpServer {
             Err(e) => return Outcome::error(e),
         };
         let limit = Duration::from_secs(u64::from(self.shared.spec.timeout_seconds));
-        let params = CallToolRequestParams::new(remote).with_arguments(arguments);
+        let mut meta = RequestMetaObject::new();
+        meta.insert(META_KEY.into(), Value::String(call.idempotency_key.into()));
+        let mut params = CallToolRequestParams::new(remote).with_arguments(arguments);
+        params.meta = Some(meta);
         match tokio::time::timeout(limit, peer.call_tool(params)).await {
             Ok(Ok(answer)) => result::outcome(&answer, &redactor),
             Ok(Err(ServiceError::McpError(e))) => Outcome::error(redactor.redact(&format!(
