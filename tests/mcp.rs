@@ -784,6 +784,43 @@ impl Worker {
     }
 }
 
+/// The agent of `agent`, with its external tools as the worker builds them.
+fn agentlet(store: &Arc<RedisStore>, agent: Agent) -> Arc<Agentlet> {
+    let key = agent_key();
+    let store_dyn: Arc<dyn Store> = store.clone();
+    let external = tools::external(
+        &key,
+        &agent.spec.tools,
+        &ExternalContext {
+            store: store_dyn,
+            secrets: with_secret(),
+            callback_url: None,
+        },
+    );
+    assert_eq!(external.len(), 1, "one source per MCP server");
+    let model = OpenAi::new(&agent.spec.model, None).unwrap();
+    Arc::new(
+        Agentlet::new(
+            agent,
+            key,
+            store.clone(),
+            Arc::new(model),
+            WorkerMetrics::new().unwrap(),
+        )
+        .with_external(external),
+    )
+}
+
+/// The tools the model was offered in `request`.
+fn offered(request: &Value) -> Vec<&str> {
+    request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect()
+}
+
 async fn reported(store: &RedisStore, key: &AgentKey) -> Vec<ToolStatus> {
     let seen = store.observe(std::slice::from_ref(key)).await.unwrap();
     seen.into_iter()
@@ -793,7 +830,7 @@ async fn reported(store: &RedisStore, key: &AgentKey) -> Vec<ToolStatus> {
 }
 
 #[tokio::test]
-async fn in_a_worker_the_tools_come_up_and_a_result_reaches_the_model() {
+async fn in_a_worker_the_tools_come_and_go_and_the_model_sees_each_result() {
     let redis = RedisServer::start().unwrap();
     let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
     let key = agent_key();
@@ -807,6 +844,8 @@ async fn in_a_worker_the_tools_come_up_and_a_result_reaches_the_model() {
     let mock = MockModel::start(vec![
         MockTurn::tools(&[("tracker__echo", json!({"text": "disk at 91%"}))]),
         MockTurn::text("Noted."),
+        MockTurn::tools(&[("tracker__echo", json!({"text": "still there?"}))]),
+        MockTurn::text("The tracker is down."),
     ])
     .await
     .unwrap();
@@ -814,29 +853,7 @@ async fn in_a_worker_the_tools_come_up_and_a_result_reaches_the_model() {
     let port = free_port().unwrap();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let agent = manifest(&url, &mock.base_url);
-    let store_dyn: Arc<dyn Store> = store.clone();
-    let external = tools::external(
-        &key,
-        &agent.spec.tools,
-        &ExternalContext {
-            store: store_dyn,
-            secrets: with_secret(),
-            callback_url: None,
-        },
-    );
-    assert_eq!(external.len(), 1, "one source per MCP server");
-    let model = OpenAi::new(&agent.spec.model, None).unwrap();
-    let agentlet = Arc::new(
-        Agentlet::new(
-            agent,
-            key.clone(),
-            store.clone(),
-            Arc::new(model),
-            WorkerMetrics::new().unwrap(),
-        )
-        .with_external(external),
-    );
-    let worker = Worker::start(agentlet.clone());
+    let worker = Worker::start(agentlet(&store, agent));
 
     // The data plane hears it is not ready…
     let down = until(
@@ -870,38 +887,40 @@ async fn in_a_worker_the_tools_come_up_and_a_result_reaches_the_model() {
     )
     .await;
 
-    store
-        .post_message(
-            &SpaceKey::new(NS, "oncall"),
-            &NewMessage {
-                sender: Sender {
-                    id: "dana".into(),
-                    name: "Dana".into(),
-                    kind: Some(MemberKind::Human),
-                },
-                text: "How full is the disk?".into(),
-                mention: None,
-                idempotency_key: None,
-                urgent: false,
-                depth: 0,
-            },
-        )
-        .await
-        .unwrap();
+    ask(&store, "How full is the disk?").await;
     until("the cycle to commit", Duration::from_secs(20), async || {
         (store.consciousness(&key).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+
+    // The server dies: the data plane hears it, and a call of its tool is an error result.
+    let world = server.world.clone();
+    server.stop().await;
+    let down = until(
+        "not ready to be reported again",
+        Duration::from_secs(30),
+        async || {
+            let tools = reported(&store, &key).await;
+            tools.iter().find(|t| t.name == "tracker__*").cloned()
+        },
+    )
+    .await;
+    assert!(!down.ready, "{down:?}");
+    let why = down.last_error.unwrap();
+    assert!(
+        why.starts_with("MCP server tracker is unavailable"),
+        "{why}"
+    );
+    ask(&store, "Is the tracker still there?").await;
+    until("the second cycle", Duration::from_secs(20), async || {
+        (store.consciousness(&key).await.unwrap().cycle == 2).then_some(())
     })
     .await;
     worker.stop().await;
 
     let requests = mock.requests();
-    assert_eq!(requests.len(), 2, "a tool step and a final step");
-    let offered: Vec<&str> = requests[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
+    assert_eq!(requests.len(), 4, "a tool step and a final step, twice");
+    let offered = offered(&requests[0]);
     assert!(
         offered.ends_with(&["tracker__echo", "tracker__whoami"]),
         "after the built-ins: {offered:?}"
@@ -931,10 +950,80 @@ async fn in_a_worker_the_tools_come_up_and_a_result_reaches_the_model() {
             .any(|m| m.contains("echo: disk at 91%")),
         "the result is remembered"
     );
-    let everything = format!("{requests:?}{:?}", consciousness.messages);
+    let failed = requests[3]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .unwrap();
+    let failed: Value = serde_json::from_str(failed["content"].as_str().unwrap()).unwrap();
+    assert_eq!(failed, json!({"error": why}), "the model is told why");
+    assert_eq!(
+        world.idempotency_meta.lock().unwrap().len(),
+        1,
+        "nothing reached the server the second time"
+    );
+    let everything = format!(
+        "{requests:?}{:?}{:?}",
+        consciousness.messages,
+        reported(&store, &key).await
+    );
     assert!(
         !everything.contains("s3cr3t"),
-        "no secret reaches the model"
+        "no secret reaches the model or the status"
+    );
+}
+
+/// Dana asks in the oncall space.
+async fn ask(store: &RedisStore, text: &str) {
+    store
+        .post_message(
+            &SpaceKey::new(NS, "oncall"),
+            &NewMessage {
+                sender: Sender {
+                    id: "dana".into(),
+                    name: "Dana".into(),
+                    kind: Some(MemberKind::Human),
+                },
+                text: text.into(),
+                mention: None,
+                idempotency_key: None,
+                urgent: false,
+                depth: 0,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_starting_with_work_waiting_offers_the_tools_at_once() {
+    let redis = RedisServer::start().unwrap();
+    let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    store
+        .apply_space(
+            &SpaceKey::new(NS, "oncall"),
+            &space_record("Oncall", &["sre"], &["Dana"]),
+        )
+        .await
+        .unwrap();
+    let mock = MockModel::start(vec![MockTurn::text("On it.")])
+        .await
+        .unwrap();
+    let server = McpTestServer::start(Era::Current, tracker_tools()).await;
+    // The message is waiting before the worker starts: its first cycle runs at once.
+    ask(&store, "Anything open?").await;
+    let worker = Worker::start(agentlet(&store, manifest(&server.url, &mock.base_url)));
+    until("the cycle to commit", Duration::from_secs(20), async || {
+        (store.consciousness(&agent_key()).await.unwrap().cycle == 1).then_some(())
+    })
+    .await;
+    worker.stop().await;
+    let requests = mock.requests();
+    let offered = offered(&requests[0]);
+    assert!(
+        offered.ends_with(&["tracker__echo", "tracker__whoami"]),
+        "the session waited for the server's first listing: {offered:?}"
     );
     server.stop().await;
 }

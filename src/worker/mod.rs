@@ -61,6 +61,8 @@ pub struct Args {
 
 /// How long one wait on the inbox blocks before the loop looks around (shutdown, lease).
 const WAIT: Duration = Duration::from_secs(5);
+/// How long a session waits for its external tools to be known before it starts.
+const SETTLE: Duration = Duration::from_secs(10);
 /// Failed cycles of one batch before the model's refusal is committed instead of retried.
 const MAX_REFUSALS: u32 = 3;
 
@@ -192,6 +194,16 @@ pub async fn run_agent(
 ) -> Result<(), StoreError> {
     let key = agentlet.key.clone();
     let store = agentlet.store.clone();
+    // The first cycle (maybe one resumed from its journal) should see the MCP servers' tools:
+    // give their first connection a moment; one that does not answer in time comes later.
+    tokio::select! {
+        settled = tokio::time::timeout(SETTLE, agentlet.toolbox().settled()) => {
+            if settled.is_err() {
+                info!(agent = %key, "some tools are not known yet; starting without them");
+            }
+        }
+        _ = shutdown.wait_for(|v| *v) => return Ok(()),
+    }
     let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     let lease = loop {
         health.beat();

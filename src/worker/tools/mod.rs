@@ -85,6 +85,10 @@ pub trait External: Send + Sync {
     async fn changed(&self) {
         std::future::pending::<()>().await
     }
+
+    /// Resolves once the source knows what it offers (an MCP server: its first connection
+    /// attempt ended, either way). The default is at once.
+    async fn settled(&self) {}
 }
 
 /// What building an agent's external tools needs.
@@ -145,6 +149,11 @@ impl Toolbox {
     /// The external source whose tool `name` is, if any (see [`External::owns`]).
     pub fn external(&self, name: &str) -> Option<&dyn External> {
         self.external.iter().find(|e| e.owns(name)).map(Arc::as_ref)
+    }
+
+    /// Resolves once every external source knows what it offers.
+    pub async fn settled(&self) {
+        futures::future::join_all(self.external.iter().map(|e| e.settled())).await;
     }
 
     /// Resolves when an external source's tools may have changed; never without any.

@@ -64,6 +64,8 @@ struct Shared {
     known: RwLock<BTreeSet<String>>,
     /// Told whenever `link` changes (the worker reports its tools again).
     changed: Notify,
+    /// Whether a connection attempt has ended (every change of `link` is the end of one).
+    settled: tokio::sync::watch::Sender<bool>,
     /// Masks the header values of the last Secret read.
     redactor: RwLock<Redactor>,
     /// A call found the connection broken: reconnect now.
@@ -82,6 +84,7 @@ impl Shared {
         }
         *self.link.write().unwrap_or_else(|e| e.into_inner()) = link;
         self.changed.notify_one();
+        self.settled.send_replace(true);
     }
 
     fn knows(&self, name: &str) -> bool {
@@ -143,6 +146,7 @@ impl McpServer {
                     .collect(),
             ),
             changed: Notify::new(),
+            settled: tokio::sync::watch::Sender::new(false),
             redactor: RwLock::new(Redactor::default()),
             lost: Notify::new(),
         });
@@ -251,6 +255,11 @@ impl External for McpServer {
 
     async fn changed(&self) {
         self.shared.changed.notified().await
+    }
+
+    async fn settled(&self) {
+        // The sender lives as long as `self`: waiting cannot fail.
+        let _ = self.shared.settled.subscribe().wait_for(|s| *s).await;
     }
 
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome {
