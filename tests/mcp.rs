@@ -853,7 +853,8 @@ async fn in_a_worker_the_tools_come_and_go_and_the_model_sees_each_result() {
     let port = free_port().unwrap();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let agent = manifest(&url, &mock.base_url);
-    let worker = Worker::start(agentlet(&store, agent));
+    let sre = agentlet(&store, agent);
+    let worker = Worker::start(sre.clone());
 
     // The data plane hears it is not ready…
     let down = until(
@@ -962,6 +963,17 @@ async fn in_a_worker_the_tools_come_and_go_and_the_model_sees_each_result() {
         world.idempotency_meta.lock().unwrap().len(),
         1,
         "nothing reached the server the second time"
+    );
+    let calls = |outcome: &str| {
+        sre.metrics
+            .tool_calls
+            .with_label_values(&[NS, "sre", "tracker__echo", outcome])
+            .get()
+    };
+    assert_eq!(
+        (calls("ok"), calls("error")),
+        (1, 1),
+        "counted under the tool's name, down or not"
     );
     let everything = format!(
         "{requests:?}{:?}{:?}",

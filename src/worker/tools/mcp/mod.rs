@@ -1,11 +1,17 @@
 //! The tools of an MCP server (Streamable HTTP, through `rmcp`), as one [`External`] source.
 //!
 //! A background task per server connects, lists the tools and keeps the list current; the
-//! worker never waits for it. While the server cannot be reached (down at start, gone since,
-//! its Secret missing) its tools are not offered, `status.tools` says why in one `NAME__*`
-//! entry, and the task tries again with backoff (1 s doubling to 60 s). Once it
-//! answers, its tools are in the next cycle's list. A call of a tool whose server is
-//! unavailable, that fails, or that takes longer than `timeoutSeconds` is an error result.
+//! worker waits only for its first attempt, at a session's start. While the server cannot be
+//! reached (down at start, gone since, its Secret missing) its tools are not offered,
+//! `status.tools` says why in one `NAME__*` entry, and the task tries again with backoff
+//! (1 s doubling to 60 s). Once it answers, its tools are in the next cycle's list. A call of
+//! a tool whose server is unavailable, that fails, or that takes longer than `timeoutSeconds`
+//! is an error result.
+//!
+//! The worker learns of every change through [`External::changed`] (it reports its tools
+//! again at once) and waits for the first connection attempt through [`External::settled`].
+//! A call carries the journal's idempotency key in its `_meta` ([`META_KEY`]) and, for what
+//! stands in front of the server, as an `Idempotency-Key` header.
 
 mod connection;
 mod keyed;
