@@ -148,6 +148,7 @@ async fn operator_on_a_real_api_server() {
                 image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
                 image_pull_policy: Some("IfNotPresent".into()),
                 redis: agentfleet::operator::build::RedisUrlSource::Value(redis.url()),
+                callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
             },
             instance: Some("e2e".into()),
             tuning: Tuning {

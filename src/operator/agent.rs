@@ -226,7 +226,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
             .controller_owner_ref(&())
             .ok_or(Error::MissingField("metadata.uid"))?;
         let manifest = build::render_manifest(&agent)?;
-        let hash = build::config_hash(&manifest, &ctx.worker);
+        let hash = build::config_hash(&manifest, &ctx.worker, &agent.spec.tools.secrets());
         let cm = build::configmap(&agent, &owner, &manifest);
         match apply(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm).await? {
             Err(rejected) => Cond::fail(

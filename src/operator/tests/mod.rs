@@ -165,6 +165,7 @@ fn context_on(
                 image: "agentfleet:test".into(),
                 image_pull_policy: None,
                 redis: RedisUrlSource::Value("redis://redis:6379".into()),
+                callback_url: Some("http://gateway.agentfleet.svc:80".into()),
             },
             instance: Some("test".into()),
             tuning: Tuning::default(),
