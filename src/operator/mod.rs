@@ -3,13 +3,15 @@
 //!
 //! Where things are: [`run`] and its flags here; what the reconciles share in [`context`]; the
 //! controllers' wiring in [`controllers`] and what wakes them in `watches`; the reconciles in
-//! [`agent`] and [`space`], building their objects with the pure [`build`]; the status in
+//! [`agent`] and [`space`], checking specs with [`validate`], computing conditions in
+//! [`conditions`] and building their objects with the pure [`build`]; the status in
 //! [`status`]; the data-plane loop (scale decisions, cluster calls, plans) in [`dataplane`];
 //! liveness and readiness in [`health`]; the leader Lease in [`leader`]. No module imports
 //! from this one.
 
 pub mod agent;
 pub mod build;
+pub mod conditions;
 pub mod context;
 pub mod controllers;
 pub mod dataplane;
@@ -17,6 +19,7 @@ pub mod health;
 pub mod leader;
 pub mod space;
 pub mod status;
+pub mod validate;
 mod watches;
 
 use std::net::SocketAddr;

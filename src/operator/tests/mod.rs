@@ -4,6 +4,7 @@
 
 mod agents;
 mod spaces;
+mod tools;
 
 use std::sync::Arc;
 use std::time::Duration;
