@@ -1,8 +1,9 @@
 //! The Agent's status, assembled. The reconcile and the data-plane loop own disjoint status
 //! fields, each written under its own server-side apply field manager: the reconcile writes
 //! its conditions, available replicas and the configuration hash ([`reconcile_part`]); the loop
-//! writes phase, replicas, inbox depth, cycles, tokens, last cycle time, the checkpoint and
-//! `ModelAvailable` ([`data_part`], built from the data plane by [`data_status`]).
+//! writes phase, replicas, inbox depth, cycles, tokens, last cycle time, the checkpoint, the
+//! tools and the conditions of what the worker reports, `ModelAvailable` and `ToolsReady`
+//! ([`data_part`], built from the data plane by [`data_status`]).
 //!
 //! Conditions are merged with the previous set ([`merge`]), so `lastTransitionTime` only moves
 //! when a condition's status flips, and nothing here changes from one pass to the next unless
@@ -11,13 +12,23 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus};
+use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus, ToolStatus};
 use crate::store::AgentObservation;
 
 /// Condition: the agent's model answers (written from the data plane, where the worker
 /// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
 /// `ServerError`, `Refused`, `BadResponse`).
 pub const MODEL_AVAILABLE: &str = "ModelAvailable";
+
+/// Condition: every tool the worker has can be called now (written from the data plane, from
+/// the tools the worker reports; reasons `AllReady`, `SecretUnavailable`, `McpUnreachable`,
+/// `ToolUnavailable`).
+pub const TOOLS_READY: &str = "ToolsReady";
+
+/// The longest text of one tool's `lastError` shown in status.
+const MAX_TOOL_ERROR: usize = 512;
+/// The longest condition message.
+const MAX_MESSAGE: usize = 1024;
 
 /// A condition as the reconciler computes it, before it is merged with the previous set.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,7 +140,7 @@ pub fn phase(
 
 /// Whether a condition is written by this loop (from the data plane) rather than the reconcile.
 fn data_condition(c: &Condition) -> bool {
-    c.type_ == MODEL_AVAILABLE
+    c.type_ == MODEL_AVAILABLE || c.type_ == TOOLS_READY
 }
 
 /// The status fields the reconcile owns.
@@ -158,6 +169,7 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
         last_cycle_time: s.last_cycle_time.clone(),
         tokens_used: s.tokens_used,
         checkpoint: s.checkpoint.clone(),
+        tools: s.tools.clone(),
         conditions: s
             .conditions
             .iter()
@@ -193,15 +205,127 @@ fn time(ms: i64) -> Option<Time> {
     Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
 }
 
+/// The tools as `status.tools` shows them: what the worker reported, each name once, errors
+/// cut to a bounded length.
+fn shown_tools(reported: &[ToolStatus]) -> Vec<ToolStatus> {
+    let mut seen = std::collections::HashSet::new();
+    reported
+        .iter()
+        .filter(|t| seen.insert(t.name.as_str()))
+        .map(|t| ToolStatus {
+            last_error: t.last_error.as_deref().map(|e| cut(e, MAX_TOOL_ERROR)),
+            ..t.clone()
+        })
+        .collect()
+}
+
+/// `text`, at most `max` characters of it (an ellipsis says it was cut).
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The Secret a tool's error names (`Secret "NAME" …`, as the worker's Secrets say it).
+fn secret_named(error: &str) -> Option<&str> {
+    let (_, rest) = error.split_once("Secret \"")?;
+    rest.split_once('"').map(|(name, _)| name)
+}
+
+/// `ToolsReady`, from the tools the worker reported: True when every one can be called, else
+/// False with the first of these that applies, the message naming every unavailable tool:
+/// `SecretUnavailable` (a tool's error names a Secret it cannot read), `McpUnreachable` (the
+/// tools of an MCP server, `source: mcp:SERVER`), `ToolUnavailable` (any other).
+pub fn tools_condition(tools: &[ToolStatus]) -> Cond {
+    let down: Vec<&ToolStatus> = tools.iter().filter(|t| !t.ready).collect();
+    if down.is_empty() {
+        return Cond::ok(
+            TOOLS_READY,
+            "AllReady",
+            format!("{} tool(s) ready", tools.len()),
+        );
+    }
+    let error = |t: &ToolStatus| t.last_error.clone().unwrap_or_else(|| "not ready".into());
+    // Secret → its tools; server → its first error; tool → its error. In report order.
+    let mut secrets: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut servers: Vec<(&str, String)> = Vec::new();
+    let mut others: Vec<(&str, String)> = Vec::new();
+    for t in &down {
+        if let Some(secret) = t.last_error.as_deref().and_then(secret_named) {
+            match secrets.iter_mut().find(|(s, _)| *s == secret) {
+                Some((_, users)) => users.push(&t.name),
+                None => secrets.push((secret, vec![&t.name])),
+            }
+        } else if let Some(server) = t.source.strip_prefix("mcp:") {
+            if servers.iter().all(|(s, _)| *s != server) {
+                servers.push((server, error(t)));
+            }
+        } else {
+            others.push((&t.name, error(t)));
+        }
+    }
+    let reason = if !secrets.is_empty() {
+        "SecretUnavailable"
+    } else if !servers.is_empty() {
+        "McpUnreachable"
+    } else {
+        "ToolUnavailable"
+    };
+    let parts = secrets
+        .iter()
+        .map(|(s, users)| {
+            format!(
+                "Secret {s} is not available to the worker (tools {})",
+                users.join(", ")
+            )
+        })
+        .chain(
+            servers
+                .iter()
+                .map(|(s, e)| format!("MCP server {s} unreachable: {}", cut(e, 200))),
+        )
+        .chain(
+            others
+                .iter()
+                .map(|(t, e)| format!("tool {t} unavailable: {}", cut(e, 200))),
+        )
+        .collect::<Vec<_>>()
+        .join("; ");
+    Cond::fail(
+        TOOLS_READY,
+        reason,
+        cut(
+            &format!(
+                "{} of {} tool(s) unavailable: {parts}",
+                down.len(),
+                tools.len()
+            ),
+            MAX_MESSAGE,
+        ),
+    )
+}
+
 /// The data-plane status of an agent; `checkpoint_ref` names where the checkpoint of a cycle
-/// is kept (the store says, see [`crate::store::Observe::checkpoint_ref`]).
+/// is kept (the store says, see [`crate::store::Observe::checkpoint_ref`]). `previous` are the
+/// conditions last computed, so that `ToolsReady` keeps its `lastTransitionTime` until its
+/// status flips (then it is `now`).
 pub fn data_status(
     failed: bool,
     replicas: Option<i32>,
     available: i32,
     seen: &AgentObservation,
+    previous: &[Condition],
+    now: Timestamp,
     checkpoint_ref: impl Fn(u64) -> String,
 ) -> AgentStatus {
+    let tools = seen.tools.as_deref().map(|t| {
+        merge(previous, &[tools_condition(t)], None, now)
+            .into_iter()
+            .next()
+    });
     AgentStatus {
         phase: Some(phase(failed, replicas, available, seen)),
         replicas,
@@ -217,15 +341,29 @@ pub fn data_status(
             tokens: c.tokens,
             time: time(c.time_ms),
         }),
-        conditions: model_condition(seen).into_iter().collect(),
+        tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
+        conditions: model_condition(seen)
+            .into_iter()
+            .chain(tools.flatten())
+            .collect(),
         ..AgentStatus::default()
     }
+}
+
+/// A time in ms as a Kubernetes `Time`, to the second (as the API server keeps it); the epoch
+/// for a time out of range.
+pub fn time_of(ms: i64) -> Timestamp {
+    time(ms).map_or(Timestamp::UNIX_EPOCH, |t| t.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::{prelude::*, AgentKey};
+
+    fn t0() -> Timestamp {
+        Timestamp::from_second(1_795_000_000).unwrap()
+    }
 
     /// Checkpoint references as the Redis store names them.
     fn redis_ref(agent: &AgentKey) -> impl Fn(u64) -> String + '_ {
@@ -300,11 +438,14 @@ mod tests {
             "phase": "Sleeping", "observedGeneration": 3, "replicas": 1,
             "conditions": [
                 {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
-                {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
+                {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "ToolsConfigured", "status": "True", "reason": "SecretsFound", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "ToolsReady", "status": "True", "reason": "AllReady", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
             ],
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
-            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50}
+            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50},
+            "tools": [{"name": "skip", "source": "builtin", "ready": true}]
         }))
         .unwrap();
         let r = serde_json::to_value(reconcile_part(&s)).unwrap();
@@ -336,8 +477,21 @@ mod tests {
                 .map(|c| c["type"].as_str().unwrap().to_string())
                 .collect()
         };
-        assert_eq!(types(&r), ["Ready"], "conditions: one writer per type");
-        assert_eq!(types(&d), ["ModelAvailable"]);
+        assert_eq!(
+            types(&r),
+            ["Ready", "ToolsConfigured"],
+            "conditions: one writer per type"
+        );
+        assert_eq!(types(&d), ["ModelAvailable", "ToolsReady"]);
+        // Every field of the status is in the sample above: a new field must be given a writer.
+        let sample = serde_json::to_value(&s).unwrap();
+        let fields = sample.as_object().unwrap().len();
+        let schema = serde_json::to_value(schemars::schema_for!(AgentStatus)).unwrap();
+        assert_eq!(
+            fields,
+            schema["properties"].as_object().unwrap().len(),
+            "a status field is missing from this test: {sample}"
+        );
     }
 
     #[test]
@@ -345,7 +499,7 @@ mod tests {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
         assert!(
-            data_status(false, Some(1), 1, &o, redis_ref(&key))
+            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key))
                 .conditions
                 .is_empty(),
             "not reported yet"
@@ -357,7 +511,7 @@ mod tests {
                 .into(),
             since_ms: 1_795_000_000_123,
         });
-        let c = data_status(false, Some(1), 1, &o, redis_ref(&key)).conditions;
+        let c = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)).conditions;
         assert_eq!(c.len(), 1);
         assert_eq!(
             (
@@ -372,13 +526,13 @@ mod tests {
             "2026-11-18T11:06:40Z"
         );
         assert_eq!(
-            data_status(false, Some(1), 1, &o, redis_ref(&key)),
-            data_status(false, Some(1), 1, &o, redis_ref(&key)),
+            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
             "the same on every pass"
         );
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
         assert_eq!(
-            data_status(false, Some(1), 1, &o, redis_ref(&key)).conditions[0].reason,
+            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)).conditions[0].reason,
             "Unknown"
         );
     }
@@ -403,7 +557,7 @@ mod tests {
             }),
             ..AgentObservation::default()
         };
-        let s = data_status(false, Some(0), 0, &o, redis_ref(&key));
+        let s = data_status(false, Some(0), 0, &o, &[], t0(), redis_ref(&key));
         assert_eq!(s.phase, Some(AgentPhase::ScaledToZero));
         assert_eq!(
             (s.inbox_depth, s.cycles, s.tokens_used),
@@ -421,5 +575,160 @@ mod tests {
             "2026-11-18T11:06:40Z",
             "to the second, as the API server keeps it"
         );
+    }
+
+    fn tool(name: &str, source: &str, error: Option<&str>) -> ToolStatus {
+        ToolStatus {
+            name: name.into(),
+            source: source.into(),
+            ready: error.is_none(),
+            last_error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn tools_ready_says_what_cannot_be_called_and_why() {
+        let ok = [
+            tool("skip", "builtin", None),
+            tool("open_ticket", "http", None),
+            tool("grafana__query", "mcp:grafana", None),
+        ];
+        let c = tools_condition(&ok);
+        assert_eq!(
+            (c.status, c.reason, c.message.as_str()),
+            (Some(true), "AllReady", "3 tool(s) ready")
+        );
+
+        let mcp_down = [
+            tool("skip", "builtin", None),
+            tool(
+                "grafana__*",
+                "mcp:grafana",
+                Some("cannot reach http://g/mcp: connection refused"),
+            ),
+            tool("tracker__*", "mcp:tracker", Some("timed out")),
+            tool("tracker__create", "mcp:tracker", Some("timed out")),
+        ];
+        let c = tools_condition(&mcp_down);
+        assert_eq!((c.status, c.reason), (Some(false), "McpUnreachable"));
+        assert_eq!(
+            c.message,
+            "3 of 4 tool(s) unavailable: MCP server grafana unreachable: cannot reach http://g/mcp: connection refused; MCP server tracker unreachable: timed out"
+        );
+
+        let secret = [
+            tool("open_ticket", "http", Some("Secret \"tracker-token\" is not mounted at /etc/agentfleet/secrets/tracker-token: No such file")),
+            tool("get_ticket", "http", Some("headers: Secret \"tracker-token\" is not available to the worker")),
+            tool("grafana__*", "mcp:grafana", Some("connection refused")),
+            tool("ping", "http", Some("answered 503")),
+        ];
+        let c = tools_condition(&secret);
+        assert_eq!(c.reason, "SecretUnavailable", "the cause first");
+        assert_eq!(
+            c.message,
+            "4 of 4 tool(s) unavailable: Secret tracker-token is not available to the worker (tools open_ticket, get_ticket); MCP server grafana unreachable: connection refused; tool ping unavailable: answered 503"
+        );
+
+        let c = tools_condition(&[tool("ping", "http", Some("x")), tool("pong", "http", None)]);
+        assert_eq!(c.reason, "ToolUnavailable");
+        assert_eq!(
+            c.message,
+            "1 of 2 tool(s) unavailable: tool ping unavailable: x"
+        );
+        let mut no_error = tool("ping", "http", None);
+        no_error.ready = false;
+        assert!(tools_condition(&[no_error])
+            .message
+            .ends_with("tool ping unavailable: not ready"));
+
+        let many: Vec<ToolStatus> = (0..100)
+            .map(|i| tool(&format!("t{i}"), "http", Some(&"e".repeat(300))))
+            .collect();
+        assert!(tools_condition(&many).message.chars().count() <= MAX_MESSAGE);
+    }
+
+    #[test]
+    fn status_tools_are_what_the_worker_reported() {
+        let key = AgentKey::new("fam", "assistant");
+        let mut o = AgentObservation::default();
+        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
+        assert!(
+            s.tools.is_empty() && s.conditions.is_empty(),
+            "not reported yet: {s:?}"
+        );
+
+        let long = "x".repeat(2000);
+        o.tools = Some(vec![
+            tool("skip", "builtin", None),
+            tool("grafana__*", "mcp:grafana", Some(&long)),
+            tool("skip", "builtin", Some("a second entry of one name")),
+        ]);
+        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
+        assert_eq!(
+            s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["skip", "grafana__*"],
+            "each name once (status.tools is a map keyed by name)"
+        );
+        assert_eq!(
+            s.tools[1].last_error.as_ref().unwrap().chars().count(),
+            MAX_TOOL_ERROR
+        );
+        let c = find(&s.conditions, TOOLS_READY).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "McpUnreachable")
+        );
+        assert_eq!(c.last_transition_time, Time(t0()));
+        assert_eq!(c.observed_generation, None);
+    }
+
+    #[test]
+    fn tools_ready_keeps_its_transition_time_until_it_flips() {
+        let key = AgentKey::new("fam", "assistant");
+        let later = Timestamp::from_second(1_795_000_100).unwrap();
+        let much_later = Timestamp::from_second(1_795_000_200).unwrap();
+        let mut o = AgentObservation {
+            tools: Some(vec![tool("grafana__*", "mcp:grafana", Some("refused"))]),
+            ..AgentObservation::default()
+        };
+        let first = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
+        let again = data_status(
+            false,
+            Some(1),
+            1,
+            &o,
+            &first.conditions,
+            later,
+            redis_ref(&key),
+        );
+        assert_eq!(first, again, "the same on every pass: nothing to write");
+
+        o.tools = Some(vec![tool("grafana__*", "mcp:grafana", Some("timed out"))]);
+        let other_error = data_status(
+            false,
+            Some(1),
+            1,
+            &o,
+            &again.conditions,
+            later,
+            redis_ref(&key),
+        );
+        let c = find(&other_error.conditions, TOOLS_READY).unwrap();
+        assert_eq!(c.last_transition_time, Time(t0()), "still False");
+        assert!(c.message.contains("timed out"));
+
+        o.tools = Some(vec![tool("grafana__query", "mcp:grafana", None)]);
+        let up = data_status(
+            false,
+            Some(1),
+            1,
+            &o,
+            &other_error.conditions,
+            much_later,
+            redis_ref(&key),
+        );
+        let c = find(&up.conditions, TOOLS_READY).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "AllReady"));
+        assert_eq!(c.last_transition_time, Time(much_later), "flipped");
     }
 }

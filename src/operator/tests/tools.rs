@@ -1,6 +1,7 @@
 //! The Agent controller and the data-plane status writer against a mocked API server, for
 //! tools: `ToolsConfigured` from the `headersFrom` Secrets, the Secrets mounted in the worker,
-//! the callback URL, and no Secret value anywhere the operator writes or logs.
+//! the callback URL, `status.tools` and `ToolsReady` written under the data plane's field
+//! manager, and no Secret value anywhere the operator writes or logs.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,7 +11,8 @@ use kube::runtime::controller::Action;
 use serde_json::{json, Value};
 
 use super::{agent_yaml, answering, condition, expect, harness, lobby, not_found, tracked_phase};
-use crate::crd::{Agent, AgentPhase};
+use crate::crd::{Agent, AgentPhase, AgentStatus, ToolStatus};
+use crate::store::{AgentKey, AgentObservation};
 
 /// The echo agent with an HTTP tool and an MCP server taking headers from `tracker-token`.
 fn tooled() -> Agent {
@@ -305,6 +307,80 @@ async fn invalid_tools_are_an_invalid_spec_and_the_worker_is_left_alone() {
         assert!(message.contains(want), "{want}: {message}");
     }
     assert!(!message.contains("tracker__create"), "{message}");
+}
+
+#[tokio::test]
+async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_manager() {
+    use crate::operator::dataplane::cluster::{Cluster, KubeCluster};
+    use crate::operator::status::{data_status, TOOLS_READY};
+
+    let h = harness(vec![], vec![lobby(true)]);
+    let mut h = h;
+    let handle = h.handle.take().unwrap();
+    let seen = AgentObservation {
+        worker: true,
+        tools: Some(vec![
+            ToolStatus {
+                name: "send_message".into(),
+                source: "builtin".into(),
+                ready: true,
+                last_error: None,
+            },
+            ToolStatus {
+                name: "tracker__*".into(),
+                source: "mcp:tracker".into(),
+                ready: false,
+                last_error: Some(
+                    "cannot reach http://mcp.tracker.svc/mcp: connection refused".into(),
+                ),
+            },
+        ]),
+        ..AgentObservation::default()
+    };
+    let now = k8s_openapi::jiff::Timestamp::from_second(1_795_000_000).unwrap();
+    let status: AgentStatus = data_status(false, Some(1), 0, &seen, &[], now, |c| format!("r{c}"));
+    let base = serde_json::to_value(tooled()).unwrap();
+    let verifier = tokio::spawn(super::serve(
+        handle,
+        vec![expect(
+            Method::PATCH,
+            "/apis/agentfleet.dev/v1alpha1/namespaces/default/agents/echo/status?&force=true&fieldManager=agentfleet-dataplane",
+        )],
+        base,
+    ));
+    let cluster = KubeCluster::new(h.ctx.client.clone(), h.ctx.recorder.clone());
+    cluster
+        .write_status(&AgentKey::new("default", "echo"), &status)
+        .await
+        .unwrap();
+    let bodies = verifier.await.unwrap();
+    let written = &bodies[0]["status"];
+    assert_eq!(
+        written["tools"],
+        json!([
+            {"name": "send_message", "source": "builtin", "ready": true},
+            {"name": "tracker__*", "source": "mcp:tracker", "ready": false,
+             "lastError": "cannot reach http://mcp.tracker.svc/mcp: connection refused"}
+        ])
+    );
+    let ready = condition(written, TOOLS_READY);
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("McpUnreachable"))
+    );
+    assert_eq!(
+        ready["message"],
+        "1 of 2 tool(s) unavailable: MCP server tracker unreachable: cannot reach http://mcp.tracker.svc/mcp: connection refused"
+    );
+    assert_eq!(ready["lastTransitionTime"], "2026-11-18T11:06:40Z");
+    assert!(
+        written["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "ToolsConfigured" && c["type"] != "Ready"),
+        "the reconcile's conditions are not the data plane's to write"
+    );
 }
 
 #[test]
