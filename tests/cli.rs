@@ -310,7 +310,8 @@ async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
         .success());
     let _ = first.0.wait();
 
-    mock.push(answer());
+    // The restarted worker resumes the cycle from its journal: the answer already posted is
+    // replayed, not asked for again; the model is asked only for the next step.
     mock.push(MockTurn::text("Answered."));
     let _second = spawn();
     let agent = agentfleet::store::AgentKey::new("fam", "assistant");
@@ -332,6 +333,7 @@ async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
         "answered exactly once:\n{read}"
     );
     assert_eq!(store.inflight(&agent).await.unwrap(), 0);
+    assert_eq!(mock.request_count(), 3, "one model call after the restart");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

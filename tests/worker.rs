@@ -446,8 +446,9 @@ async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once() {
         "the event is still in flight"
     );
 
-    // The restarted worker (same model behaviour) redoes the cycle once its lease is free.
-    mock.push(send("family", "The answer is 42."));
+    // The restarted worker resumes the cycle from its journal once its lease is free: the
+    // answer already posted is replayed into the conversation, and the model is asked only
+    // for the next step.
     mock.push(MockTurn::text("Answered."));
     let w2 = start(a.clone(), "w2", Duration::from_secs(1));
     until_cycle(&r.store, &a, 1).await;
@@ -460,10 +461,22 @@ async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once() {
         .collect();
     assert_eq!(answers, ["The answer is 42."], "answered exactly once");
     assert_eq!(r.store.inflight(&a.key).await.unwrap(), 0);
-    let redone = &mock.requests()[2];
+    assert_eq!(mock.request_count(), 3, "one model call after the restart");
+    let resumed = &mock.requests()[2];
     assert!(
-        last_user_text(redone).contains("What is the answer?"),
+        last_user_text(resumed).contains("What is the answer?"),
         "the redelivered event was processed"
+    );
+    let roles: Vec<&str> = resumed["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &roles[roles.len() - 3..],
+        ["user", "assistant", "tool"],
+        "step 0 replayed from the journal: {roles:?}"
     );
 }
 

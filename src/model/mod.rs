@@ -106,7 +106,7 @@ pub struct Request {
 }
 
 /// Tokens a call used.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Prompt tokens.
     pub input: u64,

@@ -37,6 +37,7 @@
 mod consciousness;
 mod error;
 mod inbox;
+mod journal;
 mod leases;
 mod memory;
 mod messages;
@@ -49,6 +50,7 @@ mod types;
 pub use self::consciousness::{next_digest, ConsciousnessLog};
 pub use self::error::StoreError;
 pub use self::inbox::Inbox;
+pub use self::journal::Journal;
 pub use self::leases::Leases;
 pub use self::memory::MemoryStore;
 pub use self::messages::Messages;
@@ -67,13 +69,24 @@ pub const SEEN_IDS: usize = 10_000;
 /// The data plane's operations: every concern's trait. Implemented for any type that
 /// implements them all; hold it as `Arc<dyn Store>`.
 pub trait Store:
-    Spaces + Inbox + Messages + ConsciousnessLog + Leases + Notes + Observe + Send + Sync + 'static
+    Spaces
+    + Inbox
+    + Journal
+    + Messages
+    + ConsciousnessLog
+    + Leases
+    + Notes
+    + Observe
+    + Send
+    + Sync
+    + 'static
 {
 }
 
 impl<T> Store for T where
     T: Spaces
         + Inbox
+        + Journal
         + Messages
         + ConsciousnessLog
         + Leases
@@ -88,7 +101,9 @@ impl<T> Store for T where
 /// The store's traits, so that one `use crate::store::prelude::*;` brings every method of a
 /// [`Store`] into scope.
 pub mod prelude {
-    pub use super::{ConsciousnessLog, Inbox, Leases, Messages, Notes, Observe, Spaces, Store};
+    pub use super::{
+        ConsciousnessLog, Inbox, Journal, Leases, Messages, Notes, Observe, Spaces, Store,
+    };
 }
 
 #[cfg(test)]

@@ -728,6 +728,55 @@ fn commit(messages: &[&str], compaction: Option<Compacted>, retained: u32) -> Cy
     }
 }
 
+async fn the_journal_lasts_until_its_cycle_ends(store: &dyn Store) {
+    let a = AgentKey::new("fam", "journaled");
+    let w1 = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store
+        .push_event(&a, &event("e1", "open a ticket"))
+        .await
+        .unwrap();
+    store.wait_inbox(&a, &w1, TTL).await.unwrap();
+    let entries = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    store
+        .append_journal(&a, &w1, &entries(&["turn 0", "started 0.0"]))
+        .await
+        .unwrap();
+    store
+        .append_journal(&a, &w1, &entries(&["result 0.0"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.journal(&a).await.unwrap(),
+        ["turn 0", "started 0.0", "result 0.0"]
+    );
+    // The worker dies; the next one finds the journal of the unfinished cycle, and the old
+    // one can no longer write to it.
+    store.release_lease(&a, &w1).await.unwrap();
+    let w2 = store.acquire_lease(&a, "w2", TTL).await.unwrap().unwrap();
+    let err = store
+        .append_journal(&a, &w1, &entries(&["late"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
+    assert_eq!(store.journal(&a).await.unwrap().len(), 3);
+    assert_eq!(store.wait_inbox(&a, &w2, TTL).await.unwrap().len(), 1);
+    // A rolled back cycle (skip) ends it …
+    store.ack_cycle(&a, &w2).await.unwrap();
+    assert!(store.journal(&a).await.unwrap().is_empty());
+    // … and so does a commit.
+    store.push_event(&a, &event("e2", "again")).await.unwrap();
+    store.wait_inbox(&a, &w2, TTL).await.unwrap();
+    store
+        .append_journal(&a, &w2, &entries(&["turn 0"]))
+        .await
+        .unwrap();
+    store
+        .commit_cycle(&a, &w2, &commit(&["inbox: again"], None, 10))
+        .await
+        .unwrap();
+    assert!(store.journal(&a).await.unwrap().is_empty());
+}
+
 async fn cycles_commit_with_checkpoints_and_acknowledge(store: &dyn Store) {
     let a = AgentKey::new("fam", "assistant");
     assert_eq!(
@@ -1491,6 +1540,7 @@ suite!(
     live_events_reach_subscribers,
     urgent_posts_become_urgent_events,
     cycles_commit_with_checkpoints_and_acknowledge,
+    the_journal_lasts_until_its_cycle_ends,
     compaction_keeps_a_summary_and_checkpoints_restore,
     only_the_last_checkpoints_are_kept,
     commits_are_fenced_and_validated,

@@ -40,6 +40,7 @@ impl AgentState {
     /// Ends the cycle: drops what is in flight; urgent events that came late wait in the inbox.
     pub(super) fn ack(&mut self) {
         self.inflight.clear();
+        self.journal.clear();
         self.thinking = false;
         let late: Vec<InboxEvent> = self.urgent.drain(..).collect();
         if !late.is_empty() {

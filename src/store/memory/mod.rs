@@ -4,6 +4,7 @@
 
 mod consciousness;
 mod inbox;
+mod journal;
 mod leases;
 mod messages;
 mod notes;
@@ -77,6 +78,8 @@ struct AgentState {
     plan_marks: BTreeMap<String, i64>,
     model: Option<ModelHealth>,
     tools: Option<Vec<crate::crd::ToolStatus>>,
+    /// The journal of the cycle under way.
+    journal: Vec<String>,
 }
 
 impl AgentState {

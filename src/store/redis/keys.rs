@@ -23,6 +23,7 @@
 //! | `agentfleet:{agent:NS/NAME}:goals` | hash | id → goal (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:plans` | hash | name → plan the agent made (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
+//! | `agentfleet:{agent:NS/NAME}:journal` | list | the journal of the cycle under way (JSON entries; dropped by its commit or acknowledgement) |
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolStatus`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
@@ -63,6 +64,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "planmarks",
     "model",
     "tools",
+    "journal",
 ];
 
 /// The keys of one agent, all under its hash tag `{agent:NS/NAME}`.
@@ -164,6 +166,11 @@ impl AgentKeys {
     /// The tools the worker has, as it last reported them.
     pub(super) fn tools(&self) -> String {
         self.key("tools")
+    }
+
+    /// The journal of the cycle under way.
+    pub(super) fn journal(&self) -> String {
+        self.key("journal")
     }
 
     /// Every key of the agent.
@@ -308,6 +315,7 @@ pub(super) mod tests {
             a.plan_marks(),
             a.model(),
             a.tools(),
+            a.journal(),
         ];
         let all = a.all();
         for k in &named {

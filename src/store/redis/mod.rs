@@ -16,6 +16,7 @@
 mod conn;
 mod consciousness;
 mod inbox;
+mod journal;
 mod keys;
 mod leases;
 mod messages;

@@ -46,6 +46,8 @@ static COMMIT: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("l
 static RESTORE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/restore.lua")]));
 static NOTES: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/notes.lua")]));
+static JOURNAL: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, include_str!("lua/journal.lua")]));
 
 /// Where `post.lua` puts the new message's id in the templates it fills.
 pub(super) const ID_PLACEHOLDER: &str = "@@agentfleet-message-id@@";
@@ -362,8 +364,8 @@ pub(super) async fn mid_cycle(
     })
 }
 
-/// `ack.lua` (fenced): ends the cycle.
-/// KEYS: lease, inflight, state, urgent, inbox. ARGV: lease value.
+/// `ack.lua` (fenced): ends the cycle (and its journal).
+/// KEYS: lease, inflight, state, urgent, inbox, journal. ARGV: lease value.
 pub(super) async fn ack(
     conn: &mut ConnectionManager,
     agent: &AgentKeys,
@@ -374,6 +376,7 @@ pub(super) async fn ack(
         .key(agent.state())
         .key(agent.urgent())
         .key(agent.inbox())
+        .key(agent.journal())
         .arg(lease_value(lease))
         .invoke_async::<u8>(conn)
         .await
@@ -438,6 +441,7 @@ pub(super) async fn commit(
         .key(agent.state())
         .key(agent.urgent())
         .key(agent.inbox())
+        .key(agent.journal())
         .arg(lease_value(lease))
         .arg(plan_json.to_string());
     for m in &commit.new_messages {
@@ -538,6 +542,32 @@ fn checkpoints_json(
         .collect()
 }
 
+/// `journal.lua` (fenced): appends entries to the journal of the cycle under way.
+/// KEYS: lease, journal. ARGV: lease value, entries.
+pub(super) async fn journal(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+    entries: &[String],
+) -> Result<(), StoreError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut invocation = JOURNAL.prepare_invoke();
+    invocation
+        .key(agent.lease())
+        .key(agent.journal())
+        .arg(lease_value(lease));
+    for e in entries {
+        invocation.arg(e);
+    }
+    invocation
+        .invoke_async::<u64>(conn)
+        .await
+        .map_err(fenced(agent.name(), "write the cycle's journal"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -573,6 +603,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 13);
+        assert_eq!(scripts, 14);
     }
 }

@@ -14,8 +14,10 @@
 //! | `stream.rs` | streaming `send_message` text to live events |
 //! | `partial.rs` | the scanner of streaming JSON arguments |
 
+mod act;
 mod commit;
 pub mod gates;
+mod journal;
 pub mod partial;
 mod prepare;
 pub(super) mod skip;
@@ -219,6 +221,16 @@ struct Cycle<'a> {
     depth: u32,
     /// Tokens spent so far (steps and compaction's summary).
     used: Usage,
+    /// The depth the cycle began with (its journal records it).
+    start_depth: u32,
+    /// Whether the journal holds the cycle's beginning yet.
+    journaled: bool,
+    /// Entries to journal with the next write.
+    unjournaled: Vec<journal::Entry>,
+    /// The first step to run (later than 0 for a cycle resumed from its journal).
+    first_step: u32,
+    /// A step to finish first (a resumed cycle stopped in it).
+    unfinished: Option<journal::Unfinished>,
 }
 
 impl Cycle<'_> {

@@ -6,9 +6,9 @@
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use tracing::warn;
+use tracing::{info, warn};
 
-use super::{Agentlet, Cycle};
+use super::{journal, Agentlet, Cycle};
 use crate::membership::SpaceKey;
 use crate::model::{Message, Usage};
 use crate::store::{Consciousness, InboxEvent, Lease, SpaceRecord, StoreError};
@@ -26,12 +26,13 @@ impl<'a> Cycle<'a> {
         tracing::Span::current().record("cycle", consciousness.cycle + 1);
         let key = &agentlet.key;
         let store = &agentlet.store;
-        let (spaces, memories, goals, plans, plan_marks) = tokio::try_join!(
+        let (spaces, memories, goals, plans, plan_marks, journaled) = tokio::try_join!(
             agentlet.spaces(),
             store.memories(key),
             store.goals(key),
             store.plans(key),
-            store.plan_marks(key)
+            store.plan_marks(key),
+            store.journal(key)
         )?;
         let system = prompt::system_prompt(&PromptInput {
             agent: &agentlet.agent,
@@ -53,7 +54,7 @@ impl<'a> Cycle<'a> {
             .iter()
             .find_map(|e| e.space.clone())
             .filter(|s| spec.spaces.contains(s));
-        Ok(Cycle {
+        let mut cycle = Cycle {
             agentlet,
             lease,
             events,
@@ -69,7 +70,26 @@ impl<'a> Cycle<'a> {
             active,
             depth: reply_depth(events),
             used: Usage::default(),
-        })
+            start_depth: reply_depth(events),
+            journaled: false,
+            unjournaled: Vec::new(),
+            first_step: 0,
+            unfinished: None,
+        };
+        // A cycle that stopped before its end (a crash, a model failure) goes on from its
+        // journal: what it did is replayed, not done again.
+        if let Some(r) = journal::resume(&journaled) {
+            info!(batch = %r.batch, step = r.next_step, "resuming the cycle from its journal");
+            cycle.batch = r.batch;
+            cycle.new = r.new;
+            cycle.used = r.used;
+            cycle.start_depth = r.depth;
+            cycle.depth = r.depth;
+            cycle.first_step = r.next_step;
+            cycle.unfinished = r.unfinished;
+            cycle.journaled = true;
+        }
+        Ok(cycle)
     }
 }
 

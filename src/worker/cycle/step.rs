@@ -4,16 +4,16 @@
 //! calls, whose results feed the next step. It stops when the model answers without tool
 //! calls, at `maxSteps`, past the token budget, or after a tool that ends the cycle.
 
-use tracing::{debug, info_span, Instrument};
+use tracing::{info_span, Instrument};
 
+use super::journal::Entry;
 use super::prepare::reply_depth;
 use super::stream::SendStreams;
-use super::{gates, skip, Agentlet, Cycle};
+use super::{gates, skip, Cycle};
 use crate::crd::MidCycleInbox;
-use crate::model::{Message, ModelError, Request, ToolCall, ToolSpec, Turn};
+use crate::model::{Message, ModelError, Request, Turn};
 use crate::store::{now_ms, StoreError};
 use crate::worker::prompt;
-use crate::worker::tools::{self, ExternalCall, ToolEnv};
 
 /// Inbox events a mid-cycle preview shows.
 const PREVIEW_EVENTS: usize = 5;
@@ -31,7 +31,14 @@ pub(super) enum End {
 impl Cycle<'_> {
     /// Runs steps until one ends the cycle.
     pub(super) async fn steps(&mut self) -> Result<End, StoreError> {
-        for step in 0..self.agentlet.agent.spec.cycle.max_steps {
+        // A cycle resumed from its journal first finishes the step it was in.
+        if let Some(unfinished) = self.unfinished.take() {
+            let ended = self.finish(unfinished).await?;
+            if ended || self.over_budget() {
+                return Ok(End::Done);
+            }
+        }
+        for step in self.first_step..self.agentlet.agent.spec.cycle.max_steps {
             let preview = self.look(step).await?;
             let request = self.request(step, preview);
             let turn = match self.think(step, &request).await {
@@ -46,7 +53,7 @@ impl Cycle<'_> {
                 return Ok(End::Skipped);
             }
             self.new.push(turn.message());
-            let ended = self.act(step, &turn.tool_calls, &request.tools).await;
+            let ended = self.act(step, &turn, &request.tools).await?;
             if ended || self.over_budget() {
                 return Ok(End::Done);
             }
@@ -75,10 +82,15 @@ impl Cycle<'_> {
             .await?;
         if !look.urgent.is_empty() {
             self.depth = self.depth.max(reply_depth(&look.urgent));
-            self.new.push(Message::user(format!(
+            let message = format!(
                 "[URGENT — new events injected mid-cycle]\n{}",
                 prompt::inbox_message(&self.spaces, &look.urgent)
-            )));
+            );
+            self.journal_later(Entry::Urgent {
+                message: message.clone(),
+                depth: self.depth,
+            });
+            self.new.push(Message::user(message));
         }
         Ok((look.waiting > 0 && !look.preview.is_empty()).then(|| {
             Message::user(prompt::preview_message(
@@ -140,98 +152,8 @@ impl Cycle<'_> {
         Ok(turn)
     }
 
-    /// Runs a step's tool calls in order, each result into the cycle's messages: a call its
-    /// phase gates gets an error result, `skip` ends the cycle, the rest run (shown in the
-    /// active space as "running <tool>"). Whether a call ended the cycle.
-    async fn act(&mut self, step: u32, calls: &[ToolCall], offered: &[ToolSpec]) -> bool {
-        let agentlet = self.agentlet;
-        let mut env = ToolEnv {
-            store: agentlet.store.as_ref(),
-            agent: &agentlet.key,
-            lease: self.lease,
-            me: agentlet.me(),
-            spaces: &self.spaces,
-            active: self.active.take(),
-            enabled: agentlet.enabled(),
-            depth: self.depth,
-            metrics: &agentlet.metrics,
-        };
-        let mut ended = false;
-        for (i, call) in calls.iter().enumerate() {
-            let outcome = if let Some(refusal) = gates::refusal(&call.name, offered, &self.tools) {
-                tools::Outcome::error(refusal)
-            } else if let Some(outcome) = skip::ends_cycle(call) {
-                ended = true;
-                outcome
-            } else {
-                agentlet
-                    .tool_activity(env.active.as_deref(), &call.name)
-                    .await;
-                let idempotency = format!("{}:{}:{step}:{i}", agentlet.key, self.batch);
-                let started = std::time::Instant::now();
-                let outcome = match agentlet.toolbox().external(&call.name) {
-                    Some(external) => {
-                        external
-                            .call(&ExternalCall {
-                                agent: &agentlet.key,
-                                name: &call.name,
-                                arguments: &call.arguments,
-                                idempotency_key: &idempotency,
-                            })
-                            .await
-                    }
-                    None => env.run(call, &idempotency).await,
-                };
-                time_tool(agentlet, call, started.elapsed());
-                outcome
-            };
-            count_tool(agentlet, call, outcome.ok);
-            self.new.push(Message::Tool {
-                tool_call_id: call.id.clone(),
-                content: outcome.content,
-            });
-        }
-        self.active = env.active;
-        ended
-    }
-
     /// Whether the cycle has spent its token budget (`cycle.tokenBudget`).
     fn over_budget(&self) -> bool {
         self.used.input + self.used.output >= self.agentlet.agent.spec.cycle.token_budget
     }
-}
-
-/// The tool label of a call: its name, or `unknown` for a name the agent has no tool of (so
-/// the model cannot grow the label set).
-fn tool_label<'a>(agentlet: &Agentlet, call: &'a ToolCall) -> &'a str {
-    let known = agentlet.enabled().iter().any(|t| t.name() == call.name)
-        || agentlet.toolbox().external(&call.name).is_some();
-    if known {
-        call.name.as_str()
-    } else {
-        "unknown"
-    }
-}
-
-/// Observes how long a tool call took.
-fn time_tool(agentlet: &Agentlet, call: &ToolCall, took: std::time::Duration) {
-    let [ns, agent] = agentlet.labels();
-    agentlet
-        .metrics
-        .tool_duration
-        .with_label_values(&[ns, agent, tool_label(agentlet, call)])
-        .observe(took.as_secs_f64());
-}
-
-/// Counts a tool call by tool (`unknown` for a name the agent has no tool of) and outcome.
-fn count_tool(agentlet: &Agentlet, call: &ToolCall, ok: bool) {
-    let [ns, agent] = agentlet.labels();
-    let tool = tool_label(agentlet, call);
-    let outcome = if ok { "ok" } else { "error" };
-    agentlet
-        .metrics
-        .tool_calls
-        .with_label_values(&[ns, agent, tool, outcome])
-        .inc();
-    debug!(tool = %call.name, ok, "tool call");
 }

@@ -125,6 +125,15 @@ struct Rig {
 /// The agent `assistant` of space `family` (with `extra` spec YAML), its lease, and a model
 /// that plays `turns`.
 async fn rig(extra: &str, turns: Vec<Result<Turn, ModelError>>) -> Rig {
+    rig_with(extra, turns, Vec::new()).await
+}
+
+/// [`rig`], with tools outside the worker.
+async fn rig_with(
+    extra: &str,
+    turns: Vec<Result<Turn, ModelError>>,
+    external: Vec<Arc<dyn crate::worker::tools::External>>,
+) -> Rig {
     let agent: Agent = serde_yaml::from_str(&format!(
         "apiVersion: agentfleet.dev/v1alpha1
 kind: Agent
@@ -156,7 +165,8 @@ spec:
         store.clone(),
         model.clone(),
         WorkerMetrics::new().unwrap(),
-    );
+    )
+    .with_external(external);
     Rig {
         store,
         model,
@@ -468,12 +478,17 @@ async fn a_model_failure_commits_nothing_and_keeps_the_events() {
 
 #[tokio::test]
 async fn a_redone_cycle_posts_nothing_twice() {
+    // The cycle resumes from its journal after the model failed: step 0 (its post) is
+    // replayed, not redone, and the model is asked for step 1 again.
     let r = rig(
         "",
         vec![
             Ok(send("once")),
             Err(ModelError::new(Failure::Unreachable, "reset")),
-            Ok(send("once")),
+            Ok(Turn {
+                text: Some("done".into()),
+                ..Turn::default()
+            }),
         ],
     )
     .await;
@@ -549,4 +564,152 @@ async fn compaction_summarizes_what_drops_out_and_counts_its_tokens() {
     assert_eq!(checkpoint.start, 2);
     assert_eq!(c.tokens_used, 11 + 11 + 107, "the summary's tokens count");
     assert_eq!(r.agentlet.cached_consciousness().await, Some(c));
+}
+
+/// A tool outside the worker that counts its calls (with their idempotency keys).
+struct Ticketing {
+    idempotent: bool,
+    keys: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl crate::worker::tools::External for Ticketing {
+    fn specs(&self) -> Vec<crate::model::ToolSpec> {
+        vec![crate::model::ToolSpec {
+            name: "create_ticket".into(),
+            description: "Opens a ticket.".into(),
+            parameters: json!({"type": "object"}),
+        }]
+    }
+
+    fn status(&self) -> Vec<crate::crd::ToolStatus> {
+        Vec::new()
+    }
+
+    fn idempotent(&self, _: &str) -> bool {
+        self.idempotent
+    }
+
+    async fn call(
+        &self,
+        call: &crate::worker::tools::ExternalCall<'_>,
+    ) -> crate::worker::tools::Outcome {
+        self.keys
+            .lock()
+            .unwrap()
+            .push(call.idempotency_key.to_string());
+        crate::worker::tools::Outcome {
+            content: json!({"ticket": 7}).to_string(),
+            ok: true,
+        }
+    }
+}
+
+fn ticketing(idempotent: bool) -> Arc<Ticketing> {
+    Arc::new(Ticketing {
+        idempotent,
+        keys: Mutex::new(Vec::new()),
+    })
+}
+
+fn ticket() -> Turn {
+    calls(&[("create_ticket", json!({"title": "disk full"}))])
+}
+
+#[tokio::test]
+async fn a_finished_outside_call_is_replayed_not_made_again() {
+    let tool = ticketing(false);
+    let r = rig_with(
+        "",
+        vec![
+            Ok(ticket()),
+            Err(ModelError::new(Failure::Unreachable, "reset")),
+            Ok(text("Opened it.")),
+        ],
+        vec![tool.clone()],
+    )
+    .await;
+    r.say("open a ticket", false, 0).await;
+    let events = r.drain().await;
+    let first = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(first, Outcome::Failed(_)));
+    assert_eq!(tool.keys.lock().unwrap().len(), 1);
+    let again = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(again, Outcome::Completed(_)));
+    assert_eq!(tool.keys.lock().unwrap().len(), 1, "not made again");
+    let requests = r.requests();
+    assert_eq!(requests.len(), 3, "step 0 once, step 1 twice");
+    assert!(
+        matches!(requests[2].messages.last(), Some(Message::Tool { content, .. }) if content.contains("\"ticket\":7")),
+        "the result replayed to the model: {:?}",
+        requests[2].messages.last()
+    );
+    let remembered = r.remembered().await;
+    assert_eq!(
+        remembered.len(),
+        4,
+        "inbox, call, result, answer: {remembered:?}"
+    );
+    assert!(
+        r.store.journal(&r.agentlet.key).await.unwrap().is_empty(),
+        "the commit ends the journal"
+    );
+}
+
+/// Husam's message in flight, and a journal as a worker leaves it when it dies during the
+/// call of step 0 (marked, no result).
+async fn died_during_the_call(r: &Rig) -> Vec<InboxEvent> {
+    r.say("open a ticket", false, 0).await;
+    let events = r.drain().await;
+    let entries = [
+        super::journal::Entry::Begin {
+            batch: "b1".into(),
+            inbox: "[Family] Husam: \"open a ticket\"".into(),
+            depth: 1,
+        },
+        super::journal::Entry::Turn {
+            step: 0,
+            message: ticket().message(),
+            usage: Usage::default(),
+        },
+        super::journal::Entry::Started { step: 0, index: 0 },
+    ];
+    let raw: Vec<String> = entries
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    r.store
+        .append_journal(&r.agentlet.key, &r.lease, &raw)
+        .await
+        .unwrap();
+    events
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_not_repeated_and_the_model_is_told() {
+    let tool = ticketing(false);
+    let r = rig_with("", vec![Ok(text("I will check."))], vec![tool.clone()]).await;
+    let events = died_during_the_call(&r).await;
+    let outcome = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(outcome, Outcome::Completed(_)));
+    assert!(tool.keys.lock().unwrap().is_empty(), "not repeated");
+    let told = r.requests()[0].messages.last().cloned();
+    assert!(
+        matches!(&told, Some(Message::Tool { content, .. }) if content.contains("outcome of this call of create_ticket is unknown")),
+        "{told:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_of_an_idempotent_tool_is_retried_with_the_same_key() {
+    let tool = ticketing(true);
+    let r = rig_with("", vec![Ok(text("Opened it."))], vec![tool.clone()]).await;
+    let events = died_during_the_call(&r).await;
+    let outcome = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(outcome, Outcome::Completed(_)));
+    assert_eq!(
+        *tool.keys.lock().unwrap(),
+        ["fam/assistant:b1:0:0"],
+        "made again once, with the first try's key"
+    );
 }

@@ -3,7 +3,7 @@
 -- retained checkpoints, and acknowledges the in-flight events (as ack.lua). Refused with
 -- CONFLICT when the consciousness is no longer at the cycle the commit was planned on.
 -- KEYS: 1 lease, 2 clog, 3 cmeta, 4 checkpoints, 5 summaries, 6 inflight, 7 state, 8 urgent,
---   9 inbox.
+--   9 inbox, 10 journal.
 -- ARGV: 1 lease value, 2 the plan (JSON, numbers as strings), then the new messages.
 local plan = cjson.decode(ARGV[2])
 local cur = redis.call('HGET', KEYS[3], 'cycle') or '0'
@@ -27,6 +27,6 @@ redis.call('HSET', KEYS[3], 'base', base, 'start', plan.start, 'end', plan.finis
 redis.call('HINCRBY', KEYS[3], 'tokensUsed', plan.cycleTokens)
 redis.call('DEL', KEYS[4])
 for _, c in ipairs(plan.checkpoints) do redis.call('RPUSH', KEYS[4], c) end
-redis.call('DEL', KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[6], KEYS[7], KEYS[10])
 move_all(KEYS[8], KEYS[9])
 return 1

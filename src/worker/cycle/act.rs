@@ -1,0 +1,223 @@
+//! Running a step's tool calls (seed 000 "What Happens Inside"), in order, each result into
+//! the cycle's messages and its journal: a call its phase gates gets an error result, `skip`
+//! ends the cycle, built-ins run in the worker (their effects carry idempotency keys), tools
+//! outside the worker are marked in the journal before they run, so a crash during one never
+//! makes it twice unless the tool says that is harmless.
+
+use std::time::Instant;
+
+use tracing::debug;
+
+use super::journal::{Entry, Unfinished};
+use super::{gates, skip, Agentlet, Cycle};
+use crate::model::{Message, ToolCall, ToolSpec, Turn};
+use crate::store::StoreError;
+use crate::worker::tools::{ExternalCall, Outcome, ToolEnv};
+
+/// How a call is to be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    /// For the first time.
+    First,
+    /// Again after a crash: it was marked as started and has no result.
+    Unknown,
+}
+
+impl Cycle<'_> {
+    /// Runs the calls of a step's turn. A step that calls a tool outside the worker journals
+    /// its turn first, then a mark before and the result after each such call; a step of
+    /// built-ins only journals its turn and results once, after them. Whether a call ended
+    /// the cycle.
+    pub(super) async fn act(
+        &mut self,
+        step: u32,
+        turn: &Turn,
+        offered: &[ToolSpec],
+    ) -> Result<bool, StoreError> {
+        let calls = &turn.tool_calls;
+        let outside = calls.iter().any(|c| self.is_outside(c));
+        let turn_entry = Entry::Turn {
+            step,
+            message: turn.message(),
+            usage: turn.usage,
+        };
+        let mut later = Vec::new();
+        if outside {
+            self.journal(vec![turn_entry]).await?;
+        } else {
+            later.push(turn_entry);
+        }
+        let mut ended = false;
+        for (index, call) in calls.iter().enumerate() {
+            if outside && self.is_outside(call) {
+                self.journal(vec![Entry::Started { step, index }]).await?;
+            }
+            let (outcome, ends) = self.call(step, index, call, offered, Attempt::First).await;
+            ended |= ends;
+            let result = self.remember(step, index, call, outcome);
+            if outside {
+                self.journal(vec![result]).await?;
+            } else {
+                later.push(result);
+            }
+        }
+        if !outside {
+            self.journal(later).await?;
+        }
+        Ok(ended)
+    }
+
+    /// Finishes a step the cycle was in when it stopped (resumed from its journal): calls
+    /// with a result are not made again; a call marked as started has an unknown outcome and
+    /// is made again only when its tool is idempotent; the rest run. Whether a call ended the
+    /// cycle.
+    pub(super) async fn finish(&mut self, unfinished: Unfinished) -> Result<bool, StoreError> {
+        let Unfinished {
+            step,
+            calls,
+            done,
+            started,
+        } = unfinished;
+        // Offered as the phase offered then (a gate is a pure function of the step).
+        let (offered, _) = gates::offer(&self.agentlet.agent.spec.cycle, step, &self.tools);
+        let mut ended = calls
+            .iter()
+            .enumerate()
+            .any(|(i, c)| done.contains(&i) && skip::ends_cycle(c).is_some());
+        for (index, call) in calls.iter().enumerate() {
+            if done.contains(&index) {
+                continue;
+            }
+            let attempt = if started.contains(&index) {
+                Attempt::Unknown
+            } else {
+                Attempt::First
+            };
+            if attempt == Attempt::First && self.is_outside(call) {
+                self.journal(vec![Entry::Started { step, index }]).await?;
+            }
+            let (outcome, ends) = self.call(step, index, call, &offered, attempt).await;
+            ended |= ends;
+            let result = self.remember(step, index, call, outcome);
+            self.journal(vec![result]).await?;
+        }
+        Ok(ended)
+    }
+
+    /// Whether `call` is of a tool outside the worker.
+    fn is_outside(&self, call: &ToolCall) -> bool {
+        self.agentlet.toolbox().external(&call.name).is_some()
+    }
+
+    /// One call: its outcome, and whether it ends the cycle.
+    async fn call(
+        &mut self,
+        step: u32,
+        index: usize,
+        call: &ToolCall,
+        offered: &[ToolSpec],
+        attempt: Attempt,
+    ) -> (Outcome, bool) {
+        let agentlet = self.agentlet;
+        if let Some(refusal) = gates::refusal(&call.name, offered, &self.tools) {
+            return (Outcome::error(refusal), false);
+        }
+        if let Some(outcome) = skip::ends_cycle(call) {
+            return (outcome, true);
+        }
+        let idempotency = format!("{}:{}:{step}:{index}", agentlet.key, self.batch);
+        let started = Instant::now();
+        let outcome = match agentlet.toolbox().external(&call.name) {
+            Some(external) if attempt == Attempt::Unknown && !external.idempotent(&call.name) => {
+                Outcome::error(format!(
+                    "the outcome of this call of {} is unknown: the worker stopped while it ran, and it was not made again because the tool is not idempotent; check its effect before calling it again",
+                    call.name
+                ))
+            }
+            Some(external) => {
+                agentlet
+                    .tool_activity(self.active.as_deref(), &call.name)
+                    .await;
+                external
+                    .call(&ExternalCall {
+                        agent: &agentlet.key,
+                        name: &call.name,
+                        arguments: &call.arguments,
+                        idempotency_key: &idempotency,
+                    })
+                    .await
+            }
+            None => {
+                agentlet
+                    .tool_activity(self.active.as_deref(), &call.name)
+                    .await;
+                let mut env = ToolEnv {
+                    store: agentlet.store.as_ref(),
+                    agent: &agentlet.key,
+                    lease: self.lease,
+                    me: agentlet.me(),
+                    spaces: &self.spaces,
+                    active: self.active.take(),
+                    enabled: agentlet.enabled(),
+                    depth: self.depth,
+                    metrics: &agentlet.metrics,
+                };
+                let outcome = env.run(call, &idempotency).await;
+                self.active = env.active;
+                outcome
+            }
+        };
+        time_tool(agentlet, call, started.elapsed());
+        (outcome, false)
+    }
+
+    /// Puts a call's result into the cycle's messages and counts it; the journal entry of it.
+    fn remember(&mut self, step: u32, index: usize, call: &ToolCall, outcome: Outcome) -> Entry {
+        count_tool(self.agentlet, call, outcome.ok);
+        self.new.push(Message::Tool {
+            tool_call_id: call.id.clone(),
+            content: outcome.content.clone(),
+        });
+        Entry::Result {
+            step,
+            index,
+            content: outcome.content,
+            ok: outcome.ok,
+        }
+    }
+}
+
+/// The tool label of a call: its name, or `unknown` for a name the agent has no tool of (so
+/// the model cannot grow the label set).
+fn tool_label<'a>(agentlet: &Agentlet, call: &'a ToolCall) -> &'a str {
+    let known = agentlet.enabled().iter().any(|t| t.name() == call.name)
+        || agentlet.toolbox().external(&call.name).is_some();
+    if known {
+        call.name.as_str()
+    } else {
+        "unknown"
+    }
+}
+
+/// Observes how long a tool call took.
+fn time_tool(agentlet: &Agentlet, call: &ToolCall, took: std::time::Duration) {
+    let [ns, agent] = agentlet.labels();
+    agentlet
+        .metrics
+        .tool_duration
+        .with_label_values(&[ns, agent, tool_label(agentlet, call)])
+        .observe(took.as_secs_f64());
+}
+
+/// Counts a tool call by tool (`unknown` for a name the agent has no tool of) and outcome.
+fn count_tool(agentlet: &Agentlet, call: &ToolCall, ok: bool) {
+    let [ns, agent] = agentlet.labels();
+    let tool = tool_label(agentlet, call);
+    let outcome = if ok { "ok" } else { "error" };
+    agentlet
+        .metrics
+        .tool_calls
+        .with_label_values(&[ns, agent, tool, outcome])
+        .inc();
+    debug!(tool = %call.name, ok, "tool call");
+}

@@ -1,0 +1,319 @@
+//! The cycle's journal (DESIGN "HTTP and MCP tools run through a journal"): before the next
+//! step, what the cycle did is in the data plane — the inbox message it started from, urgent
+//! events it took in, each model turn that called tools, a mark before each call whose effect
+//! must not be repeated, and every result. A cycle redone after a crash (or after a model
+//! failure) resumes from it: the turns and results are replayed into the conversation without
+//! calling the model or the tools again; a call that was marked but has no result — its
+//! outcome is unknown — is made again (with the same idempotency key) only when its tool says
+//! repeating it is harmless, otherwise the model is told it was not repeated.
+//!
+//! Writes cost one round trip per step that called tools, plus two per call of a tool outside
+//! the worker (the mark and the result). The journal goes with the cycle's commit or rollback.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::Cycle;
+use crate::model::{Message, ToolCall, Usage};
+use crate::store::StoreError;
+
+/// One entry of the journal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+pub(super) enum Entry {
+    /// The cycle began: its batch id (the root of its idempotency keys), its inbox message
+    /// and the depth of what it posts.
+    Begin {
+        batch: String,
+        inbox: String,
+        depth: u32,
+    },
+    /// Urgent events taken in mid-cycle, as the message they became.
+    Urgent { message: String, depth: u32 },
+    /// A model turn that called tools, and what it cost.
+    Turn {
+        step: u32,
+        message: Message,
+        usage: Usage,
+    },
+    /// A call whose effect must not be repeated is about to be made.
+    Started { step: u32, index: usize },
+    /// A call's result.
+    Result {
+        step: u32,
+        index: usize,
+        content: String,
+        ok: bool,
+    },
+}
+
+/// A step whose calls did not all finish before the cycle stopped.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Unfinished {
+    /// The step.
+    pub step: u32,
+    /// Its calls, in order.
+    pub calls: Vec<ToolCall>,
+    /// Calls with a result.
+    pub done: BTreeSet<usize>,
+    /// Calls that were marked as started (and have no result: their outcome is unknown).
+    pub started: BTreeSet<usize>,
+}
+
+/// What a journal gives back to the cycle that resumes it.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Resumed {
+    /// The batch id the cycle began with.
+    pub batch: String,
+    /// Its depth (urgent events included).
+    pub depth: u32,
+    /// The conversation of the cycle so far: inbox message, urgent injections, turns, results.
+    pub new: Vec<Message>,
+    /// Tokens its turns cost.
+    pub used: Usage,
+    /// The first step still to run.
+    pub next_step: u32,
+    /// A step whose calls did not all finish, if any.
+    pub unfinished: Option<Unfinished>,
+}
+
+/// Reads a journal back; `None` when it holds no cycle (empty, or unreadable).
+pub(super) fn resume(raw: &[String]) -> Option<Resumed> {
+    let entries: Vec<Entry> = raw
+        .iter()
+        .filter_map(|j| {
+            serde_json::from_str(j)
+                .map_err(|e| warn!(error = %e, "unreadable journal entry; ignored"))
+                .ok()
+        })
+        .collect();
+    let mut out = match entries.first()? {
+        Entry::Begin {
+            batch,
+            inbox,
+            depth,
+        } => Resumed {
+            batch: batch.clone(),
+            depth: *depth,
+            new: vec![Message::user(inbox.clone())],
+            ..Resumed::default()
+        },
+        _ => return None,
+    };
+    let mut step: Option<Unfinished> = None;
+    for entry in entries.into_iter().skip(1) {
+        match entry {
+            Entry::Begin { .. } => {}
+            Entry::Urgent { message, depth } => {
+                out.new.push(Message::user(message));
+                out.depth = out.depth.max(depth);
+            }
+            Entry::Turn {
+                step: n,
+                message,
+                usage,
+            } => {
+                out.used.input += usage.input;
+                out.used.output += usage.output;
+                let calls = match &message {
+                    Message::Assistant { tool_calls, .. } => tool_calls.clone(),
+                    _ => Vec::new(),
+                };
+                out.new.push(message);
+                out.next_step = n + 1;
+                step = Some(Unfinished {
+                    step: n,
+                    calls,
+                    ..Unfinished::default()
+                });
+            }
+            Entry::Started { step: n, index } => {
+                if let Some(s) = step.as_mut().filter(|s| s.step == n) {
+                    s.started.insert(index);
+                }
+            }
+            Entry::Result {
+                step: n,
+                index,
+                content,
+                ..
+            } => {
+                if let Some(s) = step.as_mut().filter(|s| s.step == n) {
+                    if let Some(call) = s.calls.get(index) {
+                        out.new.push(Message::Tool {
+                            tool_call_id: call.id.clone(),
+                            content,
+                        });
+                        s.done.insert(index);
+                        s.started.remove(&index);
+                    }
+                }
+            }
+        }
+    }
+    out.unfinished = step.filter(|s| s.done.len() < s.calls.len());
+    Some(out)
+}
+
+impl Cycle<'_> {
+    /// Journals `entries` (after the cycle's beginning, the first time), before the step
+    /// goes on.
+    pub(super) async fn journal(&mut self, entries: Vec<Entry>) -> Result<(), StoreError> {
+        let mut all = std::mem::take(&mut self.unjournaled);
+        if !self.journaled {
+            all.insert(
+                0,
+                Entry::Begin {
+                    batch: self.batch.clone(),
+                    inbox: match self.new.first() {
+                        Some(Message::User { content }) => content.clone(),
+                        _ => String::new(),
+                    },
+                    depth: self.start_depth,
+                },
+            );
+        }
+        all.extend(entries);
+        let encoded = all
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| StoreError::Decode {
+                what: "the cycle's journal".into(),
+                source,
+            })?;
+        let agentlet = self.agentlet;
+        agentlet
+            .store
+            .append_journal(&agentlet.key, self.lease, &encoded)
+            .await?;
+        self.journaled = true;
+        Ok(())
+    }
+
+    /// Keeps an entry to journal with the next write (urgent events, which only matter once
+    /// something else is journaled).
+    pub(super) fn journal_later(&mut self, entry: Entry) {
+        self.unjournaled.push(entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolCall;
+
+    fn call(id: &str, name: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    fn encode(entries: &[Entry]) -> Vec<String> {
+        entries
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect()
+    }
+
+    fn turn(step: u32, calls: Vec<ToolCall>) -> Entry {
+        Entry::Turn {
+            step,
+            message: Message::Assistant {
+                content: None,
+                tool_calls: calls,
+            },
+            usage: Usage {
+                input: 100,
+                output: 10,
+            },
+        }
+    }
+
+    fn result(step: u32, index: usize, content: &str) -> Entry {
+        Entry::Result {
+            step,
+            index,
+            content: content.into(),
+            ok: true,
+        }
+    }
+
+    #[test]
+    fn nothing_journaled_is_nothing_to_resume() {
+        assert_eq!(resume(&[]), None);
+        assert_eq!(resume(&encode(&[turn(0, vec![])])), None, "no beginning");
+        assert_eq!(resume(&["not json".to_string()]), None);
+    }
+
+    #[test]
+    fn finished_steps_replay_and_the_next_step_follows() {
+        let raw = encode(&[
+            Entry::Begin {
+                batch: "b1".into(),
+                inbox: "[Ops] Husam: \"open a ticket\"".into(),
+                depth: 1,
+            },
+            turn(
+                0,
+                vec![call("c0", "create_ticket"), call("c1", "send_message")],
+            ),
+            Entry::Started { step: 0, index: 0 },
+            result(0, 0, "{\"id\":7}"),
+            result(0, 1, "{\"status\":\"delivered\"}"),
+            Entry::Urgent {
+                message: "[URGENT] …".into(),
+                depth: 3,
+            },
+        ]);
+        let r = resume(&raw).unwrap();
+        assert_eq!((r.batch.as_str(), r.depth, r.next_step), ("b1", 3, 1));
+        assert_eq!(
+            r.used,
+            Usage {
+                input: 100,
+                output: 10
+            }
+        );
+        assert_eq!(
+            r.new.len(),
+            5,
+            "inbox, turn, two results, urgent: {:?}",
+            r.new
+        );
+        assert!(matches!(&r.new[2], Message::Tool { tool_call_id, .. } if tool_call_id == "c0"));
+        assert_eq!(r.unfinished, None);
+    }
+
+    #[test]
+    fn a_call_marked_without_a_result_has_an_unknown_outcome() {
+        let raw = encode(&[
+            Entry::Begin {
+                batch: "b1".into(),
+                inbox: "hi".into(),
+                depth: 1,
+            },
+            turn(
+                2,
+                vec![
+                    call("c0", "read"),
+                    call("c1", "create_ticket"),
+                    call("c2", "send_message"),
+                ],
+            ),
+            result(2, 0, "{}"),
+            Entry::Started { step: 2, index: 1 },
+        ]);
+        let r = resume(&raw).unwrap();
+        assert_eq!(r.next_step, 3);
+        let u = r.unfinished.unwrap();
+        assert_eq!(u.step, 2);
+        assert_eq!(u.done, BTreeSet::from([0]));
+        assert_eq!(u.started, BTreeSet::from([1]));
+        assert_eq!(u.calls.len(), 3);
+    }
+}
