@@ -26,6 +26,7 @@ use super::ToolsSpec;
     printcolumn = r#"{"name":"Cycles","type":"integer","jsonPath":".status.cycles"}"#,
     printcolumn = r#"{"name":"Checkpoint","type":"integer","jsonPath":".status.checkpoint.cycle"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Tools","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"ToolsReady\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

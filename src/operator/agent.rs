@@ -26,7 +26,7 @@ use super::build::{self, FIELD_MANAGER};
 use super::conditions::{check_model, check_tools, failed, ready_condition, worker_condition};
 use super::context::{Context, Error};
 use super::dataplane::Tracked;
-use super::status::{self, status_str, Cond};
+use super::status::{self, Cond};
 use crate::crd::{Agent, AgentStatus, Space};
 use crate::membership;
 use crate::store::AgentKey;
@@ -293,21 +293,12 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     );
 
     // Events for conditions that changed.
-    for c in &next {
-        let before = status::find(&previous.conditions, c.type_);
-        let changed =
-            before.is_none_or(|b| b.reason != c.reason || b.status != status_str(c.status));
-        if changed && c.type_ != READY {
-            let warning = c.status != Some(true) && WARNING_REASONS.contains(&c.reason);
-            if warning || before.is_some() {
-                let kind = if warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                };
-                ctx.publish(&*agent, kind, c.reason, "Reconcile", c.message.clone())
-                    .await;
-            }
+    for c in status.conditions.iter().filter(|c| c.type_ != READY) {
+        let warning = c.status != "True" && WARNING_REASONS.contains(&c.reason.as_str());
+        let before = status::find(&previous.conditions, &c.type_);
+        if let Some(kind) = status::notice(before, c, warning) {
+            ctx.publish(&*agent, kind, &c.reason, "Reconcile", c.message.clone())
+                .await;
         }
     }
 

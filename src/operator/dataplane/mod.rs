@@ -27,15 +27,16 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::events::EventType;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use self::cluster::Cluster;
+use self::cluster::{Cluster, Notice};
 use self::decide::{decide, replicas_to_apply, Decision};
 use self::plans::Firing;
 use crate::crd::{AgentPhase, AgentSpec, AgentStatus, PlanSpec, ScalingSpec};
-use crate::operator::status::{data_part, data_status, phase, time_of};
+use crate::operator::status::{data_part, data_status, find, notice, phase, time_of};
 use crate::store::{now_ms, AgentKey, AgentObservation, Store};
 use crate::telemetry::OperatorMetrics;
 
@@ -127,6 +128,7 @@ enum Action {
     },
     Status(AgentKey, AgentStatus),
     Plan(Firing),
+    Event(ObjectReference, Notice),
 }
 
 /// The loop's state, shared with the reconcile.
@@ -423,7 +425,13 @@ impl Scaler {
                 ),
             )
         };
-        deps.cluster.publish(&object, reason, note).await;
+        let notice = Notice {
+            kind: EventType::Normal,
+            reason: reason.into(),
+            action: "Scale",
+            note,
+        };
+        deps.cluster.publish(&object, notice).await;
         self.refresh(agent);
         true
     }
@@ -524,6 +532,19 @@ impl Scaler {
                 time_of(now),
                 |cycle| deps.store.checkpoint_ref(key, cycle),
             );
+            // Events for what the worker reports that changed (a problem is a Warning).
+            for c in &status.conditions {
+                let before = find(&e.conditions, &c.type_);
+                if let Some(kind) = notice(before, c, c.status == "False") {
+                    let notice = Notice {
+                        kind,
+                        reason: c.reason.clone(),
+                        action: "Observe",
+                        note: c.message.clone(),
+                    };
+                    actions.push(Action::Event(e.object.clone(), notice));
+                }
+            }
             e.conditions.clone_from(&status.conditions);
             if let Some(p) = status.phase {
                 *phases.entry(p).or_default() += 1;
@@ -579,6 +600,7 @@ impl Scaler {
             Action::Plan(firing) => {
                 plans::fire(deps.store.as_ref(), &deps.metrics, firing).await;
             }
+            Action::Event(object, notice) => deps.cluster.publish(&object, notice).await,
         }
     }
 }

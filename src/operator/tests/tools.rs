@@ -311,8 +311,9 @@ async fn invalid_tools_are_an_invalid_spec_and_the_worker_is_left_alone() {
 
 #[tokio::test]
 async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_manager() {
-    use crate::operator::dataplane::cluster::{Cluster, KubeCluster};
-    use crate::operator::status::{data_status, TOOLS_READY};
+    use crate::operator::dataplane::cluster::{Cluster, KubeCluster, Notice};
+    use crate::operator::status::{data_status, find, notice, TOOLS_READY};
+    use k8s_openapi::api::core::v1::ObjectReference;
 
     let h = harness(vec![], vec![lobby(true)]);
     let mut h = h;
@@ -342,10 +343,13 @@ async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_ma
     let base = serde_json::to_value(tooled()).unwrap();
     let verifier = tokio::spawn(super::serve(
         handle,
-        vec![expect(
-            Method::PATCH,
-            "/apis/agentfleet.dev/v1alpha1/namespaces/default/agents/echo/status?&force=true&fieldManager=agentfleet-dataplane",
-        )],
+        vec![
+            expect(
+                Method::PATCH,
+                "/apis/agentfleet.dev/v1alpha1/namespaces/default/agents/echo/status?&force=true&fieldManager=agentfleet-dataplane",
+            ),
+            expect(Method::POST, "/namespaces/default/events"),
+        ],
         base,
     ));
     let cluster = KubeCluster::new(h.ctx.client.clone(), h.ctx.recorder.clone());
@@ -353,7 +357,33 @@ async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_ma
         .write_status(&AgentKey::new("default", "echo"), &status)
         .await
         .unwrap();
+    // The transition's Event, as the loop publishes it (which transitions: dataplane tests).
+    let ready = find(&status.conditions, TOOLS_READY).unwrap();
+    let kind = notice(None, ready, true).unwrap();
+    let object = ObjectReference {
+        api_version: Some("agentfleet.dev/v1alpha1".into()),
+        kind: Some("Agent".into()),
+        name: Some("echo".into()),
+        namespace: Some("default".into()),
+        ..ObjectReference::default()
+    };
+    let warning = Notice {
+        kind,
+        reason: ready.reason.clone(),
+        action: "Observe",
+        note: ready.message.clone(),
+    };
+    cluster.publish(&object, warning).await;
     let bodies = verifier.await.unwrap();
+    let event = &bodies[1];
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("McpUnreachable"))
+    );
+    assert_eq!(event["regarding"]["name"], "echo");
+    assert!(event["note"]
+        .as_str()
+        .is_some_and(|n| n.contains("MCP server tracker unreachable")));
     let written = &bodies[0]["status"];
     assert_eq!(
         written["tools"],

@@ -11,24 +11,20 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
 
-use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus, ToolStatus};
+use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus};
 use crate::store::AgentObservation;
+
+mod tools;
+
+use self::tools::shown_tools;
+pub use self::tools::{tools_condition, TOOLS_READY};
 
 /// Condition: the agent's model answers (written from the data plane, where the worker
 /// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
 /// `ServerError`, `Refused`, `BadResponse`).
 pub const MODEL_AVAILABLE: &str = "ModelAvailable";
-
-/// Condition: every tool the worker has can be called now (written from the data plane, from
-/// the tools the worker reports; reasons `AllReady`, `SecretUnavailable`, `McpUnreachable`,
-/// `ToolUnavailable`).
-pub const TOOLS_READY: &str = "ToolsReady";
-
-/// The longest text of one tool's `lastError` shown in status.
-const MAX_TOOL_ERROR: usize = 512;
-/// The longest condition message.
-const MAX_MESSAGE: usize = 1024;
 
 /// A condition as the reconciler computes it, before it is merged with the previous set.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +106,21 @@ pub fn merge(
             }
         })
         .collect()
+}
+
+/// The Event a condition's change deserves, if any: a Warning when it says a problem
+/// (`warning`) and its status or reason changed; Normal for any other change of a condition
+/// that was there before (a recovery, a new state); none when nothing but its message changed,
+/// nor for a condition seen for the first time that says no problem.
+pub fn notice(before: Option<&Condition>, after: &Condition, warning: bool) -> Option<EventType> {
+    let changed = before.is_none_or(|b| b.reason != after.reason || b.status != after.status);
+    if !changed {
+        None
+    } else if warning {
+        Some(EventType::Warning)
+    } else {
+        before.map(|_| EventType::Normal)
+    }
 }
 
 /// The previous condition of a type, if any.
@@ -205,109 +216,6 @@ fn time(ms: i64) -> Option<Time> {
     Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
 }
 
-/// The tools as `status.tools` shows them: what the worker reported, each name once, errors
-/// cut to a bounded length.
-fn shown_tools(reported: &[ToolStatus]) -> Vec<ToolStatus> {
-    let mut seen = std::collections::HashSet::new();
-    reported
-        .iter()
-        .filter(|t| seen.insert(t.name.as_str()))
-        .map(|t| ToolStatus {
-            last_error: t.last_error.as_deref().map(|e| cut(e, MAX_TOOL_ERROR)),
-            ..t.clone()
-        })
-        .collect()
-}
-
-/// `text`, at most `max` characters of it (an ellipsis says it was cut).
-fn cut(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-/// The Secret a tool's error names (`Secret "NAME" …`, as the worker's Secrets say it).
-fn secret_named(error: &str) -> Option<&str> {
-    let (_, rest) = error.split_once("Secret \"")?;
-    rest.split_once('"').map(|(name, _)| name)
-}
-
-/// `ToolsReady`, from the tools the worker reported: True when every one can be called, else
-/// False with the first of these that applies, the message naming every unavailable tool:
-/// `SecretUnavailable` (a tool's error names a Secret it cannot read), `McpUnreachable` (the
-/// tools of an MCP server, `source: mcp:SERVER`), `ToolUnavailable` (any other).
-pub fn tools_condition(tools: &[ToolStatus]) -> Cond {
-    let down: Vec<&ToolStatus> = tools.iter().filter(|t| !t.ready).collect();
-    if down.is_empty() {
-        return Cond::ok(
-            TOOLS_READY,
-            "AllReady",
-            format!("{} tool(s) ready", tools.len()),
-        );
-    }
-    let error = |t: &ToolStatus| t.last_error.clone().unwrap_or_else(|| "not ready".into());
-    // Secret → its tools; server → its first error; tool → its error. In report order.
-    let mut secrets: Vec<(&str, Vec<&str>)> = Vec::new();
-    let mut servers: Vec<(&str, String)> = Vec::new();
-    let mut others: Vec<(&str, String)> = Vec::new();
-    for t in &down {
-        if let Some(secret) = t.last_error.as_deref().and_then(secret_named) {
-            match secrets.iter_mut().find(|(s, _)| *s == secret) {
-                Some((_, users)) => users.push(&t.name),
-                None => secrets.push((secret, vec![&t.name])),
-            }
-        } else if let Some(server) = t.source.strip_prefix("mcp:") {
-            if servers.iter().all(|(s, _)| *s != server) {
-                servers.push((server, error(t)));
-            }
-        } else {
-            others.push((&t.name, error(t)));
-        }
-    }
-    let reason = if !secrets.is_empty() {
-        "SecretUnavailable"
-    } else if !servers.is_empty() {
-        "McpUnreachable"
-    } else {
-        "ToolUnavailable"
-    };
-    let parts = secrets
-        .iter()
-        .map(|(s, users)| {
-            format!(
-                "Secret {s} is not available to the worker (tools {})",
-                users.join(", ")
-            )
-        })
-        .chain(
-            servers
-                .iter()
-                .map(|(s, e)| format!("MCP server {s} unreachable: {}", cut(e, 200))),
-        )
-        .chain(
-            others
-                .iter()
-                .map(|(t, e)| format!("tool {t} unavailable: {}", cut(e, 200))),
-        )
-        .collect::<Vec<_>>()
-        .join("; ");
-    Cond::fail(
-        TOOLS_READY,
-        reason,
-        cut(
-            &format!(
-                "{} of {} tool(s) unavailable: {parts}",
-                down.len(),
-                tools.len()
-            ),
-            MAX_MESSAGE,
-        ),
-    )
-}
-
 /// The data-plane status of an agent; `checkpoint_ref` names where the checkpoint of a cycle
 /// is kept (the store says, see [`crate::store::Observe::checkpoint_ref`]). `previous` are the
 /// conditions last computed, so that `ToolsReady` keeps its `lastTransitionTime` until its
@@ -321,11 +229,12 @@ pub fn data_status(
     now: Timestamp,
     checkpoint_ref: impl Fn(u64) -> String,
 ) -> AgentStatus {
-    let tools = seen.tools.as_deref().map(|t| {
-        merge(previous, &[tools_condition(t)], None, now)
-            .into_iter()
-            .next()
-    });
+    let tools = merge(
+        previous,
+        &[tools_condition(seen.tools.as_deref())],
+        None,
+        now,
+    );
     AgentStatus {
         phase: Some(phase(failed, replicas, available, seen)),
         replicas,
@@ -342,10 +251,7 @@ pub fn data_status(
             time: time(c.time_ms),
         }),
         tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
-        conditions: model_condition(seen)
-            .into_iter()
-            .chain(tools.flatten())
-            .collect(),
+        conditions: model_condition(seen).into_iter().chain(tools).collect(),
         ..AgentStatus::default()
     }
 }
@@ -498,12 +404,14 @@ mod tests {
     fn the_model_condition_comes_from_what_the_worker_reported() {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
-        assert!(
-            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key))
+        let model = |o: &AgentObservation| {
+            data_status(false, Some(1), 1, o, &[], t0(), redis_ref(&key))
                 .conditions
-                .is_empty(),
-            "not reported yet"
-        );
+                .into_iter()
+                .filter(|c| c.type_ == MODEL_AVAILABLE)
+                .collect::<Vec<_>>()
+        };
+        assert!(model(&o).is_empty(), "not reported yet");
         o.model = Some(crate::store::ModelHealth {
             available: false,
             reason: "Unauthorized".into(),
@@ -511,7 +419,7 @@ mod tests {
                 .into(),
             since_ms: 1_795_000_000_123,
         });
-        let c = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)).conditions;
+        let c = model(&o);
         assert_eq!(c.len(), 1);
         assert_eq!(
             (
@@ -531,10 +439,7 @@ mod tests {
             "the same on every pass"
         );
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
-        assert_eq!(
-            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)).conditions[0].reason,
-            "Unknown"
-        );
+        assert_eq!(model(&o)[0].reason, "Unknown");
     }
 
     #[test]
@@ -575,160 +480,5 @@ mod tests {
             "2026-11-18T11:06:40Z",
             "to the second, as the API server keeps it"
         );
-    }
-
-    fn tool(name: &str, source: &str, error: Option<&str>) -> ToolStatus {
-        ToolStatus {
-            name: name.into(),
-            source: source.into(),
-            ready: error.is_none(),
-            last_error: error.map(str::to_string),
-        }
-    }
-
-    #[test]
-    fn tools_ready_says_what_cannot_be_called_and_why() {
-        let ok = [
-            tool("skip", "builtin", None),
-            tool("open_ticket", "http", None),
-            tool("grafana__query", "mcp:grafana", None),
-        ];
-        let c = tools_condition(&ok);
-        assert_eq!(
-            (c.status, c.reason, c.message.as_str()),
-            (Some(true), "AllReady", "3 tool(s) ready")
-        );
-
-        let mcp_down = [
-            tool("skip", "builtin", None),
-            tool(
-                "grafana__*",
-                "mcp:grafana",
-                Some("cannot reach http://g/mcp: connection refused"),
-            ),
-            tool("tracker__*", "mcp:tracker", Some("timed out")),
-            tool("tracker__create", "mcp:tracker", Some("timed out")),
-        ];
-        let c = tools_condition(&mcp_down);
-        assert_eq!((c.status, c.reason), (Some(false), "McpUnreachable"));
-        assert_eq!(
-            c.message,
-            "3 of 4 tool(s) unavailable: MCP server grafana unreachable: cannot reach http://g/mcp: connection refused; MCP server tracker unreachable: timed out"
-        );
-
-        let secret = [
-            tool("open_ticket", "http", Some("Secret \"tracker-token\" is not mounted at /etc/agentfleet/secrets/tracker-token: No such file")),
-            tool("get_ticket", "http", Some("headers: Secret \"tracker-token\" is not available to the worker")),
-            tool("grafana__*", "mcp:grafana", Some("connection refused")),
-            tool("ping", "http", Some("answered 503")),
-        ];
-        let c = tools_condition(&secret);
-        assert_eq!(c.reason, "SecretUnavailable", "the cause first");
-        assert_eq!(
-            c.message,
-            "4 of 4 tool(s) unavailable: Secret tracker-token is not available to the worker (tools open_ticket, get_ticket); MCP server grafana unreachable: connection refused; tool ping unavailable: answered 503"
-        );
-
-        let c = tools_condition(&[tool("ping", "http", Some("x")), tool("pong", "http", None)]);
-        assert_eq!(c.reason, "ToolUnavailable");
-        assert_eq!(
-            c.message,
-            "1 of 2 tool(s) unavailable: tool ping unavailable: x"
-        );
-        let mut no_error = tool("ping", "http", None);
-        no_error.ready = false;
-        assert!(tools_condition(&[no_error])
-            .message
-            .ends_with("tool ping unavailable: not ready"));
-
-        let many: Vec<ToolStatus> = (0..100)
-            .map(|i| tool(&format!("t{i}"), "http", Some(&"e".repeat(300))))
-            .collect();
-        assert!(tools_condition(&many).message.chars().count() <= MAX_MESSAGE);
-    }
-
-    #[test]
-    fn status_tools_are_what_the_worker_reported() {
-        let key = AgentKey::new("fam", "assistant");
-        let mut o = AgentObservation::default();
-        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
-        assert!(
-            s.tools.is_empty() && s.conditions.is_empty(),
-            "not reported yet: {s:?}"
-        );
-
-        let long = "x".repeat(2000);
-        o.tools = Some(vec![
-            tool("skip", "builtin", None),
-            tool("grafana__*", "mcp:grafana", Some(&long)),
-            tool("skip", "builtin", Some("a second entry of one name")),
-        ]);
-        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
-        assert_eq!(
-            s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
-            ["skip", "grafana__*"],
-            "each name once (status.tools is a map keyed by name)"
-        );
-        assert_eq!(
-            s.tools[1].last_error.as_ref().unwrap().chars().count(),
-            MAX_TOOL_ERROR
-        );
-        let c = find(&s.conditions, TOOLS_READY).unwrap();
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_str()),
-            ("False", "McpUnreachable")
-        );
-        assert_eq!(c.last_transition_time, Time(t0()));
-        assert_eq!(c.observed_generation, None);
-    }
-
-    #[test]
-    fn tools_ready_keeps_its_transition_time_until_it_flips() {
-        let key = AgentKey::new("fam", "assistant");
-        let later = Timestamp::from_second(1_795_000_100).unwrap();
-        let much_later = Timestamp::from_second(1_795_000_200).unwrap();
-        let mut o = AgentObservation {
-            tools: Some(vec![tool("grafana__*", "mcp:grafana", Some("refused"))]),
-            ..AgentObservation::default()
-        };
-        let first = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
-        let again = data_status(
-            false,
-            Some(1),
-            1,
-            &o,
-            &first.conditions,
-            later,
-            redis_ref(&key),
-        );
-        assert_eq!(first, again, "the same on every pass: nothing to write");
-
-        o.tools = Some(vec![tool("grafana__*", "mcp:grafana", Some("timed out"))]);
-        let other_error = data_status(
-            false,
-            Some(1),
-            1,
-            &o,
-            &again.conditions,
-            later,
-            redis_ref(&key),
-        );
-        let c = find(&other_error.conditions, TOOLS_READY).unwrap();
-        assert_eq!(c.last_transition_time, Time(t0()), "still False");
-        assert!(c.message.contains("timed out"));
-
-        o.tools = Some(vec![tool("grafana__query", "mcp:grafana", None)]);
-        let up = data_status(
-            false,
-            Some(1),
-            1,
-            &o,
-            &other_error.conditions,
-            much_later,
-            redis_ref(&key),
-        );
-        let c = find(&up.conditions, TOOLS_READY).unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "AllReady"));
-        assert_eq!(c.last_transition_time, Time(much_later), "flipped");
     }
 }
