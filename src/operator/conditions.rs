@@ -118,7 +118,7 @@ pub async fn check_tools(secrets: &Api<Secret>, tools: &ToolsSpec) -> Result<Con
             format!(
                 "Secret {} not found (headersFrom of {})",
                 missing.join(", "),
-                users(tools, &missing)
+                tools.secret_users(&missing)
             ),
         )
     } else if !unreadable.is_empty() {
@@ -128,7 +128,7 @@ pub async fn check_tools(secrets: &Api<Secret>, tools: &ToolsSpec) -> Result<Con
             format!(
                 "the operator may not read Secret {} (headersFrom of {})",
                 unreadable.join(", "),
-                users(tools, &unreadable)
+                tools.secret_users(&unreadable)
             ),
         )
     } else {
@@ -141,25 +141,6 @@ pub async fn check_tools(secrets: &Api<Secret>, tools: &ToolsSpec) -> Result<Con
             ),
         )
     })
-}
-
-/// The tools and servers that take headers from one of `secrets`, for a message.
-fn users(tools: &ToolsSpec, secrets: &[&str]) -> String {
-    let uses = |h: &Option<crate::crd::HeadersFrom>| {
-        h.as_ref()
-            .is_some_and(|h| secrets.contains(&h.secret_name.as_str()))
-    };
-    let http = tools
-        .http
-        .iter()
-        .filter(|t| uses(&t.headers_from))
-        .map(|t| format!("HTTP tool {}", t.name));
-    let mcp = tools
-        .mcp
-        .iter()
-        .filter(|s| uses(&s.headers_from))
-        .map(|s| format!("MCP server {}", s.name));
-    http.chain(mcp).collect::<Vec<_>>().join(", ")
 }
 
 /// `WorkerAvailable` from the applied Deployment.
@@ -294,8 +275,8 @@ mod tests {
     #[test]
     fn users_of_a_secret_are_named() {
         let s = spec("{model: {provider: scripted, name: x}, tools: {http: [{name: a, description: d, url: \"http://a\", headersFrom: {secretName: s1}}, {name: b, description: d, url: \"http://b\"}], mcp: [{name: m, url: \"http://m\", headersFrom: {secretName: s1}}, {name: n, url: \"http://n\", headersFrom: {secretName: s2}}]}}");
-        assert_eq!(users(&s.tools, &["s1"]), "HTTP tool a, MCP server m");
-        assert_eq!(users(&s.tools, &["s2"]), "MCP server n");
+        assert_eq!(s.tools.secret_users(&["s1"]), "HTTP tool a, MCP server m");
+        assert_eq!(s.tools.secret_users(&["s2"]), "MCP server n");
     }
 
     #[test]
