@@ -65,7 +65,7 @@ async fn main() {
     .unwrap();
     let port = free_port().unwrap();
     let gateway = Kill(
-        Command::new(env!("CARGO_BIN_EXE_agentfleet"))
+        Command::new(common::agentfleet_bin())
             .args(["gateway", "--rate-limit", "0"])
             .arg("--addr")
             .arg(format!("127.0.0.1:{port}"))

@@ -115,7 +115,7 @@ async fn main() {
     let metrics_port = free_port().unwrap();
     let started = Instant::now();
     let operator = Kill(
-        Command::new(env!("CARGO_BIN_EXE_agentfleet"))
+        Command::new(common::agentfleet_bin())
             .args(["operator", "--lease-namespace", &ns])
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{metrics_port}"))

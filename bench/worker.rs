@@ -127,7 +127,7 @@ async fn main() {
     .unwrap();
     let port = free_port().unwrap();
     let worker = Kill(
-        Command::new(env!("CARGO_BIN_EXE_agentfleet"))
+        Command::new(common::agentfleet_bin())
             .args([
                 "worker",
                 "--agent",

@@ -1,6 +1,7 @@
 //! `agentfleet dev DIR`: the whole system on one machine, no cluster and no Redis.
 //!
-//! Loads the Agent and Space manifests in DIR (the YAML `kubectl apply` takes), refuses what
+//! Loads the Agent and Space manifests in DIR (the YAML `kubectl apply` takes; `kind: Secret`
+//! documents give the tools' `headersFrom`, never printed), refuses what
 //! the API server would (schema, names, namespaces), validates the Agents as the operator
 //! does and refuses those that could not call their model, derives membership with the
 //! operator's own function, and runs the gateway plus one in-process worker per agent on the
@@ -35,7 +36,8 @@ use crate::worker::{supervise, Health};
 #[derive(clap::Args, Debug, Clone)]
 #[command(mut_arg("redis", |a| Redis::optional(a, "Use this Redis instead of the embedded store")))]
 pub struct Args {
-    /// Directory of Agent and Space manifests (`*.yaml`, `*.yml`; several documents a file).
+    /// Directory of Agent, Space and Secret manifests (`*.yaml`, `*.yml`; several documents a
+    /// file).
     pub dir: PathBuf,
     /// Address of the gateway (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -55,8 +57,25 @@ pub struct Manifests {
     pub agents: Vec<Agent>,
     /// Spaces, by file order.
     pub spaces: Vec<Space>,
-    /// Secrets (name → key → value), for the tools' `headersFrom`.
-    pub secrets: BTreeMap<String, BTreeMap<String, String>>,
+    /// Secrets ((namespace, name) → key → value), for the tools' `headersFrom` of the agents
+    /// of their namespace. Never printed.
+    pub secrets: BTreeMap<NamespacedName, SecretData>,
+}
+
+/// A namespaced object's (namespace, name).
+pub type NamespacedName = (String, String);
+/// A Secret's keys and values.
+pub type SecretData = BTreeMap<String, String>;
+
+impl Manifests {
+    /// The Secrets an agent of `namespace` may read (name → key → value).
+    pub fn secrets_of(&self, namespace: &str) -> BTreeMap<String, SecretData> {
+        self.secrets
+            .iter()
+            .filter(|((ns, _), _)| ns == namespace)
+            .map(|((_, name), data)| (name.clone(), data.clone()))
+            .collect()
+    }
 }
 
 #[derive(Deserialize)]
@@ -68,9 +87,10 @@ struct TypeMeta {
     kind: String,
 }
 
-/// Reads every Agent and Space in `dir` (sorted by file name), giving `namespace` to those
-/// without one. Objects of other API groups are skipped with a warning; anything malformed is
-/// an error naming the file and document.
+/// Reads every Agent, Space and Secret in `dir` (sorted by file name), giving `namespace` to
+/// those without one. Other objects are skipped with a warning; anything malformed is an error
+/// naming the file and document (never a Secret's value); an Agent whose `headersFrom` names
+/// a Secret the directory does not hold is refused, as the operator's `ToolsConfigured` does.
 pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
     if let Some(p) = names::namespace_problem(namespace) {
         bail!("--namespace: {p}");
@@ -96,6 +116,14 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
                 continue;
             }
             let meta: TypeMeta = serde_yaml::from_value(value.clone()).with_context(at)?;
+            if meta.api_version == "v1" && meta.kind == "Secret" {
+                let (key, data) =
+                    secret(value, namespace).map_err(|p| anyhow::anyhow!("{}: {p}", at()))?;
+                if out.secrets.insert(key.clone(), data).is_some() {
+                    bail!("{}: Secret {}/{} appears twice", at(), key.0, key.1);
+                }
+                continue;
+            }
             if meta.api_version != "agentfleet.dev/v1alpha1" {
                 warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
                 continue;
@@ -138,6 +166,30 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
     Ok(out)
 }
 
+/// A `kind: Secret` document: its (namespace, name) and its keys and values (`data` decoded
+/// from base64, `stringData` over it, as the API server merges them). Errors never hold a
+/// value: the document's own parse error could quote one, so it is not passed on.
+fn secret(
+    value: serde_yaml::Value,
+    namespace: &str,
+) -> Result<(NamespacedName, SecretData), String> {
+    let mut secret: k8s_openapi::api::core::v1::Secret =
+        serde_yaml::from_value(value).map_err(|_| {
+            "not a valid Secret (data: base64 strings; stringData: strings)".to_string()
+        })?;
+    place(&mut secret.metadata, namespace).map_err(|p| format!("invalid Secret: {p}"))?;
+    let name = secret.metadata.name.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for (key, bytes) in secret.data.unwrap_or_default() {
+        let text = String::from_utf8(bytes.0).map_err(|_| {
+            format!("Secret {name}, key {key}: not UTF-8 text (a header value must be)")
+        })?;
+        out.insert(key, text);
+    }
+    out.extend(secret.string_data.unwrap_or_default());
+    Ok(((secret.metadata.namespace.unwrap_or_default(), name), out))
+}
+
 /// What the API server refuses in an object's name and namespace (as `kubectl apply` would
 /// be refused), then the object placed in `namespace` when it names none.
 fn place(meta: &mut ObjectMeta, namespace: &str) -> Result<(), String> {
@@ -166,6 +218,25 @@ fn check(m: &Manifests) -> anyhow::Result<()> {
         }
         for p in crate::operator::agent::validate(&name, &a.spec) {
             problems.push(format!("Agent {name}: {p}"));
+        }
+        // A missing `headersFrom` Secret, as the operator's `ToolsConfigured` says it.
+        let namespace = a.namespace().unwrap_or_default();
+        let missing: Vec<&str> = a
+            .spec
+            .tools
+            .secrets()
+            .into_iter()
+            .filter(|s| {
+                !m.secrets
+                    .contains_key(&(namespace.clone(), (*s).to_string()))
+            })
+            .collect();
+        if !missing.is_empty() {
+            problems.push(format!(
+                "Agent {name}: Secret {} not found (headersFrom of {}): add a `kind: Secret` document to the directory",
+                missing.join(", "),
+                a.spec.tools.secret_users(&missing)
+            ));
         }
     }
     for s in &m.spaces {
@@ -237,8 +308,6 @@ impl Dev {
         addr: SocketAddr,
     ) -> anyhow::Result<Self> {
         let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
-        // The Secrets of the directory, for the tools' `headersFrom`.
-        let secrets = crate::worker::tools::secrets::Secrets::from_map(manifests.secrets.clone());
         let missing = missing_keys(&manifests.agents, api_key.as_deref());
         if !missing.is_empty() {
             bail!("{}", missing.join("\n"));
@@ -332,6 +401,12 @@ impl Dev {
         let mut agents = Vec::new();
         let mut plans = Vec::new();
         let mut healths = Vec::new();
+        let secrets_by_namespace: BTreeMap<String, _> = manifests
+            .agents
+            .iter()
+            .map(|a| a.namespace().unwrap_or_else(|| "default".into()))
+            .map(|ns| (ns.clone(), manifests.secrets_of(&ns)))
+            .collect();
         for agent in manifests.agents {
             let key = AgentKey::new(
                 agent.namespace().unwrap_or_else(|| "default".into()),
@@ -348,6 +423,13 @@ impl Dev {
                 info!(agent = %key, "paused; not started");
                 continue;
             }
+            // The Secrets of the agent's namespace, for its tools' `headersFrom`.
+            let secrets = crate::worker::tools::secrets::Secrets::from_map(
+                secrets_by_namespace
+                    .get(&key.namespace)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
             let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key.clone())
                 .with_context(|| format!("agent {key}: model"))?;
             let external = crate::worker::tools::external(
@@ -355,7 +437,7 @@ impl Dev {
                 &agent.spec.tools,
                 &crate::worker::tools::ExternalContext {
                     store: store.clone(),
-                    secrets: secrets.clone(),
+                    secrets,
                     callback_url: Some(format!("http://{addr}")),
                 },
             );
@@ -513,7 +595,11 @@ mod tests {
         let m = load_dir(Path::new("config/samples"), "default").unwrap();
         let mut agents: Vec<String> = m.agents.iter().map(|a| a.name_any()).collect();
         agents.sort();
-        assert_eq!(agents, ["assistant", "oncall", "reviewer"]);
+        assert_eq!(agents, ["assistant", "oncall", "reviewer", "sre"]);
+        assert_eq!(
+            m.secrets_of("default").keys().collect::<Vec<_>>(),
+            ["prometheus-auth", "tracker-mcp-auth"]
+        );
         assert!(m
             .spaces
             .iter()
@@ -610,6 +696,77 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn secrets_in_the_directory_reach_the_tools_of_their_namespace_and_a_missing_one_is_refused() {
+        let d = tempdir("secrets");
+        let agent = |secret: &str| {
+            format!("apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  model: {{provider: scripted, name: a}}\n  tools:\n    http:\n    - {{name: q, description: d, url: \"http://prom:9090/api/v1/query\", headersFrom: {{secretName: {secret}}}}}\n")
+        };
+        // "Bearer d4ta-value" in base64; stringData wins over data for one key.
+        let secrets = "apiVersion: v1\nkind: Secret\nmetadata: {name: prom}\ndata: {Authorization: QmVhcmVyIGQ0dGEtdmFsdWU=, X-Scope: ZnJvbS1kYXRh}\nstringData: {X-Scope: s7ring-value}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: prom, namespace: other}\nstringData: {Authorization: elsewhere}\n";
+        write(&d, "a.yaml", &agent("prom"));
+        write(&d, "s.yaml", secrets);
+        let m = load_dir(&d, "default").unwrap();
+        let prom = BTreeMap::from([
+            ("Authorization".to_string(), "Bearer d4ta-value".to_string()),
+            ("X-Scope".to_string(), "s7ring-value".to_string()),
+        ]);
+        assert_eq!(
+            m.secrets_of("default"),
+            BTreeMap::from([("prom".to_string(), prom)])
+        );
+        assert_eq!(
+            m.secrets_of("other")["prom"]["Authorization"],
+            "elsewhere",
+            "each namespace its own"
+        );
+        assert!(m.secrets_of("third").is_empty());
+
+        // In another namespace only: missing, as the operator would say.
+        write(
+            &d,
+            "a.yaml",
+            &agent("prom").replace(
+                "metadata: {name: a}",
+                "metadata: {name: a, namespace: third}",
+            ),
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(
+            err.contains("Agent a: Secret prom not found (headersFrom of HTTP tool q): add a `kind: Secret` document"),
+            "{err}"
+        );
+
+        // Malformed or duplicate: refused, and no value is quoted.
+        write(&d, "a.yaml", &agent("prom"));
+        write(&d, "s.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: prom}\ndata: {Authorization: \"n0t-base64 s3cret!\"}\n");
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(
+            err.contains("s.yaml (document 1): not a valid Secret"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        write(
+            &d,
+            "s.yaml",
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: prom}\ndata: {Authorization: /w==}\n",
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(
+            err.contains("Secret prom, key Authorization: not UTF-8 text"),
+            "{err}"
+        );
+        write(
+            &d,
+            "s.yaml",
+            &format!("{secrets}---\n{}", secrets.split("---").next().unwrap()),
+        );
+        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        assert!(err.contains("Secret default/prom appears twice"), "{err}");
+        assert!(!err.contains("d4ta") && !err.contains("s7ring"), "{err}");
         let _ = std::fs::remove_dir_all(&d);
     }
 

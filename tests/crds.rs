@@ -46,6 +46,11 @@ fn samples_parse_as_the_types() {
                     serde_yaml::from_value::<agentfleet::crd::Space>(value.clone())
                         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 }
+                // The tools' `headersFrom` Secrets, as `kubectl apply` and `dev` take them.
+                Some("Secret") => {
+                    serde_yaml::from_value::<k8s_openapi::api::core::v1::Secret>(value.clone())
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                }
                 other => panic!("{}: unexpected kind {other:?}", path.display()),
             }
             seen += 1;

@@ -1211,3 +1211,53 @@ fn dev_refuses_what_kubectl_apply_would_refuse_and_prints_no_banner() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn dev_gives_the_tools_the_directorys_secrets_never_prints_them_and_refuses_a_missing_one() {
+    agentfleet::install_crypto_provider();
+    let value = "Bearer dev-s3cr3t-4242";
+    let tools = "  model: {provider: scripted, name: sre}\n  tools:\n    http:\n    - {name: prometheus_query, description: PromQL, method: GET, url: \"http://127.0.0.1:9/api/v1/query?query={query}\", inputSchema: {type: object, properties: {query: {type: string}}}, headersFrom: {secretName: prom-auth}}\n    mcp:\n    - {name: tracker, url: \"http://127.0.0.1:9/mcp\", headersFrom: {secretName: prom-auth}}";
+    let dir = ManifestDir::new("secrets", "ops", &[("sre", tools.to_string())]);
+    // data (base64 of the value) and stringData, as kubectl takes them.
+    std::fs::write(
+        dir.0.join("secret.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: prom-auth}\ndata: {Authorization: QmVhcmVyIGRldi1zM2NyM3QtNDI0Mg==}\nstringData: {X-Org: org-s3cr3t-77}\n",
+    )
+    .unwrap();
+    {
+        // Unreachable tool servers do not stop dev: the agent starts and answers.
+        let mut dev = Dev::start_env(dir.path(), &[], &[("RUST_LOG", "debug")]);
+        let http = reqwest::Client::new();
+        let husam = dev.token("default/ops", "Husam");
+        dev.post(&http, &husam, "ops", &json!({"text": "is the api up?"}))
+            .await;
+        let reply = wait_for_message(&http, &dev, &husam, "ops", |m| {
+            m["sender"]["kind"] == "agent"
+        })
+        .await;
+        assert_eq!(reply["sender"]["id"], "sre");
+        let _ = dev.child.kill();
+        let _ = dev.child.wait();
+        let logs = dev.stderr.iter().collect::<Vec<_>>().join("\n");
+        assert!(!logs.is_empty(), "debug logs were captured");
+        for secret in [
+            value,
+            "dev-s3cr3t",
+            "org-s3cr3t",
+            "QmVhcmVyIGRldi1zM2NyM3Qt",
+        ] {
+            assert!(!logs.contains(secret), "{secret} in the logs:\n{logs}");
+            assert!(!reply.to_string().contains(secret));
+        }
+    }
+
+    // Without the Secret: refused before anything starts, as the operator's ToolsConfigured.
+    std::fs::remove_file(dir.0.join("secret.yaml")).unwrap();
+    let (status, out, err) = dev_exit(&dir.0, &[]);
+    assert!(!status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("Agent sre: Secret prom-auth not found (headersFrom of HTTP tool prometheus_query, MCP server tracker)"),
+        "{err}"
+    );
+    assert!(!out.contains("agentfleet chat"), "no banner: {out}");
+}

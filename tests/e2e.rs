@@ -148,6 +148,7 @@ async fn operator_on_a_real_api_server() {
                 image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
                 image_pull_policy: Some("IfNotPresent".into()),
                 redis: agentfleet::operator::build::RedisUrlSource::Value(redis.url()),
+                callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
             },
             instance: Some("e2e".into()),
             tuning: Tuning {
@@ -506,6 +507,8 @@ async fn operator_on_a_real_api_server() {
         "the key leaked into status or events"
     );
 
+    tools_with_secrets(&client, &ns, &store).await;
+
     eprintln!("step: paused holds the worker at zero");
     agents
         .patch(
@@ -623,6 +626,226 @@ async fn operator_on_a_real_api_server() {
         .await
         .expect("controllers stop on shutdown")
         .unwrap();
+}
+
+/// Tools: a `headersFrom` Secret that does not exist is `ToolsConfigured=False SecretNotFound`
+/// with a Warning, True once it is created, and the worker Deployment mounts it; what a worker
+/// reports (written to the data plane here: no kubelet runs workers) shows in `status.tools`
+/// and `ToolsReady`. The Secret's value is nowhere the operator writes.
+async fn tools_with_secrets(client: &Client, ns: &str, store: &Arc<RedisStore>) {
+    use agentfleet::crd::ToolStatus;
+    eprintln!("step: tools: a missing headersFrom Secret, then created; mounted; status.tools");
+    let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    apply_yaml(
+        &agents,
+        r#"
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {name: tooled}
+spec:
+  model: {provider: scripted, name: tooled}
+  tools:
+    http:
+    - name: prometheus_query
+      description: Run a PromQL instant query.
+      method: GET
+      url: "http://prometheus:9090/api/v1/query?query={query}"
+      inputSchema: {type: object, properties: {query: {type: string}}, required: [query]}
+      headersFrom: {secretName: prom-auth}
+    mcp:
+    - name: tracker
+      url: http://tracker-mcp:8080/mcp
+      headersFrom: {secretName: prom-auth}
+"#,
+    )
+    .await;
+    let missing = eventually(
+        "tooled: ToolsConfigured False SecretNotFound, phase Failed",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("tooled").await.ok()?;
+                (condition(&a, "ToolsConfigured")? == ("False".into(), "SecretNotFound".into())
+                    && a.status.as_ref()?.phase == Some(agentfleet::crd::AgentPhase::Failed))
+                .then_some(a)
+            }
+        },
+    )
+    .await;
+    let message = |a: &Agent, type_: &str| {
+        a.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| c.message.clone())
+        })
+    };
+    assert_eq!(
+        message(&missing, "ToolsConfigured").as_deref(),
+        Some("Secret prom-auth not found (headersFrom of HTTP tool prometheus_query, MCP server tracker)")
+    );
+    let warned = |reason: &'static str| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("tooled")
+                })
+                .then_some(())
+        }
+    };
+    eventually(
+        "tooled: a Warning Event SecretNotFound",
+        Duration::from_secs(10),
+        || warned("SecretNotFound"),
+    )
+    .await;
+
+    let value = "Bearer e2e-tool-s3cret";
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "prom-auth"}, "stringData": {"Authorization": value}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let found = eventually(
+        "tooled: ToolsConfigured True once the Secret exists, phase no longer Failed",
+        Duration::from_secs(45),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("tooled").await.ok()?;
+                (condition(&a, "ToolsConfigured")? == ("True".into(), "SecretsFound".into())
+                    && a.status.as_ref()?.phase != Some(agentfleet::crd::AgentPhase::Failed))
+                .then_some(a)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        message(&found, "ToolsConfigured").as_deref(),
+        Some("headers from Secret prom-auth, mounted in the worker")
+    );
+    let deploy = deployments.get("tooled-worker").await.unwrap();
+    let pod = deploy.spec.unwrap().template.spec.unwrap();
+    let volume = pod
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("prom-auth"))
+        .expect("the Secret is a volume of the worker pod");
+    let mount = pod.containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|m| m.name == volume.name)
+        .expect("the worker mounts it");
+    assert_eq!(mount.mount_path, "/etc/agentfleet/secrets/prom-auth");
+    assert_eq!(mount.read_only, Some(true));
+
+    // What a worker reports: the HTTP tool ready, the MCP server unreachable.
+    let key = agentfleet::store::AgentKey::new(ns, "tooled");
+    let tool = |name: &str, source: &str, error: Option<&str>| ToolStatus {
+        name: name.into(),
+        source: source.into(),
+        ready: error.is_none(),
+        last_error: error.map(str::to_string),
+    };
+    store
+        .set_tools(
+            &key,
+            &[
+                tool("send_message", "builtin", None),
+                tool("prometheus_query", "http", None),
+                tool(
+                    "tracker__*",
+                    "mcp:tracker",
+                    Some("cannot reach http://tracker-mcp:8080/mcp: connection refused"),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    let down = eventually(
+        "tooled: status.tools and ToolsReady False McpUnreachable",
+        Duration::from_secs(15),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("tooled").await.ok()?;
+                (a.status.as_ref()?.tools.len() == 3
+                    && condition(&a, "ToolsReady")? == ("False".into(), "McpUnreachable".into()))
+                    .then_some(a)
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "  ToolsReady: {}",
+        message(&down, "ToolsReady").unwrap_or_default()
+    );
+    eventually(
+        "tooled: a Warning Event McpUnreachable",
+        Duration::from_secs(10),
+        || warned("McpUnreachable"),
+    )
+    .await;
+    store
+        .set_tools(
+            &key,
+            &[
+                tool("send_message", "builtin", None),
+                tool("prometheus_query", "http", None),
+                tool("tracker__search_issues", "mcp:tracker", None),
+            ],
+        )
+        .await
+        .unwrap();
+    let up = eventually(
+        "tooled: ToolsReady True AllReady",
+        Duration::from_secs(15),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("tooled").await.ok()?;
+                (condition(&a, "ToolsReady")? == ("True".into(), "AllReady".into())).then_some(a)
+            }
+        },
+    )
+    .await;
+    for c in &up.status.as_ref().unwrap().conditions {
+        eprintln!(
+            "  {:<16} {:<7} {:<26} {}",
+            c.type_, c.status, c.reason, c.message
+        );
+    }
+    let everything = format!(
+        "{}{}{}{}",
+        serde_json::to_string(&up).unwrap(),
+        serde_json::to_string(&events.list(&ListParams::default()).await.unwrap()).unwrap(),
+        serde_json::to_string(&configmaps.get("tooled-agent").await.unwrap()).unwrap(),
+        serde_json::to_string(&deployments.get("tooled-worker").await.unwrap()).unwrap(),
+    );
+    for secret in [value, "e2e-tool-s3cret", "QmVhcmVyIGUyZS10b29sLXMzY3JldA"] {
+        assert!(
+            !everything.contains(secret),
+            "the Secret's value leaked into status, events, the ConfigMap or the Deployment"
+        );
+    }
 }
 
 /// Polls `check` every 5 ms until it is true; returns how long that took.

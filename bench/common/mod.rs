@@ -33,3 +33,10 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
         .saturating_sub(1)
         .min(sorted.len() - 1)]
 }
+
+/// The `agentfleet` binary the benchmark runs: `AGENTFLEET_BENCH_BIN` when set (to compare an
+/// older build against this one in one sitting), else the one Cargo built with it.
+pub fn agentfleet_bin() -> String {
+    std::env::var("AGENTFLEET_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentfleet").to_string())
+}

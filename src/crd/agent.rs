@@ -26,6 +26,7 @@ use super::ToolsSpec;
     printcolumn = r#"{"name":"Cycles","type":"integer","jsonPath":".status.cycles"}"#,
     printcolumn = r#"{"name":"Checkpoint","type":"integer","jsonPath":".status.checkpoint.cycle"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Tools","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"ToolsReady\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -458,7 +459,12 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// `Ready`, `WorkerAvailable`, `ModelConfigured` and `SpacesResolved`.
+    /// `Ready` (the first reason the agent cannot run), `WorkerAvailable`, `ModelConfigured`
+    /// (the model's API key Secret), `ToolsConfigured` (the tools' `headersFrom` Secrets exist),
+    /// `SpacesResolved`; from what the worker reports, `ModelAvailable` (its model answers) and
+    /// `ToolsReady` (every tool in `tools` can be called; else why not: `SecretUnavailable`,
+    /// `McpUnreachable`, `ToolUnavailable`); while a deleted Agent waits for its data to be
+    /// removed, `DataPlaneCleanup`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -51,6 +51,26 @@ impl ToolsSpec {
         names.dedup();
         names
     }
+
+    /// The HTTP tools and MCP servers that take headers from one of `secrets`, for a message
+    /// (`HTTP tool a, MCP server m`).
+    pub fn secret_users(&self, secrets: &[&str]) -> String {
+        let uses = |h: &Option<HeadersFrom>| {
+            h.as_ref()
+                .is_some_and(|h| secrets.contains(&h.secret_name.as_str()))
+        };
+        let http = self
+            .http
+            .iter()
+            .filter(|t| uses(&t.headers_from))
+            .map(|t| format!("HTTP tool {}", t.name));
+        let mcp = self
+            .mcp
+            .iter()
+            .filter(|s| uses(&s.headers_from))
+            .map(|s| format!("MCP server {}", s.name));
+        http.chain(mcp).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// An HTTP endpoint the agent calls as a tool. Its arguments are validated against

@@ -1,7 +1,8 @@
 //! The Agent controller: Agent → rendered ConfigMap + worker Deployment, and the Agent's
 //! status (phase, conditions).
 //!
-//! Stages: validate → check the model's Secret → build (pure, [`super::build`]) → apply
+//! Stages: validate ([`super::validate`]) → check the Secrets of the model and the tools
+//! ([`super::conditions`]) → build (pure, [`super::build`]) → apply
 //! (server-side, one field manager) → status (written only when it changed) → events for
 //! what changed.
 
@@ -22,27 +23,20 @@ use serde::Serialize;
 use tracing::{info, instrument, warn};
 
 use super::build::{self, FIELD_MANAGER};
+use super::conditions::{check_model, check_tools, failed, ready_condition, worker_condition};
 use super::context::{Context, Error};
 use super::dataplane::Tracked;
-use super::status::{self, status_str, Cond};
-use crate::crd::{Agent, AgentSpec, AgentStatus, ModelProvider, Space};
+use super::status::{self, Cond};
+use crate::crd::{Agent, AgentStatus, Space};
 use crate::membership;
 use crate::store::AgentKey;
 
-/// Condition: the agent can run and is running as asked.
-pub const READY: &str = "Ready";
-/// Condition: the worker Deployment has its workers available.
-pub const WORKER_AVAILABLE: &str = "WorkerAvailable";
-/// Condition: the model provider and its API key are usable.
-pub const MODEL_CONFIGURED: &str = "ModelConfigured";
-/// Condition: every space the agent names exists.
-pub const SPACES_RESOLVED: &str = "SpacesResolved";
-// `ModelAvailable`, the agent's fifth condition, is the data-plane loop's to write:
-// `status::MODEL_AVAILABLE`.
-
-/// The longest Agent name: children are named `<agent>-worker` and labelled with the name,
-/// and label values hold at most 63 characters.
-pub const MAX_NAME_LEN: usize = 52;
+pub use super::conditions::{
+    MODEL_CONFIGURED, READY, SPACES_RESOLVED, TOOLS_CONFIGURED, WORKER_AVAILABLE,
+};
+pub use super::validate::{validate, MAX_NAME_LEN};
+// `ModelAvailable` and `ToolsReady`, what the worker reports, are the data-plane loop's to
+// write: `status::MODEL_AVAILABLE`, `status::TOOLS_READY`.
 
 /// Reasons that are problems an SRE should see as Warning events.
 const WARNING_REASONS: &[&str] = &[
@@ -192,8 +186,11 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     // Validate what the schema cannot express.
     let problems = validate(&name, &agent.spec);
 
-    // The model's key Secret: existence and key only, the value is never read into a message.
-    let model = check_model(&Api::namespaced(ctx.client.clone(), &ns), &agent.spec).await?;
+    // The model's key Secret and the tools' Secrets: existence (and the model's key) only,
+    // no value is ever read into a message.
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let model = check_model(&secrets, &agent.spec).await?;
+    let tools = check_tools(&secrets, &agent.spec.tools).await?;
 
     // Spaces named by the agent (never judged from a cache that has not synced yet).
     ctx.caches_synced().await?;
@@ -226,7 +223,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
             .controller_owner_ref(&())
             .ok_or(Error::MissingField("metadata.uid"))?;
         let manifest = build::render_manifest(&agent)?;
-        let hash = build::config_hash(&manifest, &ctx.worker);
+        let hash = build::config_hash(&manifest, &ctx.worker, &agent.spec.tools.secrets());
         let cm = build::configmap(&agent, &owner, &manifest);
         match apply(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm).await? {
             Err(rejected) => Cond::fail(
@@ -284,9 +281,10 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         )
     };
 
-    let ready = ready_condition(&problems, &model, &spaces_cond, &worker);
-    let is_failed = failed(&problems, &model, &worker);
-    let next = [ready, worker, model.clone(), spaces_cond];
+    let ready = ready_condition(&problems, &[&model, &tools, &spaces_cond], &worker);
+    let is_failed = failed(&problems, &[&model, &tools], &worker);
+    let secrets_missing = model.status != Some(true) || tools.status != Some(true);
+    let next = [ready, worker, model, tools, spaces_cond];
     status.conditions = status::merge(
         &previous.conditions,
         &next,
@@ -295,21 +293,12 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     );
 
     // Events for conditions that changed.
-    for c in &next {
-        let before = status::find(&previous.conditions, c.type_);
-        let changed =
-            before.is_none_or(|b| b.reason != c.reason || b.status != status_str(c.status));
-        if changed && c.type_ != READY {
-            let warning = c.status != Some(true) && WARNING_REASONS.contains(&c.reason);
-            if warning || before.is_some() {
-                let kind = if warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                };
-                ctx.publish(&*agent, kind, c.reason, "Reconcile", c.message.clone())
-                    .await;
-            }
+    for c in status.conditions.iter().filter(|c| c.type_ != READY) {
+        let warning = c.status != "True" && WARNING_REASONS.contains(&c.reason.as_str());
+        let before = status::find(&previous.conditions, &c.type_);
+        if let Some(kind) = status::notice(before, c, warning) {
+            ctx.publish(&*agent, kind, &c.reason, "Reconcile", c.message.clone())
+                .await;
         }
     }
 
@@ -337,8 +326,8 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         warn!(error = %crate::report::chain(e), "could not register the agent in the data plane; retrying in 30s");
     }
 
-    // Secrets are not watched: look again soon while the key is missing.
-    if model.status != Some(true) || registered.is_err() {
+    // Secrets are not watched: look again soon while one is missing.
+    if secrets_missing || registered.is_err() {
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
@@ -389,191 +378,6 @@ where
     }
 }
 
-/// Problems with a spec that the schema cannot refuse.
-pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
-    let mut problems = Vec::new();
-    if spec.model.provider == ModelProvider::Anthropic {
-        problems.push(format!(
-            "model.provider: {}",
-            crate::model::ANTHROPIC_UNAVAILABLE
-        ));
-    }
-    if name.len() > MAX_NAME_LEN {
-        problems.push(format!(
-            "name is {} characters; at most {MAX_NAME_LEN} fit in the worker's labels",
-            name.len()
-        ));
-    }
-    for (i, phase) in spec.cycle.phases.iter().enumerate() {
-        if phase.to_step.is_some_and(|to| to < phase.from_step) {
-            problems.push(format!(
-                "cycle.phases[{i}] ends (step {}) before it starts (step {})",
-                phase.to_step.unwrap_or_default(),
-                phase.from_step
-            ));
-        }
-        for tool in phase.active_tools.iter().flatten() {
-            if !spec.tools.builtin.iter().any(|t| t.name() == tool) {
-                problems.push(format!("cycle.phases[{i}].activeTools names {tool:?}, which is not a tool of this agent"));
-            }
-        }
-    }
-    for (i, plan) in spec.plans.iter().enumerate() {
-        if let Err(e) = crate::plans::schedule(plan) {
-            problems.push(format!("plans[{i}]: {e}"));
-        }
-    }
-    for env in &spec.worker.env {
-        if env.name.starts_with("AGENTFLEET_") {
-            problems.push(format!(
-                "worker.env {} uses the reserved prefix AGENTFLEET_",
-                env.name
-            ));
-        }
-    }
-    problems
-}
-
-/// `ModelConfigured`: whether the provider has what it needs.
-async fn check_model(secrets: &Api<Secret>, spec: &AgentSpec) -> Result<Cond, Error> {
-    let model = &spec.model;
-    let Some(key_ref) = &model.api_key_secret_ref else {
-        return Ok(if model.needs_api_key() {
-            Cond::fail(
-                MODEL_CONFIGURED,
-                "ApiKeyRequired",
-                format!(
-                    "provider {} at its public endpoint needs model.apiKeySecretRef",
-                    model.provider.as_str()
-                ),
-            )
-        } else if let (ModelProvider::Openai, Some(url)) = (model.provider, &model.base_url) {
-            Cond::ok(
-                MODEL_CONFIGURED,
-                "NoKeyNeeded",
-                format!("{url} is called without an API key"),
-            )
-        } else {
-            Cond::ok(
-                MODEL_CONFIGURED,
-                "NoKeyNeeded",
-                "the scripted model needs no key",
-            )
-        });
-    };
-    match secrets.get_opt(&key_ref.name).await {
-        Ok(None) => Ok(Cond::fail(
-            MODEL_CONFIGURED,
-            "SecretNotFound",
-            format!("Secret {} not found", key_ref.name),
-        )),
-        Ok(Some(secret)) => {
-            let has_key = secret
-                .data
-                .as_ref()
-                .is_some_and(|d| d.contains_key(&key_ref.key))
-                || secret
-                    .string_data
-                    .as_ref()
-                    .is_some_and(|d| d.contains_key(&key_ref.key));
-            Ok(if has_key {
-                Cond::ok(
-                    MODEL_CONFIGURED,
-                    "SecretFound",
-                    format!("API key from Secret {}, key {}", key_ref.name, key_ref.key),
-                )
-            } else {
-                Cond::fail(
-                    MODEL_CONFIGURED,
-                    "SecretKeyNotFound",
-                    format!("Secret {} has no key {}", key_ref.name, key_ref.key),
-                )
-            })
-        }
-        Err(kube::Error::Api(e)) if e.code == 403 => Ok(Cond::unknown(
-            MODEL_CONFIGURED,
-            "SecretUnreadable",
-            format!(
-                "the operator may not read Secret {}: {}",
-                key_ref.name, e.reason
-            ),
-        )),
-        Err(e) => Err(Error::Kube(e)),
-    }
-}
-
-/// `WorkerAvailable` from the applied Deployment.
-fn worker_condition(spec: &AgentSpec, d: &Deployment) -> Cond {
-    let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let status = d.status.clone().unwrap_or_default();
-    let available = status.available_replicas.unwrap_or(0);
-    let name = d.metadata.name.clone().unwrap_or_default();
-    if desired == 0 {
-        return if spec.paused {
-            Cond::fail(
-                WORKER_AVAILABLE,
-                "Paused",
-                "the agent is paused: no worker runs, events queue in its inbox",
-            )
-        } else {
-            Cond::fail(
-                WORKER_AVAILABLE,
-                "ScaledToZero",
-                "no worker runs; an event wakes the agent",
-            )
-        };
-    }
-    if available >= 1 {
-        return Cond::ok(
-            WORKER_AVAILABLE,
-            "MinimumReplicasAvailable",
-            format!("Deployment {name}: {available} worker(s) available"),
-        );
-    }
-    let detail = status
-        .conditions
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.status != "True" && (c.type_ == "Progressing" || c.type_ == "ReplicaFailure"))
-        .and_then(|c| c.message)
-        .map(|m| format!(": {m}"))
-        .unwrap_or_default();
-    Cond::fail(
-        WORKER_AVAILABLE,
-        "WorkerUnavailable",
-        format!("Deployment {name}: 0 of {desired} worker(s) available{detail}"),
-    )
-}
-
-/// `Ready`: the first reason the agent cannot run, or why it is fine.
-fn ready_condition(problems: &[String], model: &Cond, spaces: &Cond, worker: &Cond) -> Cond {
-    if !problems.is_empty() {
-        return Cond::fail(READY, "InvalidSpec", problems.join("; "));
-    }
-    for c in [model, spaces] {
-        if c.status != Some(true) {
-            return Cond {
-                type_: READY,
-                status: Some(false),
-                reason: c.reason,
-                message: c.message.clone(),
-            };
-        }
-    }
-    match (worker.status, worker.reason) {
-        (Some(true), _) => Cond::ok(READY, "AgentReady", "the worker is available"),
-        (_, reason @ ("Paused" | "ScaledToZero")) => {
-            Cond::ok(READY, reason, worker.message.clone())
-        }
-        (_, reason) => Cond::fail(READY, reason, worker.message.clone()),
-    }
-}
-
-/// The spec or its model configuration cannot run (phase `Failed`).
-fn failed(problems: &[String], model: &Cond, worker: &Cond) -> bool {
-    !problems.is_empty() || model.status == Some(false) || worker.reason == "WorkerRejected"
-}
-
 /// Writes the status fields the reconcile owns (server-side apply, its field manager).
 async fn write_status(ctx: &Context, ns: &str, name: &str, own: &AgentStatus) -> Result<(), Error> {
     let api: Api<Agent> = Api::namespaced(ctx.client.clone(), ns);
@@ -590,110 +394,4 @@ async fn write_status(ctx: &Context, ns: &str, name: &str, own: &AgentStatus) ->
     .await
     .map_err(Error::Kube)?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(yaml: &str) -> AgentSpec {
-        serde_yaml::from_str(yaml).unwrap()
-    }
-
-    #[test]
-    fn phases_must_name_the_agents_tools_and_run_forward() {
-        let s = spec("{model: {provider: scripted, name: x}, tools: {builtin: [read_messages, send_message]}, cycle: {phases: [{fromStep: 0, toStep: 1, activeTools: [read_messages, fly]}, {fromStep: 3, toStep: 2}]}}");
-        let p = validate("a", &s);
-        assert_eq!(p.len(), 2, "{p:?}");
-        assert!(p[0].contains("\"fly\""));
-        assert!(p[1].contains("ends (step 2) before it starts (step 3)"));
-    }
-
-    #[test]
-    fn long_names_and_reserved_env_are_problems() {
-        let s = spec("{model: {provider: scripted, name: x}, worker: {env: [{name: AGENTFLEET_REDIS_URL, value: x}, {name: OK, value: y}]}}");
-        let p = validate(&"a".repeat(53), &s);
-        assert_eq!(p.len(), 2, "{p:?}");
-        assert!(p[0].contains("53 characters"));
-        assert!(p[1].contains("AGENTFLEET_REDIS_URL"));
-        assert!(validate("fine", &spec("{model: {provider: scripted, name: x}}")).is_empty());
-    }
-
-    #[test]
-    fn anthropic_is_not_available_in_this_build() {
-        let p = validate("a", &spec("{model: {provider: anthropic, name: claude}}"));
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(
-            p[0].starts_with("model.provider: the anthropic provider is not available"),
-            "{p:?}"
-        );
-    }
-
-    #[test]
-    fn ready_names_the_first_problem() {
-        let ok_model = Cond::ok(MODEL_CONFIGURED, "SecretFound", "");
-        let ok_spaces = Cond::ok(SPACES_RESOLVED, "SpacesFound", "");
-        let available = Cond::ok(WORKER_AVAILABLE, "MinimumReplicasAvailable", "");
-        let r = ready_condition(&[], &ok_model, &ok_spaces, &available);
-        assert_eq!((r.status, r.reason), (Some(true), "AgentReady"));
-        let missing = Cond::fail(MODEL_CONFIGURED, "SecretNotFound", "Secret k not found");
-        let r = ready_condition(&[], &missing, &ok_spaces, &available);
-        assert_eq!(
-            (r.status, r.reason, r.message.as_str()),
-            (Some(false), "SecretNotFound", "Secret k not found")
-        );
-        let r = ready_condition(&["bad".into()], &missing, &ok_spaces, &available);
-        assert_eq!(r.reason, "InvalidSpec");
-        let paused = Cond::fail(WORKER_AVAILABLE, "Paused", "paused");
-        assert_eq!(
-            ready_condition(&[], &ok_model, &ok_spaces, &paused).status,
-            Some(true)
-        );
-        let down = Cond::fail(WORKER_AVAILABLE, "WorkerUnavailable", "0 of 1");
-        assert_eq!(
-            ready_condition(&[], &ok_model, &ok_spaces, &down).reason,
-            "WorkerUnavailable"
-        );
-    }
-
-    #[test]
-    fn failed_follows_conditions() {
-        let ok_model = Cond::ok(MODEL_CONFIGURED, "SecretFound", "");
-        let bad_model = Cond::fail(MODEL_CONFIGURED, "SecretNotFound", "");
-        let unknown_model = Cond::unknown(MODEL_CONFIGURED, "SecretUnreadable", "");
-        let down = Cond::fail(WORKER_AVAILABLE, "WorkerUnavailable", "");
-        let rejected = Cond::fail(WORKER_AVAILABLE, "WorkerRejected", "");
-        assert!(!failed(&[], &ok_model, &down));
-        assert!(!failed(&[], &unknown_model, &down));
-        assert!(failed(&[], &bad_model, &down));
-        assert!(failed(&[], &ok_model, &rejected));
-        assert!(failed(&["x".into()], &ok_model, &down));
-    }
-
-    #[test]
-    fn worker_condition_reads_the_deployment() {
-        let s = spec("{model: {provider: scripted, name: x}}");
-        let d: Deployment = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "x-worker"},
-            "spec": {"replicas": 1, "selector": {}, "template": {}},
-            "status": {"availableReplicas": 0, "conditions": [
-                {"type": "Progressing", "status": "False", "message": "ReplicaSet x has timed out progressing."}
-            ]}
-        }))
-        .unwrap();
-        let c = worker_condition(&s, &d);
-        assert_eq!(c.reason, "WorkerUnavailable");
-        assert!(
-            c.message.contains("0 of 1") && c.message.contains("timed out"),
-            "{}",
-            c.message
-        );
-        let up: Deployment = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "x-worker"},
-            "spec": {"replicas": 1, "selector": {}, "template": {}},
-            "status": {"availableReplicas": 1}
-        }))
-        .unwrap();
-        assert_eq!(worker_condition(&s, &up).status, Some(true));
-    }
 }

@@ -7,8 +7,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy}
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext,
-    Volume, VolumeMount,
+    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -26,8 +26,14 @@ pub const MANAGED_BY: &str = "agentfleet-operator";
 pub const AGENT_LABEL: &str = "agentfleet.dev/agent";
 /// Pod-template annotation carrying the rendered configuration's hash, so a change rolls the pod.
 pub const CONFIG_HASH_ANNOTATION: &str = "agentfleet.dev/config-hash";
+/// Where the rendered Agent manifest's ConfigMap is mounted (a directory of its own, so the
+/// Secrets can be mounted beside it).
+pub const AGENT_DIR: &str = "/etc/agentfleet/agent";
 /// Where the worker finds the rendered Agent manifest.
-pub const AGENT_FILE: &str = "/etc/agentfleet/agent.yaml";
+pub const AGENT_FILE: &str = "/etc/agentfleet/agent/agent.yaml";
+/// Where each Secret of the tools' `headersFrom` is mounted, as `SECRETS_DIR/NAME/KEY` (the
+/// worker reads them there: `worker::tools::secrets::MOUNT_DIR`).
+pub const SECRETS_DIR: &str = "/etc/agentfleet/secrets";
 /// Key of the rendered manifest in the ConfigMap.
 pub const AGENT_FILE_KEY: &str = "agent.yaml";
 /// Port of the worker's `/metrics`.
@@ -36,6 +42,8 @@ pub const WORKER_METRICS_PORT: i32 = 9090;
 pub const API_KEY_ENV: &str = "AGENTFLEET_MODEL_API_KEY";
 /// Environment variable that carries the Redis URL.
 pub const REDIS_URL_ENV: &str = "AGENTFLEET_REDIS_URL";
+/// Environment variable that carries the gateway's URL that async tools' results are posted to.
+pub const CALLBACK_URL_ENV: &str = "AGENTFLEET_CALLBACK_URL";
 /// The user and group the worker runs as.
 const WORKER_UID: i64 = 65532;
 
@@ -48,6 +56,9 @@ pub struct WorkerDefaults {
     pub image_pull_policy: Option<String>,
     /// Where the workers get their Redis URL.
     pub redis: RedisUrlSource,
+    /// The gateway's base URL, where the services of async tools post their results (none:
+    /// the workers offer no async tools).
+    pub callback_url: Option<String>,
 }
 
 /// Where a worker's Redis URL comes from.
@@ -147,17 +158,70 @@ pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
     })
 }
 
-/// A short, stable hash of a rendered manifest (and the worker defaults, which also shape the
-/// pod).
-pub fn config_hash(manifest: &str, defaults: &WorkerDefaults) -> String {
+/// A short, stable hash of a rendered manifest and what else shapes the pod: the worker
+/// defaults and the names of the Secrets mounted in it (never their values: a changed value
+/// reaches the worker in place, through the mounted files).
+pub fn config_hash(manifest: &str, defaults: &WorkerDefaults, secrets: &[&str]) -> String {
     let mut h = Sha256::new();
     h.update(manifest.as_bytes());
     h.update(b"\0");
     h.update(defaults.image.as_bytes());
     h.update(b"\0");
     h.update(defaults.redis.fingerprint().as_bytes());
+    h.update(b"\0");
+    h.update(
+        defaults
+            .callback_url
+            .as_deref()
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    for name in secrets {
+        h.update(b"\0secret:");
+        h.update(name.as_bytes());
+    }
     let digest = h.finalize();
     crate::hex(&digest[..8])
+}
+
+/// The volume holding Secret `name`: `secret-NAME` when that is a valid volume name (a DNS
+/// label), else `secret-` and a hash of the name (Secret names may hold dots and 253
+/// characters).
+pub fn secret_volume_name(name: &str) -> String {
+    let plain = format!("secret-{name}");
+    if plain.len() <= 63 && !name.contains('.') {
+        return plain;
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    format!("secret-{}", crate::hex(&digest[..8]))
+}
+
+/// A read-only volume and its mount for each Secret the tools take headers from (required:
+/// a pod whose Secret is missing does not start, and `ToolsConfigured` says why).
+fn secret_volumes(secrets: &[&str]) -> (Vec<Volume>, Vec<VolumeMount>) {
+    secrets
+        .iter()
+        .map(|name| {
+            let volume = secret_volume_name(name);
+            (
+                Volume {
+                    name: volume.clone(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some((*name).to_string()),
+                        optional: Some(false),
+                        ..SecretVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+                VolumeMount {
+                    name: volume,
+                    mount_path: format!("{SECRETS_DIR}/{name}"),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+            )
+        })
+        .unzip()
 }
 
 /// Metadata of a child object of an Agent: its namespace, labels and controller reference.
@@ -214,9 +278,10 @@ fn default_resources() -> ResourceRequirements {
     }
 }
 
-/// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent.yaml`,
+/// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent/agent.yaml`,
 /// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
-/// filesystem, no service-account token, the model key from the Agent's Secret.
+/// filesystem, no service-account token, the model key from the Agent's Secret, and each
+/// Secret of the tools' `headersFrom` mounted read-only at `/etc/agentfleet/secrets/NAME`.
 pub fn deployment(
     agent: &Agent,
     owner: &OwnerReference,
@@ -246,6 +311,14 @@ pub fn deployment(
     if let Some(key_ref) = &spec.model.api_key_secret_ref {
         env.push(secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key));
     }
+    if let Some(url) = &defaults.callback_url {
+        env.push(EnvVar {
+            name: CALLBACK_URL_ENV.into(),
+            value: Some(url.clone()),
+            ..EnvVar::default()
+        });
+    }
+    let (secret_volumes, secret_mounts) = secret_volumes(&spec.tools.secrets());
     env.extend(spec.worker.env.iter().cloned().map(|mut e| {
         // The API server's default, spelled out (see AGENTFLEET_POD_NAME above).
         if let Some(f) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
@@ -293,19 +366,24 @@ pub fn deployment(
             }),
             ..SecurityContext::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "agent".into(),
-                mount_path: "/etc/agentfleet".into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "tmp".into(),
-                mount_path: "/tmp".into(),
-                ..VolumeMount::default()
-            },
-        ]),
+        volume_mounts: Some(
+            [
+                VolumeMount {
+                    name: "agent".into(),
+                    mount_path: AGENT_DIR.into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+                VolumeMount {
+                    name: "tmp".into(),
+                    mount_path: "/tmp".into(),
+                    ..VolumeMount::default()
+                },
+            ]
+            .into_iter()
+            .chain(secret_mounts)
+            .collect(),
+        ),
         ..Container::default()
     };
 
@@ -329,29 +407,34 @@ pub fn deployment(
             }),
             ..PodSecurityContext::default()
         }),
-        volumes: Some(vec![
-            Volume {
-                name: "agent".into(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: configmap_name(&name),
-                    items: Some(vec![KeyToPath {
-                        key: AGENT_FILE_KEY.into(),
-                        path: AGENT_FILE_KEY.into(),
-                        ..KeyToPath::default()
-                    }]),
-                    ..ConfigMapVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-            Volume {
-                name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    size_limit: Some(Quantity("64Mi".into())),
-                    ..EmptyDirVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-        ]),
+        volumes: Some(
+            [
+                Volume {
+                    name: "agent".into(),
+                    config_map: Some(ConfigMapVolumeSource {
+                        name: configmap_name(&name),
+                        items: Some(vec![KeyToPath {
+                            key: AGENT_FILE_KEY.into(),
+                            path: AGENT_FILE_KEY.into(),
+                            ..KeyToPath::default()
+                        }]),
+                        ..ConfigMapVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+                Volume {
+                    name: "tmp".into(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        size_limit: Some(Quantity("64Mi".into())),
+                        ..EmptyDirVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+            ]
+            .into_iter()
+            .chain(secret_volumes)
+            .collect(),
+        ),
         ..PodSpec::default()
     };
 
@@ -399,6 +482,7 @@ mod tests {
             image: "ghcr.io/agentfleet/agentfleet:0.1.0".into(),
             image_pull_policy: None,
             redis: RedisUrlSource::Value("redis://redis:6379".into()),
+            callback_url: None,
         }
     }
 
@@ -406,14 +490,14 @@ mod tests {
     fn redis_url_from_a_secret_never_inlines_it() {
         let agent = fixture("agent-scripted.yaml");
         let mut d = defaults();
-        let inline = config_hash("m", &d);
+        let inline = config_hash("m", &d, &[]);
         d.redis = RedisUrlSource::Secret {
             name: "redis-url".into(),
             key: "url".into(),
         };
         assert_ne!(
             inline,
-            config_hash("m", &d),
+            config_hash("m", &d, &[]),
             "switching the source rolls the workers"
         );
         let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
@@ -516,7 +600,125 @@ mod tests {
         let mounts = c.volume_mounts.as_ref().unwrap();
         assert!(mounts
             .iter()
-            .any(|m| m.mount_path == "/etc/agentfleet" && m.read_only == Some(true)));
+            .any(|m| m.mount_path == AGENT_DIR && m.read_only == Some(true)));
+        assert!(AGENT_FILE.starts_with(AGENT_DIR));
+    }
+
+    #[test]
+    fn the_tools_secrets_are_mounted_read_only_one_volume_each() {
+        let agent = fixture("agent-tools.yaml");
+        let d = deployment(&agent, &owner(&agent), &defaults(), "h", Some(1));
+        let pod = d.spec.unwrap().template.spec.unwrap();
+        let volumes = pod.volumes.unwrap();
+        let secrets: Vec<(&str, &str, Option<bool>)> = volumes
+            .iter()
+            .filter_map(|v| {
+                let s = v.secret.as_ref()?;
+                Some((v.name.as_str(), s.secret_name.as_deref()?, s.optional))
+            })
+            .collect();
+        assert_eq!(
+            secrets,
+            [
+                ("secret-2cfba74e5b2e7dc9", "grafana.mcp-token", Some(false)),
+                ("secret-tracker-token", "tracker-token", Some(false)),
+            ],
+            "each Secret once (two tools share tracker-token), required"
+        );
+        let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+        for (volume, secret, _) in &secrets {
+            let m = mounts.iter().find(|m| m.name == *volume).unwrap();
+            assert_eq!(m.mount_path, format!("/etc/agentfleet/secrets/{secret}"));
+            assert_eq!(m.read_only, Some(true));
+        }
+        assert_eq!(
+            SECRETS_DIR,
+            crate::worker::tools::secrets::MOUNT_DIR,
+            "where the worker reads them"
+        );
+        let env = pod.containers[0].env.clone().unwrap();
+        assert!(
+            env.iter().all(|e| e.name != CALLBACK_URL_ENV),
+            "no gateway configured: no callback URL"
+        );
+        let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(names.len(), unique.len(), "{names:?}");
+    }
+
+    #[test]
+    fn secret_volume_names_are_dns_labels() {
+        assert_eq!(secret_volume_name("tracker-token"), "secret-tracker-token");
+        for name in ["a.b", &"x".repeat(57), &"y".repeat(253)] {
+            let v = secret_volume_name(name);
+            assert!(v.len() <= 63 && !v.contains('.'), "{v}");
+            assert_ne!(secret_volume_name(&format!("{name}z")), v);
+        }
+    }
+
+    #[test]
+    fn the_gateway_url_reaches_the_worker_as_its_callback_url() {
+        let agent = fixture("agent-tools.yaml");
+        let mut d = defaults();
+        d.callback_url = Some("http://agentfleet-gateway.agentfleet.svc:80".into());
+        let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
+        let env = deploy.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap();
+        let callback = env.iter().find(|e| e.name == CALLBACK_URL_ENV).unwrap();
+        assert_eq!(
+            callback.value.as_deref(),
+            Some("http://agentfleet-gateway.agentfleet.svc:80")
+        );
+        assert_ne!(
+            config_hash("m", &defaults(), &[]),
+            config_hash("m", &d, &[]),
+            "a new gateway URL rolls the workers"
+        );
+    }
+
+    #[test]
+    fn the_hash_follows_the_set_of_secrets_not_their_values() {
+        let agent = fixture("agent-tools.yaml");
+        let manifest = render_manifest(&agent).unwrap();
+        let secrets = agent.spec.tools.secrets();
+        assert_eq!(secrets, ["grafana.mcp-token", "tracker-token"]);
+        let h = config_hash(&manifest, &defaults(), &secrets);
+        assert_eq!(h, config_hash(&manifest, &defaults(), &secrets));
+        assert_ne!(h, config_hash(&manifest, &defaults(), &secrets[..1]));
+        assert_ne!(
+            h,
+            config_hash(&manifest, &defaults(), &["other", "tracker-token"])
+        );
+        // Another Secret named in the spec is another manifest, and another set.
+        let mut other = agent.clone();
+        other.spec.tools.http[0].headers_from = Some(crate::crd::HeadersFrom {
+            secret_name: "tracker-token-v2".into(),
+        });
+        assert_ne!(
+            h,
+            config_hash(
+                &render_manifest(&other).unwrap(),
+                &defaults(),
+                &other.spec.tools.secrets()
+            )
+        );
+    }
+
+    #[test]
+    fn the_configmap_carries_the_secrets_names_only() {
+        let agent = fixture("agent-tools.yaml");
+        let manifest = render_manifest(&agent).unwrap();
+        assert!(manifest.contains("secretName: tracker-token"), "{manifest}");
+        let cm = configmap(&agent, &owner(&agent), &manifest);
+        let text = serde_json::to_string(&cm).unwrap();
+        assert!(
+            !text.contains("stringData") && !text.contains("Bearer"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -585,16 +787,16 @@ mod tests {
     #[test]
     fn config_hash_changes_with_the_spec_only() {
         let agent = fixture("agent-scripted.yaml");
-        let a = config_hash(&render_manifest(&agent).unwrap(), &defaults());
+        let a = config_hash(&render_manifest(&agent).unwrap(), &defaults(), &[]);
         assert_eq!(
             a,
-            config_hash(&render_manifest(&agent).unwrap(), &defaults())
+            config_hash(&render_manifest(&agent).unwrap(), &defaults(), &[])
         );
         let mut changed = agent.clone();
         changed.spec.instructions.push_str(" Be brief.");
         assert_ne!(
             a,
-            config_hash(&render_manifest(&changed).unwrap(), &defaults())
+            config_hash(&render_manifest(&changed).unwrap(), &defaults(), &[])
         );
         let mut with_status = agent.clone();
         with_status.status = Some(crate::crd::AgentStatus {
@@ -603,7 +805,7 @@ mod tests {
         });
         assert_eq!(
             a,
-            config_hash(&render_manifest(&with_status).unwrap(), &defaults())
+            config_hash(&render_manifest(&with_status).unwrap(), &defaults(), &[])
         );
         assert_eq!(a.len(), 16);
     }

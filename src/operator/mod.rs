@@ -3,13 +3,15 @@
 //!
 //! Where things are: [`run`] and its flags here; what the reconciles share in [`context`]; the
 //! controllers' wiring in [`controllers`] and what wakes them in `watches`; the reconciles in
-//! [`agent`] and [`space`], building their objects with the pure [`build`]; the status in
+//! [`agent`] and [`space`], checking specs with [`validate`], computing conditions in
+//! [`conditions`] and building their objects with the pure [`build`]; the status in
 //! [`status`]; the data-plane loop (scale decisions, cluster calls, plans) in [`dataplane`];
 //! liveness and readiness in [`health`]; the leader Lease in [`leader`]. No module imports
 //! from this one.
 
 pub mod agent;
 pub mod build;
+pub mod conditions;
 pub mod context;
 pub mod controllers;
 pub mod dataplane;
@@ -17,6 +19,7 @@ pub mod health;
 pub mod leader;
 pub mod space;
 pub mod status;
+pub mod validate;
 mod watches;
 
 use std::net::SocketAddr;
@@ -72,6 +75,12 @@ pub struct Args {
         default_value = "url"
     )]
     pub worker_redis_secret_key: String,
+    /// The gateway's base URL as the workers' pods reach it (for example
+    /// `http://agentfleet-gateway.agentfleet.svc:80`): the services of async tools post their
+    /// results there. Given to every worker as `AGENTFLEET_CALLBACK_URL`; without it, workers
+    /// offer no async tools.
+    #[arg(long, env = "AGENTFLEET_GATEWAY_URL", value_parser = gateway_url)]
+    pub gateway_url: Option<String>,
     /// Namespace of the leader Lease (the operator's own namespace in a pod).
     #[arg(long, env = "AGENTFLEET_LEASE_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -124,6 +133,7 @@ impl Args {
             image: self.worker_image.clone(),
             image_pull_policy: self.worker_image_pull_policy.clone(),
             redis,
+            callback_url: self.gateway_url.clone(),
         }
     }
 
@@ -135,6 +145,22 @@ impl Args {
             cleanup_timeout: Duration::from_secs(self.cleanup_timeout_seconds),
         }
     }
+}
+
+/// `--gateway-url`: an `http://` or `https://` URL with a host and no query, without its
+/// trailing `/` (the workers append the callback's path).
+fn gateway_url(s: &str) -> Result<String, String> {
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .ok_or("must start with http:// or https://")?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("must name a host".into());
+    }
+    if s.contains(['?', '#']) || s.chars().any(char::is_whitespace) {
+        return Err("must be a base URL, without query, fragment or spaces".into());
+    }
+    Ok(s.trim_end_matches('/').to_string())
 }
 
 /// `agentfleet operator`.

@@ -61,6 +61,8 @@ pub struct Args {
 
 /// How long one wait on the inbox blocks before the loop looks around (shutdown, lease).
 const WAIT: Duration = Duration::from_secs(5);
+/// How long a session waits for its external tools to be known before it starts.
+const SETTLE: Duration = Duration::from_secs(10);
 /// Failed cycles of one batch before the model's refusal is committed instead of retried.
 const MAX_REFUSALS: u32 = 3;
 
@@ -86,15 +88,15 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A doubling delay between a first and a largest one.
-struct Backoff {
+/// A doubling delay between a first and a largest one (also the MCP tools' reconnects).
+pub(crate) struct Backoff {
     next: Duration,
     min: Duration,
     max: Duration,
 }
 
 impl Backoff {
-    fn new(min: Duration, max: Duration) -> Self {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
         Self {
             next: min,
             min,
@@ -103,13 +105,13 @@ impl Backoff {
     }
 
     /// The delay to wait now (the next one is twice as long).
-    fn take(&mut self) -> Duration {
+    pub(crate) fn take(&mut self) -> Duration {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         d
     }
 
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.min;
     }
 }
@@ -192,6 +194,16 @@ pub async fn run_agent(
 ) -> Result<(), StoreError> {
     let key = agentlet.key.clone();
     let store = agentlet.store.clone();
+    // The first cycle (maybe one resumed from its journal) should see the MCP servers' tools:
+    // give their first connection a moment; one that does not answer in time comes later.
+    tokio::select! {
+        settled = tokio::time::timeout(SETTLE, agentlet.toolbox().settled()) => {
+            if settled.is_err() {
+                info!(agent = %key, "some tools are not known yet; starting without them");
+            }
+        }
+        _ = shutdown.wait_for(|v| *v) => return Ok(()),
+    }
     let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     let lease = loop {
         health.beat();
@@ -239,7 +251,20 @@ pub async fn run_agent(
         })
     });
 
+    // What the agent can call changes while it holds the lease (an MCP server comes up or
+    // goes away, its list changes): the data plane hears of it at once, not at the next wake.
+    let reporter = AbortOnDrop({
+        let agentlet = agentlet.clone();
+        tokio::spawn(async move {
+            loop {
+                agentlet.toolbox().changed().await;
+                agentlet.report_tools().await;
+            }
+        })
+    });
+
     let result = process(&agentlet, &lease, &health, &mut shutdown, &mut lost).await;
+    drop(reporter);
     drop(renewer);
     health.set_leased(false);
     if let Err(e) = store.release_lease(&key, &lease).await {

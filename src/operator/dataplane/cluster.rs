@@ -20,6 +20,19 @@ pub const STATUS_MANAGER: &str = "agentfleet-dataplane";
 /// Field manager of replica changes.
 pub const SCALE_MANAGER: &str = "agentfleet-scaler";
 
+/// An Event the loop publishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// Normal or Warning.
+    pub kind: EventType,
+    /// CamelCase reason.
+    pub reason: String,
+    /// `Scale` or `Observe`.
+    pub action: &'static str,
+    /// What happened, for humans.
+    pub note: String,
+}
+
 /// What the loop does to the cluster.
 #[async_trait]
 pub trait Cluster: Send + Sync + 'static {
@@ -28,8 +41,9 @@ pub trait Cluster: Send + Sync + 'static {
     /// Writes the data-plane status fields of the agent.
     async fn write_status(&self, agent: &AgentKey, status: &AgentStatus)
         -> Result<(), kube::Error>;
-    /// Publishes a Normal Event about the agent (failures are logged, never fatal).
-    async fn publish(&self, object: &ObjectReference, reason: &str, note: String);
+    /// Publishes an Event about the agent (failures are logged, never fatal); `action` is
+    /// what the loop did (`Scale`) or saw (`Observe`).
+    async fn publish(&self, object: &ObjectReference, notice: Notice);
 }
 
 /// [`Cluster`] through the Kubernetes API.
@@ -82,16 +96,16 @@ impl Cluster for KubeCluster {
         .map(|_| ())
     }
 
-    async fn publish(&self, object: &ObjectReference, reason: &str, note: String) {
+    async fn publish(&self, object: &ObjectReference, notice: Notice) {
         let ev = Event {
-            type_: EventType::Normal,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Scale".into(),
+            type_: notice.kind,
+            reason: notice.reason.clone(),
+            note: Some(notice.note),
+            action: notice.action.into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&ev, object).await {
-            warn!(error = %crate::report::chain(&e), reason, "cannot publish event");
+            warn!(error = %crate::report::chain(&e), reason = %notice.reason, "cannot publish event");
         }
     }
 }

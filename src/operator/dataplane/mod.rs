@@ -5,10 +5,11 @@
 //!   the loop sets that agent's worker Deployment to 1 replica at once — one API call, no poll.
 //! - **Sweep** (every `--sweep-seconds`, and early when a plan is due): one pipelined Redis
 //!   round trip reads every agent's inbox depth, in-flight events, activity, counters, latest
-//!   checkpoint and plans. From it the loop scales up what has work (the fallback for a missed
-//!   wake signal), scales down what has been idle for `idleSeconds` with an empty inbox and
-//!   nothing in flight, fires due plans, and writes the data-plane status fields — only when
-//!   they changed, and at most once per `--status-interval-seconds` per agent.
+//!   checkpoint, plans, model health and tools. From it the loop scales up what has work (the
+//!   fallback for a missed wake signal), scales down what has been idle for `idleSeconds` with
+//!   an empty inbox and nothing in flight, fires due plans, and writes the data-plane status
+//!   fields (with `status.tools` and `ToolsReady`) — only when they changed, and at most once
+//!   per `--status-interval-seconds` per agent.
 //!
 //! Which status fields are the loop's and which the reconcile's: [`crate::operator::status`].
 //! Deciding is pure ([`mod@decide`]); acting goes through [`Cluster`], so the loop is tested
@@ -25,15 +26,17 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::events::EventType;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use self::cluster::Cluster;
+use self::cluster::{Cluster, Notice};
 use self::decide::{decide, replicas_to_apply, Decision};
 use self::plans::Firing;
 use crate::crd::{AgentPhase, AgentSpec, AgentStatus, PlanSpec, ScalingSpec};
-use crate::operator::status::{data_part, data_status, phase};
+use crate::operator::status::{data_part, data_status, find, notice, phase, time_of};
 use crate::store::{now_ms, AgentKey, AgentObservation, Store};
 use crate::telemetry::OperatorMetrics;
 
@@ -87,6 +90,9 @@ struct Entry {
     idle_since_ms: Option<i64>,
     written: Option<AgentStatus>,
     written_at: Option<Instant>,
+    /// The data-plane conditions last computed (kept when a write fails), whose transition
+    /// times the next ones keep until their status flips.
+    conditions: Vec<Condition>,
 }
 
 /// Why replicas change.
@@ -122,6 +128,7 @@ enum Action {
     },
     Status(AgentKey, AgentStatus),
     Plan(Firing),
+    Event(ObjectReference, Notice),
 }
 
 /// The loop's state, shared with the reconcile.
@@ -212,6 +219,7 @@ impl Scaler {
                 // What an earlier operator wrote, so an unchanged status is not rewritten.
                 written: Some(data_part(t.status)),
                 written_at: None,
+                conditions: data_part(t.status).conditions,
             });
             e.object = t.object;
             e.scaling = spec.scaling.clone();
@@ -417,7 +425,13 @@ impl Scaler {
                 ),
             )
         };
-        deps.cluster.publish(&object, reason, note).await;
+        let notice = Notice {
+            kind: EventType::Normal,
+            reason: reason.into(),
+            action: "Scale",
+            note,
+        };
+        deps.cluster.publish(&object, notice).await;
         self.refresh(agent);
         true
     }
@@ -509,9 +523,29 @@ impl Scaler {
             }
             actions.extend(todo.into_iter().map(Action::Plan));
 
-            let status = data_status(e.failed, e.replicas, e.available, o, |cycle| {
-                deps.store.checkpoint_ref(key, cycle)
-            });
+            let status = data_status(
+                e.failed,
+                e.replicas,
+                e.available,
+                o,
+                &e.conditions,
+                time_of(now),
+                |cycle| deps.store.checkpoint_ref(key, cycle),
+            );
+            // Events for what the worker reports that changed (a problem is a Warning).
+            for c in &status.conditions {
+                let before = find(&e.conditions, &c.type_);
+                if let Some(kind) = notice(before, c, c.status == "False") {
+                    let notice = Notice {
+                        kind,
+                        reason: c.reason.clone(),
+                        action: "Observe",
+                        note: c.message.clone(),
+                    };
+                    actions.push(Action::Event(e.object.clone(), notice));
+                }
+            }
+            e.conditions.clone_from(&status.conditions);
             if let Some(p) = status.phase {
                 *phases.entry(p).or_default() += 1;
             }
@@ -566,6 +600,7 @@ impl Scaler {
             Action::Plan(firing) => {
                 plans::fire(deps.store.as_ref(), &deps.metrics, firing).await;
             }
+            Action::Event(object, notice) => deps.cluster.publish(&object, notice).await,
         }
     }
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, Notice};
 use super::{Deps, Scaler, Tracked, Tuning};
 use crate::crd::{AgentPhase, AgentSpec, AgentStatus};
 use crate::store::{now_ms, AgentKey, EventKind, InboxEvent, MemoryStore, Store};
@@ -20,7 +20,10 @@ use crate::telemetry::OperatorMetrics;
 pub(super) enum Call {
     Replicas(AgentKey, i32),
     Status(AgentKey, Box<AgentStatus>),
+    /// A Normal Event: reason, note.
     Event(String, String),
+    /// A Warning Event: reason, note.
+    Warning(String, String),
 }
 
 #[derive(Default)]
@@ -84,11 +87,11 @@ impl Cluster for Recording {
         Ok(())
     }
 
-    async fn publish(&self, _object: &ObjectReference, reason: &str, note: String) {
-        self.calls
-            .lock()
-            .unwrap()
-            .push(Call::Event(reason.into(), note));
+    async fn publish(&self, _object: &ObjectReference, notice: Notice) {
+        self.calls.lock().unwrap().push(match notice.kind {
+            kube::runtime::events::EventType::Warning => Call::Warning(notice.reason, notice.note),
+            _ => Call::Event(notice.reason, notice.note),
+        });
     }
 }
 
@@ -372,5 +375,115 @@ async fn status_is_written_when_it_changes_and_at_most_once_per_interval() {
         started.elapsed()
     );
     store.release_lease(&a, &lease).await.unwrap();
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn the_tools_a_worker_reports_reach_the_status_once() {
+    use crate::crd::ToolStatus;
+    use crate::operator::status::{find, TOOLS_READY};
+    use crate::store::prelude::*;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let r = start(store.clone(), fast());
+    let a = AgentKey::new("fam", "a");
+    track(&r, &a, &spec("scaling: {minReplicas: 1}"), 1);
+    until("a first status", || !r.cluster.statuses(&a).is_empty()).await;
+    let first = r.cluster.statuses(&a)[0].clone();
+    assert!(first.tools.is_empty());
+    let unknown = find(&first.conditions, TOOLS_READY).unwrap();
+    assert_eq!(
+        (unknown.status.as_str(), unknown.reason.as_str()),
+        ("Unknown", "NotReported")
+    );
+    let events = || {
+        r.cluster
+            .calls()
+            .into_iter()
+            .filter(|c| matches!(c, Call::Event(..) | Call::Warning(..)))
+            .collect::<Vec<_>>()
+    };
+    assert!(events().is_empty(), "nothing reported, nothing to say");
+
+    let tool = |name: &str, source: &str, error: Option<&str>| ToolStatus {
+        name: name.into(),
+        source: source.into(),
+        ready: error.is_none(),
+        last_error: error.map(str::to_string),
+    };
+    store
+        .set_tools(
+            &a,
+            &[
+                tool("send_message", "builtin", None),
+                tool("open_ticket", "http", None),
+                tool(
+                    "grafana__*",
+                    "mcp:grafana",
+                    Some("cannot connect: connection refused"),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    let down = |s: &AgentStatus| {
+        find(&s.conditions, TOOLS_READY).is_some_and(|c| c.reason == "McpUnreachable")
+    };
+    until("ToolsReady False (McpUnreachable)", || {
+        r.cluster.statuses(&a).last().is_some_and(down)
+    })
+    .await;
+    let written = r.cluster.statuses(&a);
+    let s = written.last().unwrap();
+    assert_eq!(s.tools.len(), 3);
+    let c = find(&s.conditions, TOOLS_READY).unwrap();
+    assert_eq!(c.status, "False");
+    assert!(
+        c.message.contains("MCP server grafana unreachable"),
+        "{}",
+        c.message
+    );
+    let since = c.last_transition_time.clone();
+    // Nothing changes: nothing is written again, the transition time holds.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(r.cluster.statuses(&a).len(), written.len());
+    assert_eq!(
+        events(),
+        [Call::Warning(
+            "McpUnreachable".into(),
+            "1 of 3 tool(s) unavailable: MCP server grafana unreachable: cannot connect: connection refused".into()
+        )],
+        "one Warning for the transition"
+    );
+
+    // The server comes up: its tools replace the placeholder, ToolsReady flips.
+    store
+        .set_tools(
+            &a,
+            &[
+                tool("send_message", "builtin", None),
+                tool("open_ticket", "http", None),
+                tool("grafana__query", "mcp:grafana", None),
+            ],
+        )
+        .await
+        .unwrap();
+    until("ToolsReady True", || {
+        r.cluster
+            .statuses(&a)
+            .last()
+            .is_some_and(|s| find(&s.conditions, TOOLS_READY).is_some_and(|c| c.status == "True"))
+    })
+    .await;
+    let s = r.cluster.statuses(&a).last().cloned().unwrap();
+    assert_eq!(s.tools[2].name, "grafana__query");
+    let c = find(&s.conditions, TOOLS_READY).unwrap();
+    assert_eq!(c.reason, "AllReady");
+    assert!(c.last_transition_time.0 >= since.0);
+    assert_eq!(
+        events().last(),
+        Some(&Call::Event("AllReady".into(), "3 tool(s) ready".into())),
+        "the recovery is a Normal Event"
+    );
+    assert_eq!(events().len(), 2);
     r.stop().await;
 }

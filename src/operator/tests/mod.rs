@@ -4,6 +4,7 @@
 
 mod agents;
 mod spaces;
+mod tools;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,6 +166,7 @@ fn context_on(
                 image: "agentfleet:test".into(),
                 image_pull_policy: None,
                 redis: RedisUrlSource::Value("redis://redis:6379".into()),
+                callback_url: Some("http://gateway.agentfleet.svc:80".into()),
             },
             instance: Some("test".into()),
             tuning: Tuning::default(),

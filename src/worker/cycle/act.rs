@@ -130,7 +130,7 @@ impl Cycle<'_> {
         let outcome = match agentlet.toolbox().external(&call.name) {
             Some(external) if attempt == Attempt::Unknown && !external.idempotent(&call.name) => {
                 Outcome::error(format!(
-                    "the outcome of this call of {} is unknown: the worker stopped while it ran, and it was not made again because the tool is not idempotent; check its effect before calling it again",
+                    "the outcome of this call of {} is unknown: the worker stopped while it ran, and it was not repeated because the tool is not idempotent; check its effect before calling it again",
                     call.name
                 ))
             }

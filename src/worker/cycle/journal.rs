@@ -23,15 +23,24 @@ use crate::store::StoreError;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "snake_case")]
 pub(super) enum Entry {
-    /// The cycle began: its batch id (the root of its idempotency keys), its inbox message
-    /// and the depth of what it posts.
+    /// The cycle began: its batch id (the root of its idempotency keys), its inbox message,
+    /// the depth of what it posts and the ids of the events it handles.
     Begin {
         batch: String,
         inbox: String,
         depth: u32,
+        #[serde(default)]
+        events: Vec<String>,
     },
-    /// Urgent events taken in mid-cycle, as the message they became.
-    Urgent { message: String, depth: u32 },
+    /// Events taken in after the cycle began (urgent ones mid-cycle, or those that arrived
+    /// before a resumed cycle went on), as the message they became, the depth of what the
+    /// cycle posts from then on and their ids.
+    Urgent {
+        message: String,
+        depth: u32,
+        #[serde(default)]
+        events: Vec<String>,
+    },
     /// A model turn that called tools, and what it cost.
     Turn {
         step: u32,
@@ -69,6 +78,8 @@ pub(super) struct Resumed {
     pub batch: String,
     /// Its depth (urgent events included).
     pub depth: u32,
+    /// The ids of the events it has taken in (at its beginning and since).
+    pub events: BTreeSet<String>,
     /// The conversation of the cycle so far: inbox message, urgent injections, turns, results.
     pub new: Vec<Message>,
     /// Tokens its turns cost.
@@ -94,9 +105,11 @@ pub(super) fn resume(raw: &[String]) -> Option<Resumed> {
             batch,
             inbox,
             depth,
+            events,
         } => Resumed {
             batch: batch.clone(),
             depth: *depth,
+            events: events.iter().cloned().collect(),
             new: vec![Message::user(inbox.clone())],
             ..Resumed::default()
         },
@@ -106,9 +119,14 @@ pub(super) fn resume(raw: &[String]) -> Option<Resumed> {
     for entry in entries.into_iter().skip(1) {
         match entry {
             Entry::Begin { .. } => {}
-            Entry::Urgent { message, depth } => {
+            Entry::Urgent {
+                message,
+                depth,
+                events,
+            } => {
                 out.new.push(Message::user(message));
                 out.depth = out.depth.max(depth);
+                out.events.extend(events);
             }
             Entry::Turn {
                 step: n,
@@ -172,6 +190,7 @@ impl Cycle<'_> {
                         _ => String::new(),
                     },
                     depth: self.start_depth,
+                    events: self.events.iter().map(|e| e.id.clone()).collect(),
                 },
             );
         }
@@ -257,6 +276,7 @@ mod tests {
                 batch: "b1".into(),
                 inbox: "[Ops] Husam: \"open a ticket\"".into(),
                 depth: 1,
+                events: vec!["e1".into()],
             },
             turn(
                 0,
@@ -268,10 +288,12 @@ mod tests {
             Entry::Urgent {
                 message: "[URGENT] …".into(),
                 depth: 3,
+                events: vec!["e2".into()],
             },
         ]);
         let r = resume(&raw).unwrap();
         assert_eq!((r.batch.as_str(), r.depth, r.next_step), ("b1", 3, 1));
+        assert_eq!(r.events, ["e1".to_string(), "e2".to_string()].into());
         assert_eq!(
             r.used,
             Usage {
@@ -296,6 +318,7 @@ mod tests {
                 batch: "b1".into(),
                 inbox: "hi".into(),
                 depth: 1,
+                events: Vec::new(),
             },
             turn(
                 2,

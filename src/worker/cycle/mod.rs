@@ -231,6 +231,8 @@ struct Cycle<'a> {
     first_step: u32,
     /// A step to finish first (a resumed cycle stopped in it).
     unfinished: Option<journal::Unfinished>,
+    /// Events a resumed cycle has not taken in yet (they arrived after it began).
+    late: Option<Vec<InboxEvent>>,
 }
 
 impl Cycle<'_> {

@@ -75,6 +75,7 @@ impl<'a> Cycle<'a> {
             unjournaled: Vec::new(),
             first_step: 0,
             unfinished: None,
+            late: None,
         };
         // A cycle that stopped before its end (a crash, a model failure) goes on from its
         // journal: what it did is replayed, not done again.
@@ -88,6 +89,12 @@ impl<'a> Cycle<'a> {
             cycle.first_step = r.next_step;
             cycle.unfinished = r.unfinished;
             cycle.journaled = true;
+            let late: Vec<InboxEvent> = events
+                .iter()
+                .filter(|e| !r.events.contains(&e.id))
+                .cloned()
+                .collect();
+            cycle.late = (!late.is_empty()).then_some(late);
         }
         Ok(cycle)
     }

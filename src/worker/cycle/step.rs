@@ -34,10 +34,12 @@ impl Cycle<'_> {
         // A cycle resumed from its journal first finishes the step it was in.
         if let Some(unfinished) = self.unfinished.take() {
             let ended = self.finish(unfinished).await?;
+            self.take_in_late_events();
             if ended || self.over_budget() {
                 return Ok(End::Done);
             }
         }
+        self.take_in_late_events();
         for step in self.first_step..self.agentlet.agent.spec.cycle.max_steps {
             let preview = self.look(step).await?;
             let request = self.request(step, preview);
@@ -89,6 +91,7 @@ impl Cycle<'_> {
             self.journal_later(Entry::Urgent {
                 message: message.clone(),
                 depth: self.depth,
+                events: look.urgent.iter().map(|e| e.id.clone()).collect(),
             });
             self.new.push(Message::user(message));
         }
@@ -99,6 +102,27 @@ impl Cycle<'_> {
                 look.waiting,
             ))
         }))
+    }
+
+    /// A resumed cycle takes in the events that arrived after it began (they were drained
+    /// with its own when it was redone): after the step it was in, as one message that its
+    /// journal keeps, so they are seen (and remembered) before the cycle acknowledges them,
+    /// and its replies are one deeper than the deepest of them.
+    fn take_in_late_events(&mut self) {
+        let Some(late) = self.late.take() else {
+            return;
+        };
+        self.depth = self.depth.max(reply_depth(&late));
+        let message = format!(
+            "[new events since this cycle began]\n{}",
+            prompt::inbox_message(&self.spaces, &late)
+        );
+        self.journal_later(Entry::Urgent {
+            message: message.clone(),
+            depth: self.depth,
+            events: late.iter().map(|e| e.id.clone()).collect(),
+        });
+        self.new.push(Message::user(message));
     }
 
     /// The request of a step: the stable system prompt, the conversation (summary, history,

@@ -502,6 +502,47 @@ async fn a_redone_cycle_posts_nothing_twice() {
 }
 
 #[tokio::test]
+async fn a_redone_cycle_takes_in_what_arrived_since_it_began() {
+    // The model fails after step 0; meanwhile Husam says more (three agent messages deep).
+    // The redone cycle resumes from its journal and shows the new message to the model
+    // before it acknowledges it; its reply is one deeper than the new message.
+    let r = rig(
+        "",
+        vec![
+            Ok(send("on it")),
+            Err(ModelError::new(Failure::Unreachable, "reset")),
+            Ok(send("and the new one too")),
+        ],
+    )
+    .await;
+    r.say("first", false, 0).await;
+    let events = r.drain().await;
+    let first = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(first, Outcome::Failed(_)));
+    r.say("second", false, 3).await;
+    let events = r.drain().await;
+    assert_eq!(events.len(), 2, "the redone cycle drains both");
+    let again = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(again, Outcome::Completed(_)));
+    let late = "[new events since this cycle began]\n[Family] Husam: \"second\"";
+    let requests = r.requests();
+    assert!(
+        user_texts(&requests[2].messages).contains(&late),
+        "{:?}",
+        user_texts(&requests[2].messages)
+    );
+    assert!(user_texts(&r.remembered().await).contains(&late));
+    let said = r.said().await;
+    assert_eq!(
+        said.len(),
+        4,
+        "first, on it, second, one more answer: {said:?}"
+    );
+    assert_eq!(said[3], ("and the new one too".to_string(), 4));
+    assert_eq!(r.in_flight().await, 0);
+}
+
+#[tokio::test]
 async fn send_message_text_streams_to_the_space() {
     let r = rig("", vec![Ok(send("Hello, family!"))]).await;
     let mut live = r
@@ -666,6 +707,7 @@ async fn died_during_the_call(r: &Rig) -> Vec<InboxEvent> {
             batch: "b1".into(),
             inbox: "[Family] Husam: \"open a ticket\"".into(),
             depth: 1,
+            events: events.iter().map(|e| e.id.clone()).collect(),
         },
         super::journal::Entry::Turn {
             step: 0,

@@ -4,6 +4,7 @@
 
 pub mod builtin;
 pub mod http;
+pub mod mcp;
 pub mod secrets;
 
 use std::sync::Arc;
@@ -74,6 +75,24 @@ pub trait External: Send + Sync {
 
     /// Runs a call; whatever goes wrong is an error result, never a panic or an `Err`.
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome;
+
+    /// Whether a call of `tool` is this source's to answer: one it offers now, or (for a
+    /// source whose tools come and go, like an MCP server that is down) one it offered
+    /// before, so the call gets this source's error result rather than "unknown tool".
+    fn owns(&self, tool: &str) -> bool {
+        self.specs().iter().any(|s| s.name == tool)
+    }
+
+    /// Resolves when [`specs`](Self::specs) or [`status`](Self::status) may have changed
+    /// (the worker then reports its tools again). A change since the last call counts. The
+    /// default never resolves: the source's tools are fixed.
+    async fn changed(&self) {
+        std::future::pending::<()>().await
+    }
+
+    /// Resolves once the source knows what it offers (an MCP server: its first connection
+    /// attempt ended, either way). The default is at once.
+    async fn settled(&self) {}
 }
 
 /// What building an agent's external tools needs.
@@ -99,6 +118,11 @@ pub fn external(
     if !spec.http.is_empty() {
         out.push(Arc::new(http::HttpTools::new(agent, &spec.http, context)));
     }
+    out.extend(
+        spec.mcp.iter().map(|m| {
+            Arc::new(mcp::McpServer::start(agent, m, &context.secrets)) as Arc<dyn External>
+        }),
+    );
     out
 }
 
@@ -129,12 +153,22 @@ impl Toolbox {
         out
     }
 
-    /// The external source offering `name`, if any.
+    /// The external source whose tool `name` is, if any (see [`External::owns`]).
     pub fn external(&self, name: &str) -> Option<&dyn External> {
-        self.external
-            .iter()
-            .find(|e| e.specs().iter().any(|s| s.name == name))
-            .map(Arc::as_ref)
+        self.external.iter().find(|e| e.owns(name)).map(Arc::as_ref)
+    }
+
+    /// Resolves once every external source knows what it offers.
+    pub async fn settled(&self) {
+        futures::future::join_all(self.external.iter().map(|e| e.settled())).await;
+    }
+
+    /// Resolves when an external source's tools may have changed; never without any.
+    pub async fn changed(&self) {
+        if self.external.is_empty() {
+            return std::future::pending().await;
+        }
+        futures::future::select_all(self.external.iter().map(|e| e.changed())).await;
     }
 
     /// What `status.tools` shows: the built-ins (always ready), then the external tools.

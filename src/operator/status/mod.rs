@@ -1,8 +1,9 @@
 //! The Agent's status, assembled. The reconcile and the data-plane loop own disjoint status
 //! fields, each written under its own server-side apply field manager: the reconcile writes
 //! its conditions, available replicas and the configuration hash ([`reconcile_part`]); the loop
-//! writes phase, replicas, inbox depth, cycles, tokens, last cycle time, the checkpoint and
-//! `ModelAvailable` ([`data_part`], built from the data plane by [`data_status`]).
+//! writes phase, replicas, inbox depth, cycles, tokens, last cycle time, the checkpoint, the
+//! tools and the conditions of what the worker reports, `ModelAvailable` and `ToolsReady`
+//! ([`data_part`], built from the data plane by [`data_status`]).
 //!
 //! Conditions are merged with the previous set ([`merge`]), so `lastTransitionTime` only moves
 //! when a condition's status flips, and nothing here changes from one pass to the next unless
@@ -10,9 +11,15 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
 
 use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus};
 use crate::store::AgentObservation;
+
+mod tools;
+
+use self::tools::shown_tools;
+pub use self::tools::{tools_condition, TOOLS_READY};
 
 /// Condition: the agent's model answers (written from the data plane, where the worker
 /// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
@@ -101,6 +108,21 @@ pub fn merge(
         .collect()
 }
 
+/// The Event a condition's change deserves, if any: a Warning when it says a problem
+/// (`warning`) and its status or reason changed; Normal for any other change of a condition
+/// that was there before (a recovery, a new state); none when nothing but its message changed,
+/// nor for a condition seen for the first time that says no problem.
+pub fn notice(before: Option<&Condition>, after: &Condition, warning: bool) -> Option<EventType> {
+    let changed = before.is_none_or(|b| b.reason != after.reason || b.status != after.status);
+    if !changed {
+        None
+    } else if warning {
+        Some(EventType::Warning)
+    } else {
+        before.map(|_| EventType::Normal)
+    }
+}
+
 /// The previous condition of a type, if any.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
@@ -129,7 +151,7 @@ pub fn phase(
 
 /// Whether a condition is written by this loop (from the data plane) rather than the reconcile.
 fn data_condition(c: &Condition) -> bool {
-    c.type_ == MODEL_AVAILABLE
+    c.type_ == MODEL_AVAILABLE || c.type_ == TOOLS_READY
 }
 
 /// The status fields the reconcile owns.
@@ -158,6 +180,7 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
         last_cycle_time: s.last_cycle_time.clone(),
         tokens_used: s.tokens_used,
         checkpoint: s.checkpoint.clone(),
+        tools: s.tools.clone(),
         conditions: s
             .conditions
             .iter()
@@ -194,14 +217,24 @@ fn time(ms: i64) -> Option<Time> {
 }
 
 /// The data-plane status of an agent; `checkpoint_ref` names where the checkpoint of a cycle
-/// is kept (the store says, see [`crate::store::Observe::checkpoint_ref`]).
+/// is kept (the store says, see [`crate::store::Observe::checkpoint_ref`]). `previous` are the
+/// conditions last computed, so that `ToolsReady` keeps its `lastTransitionTime` until its
+/// status flips (then it is `now`).
 pub fn data_status(
     failed: bool,
     replicas: Option<i32>,
     available: i32,
     seen: &AgentObservation,
+    previous: &[Condition],
+    now: Timestamp,
     checkpoint_ref: impl Fn(u64) -> String,
 ) -> AgentStatus {
+    let tools = merge(
+        previous,
+        &[tools_condition(seen.tools.as_deref())],
+        None,
+        now,
+    );
     AgentStatus {
         phase: Some(phase(failed, replicas, available, seen)),
         replicas,
@@ -217,15 +250,26 @@ pub fn data_status(
             tokens: c.tokens,
             time: time(c.time_ms),
         }),
-        conditions: model_condition(seen).into_iter().collect(),
+        tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
+        conditions: model_condition(seen).into_iter().chain(tools).collect(),
         ..AgentStatus::default()
     }
+}
+
+/// A time in ms as a Kubernetes `Time`, to the second (as the API server keeps it); the epoch
+/// for a time out of range.
+pub fn time_of(ms: i64) -> Timestamp {
+    time(ms).map_or(Timestamp::UNIX_EPOCH, |t| t.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::{prelude::*, AgentKey};
+
+    fn t0() -> Timestamp {
+        Timestamp::from_second(1_795_000_000).unwrap()
+    }
 
     /// Checkpoint references as the Redis store names them.
     fn redis_ref(agent: &AgentKey) -> impl Fn(u64) -> String + '_ {
@@ -300,11 +344,14 @@ mod tests {
             "phase": "Sleeping", "observedGeneration": 3, "replicas": 1,
             "conditions": [
                 {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
-                {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
+                {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "ToolsConfigured", "status": "True", "reason": "SecretsFound", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "ToolsReady", "status": "True", "reason": "AllReady", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
             ],
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
-            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50}
+            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50},
+            "tools": [{"name": "skip", "source": "builtin", "ready": true}]
         }))
         .unwrap();
         let r = serde_json::to_value(reconcile_part(&s)).unwrap();
@@ -336,20 +383,35 @@ mod tests {
                 .map(|c| c["type"].as_str().unwrap().to_string())
                 .collect()
         };
-        assert_eq!(types(&r), ["Ready"], "conditions: one writer per type");
-        assert_eq!(types(&d), ["ModelAvailable"]);
+        assert_eq!(
+            types(&r),
+            ["Ready", "ToolsConfigured"],
+            "conditions: one writer per type"
+        );
+        assert_eq!(types(&d), ["ModelAvailable", "ToolsReady"]);
+        // Every field of the status is in the sample above: a new field must be given a writer.
+        let sample = serde_json::to_value(&s).unwrap();
+        let fields = sample.as_object().unwrap().len();
+        let schema = serde_json::to_value(schemars::schema_for!(AgentStatus)).unwrap();
+        assert_eq!(
+            fields,
+            schema["properties"].as_object().unwrap().len(),
+            "a status field is missing from this test: {sample}"
+        );
     }
 
     #[test]
     fn the_model_condition_comes_from_what_the_worker_reported() {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
-        assert!(
-            data_status(false, Some(1), 1, &o, redis_ref(&key))
+        let model = |o: &AgentObservation| {
+            data_status(false, Some(1), 1, o, &[], t0(), redis_ref(&key))
                 .conditions
-                .is_empty(),
-            "not reported yet"
-        );
+                .into_iter()
+                .filter(|c| c.type_ == MODEL_AVAILABLE)
+                .collect::<Vec<_>>()
+        };
+        assert!(model(&o).is_empty(), "not reported yet");
         o.model = Some(crate::store::ModelHealth {
             available: false,
             reason: "Unauthorized".into(),
@@ -357,7 +419,7 @@ mod tests {
                 .into(),
             since_ms: 1_795_000_000_123,
         });
-        let c = data_status(false, Some(1), 1, &o, redis_ref(&key)).conditions;
+        let c = model(&o);
         assert_eq!(c.len(), 1);
         assert_eq!(
             (
@@ -372,15 +434,12 @@ mod tests {
             "2026-11-18T11:06:40Z"
         );
         assert_eq!(
-            data_status(false, Some(1), 1, &o, redis_ref(&key)),
-            data_status(false, Some(1), 1, &o, redis_ref(&key)),
+            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
             "the same on every pass"
         );
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
-        assert_eq!(
-            data_status(false, Some(1), 1, &o, redis_ref(&key)).conditions[0].reason,
-            "Unknown"
-        );
+        assert_eq!(model(&o)[0].reason, "Unknown");
     }
 
     #[test]
@@ -403,7 +462,7 @@ mod tests {
             }),
             ..AgentObservation::default()
         };
-        let s = data_status(false, Some(0), 0, &o, redis_ref(&key));
+        let s = data_status(false, Some(0), 0, &o, &[], t0(), redis_ref(&key));
         assert_eq!(s.phase, Some(AgentPhase::ScaledToZero));
         assert_eq!(
             (s.inbox_depth, s.cycles, s.tokens_used),

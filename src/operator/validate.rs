@@ -1,0 +1,401 @@
+//! What the schema cannot refuse in an Agent's spec: rules across fields (tool names against
+//! each other, phases against the tools, URL placeholders against the input schema). The
+//! reconcile turns the problems into `Ready=False (InvalidSpec)` and leaves the worker as it
+//! was; `agentfleet dev` refuses to start with them.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::crd::{AgentSpec, BuiltinTool, HttpToolSpec, McpServerSpec, ModelProvider, ToolsSpec};
+
+/// The longest Agent name: children are named `<agent>-worker` and labelled with the name,
+/// and label values hold at most 63 characters.
+pub const MAX_NAME_LEN: usize = 52;
+
+/// What separates an MCP server's name from its tools' names (`SERVER__TOOL`).
+pub const MCP_SEPARATOR: &str = "__";
+
+/// Problems with a spec that the schema cannot refuse.
+pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    if spec.model.provider == ModelProvider::Anthropic {
+        problems.push(format!(
+            "model.provider: {}",
+            crate::model::ANTHROPIC_UNAVAILABLE
+        ));
+    }
+    if name.len() > MAX_NAME_LEN {
+        problems.push(format!(
+            "name is {} characters; at most {MAX_NAME_LEN} fit in the worker's labels",
+            name.len()
+        ));
+    }
+    tool_names(&spec.tools, &mut problems);
+    for (i, tool) in spec.tools.http.iter().enumerate() {
+        http_tool(i, tool, &mut problems);
+    }
+    for (i, phase) in spec.cycle.phases.iter().enumerate() {
+        if phase.to_step.is_some_and(|to| to < phase.from_step) {
+            problems.push(format!(
+                "cycle.phases[{i}] ends (step {}) before it starts (step {})",
+                phase.to_step.unwrap_or_default(),
+                phase.from_step
+            ));
+        }
+        for tool in phase.active_tools.iter().flatten() {
+            if let Err(why) = names_a_tool(&spec.tools, tool) {
+                problems.push(format!(
+                    "cycle.phases[{i}].activeTools names {tool:?}: {why}"
+                ));
+            }
+        }
+    }
+    for (i, plan) in spec.plans.iter().enumerate() {
+        if let Err(e) = crate::plans::schedule(plan) {
+            problems.push(format!("plans[{i}]: {e}"));
+        }
+    }
+    for env in &spec.worker.env {
+        if env.name.starts_with("AGENTFLEET_") {
+            problems.push(format!(
+                "worker.env {} uses the reserved prefix AGENTFLEET_",
+                env.name
+            ));
+        }
+    }
+    problems
+}
+
+/// Every name the model calls a tool by is one tool's: HTTP tools unique and not a built-in's
+/// name, MCP servers unique, no HTTP tool inside a server's `NAME__` prefix, no server inside
+/// another's.
+fn tool_names(tools: &ToolsSpec, problems: &mut Vec<String>) {
+    let mut seen = BTreeSet::new();
+    for (i, t) in tools.http.iter().enumerate() {
+        if BuiltinTool::from_name(&t.name).is_some() {
+            problems.push(format!(
+                "tools.http[{i}].name {:?} is the name of a built-in tool",
+                t.name
+            ));
+        }
+        if !seen.insert(t.name.as_str()) {
+            problems.push(format!(
+                "tools.http[{i}].name {:?} is used by another HTTP tool",
+                t.name
+            ));
+        }
+        if let Some(server) = server_of(&tools.mcp, &t.name) {
+            problems.push(format!(
+                "tools.http[{i}].name {:?} is inside the prefix {}{MCP_SEPARATOR} of MCP server {:?}'s tools",
+                t.name, server.name, server.name
+            ));
+        }
+    }
+    let mut servers = BTreeSet::new();
+    for (i, s) in tools.mcp.iter().enumerate() {
+        if !servers.insert(s.name.as_str()) {
+            problems.push(format!(
+                "tools.mcp[{i}].name {:?} is used by another MCP server",
+                s.name
+            ));
+        }
+        let prefix = format!("{}{MCP_SEPARATOR}", s.name);
+        if let Some(other) = tools
+            .mcp
+            .iter()
+            .find(|o| o.name != s.name && o.name.starts_with(&prefix))
+        {
+            problems.push(format!(
+                "tools.mcp[{i}].name {:?}: the tools of MCP server {:?} would be inside its prefix {prefix}",
+                s.name, other.name
+            ));
+        }
+    }
+}
+
+/// The declared MCP server whose `NAME__` prefix `tool` starts with.
+fn server_of<'a>(servers: &'a [McpServerSpec], tool: &str) -> Option<&'a McpServerSpec> {
+    servers.iter().find(|s| {
+        tool.strip_prefix(s.name.as_str())
+            .is_some_and(|rest| rest.starts_with(MCP_SEPARATOR))
+    })
+}
+
+/// Whether a phase's `activeTools` entry names a tool of the agent: an enabled built-in, an
+/// HTTP tool, `SERVER__TOOL` of a declared server (in its allowlist, when it has one), or
+/// `SERVER__*` (every tool of the server).
+fn names_a_tool(tools: &ToolsSpec, name: &str) -> Result<(), String> {
+    if tools.builtin.iter().any(|t| t.name() == name) {
+        return Ok(());
+    }
+    if BuiltinTool::from_name(name).is_some() {
+        return Err("a built-in tool that tools.builtin does not enable".into());
+    }
+    if tools.http.iter().any(|t| t.name == name) {
+        return Ok(());
+    }
+    if let Some(server) = server_of(&tools.mcp, name) {
+        let tool = &name[server.name.len() + MCP_SEPARATOR.len()..];
+        return if tool.is_empty() {
+            Err(format!(
+                "no tool of MCP server {:?} after its prefix",
+                server.name
+            ))
+        } else if tool == "*" || server.tools.is_empty() || server.tools.iter().any(|t| t == tool) {
+            Ok(())
+        } else {
+            Err(format!(
+                "MCP server {:?} allows only {}",
+                server.name,
+                server.tools.join(", ")
+            ))
+        };
+    }
+    Err("not a tool of this agent (a built-in, an HTTP tool, SERVER__TOOL or SERVER__* of an MCP server)".into())
+}
+
+/// An HTTP tool's input schema is an object schema, and every `{x}` of its URL names one of
+/// the schema's properties (when it declares them).
+fn http_tool(i: usize, tool: &HttpToolSpec, problems: &mut Vec<String>) {
+    let at = format!("tools.http[{i}] ({})", tool.name);
+    let schema = &tool.input_schema;
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        problems.push(format!(
+            "{at}: inputSchema must be an object schema (type: object)"
+        ));
+    }
+    let properties = match schema.get("properties") {
+        None => None,
+        Some(Value::Object(p)) => Some(p),
+        Some(_) => {
+            problems.push(format!("{at}: inputSchema.properties must be an object"));
+            None
+        }
+    };
+    match schema.get("required") {
+        None => {}
+        Some(Value::Array(required)) => {
+            for r in required {
+                match (r.as_str(), properties) {
+                    (None, _) => problems.push(format!(
+                        "{at}: inputSchema.required must list property names"
+                    )),
+                    (Some(r), Some(p)) if !p.contains_key(r) => problems.push(format!(
+                        "{at}: inputSchema.required names {r:?}, which is not in its properties"
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        Some(_) => problems.push(format!(
+            "{at}: inputSchema.required must be a list of property names"
+        )),
+    }
+    match placeholders(&tool.url) {
+        Err(why) => problems.push(format!("{at}: url: {why}")),
+        Ok(names) => {
+            for name in names {
+                if properties.is_some_and(|p| !p.contains_key(name)) {
+                    problems.push(format!(
+                        "{at}: url placeholder {{{name}}} is not a property of inputSchema"
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The names of a URL's `{x}` placeholders, in order.
+pub fn placeholders(url: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let mut rest = url;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err("a '}' without its '{'".into());
+        }
+        let after = &rest[open + 1..];
+        let close = after
+            .find('}')
+            .ok_or_else(|| "a '{' without its '}'".to_string())?;
+        let name = &after[..close];
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(format!(
+                "placeholder {{{name}}} is not a property name (letters, digits, _ and -)"
+            ));
+        }
+        out.push(name);
+        rest = &after[close + 1..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> AgentSpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn phases_must_name_the_agents_tools_and_run_forward() {
+        let s = spec("{model: {provider: scripted, name: x}, tools: {builtin: [read_messages, send_message]}, cycle: {phases: [{fromStep: 0, toStep: 1, activeTools: [read_messages, fly]}, {fromStep: 3, toStep: 2}]}}");
+        let p = validate("a", &s);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("\"fly\""));
+        assert!(p[1].contains("ends (step 2) before it starts (step 3)"));
+    }
+
+    #[test]
+    fn long_names_and_reserved_env_are_problems() {
+        let s = spec("{model: {provider: scripted, name: x}, worker: {env: [{name: AGENTFLEET_REDIS_URL, value: x}, {name: OK, value: y}]}}");
+        let p = validate(&"a".repeat(53), &s);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("53 characters"));
+        assert!(p[1].contains("AGENTFLEET_REDIS_URL"));
+        assert!(validate("fine", &spec("{model: {provider: scripted, name: x}}")).is_empty());
+    }
+
+    #[test]
+    fn anthropic_is_not_available_in_this_build() {
+        let p = validate("a", &spec("{model: {provider: anthropic, name: claude}}"));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("model.provider: the anthropic provider is not available"),
+            "{p:?}"
+        );
+    }
+
+    /// An agent with the given `tools` and `cycle` (YAML flow mappings).
+    fn with_tools(tools: &str, cycle: &str) -> Vec<String> {
+        validate(
+            "a",
+            &spec(&format!(
+                "{{model: {{provider: scripted, name: x}}, tools: {tools}, cycle: {cycle}}}"
+            )),
+        )
+    }
+
+    const TRACKER: &str = "{name: tracker, url: \"http://mcp.ops/mcp\", tools: [create, close]}";
+
+    #[test]
+    fn a_valid_tool_set_passes() {
+        let tools = format!(
+            "{{http: [{{name: get_ticket, description: d, url: \"http://t/tickets/{{id}}?v=1\", method: GET, inputSchema: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}}}, {{name: ping, description: d, url: \"http://t/ping\"}}], mcp: [{TRACKER}, {{name: grafana, url: \"http://g/mcp\"}}]}}"
+        );
+        let cycle = "{phases: [{toStep: 0, activeTools: [read_messages, get_ticket, tracker__create, grafana__query, grafana__*, tracker__*]}]}";
+        assert_eq!(with_tools(&tools, cycle), Vec::<String>::new());
+    }
+
+    #[test]
+    fn tool_names_are_each_one_tools() {
+        let p = with_tools(
+            &format!("{{http: [{{name: skip, description: d, url: \"http://t\"}}, {{name: tracker__create, description: d, url: \"http://t\"}}, {{name: ping, description: d, url: \"http://t\"}}, {{name: ping, description: d, url: \"http://t\"}}], mcp: [{TRACKER}, {TRACKER}, {{name: tracker__v2, url: \"http://x\"}}]}}"),
+            "{}",
+        );
+        let want = [
+            "tools.http[0].name \"skip\" is the name of a built-in tool",
+            "tools.http[1].name \"tracker__create\" is inside the prefix tracker__ of MCP server \"tracker\"'s tools",
+            "tools.http[3].name \"ping\" is used by another HTTP tool",
+            "tools.mcp[0].name \"tracker\": the tools of MCP server \"tracker__v2\" would be inside its prefix tracker__",
+            "tools.mcp[1].name \"tracker\" is used by another MCP server",
+        ];
+        for w in want {
+            assert!(p.iter().any(|x| x == w), "missing {w:?} in {p:#?}");
+        }
+    }
+
+    #[test]
+    fn phases_may_name_http_tools_and_declared_servers_tools() {
+        let tools = format!(
+            "{{builtin: [send_message], http: [{{name: ping, description: d, url: \"http://t\"}}], mcp: [{TRACKER}]}}"
+        );
+        let p = with_tools(
+            &tools,
+            "{phases: [{activeTools: [ping, tracker__create, tracker__*, tracker__delete, jira__create, skip, pong]}]}",
+        );
+        assert_eq!(p.len(), 4, "{p:#?}");
+        assert!(
+            p[0].contains("\"tracker__delete\": MCP server \"tracker\" allows only create, close"),
+            "{p:?}"
+        );
+        assert!(
+            p[1].contains("\"jira__create\": not a tool of this agent"),
+            "{p:?}"
+        );
+        assert!(
+            p[2].contains("\"skip\": a built-in tool that tools.builtin does not enable"),
+            "{p:?}"
+        );
+        assert!(p[3].contains("\"pong\": not a tool of this agent"), "{p:?}");
+    }
+
+    #[test]
+    fn url_placeholders_name_properties_of_an_object_schema() {
+        let http = |url: &str, schema: &str| {
+            with_tools(
+                &format!("{{http: [{{name: t, description: d, url: \"{url}\", inputSchema: {schema}}}]}}"),
+                "{}",
+            )
+        };
+        let props = "{type: object, properties: {id: {type: string}}}";
+        assert!(http("http://t/{id}", props).is_empty());
+        assert!(
+            http("http://t/{anything}", "{type: object}").is_empty(),
+            "no properties declared: any placeholder"
+        );
+        let p = http("http://t/{id}/{other}", props);
+        assert_eq!(
+            p,
+            ["tools.http[0] (t): url placeholder {other} is not a property of inputSchema"]
+        );
+        for (url, want) in [
+            ("http://t/{id", "a '{' without its '}'"),
+            ("http://t/id}", "a '}' without its '{'"),
+            ("http://t/{}", "placeholder {} is not a property name"),
+            ("http://t/{a b}", "placeholder {a b} is not a property name"),
+        ] {
+            let p = http(url, props);
+            assert!(p.len() == 1 && p[0].contains(want), "{url}: {p:?}");
+        }
+        for (schema, want) in [
+            (
+                "{type: array}",
+                "inputSchema must be an object schema (type: object)",
+            ),
+            (
+                "{properties: {id: {}}}",
+                "inputSchema must be an object schema",
+            ),
+            (
+                "{type: object, properties: [id]}",
+                "inputSchema.properties must be an object",
+            ),
+            (
+                "{type: object, properties: {id: {}}, required: [nope]}",
+                "inputSchema.required names \"nope\", which is not in its properties",
+            ),
+            (
+                "{type: object, required: id}",
+                "inputSchema.required must be a list",
+            ),
+        ] {
+            let p = http("http://t", schema);
+            assert!(p.iter().any(|x| x.contains(want)), "{schema}: {p:?}");
+        }
+    }
+
+    #[test]
+    fn placeholders_are_read_in_order() {
+        assert_eq!(
+            placeholders("http://t/{a}/x/{b_2}?q={c-d}").unwrap(),
+            ["a", "b_2", "c-d"]
+        );
+        assert!(placeholders("http://t/").unwrap().is_empty());
+    }
+}

@@ -1,0 +1,197 @@
+//! The HTTP client under rmcp's Streamable HTTP transport: our reqwest client, plus an
+//! `Idempotency-Key` header on a `tools/call` whose `_meta` carries [`META_KEY`] (the same
+//! key the journal gives every try of one call), so an HTTP service in front of the server
+//! can recognise a repeated call as an HTTP tool's service would. The server itself sees
+//! the key in the request's `_meta`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcRequest};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use serde_json::Value;
+use sse_stream::Sse;
+
+/// The `_meta` key of a `tools/call` that holds the call's idempotency key.
+pub const META_KEY: &str = "io.agentfleet/idempotency-key";
+
+/// The header the key is sent in, as for HTTP tools.
+const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// A reqwest client that lifts a `tools/call`'s idempotency key into a header.
+#[derive(Clone)]
+pub struct Keyed(pub reqwest::Client);
+
+type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
+
+/// `headers`, with the `Idempotency-Key` of `message` when it is a keyed `tools/call`.
+fn with_key(
+    message: &ClientJsonRpcMessage,
+    mut headers: HashMap<HeaderName, HeaderValue>,
+) -> HashMap<HeaderName, HeaderValue> {
+    let JsonRpcMessage::Request(JsonRpcRequest {
+        request: ClientRequest::CallToolRequest(call),
+        ..
+    }) = message
+    else {
+        return headers;
+    };
+    let key = call
+        .params
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(META_KEY))
+        .and_then(Value::as_str)
+        .and_then(|k| HeaderValue::from_str(k).ok());
+    if let Some(key) = key {
+        headers.insert(HEADER, key);
+    }
+    headers
+}
+
+impl StreamableHttpClient for Keyed {
+    type Error = reqwest::Error;
+
+    fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = PostResult> + Send + '_ {
+        let headers = with_key(&message, custom_headers);
+        self.0
+            .post_message(uri, message, session_id, auth_header, headers)
+    }
+
+    fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> impl Future<Output = PostResult> + Send + '_ {
+        let headers = with_key(&message, custom_headers);
+        self.0.post_message_with_max_sse_event_size(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            headers,
+            max_sse_event_size,
+        )
+    }
+
+    fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> impl Future<Output = PostResult> + Send + '_ {
+        let headers = with_key(&message, custom_headers);
+        self.0.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            headers,
+            limits,
+        )
+    }
+
+    fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<(), StreamableHttpError<Self::Error>>> + Send + '_ {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+    }
+
+    fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<
+        Output = Result<
+            BoxStream<'static, Result<Sse, SseError>>,
+            StreamableHttpError<Self::Error>,
+        >,
+    > + Send
+           + '_ {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+    }
+
+    fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> impl Future<
+        Output = Result<
+            BoxStream<'static, Result<Sse, SseError>>,
+            StreamableHttpError<Self::Error>,
+        >,
+    > + Send
+           + '_ {
+        self.0.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            max_sse_event_size,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, RequestId, RequestMetaObject};
+
+    fn call(meta: Option<&str>) -> ClientJsonRpcMessage {
+        let mut params = CallToolRequestParams::new("echo");
+        if let Some(key) = meta {
+            let mut m = RequestMetaObject::new();
+            m.insert(META_KEY.into(), Value::String(key.into()));
+            params.meta = Some(m);
+        }
+        ClientJsonRpcMessage::request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            RequestId::Number(1),
+        )
+    }
+
+    #[test]
+    fn a_keyed_call_carries_the_header_and_nothing_else_does() {
+        let h = with_key(&call(Some("ops/sre:b1:0:0")), HashMap::new());
+        assert_eq!(h[&HEADER], "ops/sre:b1:0:0");
+        assert!(with_key(&call(None), HashMap::new()).is_empty());
+        assert!(
+            with_key(&call(Some("bad\nkey")), HashMap::new()).is_empty(),
+            "a key no header can hold is left out"
+        );
+    }
+}
