@@ -66,8 +66,10 @@ impl Redactor {
     }
 }
 
-/// `s` with everything but unreserved URL characters percent-encoded.
-fn percent_encode(s: &str) -> String {
+/// `s` with everything but unreserved URL characters percent-encoded: how a secret may
+/// appear in a URL, and how HTTP tools fill URL placeholders (so a masked form is exactly the
+/// one they write).
+pub fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

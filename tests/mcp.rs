@@ -362,6 +362,7 @@ async fn call_keyed(
             name,
             arguments: &args,
             idempotency_key,
+            space: None,
         })
         .await;
     (serde_json::from_str(&content).unwrap(), ok)
@@ -476,6 +477,7 @@ async fn an_is_error_result_is_a_failed_call_the_model_reads() {
             name: "tracker__echo",
             arguments: "{not json",
             idempotency_key: "k2",
+            space: None,
         })
         .await;
     assert!(

@@ -97,13 +97,16 @@ pub struct HttpToolSpec {
     #[schemars(schema_with = "any_object")]
     pub input_schema: serde_json::Value,
 
-    /// The URL to call. `{arg}` placeholders are filled from the arguments of that name,
-    /// percent-encoded; the arguments used there are not sent again.
+    /// The URL to call. `{arg}` placeholders are filled from the arguments of that name
+    /// (strings, numbers or booleans), percent-encoded; the arguments used there are not sent
+    /// again. Redirects are not followed: a 3xx answer is an error result.
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
     pub url: String,
 
     /// HTTP method. With `GET` and `DELETE` the remaining arguments are sent as query
-    /// parameters, otherwise as a JSON body.
+    /// parameters (a list as the parameter repeated, an object as JSON text, null left out),
+    /// otherwise as a JSON body. Every request carries `Idempotency-Key`, the same for every
+    /// try of one call.
     #[serde(default)]
     pub method: HttpMethod,
 
@@ -112,7 +115,9 @@ pub struct HttpToolSpec {
     pub headers: BTreeMap<String, String>,
 
     /// A Secret (in the Agent's namespace) whose keys become headers (key = header name,
-    /// value = header value), for credentials. Never logged or shown.
+    /// value = header value), for credentials. Never logged or shown: every value of it is
+    /// masked (`***`) in results, errors, logs and status. While it is missing the tool is
+    /// not ready and its calls are error results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers_from: Option<HeadersFrom>,
 
@@ -121,17 +126,29 @@ pub struct HttpToolSpec {
     #[schemars(range(min = 1, max = 600))]
     pub timeout_seconds: u32,
 
-    /// The longest answer kept, in bytes; a longer body is cut and the result says so.
+    /// The longest answer kept, in bytes; a longer body is cut and the result says so
+    /// (`"truncated": true` and the body's size). The result is
+    /// `{"status": 200, "body": …, "truncated": false}`, the body as JSON when it is JSON,
+    /// else as text; any other status than 2xx is an error result with the status and body.
     #[serde(default = "default_max_response_bytes")]
     #[schemars(range(min = 1, max = 1048576))]
     pub max_response_bytes: u32,
 
     /// `sync`: the result is the answer. `async`: the request carries a callback URL and a
     /// one-time token (headers `X-Agentfleet-Callback` and `X-Agentfleet-Callback-Token`), the
-    /// model gets `{"status": "pending", "callId": …}` at once, and the service's later POST
-    /// to the callback comes back to the agent as a `tool_result` inbox event.
+    /// model gets `{"status": "pending", "callId": …}` once the service accepted the request
+    /// (2xx; any other answer is an error result and no result is taken for the call), and
+    /// the service's later POST to the callback (`Authorization: Bearer TOKEN`, body
+    /// `{"result": …}` or `{"error": "…"}`) comes back to the agent as a `tool_result` inbox
+    /// event, once. An async tool needs the worker's `--callback-url` (the gateway's address).
     #[serde(default)]
     pub mode: ToolMode,
+
+    /// For `async` tools: how long the service has to post the result, in seconds (default a
+    /// day). A later result is refused (`410 expired`) for another day, then as unknown (404).
+    #[serde(default = "default_result_ttl_seconds")]
+    #[schemars(range(min = 1, max = 2592000))]
+    pub result_ttl_seconds: u32,
 
     /// Whether repeating the call is harmless. A call whose outcome is unknown (the worker
     /// died during it) is retried, with the same `Idempotency-Key` header, only when this is
@@ -140,8 +157,9 @@ pub struct HttpToolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotent: Option<bool>,
 
-    /// Show the call's arguments and result to the humans of the active space; by default
-    /// only the tool's name shows ("is using …").
+    /// Show the call's arguments and result to the humans of the active space (a live
+    /// `activity` event `tool_result` whose `detail` is JSON `{"arguments", "result"}`,
+    /// secrets masked); by default only the tool's name shows ("is using …").
     #[serde(default)]
     pub visible: bool,
 }
@@ -257,6 +275,10 @@ fn default_timeout_seconds() -> u32 {
 
 fn default_max_response_bytes() -> u32 {
     64 * 1024
+}
+
+fn default_result_ttl_seconds() -> u32 {
+    86_400
 }
 
 /// The schema of a free-form JSON object (a JSON Schema written by the user).

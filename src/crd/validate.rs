@@ -1,14 +1,39 @@
-//! Checks a manifest against its CRD's structural schema, as the API server does on
-//! `kubectl apply` (types, required fields, enums, ranges, lengths, patterns, unique `set`
-//! lists, unknown fields as with kubectl's strict validation). Used where there is no API
-//! server: `agentfleet dev` refuses exactly what a cluster would.
+//! Checks a value against a schema, by one of two sets of rules:
+//! - a manifest against its CRD's structural schema, as the API server does on `kubectl apply`
+//!   (types, required fields, enums, ranges, lengths, patterns, unique `set` lists, unknown
+//!   fields as with kubectl's strict validation), where there is no API server: `agentfleet
+//!   dev` refuses exactly what a cluster would ([`check`]);
+//! - a tool's arguments against its JSON Schema `inputSchema`, before any request is made
+//!   ([`check_arguments`]): the same keywords (`type`, also a list of types; `properties`,
+//!   `required`, `enum`, `minimum`/`maximum`, `minLength`/`maxLength`, `pattern`, `items`,
+//!   `minItems`/`maxItems`, `additionalProperties`) read as JSON Schema reads them: `null` is
+//!   a value like any other, and properties the schema does not name are allowed unless
+//!   `additionalProperties` is `false`. Other keywords are not checked.
 
 use serde_json::Value;
+
+/// The rules a schema is read by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    /// A CRD's structural schema as the API server applies it: nulls are dropped, unknown
+    /// fields refused unless preserved, `apiVersion`/`kind`/`metadata` checked elsewhere.
+    Structural,
+    /// JSON Schema as tools' input schemas use it.
+    JsonSchema,
+}
 
 /// Problems of `object` against the openAPIV3Schema `schema`, each with its field path.
 pub fn check(schema: &Value, object: &Value) -> Vec<String> {
     let mut problems = Vec::new();
-    walk(schema, object, "", &mut problems);
+    walk(Dialect::Structural, schema, object, "", &mut problems);
+    problems
+}
+
+/// Problems of a tool's `arguments` against its JSON Schema `inputSchema`, each with its
+/// argument path (`<root>` for the arguments as a whole).
+pub fn check_arguments(schema: &Value, arguments: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    walk(Dialect::JsonSchema, schema, arguments, "", &mut problems);
     problems
 }
 
@@ -40,30 +65,55 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
+/// Whether `v` is of JSON Schema type `want`.
+fn fits(dialect: Dialect, want: &str, v: &Value) -> bool {
+    let actual = type_name(v);
+    want == actual
+        || (want == "number" && actual == "integer")
+        // JSON Schema counts 2.0 as an integer; the API server does not.
+        || (dialect == Dialect::JsonSchema
+            && want == "integer"
+            && v.as_f64().is_some_and(|x| x.fract() == 0.0))
+}
+
+/// The types a schema allows (`type` as a string, or a list in JSON Schema); empty: any.
+fn types(dialect: Dialect, schema: &Value) -> Vec<&str> {
+    match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) if dialect == Dialect::JsonSchema => {
+            ts.iter().filter_map(Value::as_str).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn walk(dialect: Dialect, schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
     let at = if path.is_empty() { "<root>" } else { path };
-    if v.is_null() {
+    let structural = dialect == Dialect::Structural;
+    if v.is_null() && structural {
         // The API server drops nulls (and so does our deserialisation into defaults).
         return;
     }
-    if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+    if structural && schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
         if !(v.is_string() || v.is_i64() || v.is_u64()) {
             out.push(format!("{at}: must be an integer or a string"));
         }
         return;
     }
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+    if structural
+        && schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
         && schema.get("properties").is_none()
     {
         return;
     }
-    let actual = type_name(v);
-    if let Some(want) = schema.get("type").and_then(Value::as_str) {
-        let fits = want == actual || (want == "number" && actual == "integer");
-        if !fits {
-            out.push(format!("{at}: must be {want}, not {actual}"));
-            return;
-        }
+    let want = types(dialect, schema);
+    if !want.is_empty() && !want.iter().any(|t| fits(dialect, t, v)) {
+        out.push(format!(
+            "{at}: must be {}, not {}",
+            want.join(" or "),
+            type_name(v)
+        ));
+        return;
     }
     if let Some(options) = schema.get("enum").and_then(Value::as_array) {
         if !options.contains(v) {
@@ -111,6 +161,11 @@ fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
             }
         }
         Value::Array(items) => {
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
+                if (items.len() as u64) < min {
+                    out.push(format!("{at}: must have at least {min} items"));
+                }
+            }
             if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
                 if items.len() as u64 > max {
                     out.push(format!("{at}: must have at most {max} items"));
@@ -148,14 +203,18 @@ fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
             }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    walk(item_schema, item, &format!("{path}[{i}]"), out);
+                    walk(dialect, item_schema, item, &format!("{path}[{i}]"), out);
                 }
             }
         }
         Value::Object(map) => {
             if let Some(required) = schema.get("required").and_then(Value::as_array) {
                 for r in required.iter().filter_map(Value::as_str) {
-                    if map.get(r).is_none_or(Value::is_null) {
+                    let missing = match map.get(r) {
+                        None => true,
+                        Some(v) => structural && v.is_null(),
+                    };
+                    if missing {
                         out.push(format!("{}: Required value", join(path, r)));
                     }
                 }
@@ -163,17 +222,24 @@ fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
             let properties = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties");
             for (k, child) in map {
-                if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                if structural
+                    && path.is_empty()
+                    && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
+                {
                     continue;
                 }
                 match (properties.and_then(|p| p.get(k)), additional) {
                     (Some(s), _) | (None, Some(s @ Value::Object(_))) => {
-                        walk(s, child, &join(path, k), out)
+                        walk(dialect, s, child, &join(path, k), out)
                     }
                     (None, Some(Value::Bool(true))) => {}
+                    (None, Some(Value::Bool(false))) => {
+                        out.push(format!("{}: unknown field", join(path, k)))
+                    }
                     (None, _) => {
-                        if schema.get("x-kubernetes-preserve-unknown-fields")
-                            != Some(&Value::Bool(true))
+                        if structural
+                            && schema.get("x-kubernetes-preserve-unknown-fields")
+                                != Some(&Value::Bool(true))
                         {
                             out.push(format!("{}: unknown field", join(path, k)));
                         }
@@ -253,6 +319,71 @@ mod tests {
                 "{spec}: {problems:?}"
             );
         }
+    }
+
+    #[test]
+    fn tool_arguments_are_checked_as_json_schema() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "minLength": 1, "maxLength": 10},
+                "priority": {"type": "integer", "minimum": 1, "maximum": 5},
+                "team": {"type": "string", "enum": ["ops", "dev"]},
+                "labels": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "minItems": 1},
+                "due": {"type": ["string", "null"]},
+                "meta": {"type": "object", "additionalProperties": false, "properties": {"a": {"type": "boolean"}}}
+            },
+            "required": ["title"]
+        });
+        let ok = json!({"title": "disk", "priority": 2.0, "team": "ops", "labels": ["x"], "due": null, "extra": 1, "meta": {"a": true}});
+        assert_eq!(check_arguments(&schema, &ok), Vec::<String>::new());
+        let cases = [
+            (json!({}), "title: Required value"),
+            (json!({"title": null}), "title: must be string, not null"),
+            (json!({"title": ""}), "title: must be at least 1 characters"),
+            (
+                json!({"title": "x", "priority": "high"}),
+                "priority: must be integer, not string",
+            ),
+            (
+                json!({"title": "x", "priority": 1.5}),
+                "priority: must be integer, not number",
+            ),
+            (
+                json!({"title": "x", "priority": 9}),
+                "priority: must be less than or equal to 5",
+            ),
+            (
+                json!({"title": "x", "team": "sales"}),
+                "team: unsupported value \"sales\"",
+            ),
+            (
+                json!({"title": "x", "labels": []}),
+                "labels: must have at least 1 items",
+            ),
+            (
+                json!({"title": "x", "labels": ["A"]}),
+                "labels[0]: \"A\" should match",
+            ),
+            (
+                json!({"title": "x", "due": 3}),
+                "due: must be string or null, not integer",
+            ),
+            (
+                json!({"title": "x", "meta": {"b": 1}}),
+                "meta.b: unknown field",
+            ),
+            (json!([1]), "<root>: must be object, not array"),
+        ];
+        for (args, want) in cases {
+            let problems = check_arguments(&schema, &args);
+            assert!(
+                problems.iter().any(|p| p.starts_with(want)),
+                "{args}: {problems:?}"
+            );
+        }
+        // With no schema keywords, anything goes.
+        assert!(check_arguments(&json!({}), &json!({"any": [null]})).is_empty());
     }
 
     #[test]

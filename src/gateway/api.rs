@@ -194,13 +194,14 @@ pub struct DeltaEvent {
 pub struct ActivityEvent {
     /// The agent.
     pub sender: EntityRef,
-    /// `thinking`, `tool`, `idle`, or `error` (its cycle failed; see `detail`).
+    /// `thinking`, `tool`, `tool_result` (a `visible` tool's arguments and result; see
+    /// `detail`), `idle`, or `error` (its cycle failed; see `detail`).
     pub activity: String,
     /// The tool being run, for `tool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// For `error`: what failed and what happens next (a retry in so many seconds, or giving
-    /// up on the messages).
+    /// up on the messages). For `tool_result`: JSON `{"arguments", "result"}`, secrets masked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
@@ -216,8 +217,9 @@ pub struct ErrorBody {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable, machine-readable: `unauthenticated`, `forbidden`, `not_member`, `not_found`,
-    /// `method_not_allowed`, `invalid_request`, `payload_too_large`, `rate_limited`,
-    /// `unavailable`, `request_timeout`, `uri_too_long`, `headers_too_large`, `bad_request`.
+    /// `method_not_allowed`, `invalid_request`, `duplicate`, `expired`, `payload_too_large`,
+    /// `rate_limited`, `unavailable`, `request_timeout`, `uri_too_long`, `headers_too_large`,
+    /// `bad_request`.
     pub code: String,
     /// For humans; quotes client input only cut short (see [`quote`]).
     pub message: String,
@@ -331,6 +333,16 @@ impl ApiError {
     /// 400.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// 409 for a result that was already given (`duplicate`).
+    pub fn duplicate(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "duplicate", message)
+    }
+
+    /// 410 for something whose time is over (`expired`).
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::GONE, "expired", message)
     }
 
     /// 413.

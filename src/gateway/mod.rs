@@ -7,6 +7,8 @@
 //!   activity), resumable with `Last-Event-ID`.
 //! - `GET  /v1/spaces/{namespace}/{space}`, `GET /v1/me`.
 //! - `POST /v1/agents/{namespace}/{agent}/events`: a service triggers an agent (webhook).
+//! - `POST /v1/tool-results/{callId}`: the service of an async tool call posts its result
+//!   with the call's own token ([`results`]).
 //! - `/openapi.json` (generated from these handlers), `/healthz`, `/readyz`, `/metrics`.
 //!
 //! Bearer tokens map to entities through a file of hashed tokens ([`auth`]). Errors are JSON
@@ -15,6 +17,7 @@
 pub mod api;
 pub mod auth;
 mod config;
+pub mod results;
 mod serve;
 pub mod sse;
 pub mod stream;
@@ -51,6 +54,7 @@ use api::{
 };
 use auth::{Caller, Entity, RateLimiter, Tokens};
 pub use config::{Args, Limits};
+pub use results::tool_result_url;
 pub use serve::serve;
 use sse::Hub;
 
@@ -119,10 +123,14 @@ impl Gateway {
 
     /// Takes one request from the caller's rate-limit bucket.
     fn check_rate(&self, caller: &Entity) -> Result<(), ApiError> {
-        let who = format!("{}:{}", caller.kind.as_str(), caller.id);
+        self.check_rate_of(&format!("{}:{}", caller.kind.as_str(), caller.id))
+    }
+
+    /// Takes one request from the rate-limit bucket `who`.
+    fn check_rate_of(&self, who: &str) -> Result<(), ApiError> {
         self.inner
             .limiter
-            .check(&who)
+            .check(who)
             .map_err(ApiError::rate_limited)
     }
 
@@ -597,13 +605,14 @@ impl utoipa::Modify for BearerAuth {
 #[openapi(
     info(
         title = "agentfleet gateway",
-        description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code, including those answered before a route is reached: `bad_request` 400 (not HTTP/1.1), `request_timeout` 408, `uri_too_long` 414, `headers_too_large` 431. Error messages quote client input cut to 64 characters. `/metrics` serves Prometheus metrics."
+        description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents and post the results of their asynchronous tool calls. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code, including those answered before a route is reached: `bad_request` 400 (not HTTP/1.1), `request_timeout` 408, `uri_too_long` 414, `headers_too_large` 431. Error messages quote client input cut to 64 characters. `/metrics` serves Prometheus metrics."
     ),
     modifiers(&BearerAuth),
     components(schemas(api::DeltaEvent, api::ActivityEvent)),
     tags(
         (name = "spaces", description = "Messages of the spaces the caller is a member of"),
         (name = "agents", description = "Service events for agents"),
+        (name = "tools", description = "Results of agents' asynchronous tool calls"),
         (name = "auth", description = "The caller"),
         (name = "operations", description = "Probes"),
     )
@@ -618,6 +627,7 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(space_info))
         .routes(routes!(stream::stream_space))
         .routes(routes!(trigger_agent))
+        .routes(routes!(results::post_tool_result))
         .routes(routes!(me))
         .routes(routes!(healthz))
         .routes(routes!(readyz))

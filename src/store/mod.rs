@@ -33,7 +33,12 @@
 //!   fenced collection each.
 //! - [`Observe`] — what the operator reads of every agent in one round trip, the model's
 //!   health, and forgetting an agent.
+//! - [`Calls`] — **asynchronous tool calls** waiting for their result: registered by the
+//!   worker before the request, completed by the gateway when the service posts the result
+//!   (marking the call done and pushing its `tool_result` event is one atomic step on the
+//!   agent's keys).
 
+mod calls;
 mod consciousness;
 mod error;
 mod inbox;
@@ -47,6 +52,10 @@ mod redis;
 mod spaces;
 mod types;
 
+pub use self::calls::{
+    token_hash, CallId, CallRecord, CallResult, Calls, Completion, NewCall, NoRandom,
+    FORGET_AFTER_MS,
+};
 pub use self::consciousness::{next_digest, ConsciousnessLog};
 pub use self::error::StoreError;
 pub use self::inbox::Inbox;
@@ -77,6 +86,7 @@ pub trait Store:
     + Leases
     + Notes
     + Observe
+    + Calls
     + Send
     + Sync
     + 'static
@@ -92,6 +102,7 @@ impl<T> Store for T where
         + Leases
         + Notes
         + Observe
+        + Calls
         + Send
         + Sync
         + 'static
@@ -102,7 +113,7 @@ impl<T> Store for T where
 /// [`Store`] into scope.
 pub mod prelude {
     pub use super::{
-        ConsciousnessLog, Inbox, Journal, Leases, Messages, Notes, Observe, Spaces, Store,
+        Calls, ConsciousnessLog, Inbox, Journal, Leases, Messages, Notes, Observe, Spaces, Store,
     };
 }
 

@@ -1279,7 +1279,17 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
         store.set_plans(k, &lease, &[plan("p")]).await.unwrap();
         store.push_event(k, &event("e2", "waiting")).await.unwrap();
     }
+    let call = NewCall::new(&a, "create_ticket", 60_000).unwrap();
+    store.register_call(&call).await.unwrap();
     store.purge_agent(&a).await.unwrap();
+    assert_eq!(
+        store
+            .complete_call(&call.id, &call.token, &CallResult::Error("late".into()))
+            .await
+            .unwrap(),
+        Completion::Unknown,
+        "its calls are forgotten too"
+    );
     assert!(!store.agent_registered(&a).await.unwrap());
     assert_eq!(
         store.consciousness(&a).await.unwrap(),
@@ -1299,6 +1309,137 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
     let other = store.observe(std::slice::from_ref(&keep)).await.unwrap();
     assert_eq!((other[0].waiting, other[0].cycles), (1, 1));
     assert_eq!(store.plans(&keep).await.unwrap().len(), 1);
+}
+
+async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
+    use futures::StreamExt;
+    let agent = AgentKey::new("fam", "ticketer");
+    let other = AgentKey::new("fam", "other");
+    let call = NewCall::new(&agent, "create_ticket", 60_000).unwrap();
+    store.register_call(&call).await.unwrap();
+    let result = CallResult::Result(serde_json::json!({"ticket": "T-1", "tags": []}));
+    // Refusals write nothing.
+    let unknown = CallId::new(&agent).unwrap();
+    assert_eq!(
+        store
+            .complete_call(&unknown, &call.token, &result)
+            .await
+            .unwrap(),
+        Completion::Unknown
+    );
+    let elsewhere = CallId::parse(&call.id.as_str().replace("ticketer", "other")).unwrap();
+    assert_eq!(
+        store
+            .complete_call(&elsewhere, &call.token, &result)
+            .await
+            .unwrap(),
+        Completion::Unknown,
+        "an id names its agent"
+    );
+    assert_eq!(
+        store
+            .complete_call(&call.id, "not-the-token", &result)
+            .await
+            .unwrap(),
+        Completion::Unauthorized
+    );
+    assert_eq!(store.inbox_depth(&agent).await.unwrap(), 0);
+    assert_eq!(store.inbox_depth(&other).await.unwrap(), 0);
+    // The result: one event, and the agent (no worker holds it) is woken.
+    let mut wakes = store.subscribe_wakes().await.unwrap();
+    let Completion::Accepted(pushed) = store
+        .complete_call(&call.id, &call.token, &result)
+        .await
+        .unwrap()
+    else {
+        panic!("not accepted")
+    };
+    assert!(pushed.queued && pushed.woke, "{pushed:?}");
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(5), wakes.next())
+        .await
+        .unwrap();
+    assert_eq!(woken, Some(agent.clone()));
+    // Once only; the token still comes first.
+    assert_eq!(
+        store
+            .complete_call(&call.id, &call.token, &result)
+            .await
+            .unwrap(),
+        Completion::Duplicate
+    );
+    assert_eq!(
+        store
+            .complete_call(&call.id, "not-the-token", &result)
+            .await
+            .unwrap(),
+        Completion::Unauthorized
+    );
+    let lease = store
+        .acquire_lease(&agent, "w", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let events = store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].id, format!("toolresult:{}", call.id));
+    assert_eq!(events[0].kind, EventKind::ToolResult);
+    assert_eq!(
+        events[0].data,
+        Some(
+            serde_json::json!({"callId": call.id.as_str(), "tool": "create_ticket", "result": {"ticket": "T-1", "tags": []}})
+        )
+    );
+
+    // Late: refused as expired, and nothing is written.
+    let late = NewCall::new(&agent, "create_ticket", 1).unwrap();
+    store.register_call(&late).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(
+        store
+            .complete_call(&late.id, &late.token, &CallResult::Error("too slow".into()))
+            .await
+            .unwrap(),
+        Completion::Expired
+    );
+    // A call whose start failed takes no result.
+    let failed = NewCall::new(&agent, "create_ticket", 60_000).unwrap();
+    store.register_call(&failed).await.unwrap();
+    store.forget_call(&failed.id).await.unwrap();
+    assert_eq!(
+        store
+            .complete_call(&failed.id, &failed.token, &result)
+            .await
+            .unwrap(),
+        Completion::Unknown
+    );
+    // Forgotten a while after expiry: unknown, and removed by the next registration.
+    let mut gone = NewCall::new(&agent, "create_ticket", 0).unwrap();
+    gone.record.expires_ms -= FORGET_AFTER_MS + 1;
+    store.register_call(&gone).await.unwrap();
+    assert_eq!(
+        store
+            .complete_call(&gone.id, &gone.token, &result)
+            .await
+            .unwrap(),
+        Completion::Unknown
+    );
+    store
+        .register_call(&NewCall::new(&agent, "create_ticket", 60_000).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .complete_call(&gone.id, &gone.token, &result)
+            .await
+            .unwrap(),
+        Completion::Unknown
+    );
+    assert_eq!(
+        store.inbox_depth(&agent).await.unwrap(),
+        0,
+        "refusals wrote nothing"
+    );
+    assert_eq!(store.inflight(&agent).await.unwrap(), 1);
 }
 
 /// Breaks one agent's inbox, so that pushes into it fail for good, and mends it: a fan-out
@@ -1550,7 +1691,8 @@ suite!(
     observation_reads_every_agent_at_once,
     plans_fire_once_per_due_time,
     agent_plans_are_kept_and_fenced,
-    purging_an_agent_forgets_everything;
+    purging_an_agent_forgets_everything,
+    async_calls_take_one_result_with_their_token;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );
 

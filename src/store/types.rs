@@ -357,12 +357,14 @@ pub enum LiveEvent {
     Activity {
         /// The agent.
         sender: Sender,
-        /// `thinking`, `tool`, `idle` or `error` (the cycle failed; see `detail`).
+        /// `thinking`, `tool`, `tool_result` (a `visible` tool's arguments and result as JSON
+        /// in `detail`), `idle` or `error` (the cycle failed; see `detail`).
         activity: String,
         /// The tool being run, for `tool`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
-        /// For `error`: what failed and what happens next (a retry, or giving up).
+        /// For `error`: what failed and what happens next (a retry, or giving up); for
+        /// `tool_result`: `{"arguments", "result"}` as JSON, secrets masked.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },

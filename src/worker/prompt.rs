@@ -166,3 +166,40 @@ pub fn preview_message(
     let lines: Vec<InboxLine> = waiting.iter().map(|e| inbox_line(spaces, e)).collect();
     format::preview(&lines, total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{token_hash, AgentKey, CallId, CallRecord, CallResult};
+
+    #[test]
+    fn an_async_result_is_one_line_naming_the_tool_and_the_call() {
+        let id = CallId::new(&AgentKey::new("ops", "bot")).unwrap();
+        let record = CallRecord {
+            tool: "create_ticket".into(),
+            token_hash: token_hash("t"),
+            expires_ms: 0,
+        };
+        let multiline = serde_json::json!({"ticket": "T-1", "note": "a\nb"});
+        let event = record.event(&id, &CallResult::Result(multiline));
+        let line = event_line(&[], &event);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.starts_with(&format!(
+                "(tool result) create_ticket: \"call {id} finished\" {{"
+            )),
+            "{line}"
+        );
+        assert!(line.contains(r#""ticket":"T-1""#), "{line}");
+        let parsed = format::parse_inbox(&line);
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].source, format::Source::ToolResult);
+        assert_eq!(parsed[0].sender, "create_ticket");
+        let failed = event_line(&[], &record.event(&id, &CallResult::Error("quota".into())));
+        assert!(
+            failed.contains(&format!("\"call {id} failed\""))
+                && failed.contains(r#""error":"quota""#),
+            "{failed}"
+        );
+    }
+}

@@ -513,6 +513,7 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/spaces/{namespace}/{space}/stream",
             "POST /v1/agents/{namespace}/{agent}/events",
             "POST /v1/spaces/{namespace}/{space}/messages",
+            "POST /v1/tool-results/{callId}",
         ]
     );
     // Every documented operation is served (not the 404/405 fallbacks), and answers one of
@@ -525,6 +526,7 @@ async fn the_openapi_document_matches_the_routes() {
             path.replace("{namespace}", "ops")
                 .replace("{space}", "family")
                 .replace("{agent}", "oncall")
+                .replace("{callId}", "ops.oncall.0123456789abcdef0123456789abcdef")
         );
         let resp = f
             .http
@@ -549,6 +551,8 @@ async fn the_openapi_document_matches_the_routes() {
         "TriggerEvent",
         "DeltaEvent",
         "ActivityEvent",
+        "ToolResult",
+        "ToolResultAccepted",
     ] {
         assert!(
             doc["components"]["schemas"].get(schema).is_some(),

@@ -2,6 +2,7 @@
 //! the Redis store: one file per trait of [`crate::store`]; each step takes the one lock once,
 //! as each Redis step is one script.
 
+mod calls;
 mod consciousness;
 mod inbox;
 mod journal;
@@ -78,6 +79,8 @@ struct AgentState {
     plan_marks: BTreeMap<String, i64>,
     model: Option<ModelHealth>,
     tools: Option<Vec<crate::crd::ToolStatus>>,
+    /// Asynchronous calls by id, and whether each has its result.
+    calls: HashMap<String, (super::CallRecord, bool)>,
     /// The journal of the cycle under way.
     journal: Vec<String>,
 }

@@ -26,6 +26,8 @@
 //! | `agentfleet:{agent:NS/NAME}:journal` | list | the journal of the cycle under way (JSON entries; dropped by its commit or acknowledgement) |
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolStatus`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
+//! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
+//! | `agentfleet:{agent:NS/NAME}:callsforget` | sorted set | call ids by when they are forgotten (ms): a registration removes those past |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
@@ -65,6 +67,8 @@ const AGENT_SUFFIXES: &[&str] = &[
     "model",
     "tools",
     "journal",
+    "calls",
+    "callsforget",
 ];
 
 /// The keys of one agent, all under its hash tag `{agent:NS/NAME}`.
@@ -171,6 +175,16 @@ impl AgentKeys {
     /// The journal of the cycle under way.
     pub(super) fn journal(&self) -> String {
         self.key("journal")
+    }
+
+    /// Asynchronous calls waiting for (or done with) their result.
+    pub(super) fn calls(&self) -> String {
+        self.key("calls")
+    }
+
+    /// Call ids by when they are forgotten.
+    pub(super) fn calls_forget(&self) -> String {
+        self.key("callsforget")
     }
 
     /// Every key of the agent.
@@ -316,6 +330,8 @@ pub(super) mod tests {
             a.model(),
             a.tools(),
             a.journal(),
+            a.calls(),
+            a.calls_forget(),
         ];
         let all = a.all();
         for k in &named {

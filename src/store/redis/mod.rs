@@ -12,7 +12,9 @@
 //! | `leases.rs` | the lease and its fencing token |
 //! | `notes.rs` | memories, goals and plans: one keyed, fenced hash each |
 //! | `observe.rs` | the operator's observation, model health, purge |
+//! | `calls.rs` | asynchronous tool calls: registering, forgetting, accepting a result |
 
+mod calls;
 mod conn;
 mod consciousness;
 mod inbox;

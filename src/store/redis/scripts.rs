@@ -6,7 +6,8 @@
 //! ([`AgentKeys`]) or of one space ([`SpaceKeys`]), never more, so every script runs on one
 //! Redis Cluster slot. Shared snippets under `lua/lib/` are prepended when a script is loaded:
 //! `fence.lua` (fenced scripts: the caller's `HOLDER|TOKEN` against the lease, else the error
-//! `FENCED`) and `push.lua` (queueing one event, with the wake signal).
+//! `FENCED`) and `push.lua` (queueing one event, with the wake signal; `push`, `mark_plan` and
+//! `complete_call`).
 
 use std::sync::LazyLock;
 
@@ -17,8 +18,8 @@ use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
 use crate::store::consciousness::{CommitPlan, WindowState};
 use crate::store::{
-    Checkpoint, CycleCommit, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed, StoreError,
-    SEEN_IDS, WAKE_CHANNEL,
+    now_ms, CallId, Checkpoint, Completion, CycleCommit, Guard, InboxEvent, Lease, MidCycle,
+    NewCall, NoteKind, Pushed, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
 
 const FENCE: &str = include_str!("lua/lib/fence.lua");
@@ -46,6 +47,10 @@ static COMMIT: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("l
 static RESTORE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/restore.lua")]));
 static NOTES: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/notes.lua")]));
+static REGISTER_CALL: LazyLock<Script> =
+    LazyLock::new(|| load(&[include_str!("lua/register_call.lua")]));
+static COMPLETE_CALL: LazyLock<Script> =
+    LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/complete_call.lua")]));
 static JOURNAL: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/journal.lua")]));
 
@@ -528,6 +533,71 @@ pub(super) async fn notes(
         .map_err(fenced(agent.name(), "write memories, goals or plans"))
 }
 
+/// `register_call.lua`: registers `call` (and forgets the agent's calls whose time is over).
+/// KEYS: calls, calls by forget time. ARGV: call id, record JSON, forget time, now.
+pub(super) async fn register_call(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    call: &NewCall,
+) -> Result<(), StoreError> {
+    let record = to_json(|| format!("call {}", call.id), &call.record)?;
+    REGISTER_CALL
+        .key(agent.calls())
+        .key(agent.calls_forget())
+        .arg(call.id.as_str())
+        .arg(record)
+        .arg(call.record.forget_ms())
+        .arg(now_ms())
+        .invoke_async::<u8>(conn)
+        .await
+        .map_err(redis_err("register call"))?;
+    Ok(())
+}
+
+/// `complete_call.lua`: accepts a result of `call` presented with the token of hash
+/// `token_hash`, pushing `event` (as [`push`]) when it is accepted.
+/// KEYS: calls, calls by forget time, inbox, urgent, ids, state, lease. ARGV: call id, token
+/// hash, now, then the event as [`push`] takes it.
+pub(super) async fn complete_call(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    call: &CallId,
+    token_hash: &str,
+    event: &Event<'_>,
+) -> Result<Completion, StoreError> {
+    let (outcome, queued, woke): (String, u8, u8) = COMPLETE_CALL
+        .key(agent.calls())
+        .key(agent.calls_forget())
+        .key(agent.inbox())
+        .key(agent.urgent())
+        .key(agent.ids())
+        .key(agent.state())
+        .key(agent.lease())
+        .arg(call.as_str())
+        .arg(token_hash)
+        .arg(now_ms())
+        .arg(&event.event.id)
+        .arg(&event.json)
+        .arg(flag(event.event.urgent))
+        .arg(event.event.time_ms)
+        .arg(SEEN_IDS)
+        .arg(agent.name())
+        .arg(WAKE_CHANNEL)
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("complete call"))?;
+    Ok(match outcome.as_str() {
+        "accepted" => Completion::Accepted(Pushed {
+            queued: queued == 1,
+            woke: woke == 1,
+        }),
+        "unauthorized" => Completion::Unauthorized,
+        "duplicate" => Completion::Duplicate,
+        "expired" => Completion::Expired,
+        _ => Completion::Unknown,
+    })
+}
+
 fn opt_string(v: Option<u64>) -> String {
     v.map(|n| n.to_string()).unwrap_or_default()
 }
@@ -603,6 +673,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 14);
+        assert_eq!(scripts, 16);
     }
 }

@@ -144,6 +144,7 @@ impl Cycle<'_> {
                         name: &call.name,
                         arguments: &call.arguments,
                         idempotency_key: &idempotency,
+                        space: self.active.as_deref(),
                     })
                     .await
             }

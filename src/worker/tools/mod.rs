@@ -3,6 +3,7 @@
 //! [`Toolbox`] that offers the model one stable list.
 
 pub mod builtin;
+pub mod http;
 pub mod mcp;
 pub mod secrets;
 
@@ -55,6 +56,9 @@ pub struct ExternalCall<'a> {
     /// The same for every try of this call: sent as `Idempotency-Key` where the tool speaks
     /// HTTP, so a repeated call can be recognised by the service.
     pub idempotency_key: &'a str,
+    /// The active space, where a `visible` tool shows its arguments and result (none: not
+    /// shown).
+    pub space: Option<&'a str>,
 }
 
 /// Tools outside the worker: an agent's HTTP tools, or one MCP server.
@@ -111,6 +115,9 @@ pub fn external(
     context: &ExternalContext,
 ) -> Vec<Arc<dyn External>> {
     let mut out: Vec<Arc<dyn External>> = Vec::new();
+    if !spec.http.is_empty() {
+        out.push(Arc::new(http::HttpTools::new(agent, &spec.http, context)));
+    }
     out.extend(
         spec.mcp.iter().map(|m| {
             Arc::new(mcp::McpServer::start(agent, m, &context.secrets)) as Arc<dyn External>

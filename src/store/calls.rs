@@ -1,0 +1,293 @@
+//! Asynchronous tool calls waiting for their result (seed 000, "Async Tool Completion").
+//!
+//! A worker registers a call before it sends the request that starts it: the call's id, the
+//! tool, the hash of a fresh token only the called service gets, and when the call expires.
+//! The service later posts its result to the gateway with that token; accepting it marks the
+//! call done and pushes a `tool_result` event into the agent's inbox in one atomic step (with
+//! a wake signal, like any push), so a result is delivered once and a refused one writes
+//! nothing.
+//!
+//! A call id names its agent (`NS.NAME.RANDOM`): the gateway finds the agent from the id
+//! alone, and every step on a call runs on the agent's own keys (one Redis Cluster slot). A
+//! call is remembered [`FORGET_AFTER_MS`] past its expiry (a late result is told it came too
+//! late, a repeated one that it is a duplicate); after that it is unknown.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{now_ms, AgentKey, EventKind, InboxEvent, Pushed, Sender, StoreError};
+
+/// How long a call is remembered after it expired, in milliseconds (a day).
+pub const FORGET_AFTER_MS: i64 = 86_400_000;
+
+/// Random bytes in a call id (hex in the id).
+const ID_BYTES: usize = 16;
+
+/// Random bytes in a call's token.
+const TOKEN_BYTES: usize = 32;
+
+/// The id of an asynchronous call: `NS.NAME.RANDOM` (a namespace holds no dot, the random
+/// part is hex), so it names the agent the result is for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallId {
+    agent: AgentKey,
+    id: String,
+}
+
+impl CallId {
+    /// A fresh id for a call of `agent`.
+    pub fn new(agent: &AgentKey) -> Result<Self, NoRandom> {
+        let random = random_hex(ID_BYTES)?;
+        Ok(Self {
+            agent: agent.clone(),
+            id: format!("{}.{}.{random}", agent.namespace, agent.name),
+        })
+    }
+
+    /// Reads an id as [`CallId::as_str`] writes it; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (ns, rest) = s.split_once('.')?;
+        let (name, random) = rest.rsplit_once('.')?;
+        let valid = crate::names::is_dns1123_label(ns)
+            && crate::names::is_dns1123_subdomain(name)
+            && random.len() == ID_BYTES * 2
+            && random
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        valid.then(|| Self {
+            agent: AgentKey::new(ns, name),
+            id: s.to_string(),
+        })
+    }
+
+    /// The agent that made the call.
+    pub fn agent(&self) -> &AgentKey {
+        &self.agent
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.id
+    }
+}
+
+impl std::fmt::Display for CallId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.id)
+    }
+}
+
+/// A call as registered: what the step accepting its result checks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRecord {
+    /// The tool called (the name the model calls it by).
+    pub tool: String,
+    /// Hex SHA-256 of the call's token (the token itself is never stored).
+    pub token_hash: String,
+    /// When results stop being accepted (ms since the epoch).
+    pub expires_ms: i64,
+}
+
+impl CallRecord {
+    /// When the call is forgotten altogether (ms since the epoch).
+    pub fn forget_ms(&self) -> i64 {
+        self.expires_ms.saturating_add(FORGET_AFTER_MS)
+    }
+
+    /// The inbox event that delivers `result` of call `id` to its agent: sent by the tool,
+    /// its text naming the call, the result (or error) in its data, so the model reads one
+    /// line `(tool result) TOOL: "call ID finished" {"callId", "tool", "result"}`.
+    pub fn event(&self, id: &CallId, result: &CallResult) -> InboxEvent {
+        let (key, value, text) = match result {
+            CallResult::Result(v) => ("result", v.clone(), format!("call {id} finished")),
+            CallResult::Error(e) => (
+                "error",
+                Value::String(e.clone()),
+                format!("call {id} failed"),
+            ),
+        };
+        let mut data = serde_json::Map::new();
+        data.insert("callId".into(), Value::String(id.as_str().to_string()));
+        data.insert("tool".into(), Value::String(self.tool.clone()));
+        data.insert(key.into(), value);
+        InboxEvent {
+            id: format!("toolresult:{id}"),
+            kind: EventKind::ToolResult,
+            time_ms: now_ms(),
+            urgent: false,
+            space: None,
+            sender: Some(Sender {
+                id: self.tool.clone(),
+                name: self.tool.clone(),
+                kind: None,
+            }),
+            text: Some(text),
+            data: Some(Value::Object(data)),
+            depth: 0,
+        }
+    }
+}
+
+/// A call to register, with the token to give its service.
+pub struct NewCall {
+    /// Its id.
+    pub id: CallId,
+    /// What is stored.
+    pub record: CallRecord,
+    /// The token the service presents with the result (never stored).
+    pub token: String,
+}
+
+impl NewCall {
+    /// A call of `tool` by `agent` with a fresh id and token, accepting results for `ttl_ms`.
+    pub fn new(agent: &AgentKey, tool: &str, ttl_ms: i64) -> Result<Self, NoRandom> {
+        let token = random_hex(TOKEN_BYTES)?;
+        Ok(Self {
+            id: CallId::new(agent)?,
+            record: CallRecord {
+                tool: tool.to_string(),
+                token_hash: token_hash(&token),
+                expires_ms: now_ms().saturating_add(ttl_ms),
+            },
+            token,
+        })
+    }
+}
+
+/// What a service posted: its result, or why the call failed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CallResult {
+    /// The call's result (any JSON).
+    Result(Value),
+    /// The call failed; the service says why.
+    Error(String),
+}
+
+/// What became of a posted result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// Delivered into the agent's inbox; the call is done.
+    Accepted(Pushed),
+    /// No such call (never registered, or forgotten).
+    Unknown,
+    /// The token is not the call's.
+    Unauthorized,
+    /// The call already has its result.
+    Duplicate,
+    /// The call expired before the result came.
+    Expired,
+}
+
+/// Hex SHA-256 of a call's token, as the registry keeps it.
+pub fn token_hash(token: &str) -> String {
+    crate::hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// `bytes` random bytes from the system's generator, as hex.
+fn random_hex(bytes: usize) -> Result<String, NoRandom> {
+    use ring::rand::SecureRandom;
+    let mut buf = vec![0u8; bytes];
+    ring::rand::SystemRandom::new()
+        .fill(&mut buf)
+        .map_err(|_| NoRandom)?;
+    Ok(crate::hex(&buf))
+}
+
+/// The system's random generator failed (no id or token can be made).
+#[derive(Debug, thiserror::Error)]
+#[error("the system's random generator failed")]
+pub struct NoRandom;
+
+/// The registry of asynchronous calls.
+#[async_trait]
+pub trait Calls: Send + Sync {
+    /// Registers a call (before the request that starts it is sent). Also forgets calls of
+    /// the same agent whose time is over.
+    async fn register_call(&self, call: &NewCall) -> Result<(), StoreError>;
+
+    /// Removes a call whose start failed: no result is accepted for it.
+    async fn forget_call(&self, call: &CallId) -> Result<(), StoreError>;
+
+    /// Accepts the result of `call` presented with `token`: when the call is known, the token
+    /// is its own, it has no result yet and has not expired, marks it done and pushes its
+    /// `tool_result` event ([`CallRecord::event`]) into the agent's inbox, atomically.
+    /// Otherwise writes nothing and says why (checked in this order).
+    async fn complete_call(
+        &self,
+        call: &CallId,
+        token: &str,
+        result: &CallResult,
+    ) -> Result<Completion, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_name_their_agent_and_parse_back() {
+        let agent = AgentKey::new("ops", "ticket.bot");
+        let id = CallId::new(&agent).unwrap();
+        assert!(id.as_str().starts_with("ops.ticket.bot."), "{id}");
+        let parsed = CallId::parse(id.as_str()).unwrap();
+        assert_eq!(parsed, id);
+        assert_eq!(parsed.agent(), &agent);
+        assert_ne!(CallId::new(&agent).unwrap(), id, "random");
+        let random = "0123456789abcdef0123456789abcdef";
+        for bad in [
+            "",
+            "ops",
+            "ops.bot",
+            &format!("ops.{random}"),
+            &format!("Ops.bot.{random}"),
+            &format!("ops.bot.{}", &random[1..]),
+            &format!("ops.bot.{}", random.to_uppercase()),
+            &format!("ops.b/t.{random}"),
+            &format!("ops..{random}"),
+        ] {
+            assert_eq!(CallId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_new_call_keeps_only_the_hash_of_its_token() {
+        let call = NewCall::new(&AgentKey::new("ops", "bot"), "create_ticket", 1000).unwrap();
+        assert_eq!(call.token.len(), TOKEN_BYTES * 2);
+        assert_eq!(call.record.token_hash, token_hash(&call.token));
+        assert_ne!(call.record.token_hash, call.token);
+        let json = serde_json::to_string(&call.record).unwrap();
+        assert!(!json.contains(&call.token), "{json}");
+        assert_eq!(
+            call.record.forget_ms() - call.record.expires_ms,
+            FORGET_AFTER_MS
+        );
+    }
+
+    #[test]
+    fn the_event_carries_the_call_the_tool_and_the_result() {
+        let id = CallId::new(&AgentKey::new("ops", "bot")).unwrap();
+        let record = CallRecord {
+            tool: "create_ticket".into(),
+            token_hash: token_hash("t"),
+            expires_ms: 0,
+        };
+        let ok = record.event(
+            &id,
+            &CallResult::Result(serde_json::json!({"ticket": "T-1"})),
+        );
+        assert_eq!(ok.id, format!("toolresult:{id}"));
+        assert_eq!(ok.kind, EventKind::ToolResult);
+        assert_eq!(
+            ok.data.unwrap(),
+            serde_json::json!({"callId": id.as_str(), "tool": "create_ticket", "result": {"ticket": "T-1"}})
+        );
+        assert_eq!(ok.sender.unwrap().name, "create_ticket");
+        assert_eq!(ok.text.unwrap(), format!("call {id} finished"));
+        let failed = record.event(&id, &CallResult::Error("quota".into()));
+        assert_eq!(failed.text.unwrap(), format!("call {id} failed"));
+        assert_eq!(failed.data.unwrap()["error"], "quota");
+    }
+}
