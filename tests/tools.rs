@@ -171,6 +171,7 @@ async fn a_sync_call_fills_the_url_and_sends_query_body_headers_and_its_key() {
 - name: create_ticket
   description: Opens a ticket.
   url: "{base}/tickets"
+  method: POST
   headersFrom: {{secretName: tracker}}
 "#
         )),
@@ -275,8 +276,8 @@ async fn a_visible_tool_shows_its_arguments_and_result_in_the_space_secrets_mask
         &AgentKey::new("ops", "bot"),
         &specs(&format!(
             r#"
-- {{name: quiet, description: d, url: "{base}/q", headersFrom: {{secretName: tracker}}}}
-- {{name: shown, description: d, url: "{base}/s", visible: true, headersFrom: {{secretName: tracker}}}}
+- {{name: quiet, description: d, method: POST, url: "{base}/q", headersFrom: {{secretName: tracker}}}}
+- {{name: shown, description: d, method: POST, url: "{base}/s", visible: true, headersFrom: {{secretName: tracker}}}}
 "#
         )),
         &ExternalContext {
@@ -358,13 +359,14 @@ async fn failures_are_error_results_and_no_secret_is_ever_shown() {
     let tools = http_tools(
         &specs(&format!(
             r#"
-- {{name: slow, description: d, url: "{base}/slow", timeoutSeconds: 1, headersFrom: {{secretName: tracker}}}}
-- {{name: fail, description: d, url: "{base}/fail", headersFrom: {{secretName: tracker}}}}
+- {{name: slow, description: d, method: POST, url: "{base}/slow", timeoutSeconds: 1, headersFrom: {{secretName: tracker}}}}
+- {{name: fail, description: d, method: POST, url: "{base}/fail", headersFrom: {{secretName: tracker}}}}
 - {{name: big, description: d, url: "{base}/big", method: GET, maxResponseBytes: 100}}
 - {{name: refused, description: d, url: "{closed}/x?key={{key}}", method: GET}}
 - name: strict
   description: d
   url: "{base}/strict"
+  method: POST
   inputSchema: {{type: object, properties: {{n: {{type: integer, minimum: 1}}}}, required: [n], additionalProperties: false}}
 "#
         )),
@@ -558,6 +560,7 @@ spec:
       - name: create_ticket
         description: Opens a ticket; the result comes later.
         url: "{}/async"
+        method: POST
         mode: async
         headersFrom: {{secretName: tracker}}
 "#,

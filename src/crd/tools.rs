@@ -176,10 +176,11 @@ impl HttpToolSpec {
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum HttpMethod {
-    /// GET (arguments as query parameters).
+    /// GET (arguments as query parameters), HTTP's own default: a tool that says nothing
+    /// reads, it never acts by accident.
+    #[default]
     Get,
     /// POST (arguments as a JSON body).
-    #[default]
     Post,
     /// PUT (arguments as a JSON body).
     Put,
