@@ -239,7 +239,7 @@ mod tests {
         let plain = target(&get, args(json!({"id": "1"}))).unwrap();
         assert_eq!(plain.url.as_str(), "http://h/items/1?v=1");
 
-        let post = spec("{name: t, description: d, url: 'http://h/items/{id}'}");
+        let post = spec("{name: t, description: d, url: 'http://h/items/{id}', method: POST}");
         let t = target(&post, args(json!({"id": 7, "title": "disk full"}))).unwrap();
         assert_eq!(t.method, Method::POST);
         assert_eq!(t.url.as_str(), "http://h/items/7");
