@@ -46,7 +46,8 @@ struct Seen {
 }
 
 /// A tool service on a free loopback port: `/slow` never answers, `/fail` answers 500 echoing
-/// the `Authorization` header, `/big` answers 10,000 bytes, `/async` accepts with 202, and
+/// the `Authorization` header, `/big` answers 10,000 bytes, `/broken` answers invalid JSON
+/// said to be JSON, `/async` accepts with 202, and
 /// anything else echoes the request as JSON. Every request is recorded.
 struct ToolServer {
     base: String,
@@ -83,6 +84,11 @@ async fn serve_tool(State(seen): State<Arc<Mutex<Vec<Seen>>>>, request: Request)
         )
             .into_response(),
         "/big" => Body::from("x".repeat(10_000)).into_response(),
+        "/broken" => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            "{\"state\": \"open\",",
+        )
+            .into_response(),
         "/async" => (StatusCode::ACCEPTED, axum::Json(json!({"queued": true}))).into_response(),
         _ => axum::Json(json!({
             "method": parts.method.as_str(),
@@ -362,6 +368,7 @@ async fn failures_are_error_results_and_no_secret_is_ever_shown() {
 - {{name: slow, description: d, method: POST, url: "{base}/slow", timeoutSeconds: 1, headersFrom: {{secretName: tracker}}}}
 - {{name: fail, description: d, method: POST, url: "{base}/fail", headersFrom: {{secretName: tracker}}}}
 - {{name: big, description: d, url: "{base}/big", method: GET, maxResponseBytes: 100}}
+- {{name: broken, description: d, url: "{base}/broken"}}
 - {{name: refused, description: d, url: "{closed}/x?key={{key}}", method: GET}}
 - name: strict
   description: d
@@ -401,6 +408,15 @@ async fn failures_are_error_results_and_no_secret_is_ever_shown() {
         .as_str()
         .unwrap()
         .contains("10000 bytes; only the first 100"));
+
+    let (result, ok) = call(&tools, "broken", "{}").await;
+    assert!(!ok, "{result}");
+    assert_eq!(result["status"], 200);
+    assert_eq!(
+        result["error"],
+        "the service's answer says it is JSON but is not valid JSON"
+    );
+    assert_eq!(result["body"], "{\"state\": \"open\",");
 
     // The secret as an argument, percent-encoded into the URL: masked in the error too.
     let (result, ok) = call(&tools, "refused", &json!({ "key": SECRET }).to_string()).await;

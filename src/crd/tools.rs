@@ -129,7 +129,8 @@ pub struct HttpToolSpec {
     /// The longest answer kept, in bytes; a longer body is cut and the result says so
     /// (`"truncated": true` and the body's size). The result is
     /// `{"status": 200, "body": …, "truncated": false}`, the body as JSON when it is JSON,
-    /// else as text; any other status than 2xx is an error result with the status and body.
+    /// else as text; any other status than 2xx is an error result with the status and body, and
+    /// so is a whole answer whose `Content-Type` says JSON that is not valid JSON.
     #[serde(default = "default_max_response_bytes")]
     #[schemars(range(min = 1, max = 1048576))]
     pub max_response_bytes: u32,

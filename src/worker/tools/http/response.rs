@@ -25,6 +25,8 @@ pub(super) struct Body {
     pub kept: Vec<u8>,
     /// How large the whole body was.
     pub size: Size,
+    /// Whether its `Content-Type` says it is JSON (`application/json`, `…+json`).
+    pub declared_json: bool,
 }
 
 impl Body {
@@ -41,6 +43,11 @@ pub(super) async fn read(
     max: usize,
 ) -> Result<Body, reqwest::Error> {
     let declared = response.content_length();
+    let declared_json = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_json_type);
     let mut kept = Vec::new();
     let mut seen: u64 = 0;
     while let Some(chunk) = response.chunk().await? {
@@ -52,12 +59,14 @@ pub(super) async fn read(
                 return Ok(Body {
                     kept,
                     size: Size::Exact(total),
+                    declared_json,
                 });
             }
             if seen > max as u64 + COUNT_BEYOND {
                 return Ok(Body {
                     kept,
                     size: Size::MoreThan(seen),
+                    declared_json,
                 });
             }
         }
@@ -65,7 +74,19 @@ pub(super) async fn read(
     Ok(Body {
         kept,
         size: Size::Exact(seen),
+        declared_json,
     })
+}
+
+/// Whether a `Content-Type` names JSON: `application/json` or a `+json` type, any parameters.
+fn is_json_type(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
 }
 
 /// The body as the model sees it: JSON when it parses, else text (a cut character dropped,
@@ -109,9 +130,19 @@ fn answer(status: u16, body: &Body, max: usize, redactor: &Redactor) -> Map<Stri
 /// status and body.
 pub(super) fn sync_outcome(status: u16, body: &Body, max: usize, redactor: &Redactor) -> Outcome {
     let mut fields = answer(status, body, max, redactor);
-    let ok = (200..300).contains(&status);
+    let mut ok = (200..300).contains(&status);
     if !ok {
         fields.insert("error".into(), json!(status_error(status)));
+    } else if body.declared_json
+        && !body.truncated()
+        && serde_json::from_slice::<serde::de::IgnoredAny>(&body.kept).is_err()
+    {
+        // Said to be JSON, whole, and still not JSON: a broken answer, not a text one.
+        ok = false;
+        fields.insert(
+            "error".into(),
+            json!("the service's answer says it is JSON but is not valid JSON"),
+        );
     }
     Outcome {
         content: Value::Object(fields).to_string(),
@@ -153,11 +184,35 @@ mod tests {
         Body {
             kept: text.to_vec(),
             size,
+            declared_json: false,
         }
     }
 
     fn parse(o: &Outcome) -> Value {
         serde_json::from_str(&o.content).unwrap()
+    }
+
+    #[test]
+    fn an_answer_said_to_be_json_that_is_not_is_an_error() {
+        let r = Redactor::default();
+        let said = |text: &[u8], size| Body {
+            declared_json: true,
+            ..body(text, size)
+        };
+        let o = sync_outcome(200, &said(b"{\"id\": 1,", Size::Exact(9)), 100, &r);
+        assert!(!o.ok);
+        let v = parse(&o);
+        assert_eq!(v["body"], json!("{\"id\": 1,"));
+        assert!(
+            v["error"].as_str().unwrap().contains("not valid JSON"),
+            "{v}"
+        );
+        // A JSON string is JSON; a cut body cannot be judged.
+        assert!(sync_outcome(200, &said(b"\"ok\"", Size::Exact(4)), 100, &r).ok);
+        assert!(sync_outcome(200, &said(b"{\"a\": [1,", Size::Exact(400)), 9, &r).ok);
+        assert!(is_json_type("application/problem+json; charset=utf-8"));
+        assert!(is_json_type("Application/JSON"));
+        assert!(!is_json_type("text/plain"));
     }
 
     #[test]
