@@ -23,9 +23,12 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global tracing subscriber (level from `RUST_LOG`, `info` by default).
+/// Installs the global tracing subscriber (level from `RUST_LOG`; by default `info`, and
+/// nothing of the MCP SDK's own: the worker says what an MCP server's failure means, once, where
+/// rmcp would log each of its internal errors again).
 pub fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=off"));
     // Colours only on a terminal: a log file or a pod's log never carries escape codes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = fmt()

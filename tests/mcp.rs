@@ -578,6 +578,9 @@ async fn a_server_down_at_start_comes_up_later_and_may_go_away_again() {
         why.starts_with("MCP server tracker is unavailable: unreachable at"),
         "{why}"
     );
+    // Why, as the OS says it, and no type names of the SDK's transport.
+    assert!(why.contains("Connection refused"), "{why}");
+    assert!(!why.contains("::"), "{why}");
     assert!(source.specs().is_empty(), "nothing offered while down");
     let (v, ok) = call(&source, "tracker__echo", json!({"text": "hi"})).await;
     assert!(!ok);

@@ -122,7 +122,7 @@ impl Connection {
     /// the cause, unmasked (the caller masks it).
     pub async fn open(spec: &McpServerSpec, credentials: &Credentials) -> Result<Self, String> {
         crate::install_crypto_provider();
-        let http = Keyed(
+        let http = Keyed::new(
             reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
                 // Headers carry credentials: never follow a redirect to wherever it points.
@@ -157,7 +157,10 @@ impl Connection {
             }
             other => other,
         }
-        .map_err(|e| crate::report::chain(&*e))?;
+        .map_err(|e| {
+            http.last_failure()
+                .unwrap_or_else(|| crate::report::chain(&*e))
+        })?;
         // This connection keeps its own list; a cached one would hide an outage.
         running
             .peer()

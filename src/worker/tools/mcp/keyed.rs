@@ -24,9 +24,44 @@ pub const META_KEY: &str = "io.agentfleet/idempotency-key";
 /// The header the key is sent in, as for HTTP tools.
 const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
-/// A reqwest client that lifts a `tools/call`'s idempotency key into a header.
+/// A reqwest client that lifts a `tools/call`'s idempotency key into a header, and keeps
+/// what the last failed request said of its cause (rmcp's own error text names the request
+/// and its transport's types, not why it failed: the refused connection, the unknown name).
 #[derive(Clone)]
-pub struct Keyed(pub reqwest::Client);
+pub struct Keyed {
+    client: reqwest::Client,
+    last_failure: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Keyed {
+    /// Requests through `client`.
+    pub fn new(client: reqwest::Client) -> Self {
+        Self {
+            client,
+            last_failure: Arc::default(),
+        }
+    }
+
+    /// Why the last request that failed in the client failed (its causes, one line).
+    pub fn last_failure(&self) -> Option<String> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `result`, its client error noted first.
+    fn noted(&self, result: PostResult) -> PostResult {
+        if let Err(StreamableHttpError::Client(e)) = &result {
+            let cause = match std::error::Error::source(e) {
+                Some(cause) => crate::report::chain(cause),
+                None => e.to_string(),
+            };
+            *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
+        }
+        result
+    }
+}
 
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
 
@@ -67,8 +102,13 @@ impl StreamableHttpClient for Keyed {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = PostResult> + Send + '_ {
         let headers = with_key(&message, custom_headers);
-        self.0
-            .post_message(uri, message, session_id, auth_header, headers)
+        async move {
+            let result = self
+                .client
+                .post_message(uri, message, session_id, auth_header, headers)
+                .await;
+            self.noted(result)
+        }
     }
 
     fn post_message_with_max_sse_event_size(
@@ -81,14 +121,20 @@ impl StreamableHttpClient for Keyed {
         max_sse_event_size: usize,
     ) -> impl Future<Output = PostResult> + Send + '_ {
         let headers = with_key(&message, custom_headers);
-        self.0.post_message_with_max_sse_event_size(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            headers,
-            max_sse_event_size,
-        )
+        async move {
+            let result = self
+                .client
+                .post_message_with_max_sse_event_size(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    headers,
+                    max_sse_event_size,
+                )
+                .await;
+            self.noted(result)
+        }
     }
 
     fn post_message_with_response_limits(
@@ -101,14 +147,20 @@ impl StreamableHttpClient for Keyed {
         limits: StreamableHttpResponseLimits,
     ) -> impl Future<Output = PostResult> + Send + '_ {
         let headers = with_key(&message, custom_headers);
-        self.0.post_message_with_response_limits(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            headers,
-            limits,
-        )
+        async move {
+            let result = self
+                .client
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    headers,
+                    limits,
+                )
+                .await;
+            self.noted(result)
+        }
     }
 
     fn delete_session(
@@ -118,7 +170,7 @@ impl StreamableHttpClient for Keyed {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<(), StreamableHttpError<Self::Error>>> + Send + '_ {
-        self.0
+        self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
     }
 
@@ -136,7 +188,7 @@ impl StreamableHttpClient for Keyed {
         >,
     > + Send
            + '_ {
-        self.0
+        self.client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
     }
 
@@ -155,7 +207,7 @@ impl StreamableHttpClient for Keyed {
         >,
     > + Send
            + '_ {
-        self.0.get_stream_with_max_sse_event_size(
+        self.client.get_stream_with_max_sse_event_size(
             uri,
             session_id,
             last_event_id,
