@@ -652,36 +652,9 @@ async fn a_missing_secret_makes_the_tools_unavailable_with_that_reason() {
 // ---------------------------------------------------------------------------------------
 // Secrets.
 
-/// Collects every log line of the test (on its one thread).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn headers_from_a_secret_reach_the_server_and_appear_nowhere_else() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = agentfleet::testing::CapturedLogs::capture(tracing::Level::TRACE);
 
     let server = McpTestServer::start(Era::Current, tracker_tools()).await;
     let source = McpServer::start(

@@ -333,31 +333,9 @@ async fn a_visible_tool_shows_its_arguments_and_result_in_the_space_secrets_mask
     assert!(!detail.to_string().contains("s3cr3t"), "{detail}");
 }
 
-/// Log lines written while a test runs.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn failures_are_error_results_and_no_secret_is_ever_shown() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let (logs, _logging) = agentfleet::testing::CapturedLogs::capture(tracing::Level::DEBUG);
 
     let server = tool_server().await;
     let base = &server.base;
@@ -456,7 +434,7 @@ async fn failures_are_error_results_and_no_secret_is_ever_shown() {
     assert!(ok, "{result}");
     assert_eq!(server.seen().len(), before + 1);
 
-    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logs = logs.text();
     assert!(
         logs.contains("HTTP tool call failed"),
         "failures are logged: {logs}"

@@ -46,36 +46,6 @@ const VALUES: [&str; 3] = [
     "Bearer tracker",
 ];
 
-/// Everything logged while a test runs (a subscriber of this thread only).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(move || writer.clone())
-            .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test]
 async fn a_missing_headers_secret_is_a_false_condition_and_a_warning_then_heals() {
     let mut h = harness(vec![], vec![lobby(true)]);
@@ -199,7 +169,7 @@ async fn a_missing_headers_secret_is_a_false_condition_and_a_warning_then_heals(
 
 #[tokio::test]
 async fn no_secret_value_reaches_the_configmap_the_deployment_status_events_or_logs() {
-    let (logs, _guard) = Logs::capture();
+    let (logs, _guard) = crate::testing::CapturedLogs::capture(tracing::Level::TRACE);
     let mut h = harness(vec![], vec![lobby(true)]);
     let (result, bodies) = h
         .run_agent(
