@@ -3,7 +3,6 @@
 //! the callback URL, `status.tools` and `ToolsReady` written under the data plane's field
 //! manager, and no Secret value anywhere the operator writes or logs.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, StatusCode};
