@@ -104,11 +104,7 @@ pub fn tools_condition(reported: Option<&[ToolStatus]>) -> Cond {
                 users.join(", ")
             )
         })
-        .chain(
-            servers
-                .iter()
-                .map(|(s, e)| format!("MCP server {s} unreachable: {}", cut(e, 200))),
-        )
+        .chain(servers.iter().map(|(s, e)| server_down(s, &cut(e, 200))))
         .chain(
             others
                 .iter()
@@ -128,6 +124,16 @@ pub fn tools_condition(reported: Option<&[ToolStatus]>) -> Cond {
             MAX_MESSAGE,
         ),
     )
+}
+
+/// What a server that is down says: the worker's error when it names the server already
+/// (`MCP server S is unavailable: …`), else the error after the server's name.
+fn server_down(server: &str, error: &str) -> String {
+    if error.starts_with(&format!("MCP server {server} ")) {
+        error.to_string()
+    } else {
+        format!("MCP server {server} unreachable: {error}")
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +193,17 @@ mod tests {
         assert_eq!(
             c.message,
             "3 of 4 tool(s) unavailable: MCP server grafana unreachable: cannot reach http://g/mcp: connection refused; MCP server tracker unreachable: timed out"
+        );
+
+        // The worker's own words name the server: said once.
+        let worded = [tool(
+            "tracker__*",
+            "mcp:tracker",
+            Some("MCP server tracker is unavailable: unreachable at http://t/mcp: connection refused"),
+        )];
+        assert_eq!(
+            condition(&worded).message,
+            "1 of 1 tool(s) unavailable: MCP server tracker is unavailable: unreachable at http://t/mcp: connection refused"
         );
 
         // One server answers but one of its tools cannot be offered: not the server's fault.
