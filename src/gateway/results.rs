@@ -107,7 +107,7 @@ pub(super) async fn post_tool_result(
     let completion = gw
         .inner
         .store
-        .complete_call(&call, token, &result)
+        .complete_call(&call, Some(token), &result)
         .await
         .map_err(|e| ApiError::unavailable(&e))?;
     match completion {

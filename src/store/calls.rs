@@ -7,6 +7,13 @@
 //! a wake signal, like any push), so a result is delivered once and a refused one writes
 //! nothing.
 //!
+//! Calls a human answers go through the same registry (issue 14): an approval
+//! (`requireApproval`: a member of the space approves or denies the call before it runs) and an
+//! interactive tool (a member supplies its result). Such a record has no token (the gateway
+//! checks that the one answering is a member of the record's space) and carries what people
+//! are shown (the space, the arguments) and, for an interactive tool, the schema its result
+//! must match. The answer goes into the inbox as the same one `tool_result` event, once.
+//!
 //! A call id names its agent (`NS.NAME.RANDOM`): the gateway finds the agent from the id
 //! alone, and every step on a call runs on the agent's own keys (one Redis Cluster slot). A
 //! call is remembered [`FORGET_AFTER_MS`] past its expiry (a late result is told it came too
@@ -79,16 +86,53 @@ impl std::fmt::Display for CallId {
     }
 }
 
+/// Who answers a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CallKind {
+    /// The service of an async tool, with the call's token.
+    #[default]
+    Async,
+    /// A member of the space approves or denies the call before it runs.
+    Approval,
+    /// A member of the space supplies the call's result.
+    Interactive,
+}
+
+impl CallKind {
+    /// Whether a human answers it (in the space of its record), not a service with a token.
+    pub fn human(self) -> bool {
+        self != CallKind::Async
+    }
+}
+
 /// A call as registered: what the step accepting its result checks.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallRecord {
     /// The tool called (the name the model calls it by).
     pub tool: String,
-    /// Hex SHA-256 of the call's token (the token itself is never stored).
+    /// Who answers it.
+    #[serde(default)]
+    pub kind: CallKind,
+    /// Hex SHA-256 of the call's token (the token itself is never stored); empty for a call a
+    /// human answers.
+    #[serde(default)]
     pub token_hash: String,
+    /// When the call was made (ms since the epoch; 0 when not kept).
+    #[serde(default)]
+    pub since_ms: i64,
     /// When results stop being accepted (ms since the epoch).
     pub expires_ms: i64,
+    /// For a human's call: the space it was asked in (only its members answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
+    /// For a human's call: the arguments shown (secrets masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// For an interactive tool: the JSON Schema its result must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_schema: Option<Value>,
 }
 
 impl CallRecord {
@@ -101,18 +145,35 @@ impl CallRecord {
     /// its text naming the call, the result (or error) in its data, so the model reads one
     /// line `(tool result) TOOL: "call ID finished" {"callId", "tool", "result"}`.
     pub fn event(&self, id: &CallId, result: &CallResult) -> InboxEvent {
-        let (key, value, text) = match result {
-            CallResult::Result(v) => ("result", v.clone(), format!("call {id} finished")),
-            CallResult::Error(e) => (
-                "error",
-                Value::String(e.clone()),
-                format!("call {id} failed"),
-            ),
-        };
         let mut data = serde_json::Map::new();
         data.insert("callId".into(), Value::String(id.as_str().to_string()));
         data.insert("tool".into(), Value::String(self.tool.clone()));
-        data.insert(key.into(), value);
+        let text = match result {
+            CallResult::Result(v) => {
+                data.insert("result".into(), v.clone());
+                format!("call {id} finished")
+            }
+            CallResult::Error(e) => {
+                data.insert("error".into(), Value::String(e.clone()));
+                format!("call {id} failed")
+            }
+            CallResult::Decision(d) => {
+                let verb = match &d.answer {
+                    Answer::Approve => "approved",
+                    Answer::Deny => "denied",
+                    Answer::Result(v) => {
+                        data.insert("result".into(), v.clone());
+                        "answered"
+                    }
+                };
+                data.insert("decision".into(), Value::String(verb.to_string()));
+                data.insert("by".into(), Value::String(d.by.clone()));
+                if let Some(reason) = &d.reason {
+                    data.insert("reason".into(), Value::String(reason.clone()));
+                }
+                format!("call {id} {verb} by {}", d.by)
+            }
+        };
         InboxEvent {
             id: format!("toolresult:{id}"),
             kind: EventKind::ToolResult,
@@ -149,21 +210,107 @@ impl NewCall {
             id: CallId::new(agent)?,
             record: CallRecord {
                 tool: tool.to_string(),
+                kind: CallKind::Async,
                 token_hash: token_hash(&token),
+                since_ms: now_ms(),
                 expires_ms: now_ms().saturating_add(ttl_ms),
+                space: None,
+                arguments: None,
+                result_schema: None,
             },
             token,
         })
     }
 }
 
-/// What a service posted: its result, or why the call failed.
+/// A call a human answers, to register before the request is shown.
+pub struct HumanCall {
+    /// Its id.
+    pub id: CallId,
+    /// What is stored (no token).
+    pub record: CallRecord,
+}
+
+impl HumanCall {
+    /// A call of `tool` by `agent` that a member of `space` answers within `ttl_ms`: approves
+    /// or denies (`Approval`) or answers matching `result_schema` (`Interactive`).
+    pub fn new(
+        agent: &AgentKey,
+        tool: &str,
+        kind: CallKind,
+        space: &str,
+        arguments: Value,
+        result_schema: Option<Value>,
+        ttl_ms: i64,
+    ) -> Result<Self, NoRandom> {
+        let now = now_ms();
+        Ok(Self {
+            id: CallId::new(agent)?,
+            record: CallRecord {
+                tool: tool.to_string(),
+                kind,
+                token_hash: String::new(),
+                since_ms: now,
+                expires_ms: now.saturating_add(ttl_ms),
+                space: Some(space.to_string()),
+                arguments: Some(arguments),
+                result_schema,
+            },
+        })
+    }
+}
+
+/// What came back for a call: a service's result or error, or a human's decision.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CallResult {
     /// The call's result (any JSON).
     Result(Value),
     /// The call failed; the service says why.
     Error(String),
+    /// A human's answer.
+    Decision(Decision),
+}
+
+/// A human's answer to a call waiting for one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// What was decided.
+    pub answer: Answer,
+    /// Who answered (their name, for the model and the audit trail).
+    pub by: String,
+    /// Why, when they said.
+    pub reason: Option<String>,
+}
+
+/// What a human answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// Run the call.
+    Approve,
+    /// Do not run it.
+    Deny,
+    /// An interactive tool's result.
+    Result(Value),
+}
+
+/// A call of an agent as the registry holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegisteredCall {
+    /// Its id.
+    pub id: CallId,
+    /// Its record.
+    pub record: CallRecord,
+    /// Whether it has its result (or decision).
+    pub done: bool,
+}
+
+impl RegisteredCall {
+    /// Orders calls oldest first (then by id), as [`Calls::human_calls`] returns them.
+    pub fn sort_oldest_first(calls: &mut [RegisteredCall]) {
+        calls.sort_by(|a, b| {
+            (a.record.since_ms, a.id.as_str()).cmp(&(b.record.since_ms, b.id.as_str()))
+        });
+    }
 }
 
 /// What became of a posted result.
@@ -184,6 +331,12 @@ pub enum Completion {
 /// Hex SHA-256 of a call's token, as the registry keeps it.
 pub fn token_hash(token: &str) -> String {
     crate::hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// What a presented token must match in a record: its hash, or nothing for no token (a
+/// human's answer, which a call registered with a token never takes, nor the reverse).
+pub fn presented_hash(token: Option<&str>) -> String {
+    token.map(token_hash).unwrap_or_default()
 }
 
 /// `bytes` random bytes from the system's generator, as hex.
@@ -211,14 +364,26 @@ pub trait Calls: Send + Sync {
     /// Removes a call whose start failed: no result is accepted for it.
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError>;
 
-    /// Accepts the result of `call` presented with `token`: when the call is known, the token
-    /// is its own, it has no result yet and has not expired, marks it done and pushes its
-    /// `tool_result` event ([`CallRecord::event`]) into the agent's inbox, atomically.
-    /// Otherwise writes nothing and says why (checked in this order).
+    /// Registers a call a human answers (before it is shown). Also forgets calls of the same
+    /// agent whose time is over.
+    async fn register_human_call(&self, call: &HumanCall) -> Result<(), StoreError>;
+
+    /// A call as registered, while it is remembered.
+    async fn call(&self, call: &CallId) -> Result<Option<RegisteredCall>, StoreError>;
+
+    /// The calls of `agent` that wait for a human (not done, not forgotten; expired ones
+    /// too), oldest first.
+    async fn human_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError>;
+
+    /// Accepts the result of `call` presented with `token` (`None`: a human's answer, for a
+    /// call registered without one): when the call is known, the token is its own, it has no
+    /// result yet and has not expired, marks it done and pushes its `tool_result` event
+    /// ([`CallRecord::event`]) into the agent's inbox, atomically. Otherwise writes nothing
+    /// and says why (checked in this order).
     async fn complete_call(
         &self,
         call: &CallId,
-        token: &str,
+        token: Option<&str>,
         result: &CallResult,
     ) -> Result<Completion, StoreError>;
 }
@@ -267,13 +432,62 @@ mod tests {
     }
 
     #[test]
+    fn a_humans_answer_says_who_decided_what_and_why() {
+        let agent = AgentKey::new("ops", "sre");
+        let call = HumanCall::new(
+            &agent,
+            "confirm_deployment",
+            CallKind::Interactive,
+            "oncall",
+            serde_json::json!({"version": "1.2"}),
+            None,
+            1000,
+        )
+        .unwrap();
+        assert!(call.record.token_hash.is_empty() && call.record.kind.human());
+        assert!(!CallKind::Async.human());
+        let id = &call.id;
+        let answered = call.record.event(
+            id,
+            &CallResult::Decision(Decision {
+                answer: Answer::Result(serde_json::json!({"ok": true})),
+                by: "Dana".into(),
+                reason: None,
+            }),
+        );
+        assert_eq!(
+            answered.text.unwrap(),
+            format!("call {id} answered by Dana")
+        );
+        assert_eq!(
+            answered.data.unwrap(),
+            serde_json::json!({"callId": id.as_str(), "tool": "confirm_deployment", "result": {"ok": true}, "decision": "answered", "by": "Dana"})
+        );
+        let denied = call.record.event(
+            id,
+            &CallResult::Decision(Decision {
+                answer: Answer::Deny,
+                by: "Sam".into(),
+                reason: Some("not during the freeze".into()),
+            }),
+        );
+        assert_eq!(denied.text.unwrap(), format!("call {id} denied by Sam"));
+        assert_eq!(denied.data.unwrap()["reason"], "not during the freeze");
+        // An older record (before calls answered by humans) still reads as an async call.
+        let old: CallRecord =
+            serde_json::from_str(r#"{"tool":"t","tokenHash":"ab","expiresMs":5}"#).unwrap();
+        assert_eq!(
+            (old.kind, old.since_ms, old.space),
+            (CallKind::Async, 0, None)
+        );
+    }
+
+    #[test]
     fn the_event_carries_the_call_the_tool_and_the_result() {
         let id = CallId::new(&AgentKey::new("ops", "bot")).unwrap();
-        let record = CallRecord {
-            tool: "create_ticket".into(),
-            token_hash: token_hash("t"),
-            expires_ms: 0,
-        };
+        let record = NewCall::new(&AgentKey::new("ops", "bot"), "create_ticket", 0)
+            .unwrap()
+            .record;
         let ok = record.event(
             &id,
             &CallResult::Result(serde_json::json!({"ticket": "T-1"})),

@@ -53,8 +53,8 @@ mod spaces;
 mod types;
 
 pub use self::calls::{
-    token_hash, CallId, CallRecord, CallResult, Calls, Completion, NewCall, NoRandom,
-    FORGET_AFTER_MS,
+    presented_hash, token_hash, Answer, CallId, CallKind, CallRecord, CallResult, Calls,
+    Completion, Decision, HumanCall, NewCall, NoRandom, RegisteredCall, FORGET_AFTER_MS,
 };
 pub use self::consciousness::{next_digest, ConsciousnessLog};
 pub use self::error::StoreError;

@@ -1284,7 +1284,11 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
     store.purge_agent(&a).await.unwrap();
     assert_eq!(
         store
-            .complete_call(&call.id, &call.token, &CallResult::Error("late".into()))
+            .complete_call(
+                &call.id,
+                Some(&call.token),
+                &CallResult::Error("late".into())
+            )
             .await
             .unwrap(),
         Completion::Unknown,
@@ -1311,6 +1315,149 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
     assert_eq!(store.plans(&keep).await.unwrap().len(), 1);
 }
 
+async fn human_calls_take_one_answer_without_a_token(store: &dyn Store) {
+    let agent = AgentKey::new("ops", "sre");
+    let approval = HumanCall::new(
+        &agent,
+        "restart_deployment",
+        CallKind::Approval,
+        "oncall",
+        serde_json::json!({"deployment": "api"}),
+        None,
+        60_000,
+    )
+    .unwrap();
+    store.register_human_call(&approval).await.unwrap();
+    let schema = serde_json::json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+    let mut form = HumanCall::new(
+        &agent,
+        "confirm_deployment",
+        CallKind::Interactive,
+        "oncall",
+        serde_json::json!({}),
+        Some(schema.clone()),
+        60_000,
+    )
+    .unwrap();
+    form.record.since_ms += 1;
+    store.register_human_call(&form).await.unwrap();
+    let service = NewCall::new(&agent, "create_ticket", 60_000).unwrap();
+    store.register_call(&service).await.unwrap();
+
+    // What waits for a human, oldest first; the service's call is not among them.
+    let waiting = store.human_calls(&agent).await.unwrap();
+    assert_eq!(
+        waiting.iter().map(|c| &c.id).collect::<Vec<_>>(),
+        [&approval.id, &form.id]
+    );
+    assert_eq!(waiting[0].record, approval.record);
+    assert_eq!(waiting[1].record.result_schema, Some(schema));
+    let read = store.call(&approval.id).await.unwrap().unwrap();
+    assert_eq!((read.record.kind, read.done), (CallKind::Approval, false));
+    assert_eq!(read.record.space.as_deref(), Some("oncall"));
+    assert_eq!(
+        store.call(&CallId::new(&agent).unwrap()).await.unwrap(),
+        None
+    );
+
+    // A token never answers a human's call, and a service's call takes none without one.
+    let approve = CallResult::Decision(Decision {
+        answer: Answer::Approve,
+        by: "Dana".into(),
+        reason: Some("go ahead".into()),
+    });
+    assert_eq!(
+        store
+            .complete_call(&approval.id, Some(&service.token), &approve)
+            .await
+            .unwrap(),
+        Completion::Unauthorized
+    );
+    assert_eq!(
+        store
+            .complete_call(&service.id, None, &approve)
+            .await
+            .unwrap(),
+        Completion::Unauthorized
+    );
+    assert_eq!(store.inbox_depth(&agent).await.unwrap(), 0);
+
+    // The answer: once, as one event in the inbox.
+    assert!(matches!(
+        store
+            .complete_call(&approval.id, None, &approve)
+            .await
+            .unwrap(),
+        Completion::Accepted(_)
+    ));
+    let deny = CallResult::Decision(Decision {
+        answer: Answer::Deny,
+        by: "Sam".into(),
+        reason: None,
+    });
+    assert_eq!(
+        store
+            .complete_call(&approval.id, None, &deny)
+            .await
+            .unwrap(),
+        Completion::Duplicate
+    );
+    assert!(store.call(&approval.id).await.unwrap().unwrap().done);
+    let waiting = store.human_calls(&agent).await.unwrap();
+    assert_eq!(
+        waiting.iter().map(|c| &c.id).collect::<Vec<_>>(),
+        [&form.id]
+    );
+    let lease = store
+        .acquire_lease(&agent, "w", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let events = store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].text.as_deref(),
+        Some(format!("call {} approved by Dana", approval.id).as_str())
+    );
+    assert_eq!(
+        events[0].data,
+        Some(serde_json::json!({
+            "callId": approval.id.as_str(),
+            "tool": "restart_deployment",
+            "decision": "approved",
+            "by": "Dana",
+            "reason": "go ahead"
+        }))
+    );
+
+    // Too late: refused, nothing written.
+    let late = HumanCall::new(
+        &agent,
+        "restart_deployment",
+        CallKind::Approval,
+        "oncall",
+        serde_json::json!({}),
+        None,
+        1,
+    )
+    .unwrap();
+    store.register_human_call(&late).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(
+        store.complete_call(&late.id, None, &deny).await.unwrap(),
+        Completion::Expired
+    );
+    assert!(
+        store
+            .human_calls(&agent)
+            .await
+            .unwrap()
+            .iter()
+            .any(|c| c.id == late.id),
+        "an expired call still waits (for its timeout to be told)"
+    );
+}
+
 async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     use futures::StreamExt;
     let agent = AgentKey::new("fam", "ticketer");
@@ -1322,7 +1469,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     let unknown = CallId::new(&agent).unwrap();
     assert_eq!(
         store
-            .complete_call(&unknown, &call.token, &result)
+            .complete_call(&unknown, Some(&call.token), &result)
             .await
             .unwrap(),
         Completion::Unknown
@@ -1330,7 +1477,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     let elsewhere = CallId::parse(&call.id.as_str().replace("ticketer", "other")).unwrap();
     assert_eq!(
         store
-            .complete_call(&elsewhere, &call.token, &result)
+            .complete_call(&elsewhere, Some(&call.token), &result)
             .await
             .unwrap(),
         Completion::Unknown,
@@ -1338,7 +1485,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .complete_call(&call.id, "not-the-token", &result)
+            .complete_call(&call.id, Some("not-the-token"), &result)
             .await
             .unwrap(),
         Completion::Unauthorized
@@ -1348,7 +1495,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     // The result: one event, and the agent (no worker holds it) is woken.
     let mut wakes = store.subscribe_wakes().await.unwrap();
     let Completion::Accepted(pushed) = store
-        .complete_call(&call.id, &call.token, &result)
+        .complete_call(&call.id, Some(&call.token), &result)
         .await
         .unwrap()
     else {
@@ -1362,14 +1509,14 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     // Once only; the token still comes first.
     assert_eq!(
         store
-            .complete_call(&call.id, &call.token, &result)
+            .complete_call(&call.id, Some(&call.token), &result)
             .await
             .unwrap(),
         Completion::Duplicate
     );
     assert_eq!(
         store
-            .complete_call(&call.id, "not-the-token", &result)
+            .complete_call(&call.id, Some("not-the-token"), &result)
             .await
             .unwrap(),
         Completion::Unauthorized
@@ -1396,7 +1543,11 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     assert_eq!(
         store
-            .complete_call(&late.id, &late.token, &CallResult::Error("too slow".into()))
+            .complete_call(
+                &late.id,
+                Some(&late.token),
+                &CallResult::Error("too slow".into())
+            )
             .await
             .unwrap(),
         Completion::Expired
@@ -1407,7 +1558,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     store.forget_call(&failed.id).await.unwrap();
     assert_eq!(
         store
-            .complete_call(&failed.id, &failed.token, &result)
+            .complete_call(&failed.id, Some(&failed.token), &result)
             .await
             .unwrap(),
         Completion::Unknown
@@ -1418,7 +1569,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     store.register_call(&gone).await.unwrap();
     assert_eq!(
         store
-            .complete_call(&gone.id, &gone.token, &result)
+            .complete_call(&gone.id, Some(&gone.token), &result)
             .await
             .unwrap(),
         Completion::Unknown
@@ -1429,7 +1580,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
         .unwrap();
     assert_eq!(
         store
-            .complete_call(&gone.id, &gone.token, &result)
+            .complete_call(&gone.id, Some(&gone.token), &result)
             .await
             .unwrap(),
         Completion::Unknown
@@ -1692,7 +1843,8 @@ suite!(
     plans_fire_once_per_due_time,
     agent_plans_are_kept_and_fenced,
     purging_an_agent_forgets_everything,
-    async_calls_take_one_result_with_their_token;
+    async_calls_take_one_result_with_their_token,
+    human_calls_take_one_answer_without_a_token;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );
 

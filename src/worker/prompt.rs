@@ -170,16 +170,14 @@ pub fn preview_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{token_hash, AgentKey, CallId, CallRecord, CallResult};
+    use crate::store::{AgentKey, CallId, CallResult, NewCall};
 
     #[test]
     fn an_async_result_is_one_line_naming_the_tool_and_the_call() {
         let id = CallId::new(&AgentKey::new("ops", "bot")).unwrap();
-        let record = CallRecord {
-            tool: "create_ticket".into(),
-            token_hash: token_hash("t"),
-            expires_ms: 0,
-        };
+        let record = NewCall::new(&AgentKey::new("ops", "bot"), "create_ticket", 0)
+            .unwrap()
+            .record;
         let multiline = serde_json::json!({"ticket": "T-1", "note": "a\nb"});
         let event = record.event(&id, &CallResult::Result(multiline));
         let line = event_line(&[], &event);

@@ -4,19 +4,65 @@ use async_trait::async_trait;
 
 use super::MemoryStore;
 use crate::store::{
-    now_ms, token_hash, CallId, CallResult, Calls, Completion, NewCall, StoreError,
+    now_ms, presented_hash, AgentKey, CallId, CallRecord, CallResult, Calls, Completion, HumanCall,
+    NewCall, RegisteredCall, StoreError,
 };
+
+impl MemoryStore {
+    /// Registers `record` as `id` (forgetting the agent's calls whose time is over).
+    fn register(&self, id: &CallId, record: &CallRecord) {
+        let now = now_ms();
+        self.agent(id.agent(), |a| {
+            a.calls.retain(|_, (record, _)| record.forget_ms() > now);
+            a.calls
+                .insert(id.as_str().to_string(), (record.clone(), false));
+        });
+    }
+}
 
 #[async_trait]
 impl Calls for MemoryStore {
     async fn register_call(&self, call: &NewCall) -> Result<(), StoreError> {
-        let now = now_ms();
-        self.agent(call.id.agent(), |a| {
-            a.calls.retain(|_, (record, _)| record.forget_ms() > now);
-            a.calls
-                .insert(call.id.as_str().to_string(), (call.record.clone(), false));
-        });
+        self.register(&call.id, &call.record);
         Ok(())
+    }
+
+    async fn register_human_call(&self, call: &HumanCall) -> Result<(), StoreError> {
+        self.register(&call.id, &call.record);
+        Ok(())
+    }
+
+    async fn call(&self, call: &CallId) -> Result<Option<RegisteredCall>, StoreError> {
+        let now = now_ms();
+        Ok(self.agent(call.agent(), |a| {
+            a.calls
+                .get(call.as_str())
+                .filter(|(r, _)| r.forget_ms() > now)
+                .map(|(record, done)| RegisteredCall {
+                    id: call.clone(),
+                    record: record.clone(),
+                    done: *done,
+                })
+        }))
+    }
+
+    async fn human_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError> {
+        let now = now_ms();
+        let mut out: Vec<RegisteredCall> = self.agent(agent, |a| {
+            a.calls
+                .iter()
+                .filter(|(_, (r, done))| r.kind.human() && !done && r.forget_ms() > now)
+                .filter_map(|(id, (record, _))| {
+                    Some(RegisteredCall {
+                        id: CallId::parse(id)?,
+                        record: record.clone(),
+                        done: false,
+                    })
+                })
+                .collect()
+        });
+        RegisteredCall::sort_oldest_first(&mut out);
+        Ok(out)
     }
 
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError> {
@@ -27,11 +73,11 @@ impl Calls for MemoryStore {
     async fn complete_call(
         &self,
         call: &CallId,
-        token: &str,
+        token: Option<&str>,
         result: &CallResult,
     ) -> Result<Completion, StoreError> {
         let now = now_ms();
-        let hash = token_hash(token);
+        let hash = presented_hash(token);
         let completion = self.agent(call.agent(), |a| {
             let Some((record, done)) = a
                 .calls

@@ -8,14 +8,77 @@ use super::keys::AgentKeys;
 use super::scripts::{self, Event};
 use super::{from_json, redis_err, RedisStore};
 use crate::store::{
-    token_hash, CallId, CallRecord, CallResult, Calls, Completion, NewCall, StoreError,
+    now_ms, presented_hash, AgentKey, CallId, CallRecord, CallResult, Calls, Completion, HumanCall,
+    NewCall, RegisteredCall, StoreError,
 };
 
 #[async_trait]
 impl Calls for RedisStore {
     async fn register_call(&self, call: &NewCall) -> Result<(), StoreError> {
         let mut conn = self.conns.shared().await?;
-        scripts::register_call(&mut conn, &AgentKeys::new(call.id.agent()), call).await
+        let keys = AgentKeys::new(call.id.agent());
+        scripts::register_call(&mut conn, &keys, &call.id, &call.record).await
+    }
+
+    async fn register_human_call(&self, call: &HumanCall) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let keys = AgentKeys::new(call.id.agent());
+        scripts::register_call(&mut conn, &keys, &call.id, &call.record).await
+    }
+
+    async fn call(&self, call: &CallId) -> Result<Option<RegisteredCall>, StoreError> {
+        let keys = AgentKeys::new(call.agent());
+        let done = format!("{call}:done");
+        let mut conn = self.conns.shared().await?;
+        let (record, done): (Option<String>, bool) = redis::pipe()
+            .hget(keys.calls(), call.as_str())
+            .hexists(keys.calls(), done)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read call"))?;
+        let Some(record) = record else {
+            return Ok(None);
+        };
+        let record: CallRecord = from_json(|| format!("call {call}"), &record)?;
+        Ok((record.forget_ms() > now_ms()).then(|| RegisteredCall {
+            id: call.clone(),
+            record,
+            done,
+        }))
+    }
+
+    async fn human_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError> {
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.conns.shared().await?;
+        let all: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(keys.calls())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read calls"))?;
+        let done: std::collections::HashSet<&str> = all
+            .iter()
+            .filter_map(|(k, _)| k.strip_suffix(":done"))
+            .collect();
+        let now = now_ms();
+        let mut out = Vec::new();
+        for (key, json) in &all {
+            let Some(id) = CallId::parse(key) else {
+                continue;
+            };
+            if done.contains(key.as_str()) {
+                continue;
+            }
+            let record: CallRecord = from_json(|| format!("call {key}"), json)?;
+            if record.kind.human() && record.forget_ms() > now {
+                out.push(RegisteredCall {
+                    id,
+                    record,
+                    done: false,
+                });
+            }
+        }
+        RegisteredCall::sort_oldest_first(&mut out);
+        Ok(out)
     }
 
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError> {
@@ -34,7 +97,7 @@ impl Calls for RedisStore {
     async fn complete_call(
         &self,
         call: &CallId,
-        token: &str,
+        token: Option<&str>,
         result: &CallResult,
     ) -> Result<Completion, StoreError> {
         let keys = AgentKeys::new(call.agent());
@@ -53,6 +116,6 @@ impl Calls for RedisStore {
         let record: CallRecord = from_json(|| format!("call {call}"), &record)?;
         let event = record.event(call, result);
         let event = Event::new(&event)?;
-        scripts::complete_call(&mut conn, &keys, call, &token_hash(token), &event).await
+        scripts::complete_call(&mut conn, &keys, call, &presented_hash(token), &event).await
     }
 }

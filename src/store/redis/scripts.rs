@@ -18,8 +18,8 @@ use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
 use crate::store::consciousness::{CommitPlan, WindowState};
 use crate::store::{
-    now_ms, CallId, Checkpoint, Completion, CycleCommit, Guard, InboxEvent, Lease, MidCycle,
-    NewCall, NoteKind, Pushed, StoreError, SEEN_IDS, WAKE_CHANNEL,
+    now_ms, CallId, CallRecord, Checkpoint, Completion, CycleCommit, Guard, InboxEvent, Lease,
+    MidCycle, NoteKind, Pushed, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
 
 const FENCE: &str = include_str!("lua/lib/fence.lua");
@@ -538,15 +538,16 @@ pub(super) async fn notes(
 pub(super) async fn register_call(
     conn: &mut ConnectionManager,
     agent: &AgentKeys,
-    call: &NewCall,
+    id: &CallId,
+    record: &CallRecord,
 ) -> Result<(), StoreError> {
-    let record = to_json(|| format!("call {}", call.id), &call.record)?;
+    let json = to_json(|| format!("call {id}"), record)?;
     REGISTER_CALL
         .key(agent.calls())
         .key(agent.calls_forget())
-        .arg(call.id.as_str())
-        .arg(record)
-        .arg(call.record.forget_ms())
+        .arg(id.as_str())
+        .arg(json)
+        .arg(record.forget_ms())
         .arg(now_ms())
         .invoke_async::<u8>(conn)
         .await

@@ -1,4 +1,4 @@
--- Accepts the result of an asynchronous call: when the call is known and not forgotten, the
+-- Accepts the result of a call (an async tool's, or a human's answer): when the call is known and not forgotten, the
 -- token is its own, it has no result yet and has not expired, marks it done and pushes its
 -- tool_result event (see lib/push.lua: with a wake signal when no worker holds the agent).
 -- Anything else writes nothing and says why, checked in that order.
@@ -13,7 +13,8 @@ if not record or not forget or tonumber(forget) <= tonumber(ARGV[3]) then
   return {'unknown', 0, 0}
 end
 local call = cjson.decode(record)
-if call.tokenHash ~= ARGV[2] then return {'unauthorized', 0, 0} end
+-- A call a human answers has no token hash, and takes only an answer presented without one.
+if (call.tokenHash or '') ~= ARGV[2] then return {'unauthorized', 0, 0} end
 if redis.call('HEXISTS', KEYS[1], ARGV[1] .. ':done') == 1 then return {'duplicate', 0, 0} end
 if tonumber(ARGV[3]) > tonumber(call.expiresMs) then return {'expired', 0, 0} end
 redis.call('HSET', KEYS[1], ARGV[1] .. ':done', ARGV[3])
