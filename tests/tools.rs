@@ -446,6 +446,74 @@ async fn failures_are_error_results_and_no_secret_is_ever_shown() {
     }
 }
 
+/// A service that reads the request, answers `status` promising a 100-byte body, sends a few
+/// bytes of it and hangs up: the request surely reached it.
+async fn breaking_server(status: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = socket.read(&mut buf).await;
+            let head = format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"q");
+            let _ = socket.write_all(head.as_bytes()).await;
+            drop(socket);
+        }
+    });
+    base
+}
+
+#[tokio::test]
+async fn an_exchange_that_breaks_after_the_request_went_out_may_have_acted() {
+    let accepting = breaking_server("202 Accepted").await;
+    let failing = breaking_server("200 OK").await;
+    let closed = format!("http://127.0.0.1:{}", free_port().unwrap());
+    let store = Arc::new(MemoryStore::new());
+    let context = ExternalContext {
+        store: store.clone(),
+        secrets: secrets(),
+        callback_url: Some("http://gateway.example".into()),
+    };
+    let tools = HttpTools::new(
+        &AgentKey::new("ops", "bot"),
+        &specs(&format!(
+            r#"
+- {{name: start_job, description: d, method: POST, mode: async, url: "{accepting}/jobs"}}
+- {{name: start_elsewhere, description: d, method: POST, mode: async, url: "{closed}/jobs"}}
+- {{name: update, description: d, method: POST, url: "{failing}/things"}}
+"#
+        )),
+        &context,
+    );
+    // Accepted (2xx), then the body broke off: pending, and the result is still taken.
+    let (result, ok) = call(&tools, "start_job", "{}").await;
+    assert!(ok, "{result}");
+    assert_eq!(result["status"], "pending");
+    let id = agentfleet::store::CallId::parse(result["callId"].as_str().unwrap()).unwrap();
+    assert!(store.call(&id).await.unwrap().is_some(), "still registered");
+    // Nothing reached the service: not started, and forgotten.
+    let (result, ok) = call(&tools, "start_elsewhere", "{}").await;
+    assert!(!ok);
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("the call was not started"),
+        "{result}"
+    );
+    // A sync call whose answer broke off: the service may have acted, and the model is told.
+    let (result, ok) = call(&tools, "update", "{}").await;
+    assert!(!ok);
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("the service may have acted on the call"),
+        "{result}"
+    );
+}
+
 // ---- Async: the result comes back through the gateway -------------------------------------
 
 const NS: &str = "ops";

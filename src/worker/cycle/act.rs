@@ -119,6 +119,24 @@ impl Cycle<'_> {
         attempt: Attempt,
     ) -> (Outcome, bool) {
         let agentlet = self.agentlet;
+        // Only calls of tools outside the worker are marked as started. One whose outcome is
+        // unknown is decided first, before any lookup: its tool may be unknown now (its MCP
+        // server not back yet), and it must still not be made again, nor be called unknown.
+        let retry = || {
+            agentlet
+                .toolbox()
+                .external(&call.name)
+                .is_some_and(|e| e.idempotent(&call.name))
+        };
+        if attempt == Attempt::Unknown && !retry() {
+            return (
+                Outcome::error(format!(
+                    "the outcome of this call of {} is unknown: the worker stopped while it ran, and it was not repeated because the tool is not idempotent (or not available to say it is); check its effect before calling it again",
+                    call.name
+                )),
+                false,
+            );
+        }
         if let Some(refusal) = gates::refusal(&call.name, offered, &self.tools) {
             return (Outcome::error(refusal), false);
         }
@@ -128,12 +146,6 @@ impl Cycle<'_> {
         let idempotency = format!("{}:{}:{step}:{index}", agentlet.key, self.batch);
         let started = Instant::now();
         let outcome = match agentlet.toolbox().external(&call.name) {
-            Some(external) if attempt == Attempt::Unknown && !external.idempotent(&call.name) => {
-                Outcome::error(format!(
-                    "the outcome of this call of {} is unknown: the worker stopped while it ran, and it was not repeated because the tool is not idempotent; check its effect before calling it again",
-                    call.name
-                ))
-            }
             Some(external) => {
                 agentlet
                     .tool_activity(self.active.as_deref(), &call.name)

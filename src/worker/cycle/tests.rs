@@ -743,6 +743,22 @@ async fn an_unknown_outcome_is_not_repeated_and_the_model_is_told() {
 }
 
 #[tokio::test]
+async fn an_unknown_outcome_of_a_tool_not_back_yet_is_not_repeated_nor_called_unknown() {
+    // After the restart the tool's source does not offer it (an MCP server still down): the
+    // model is told the outcome is unknown, not that the tool is unknown (which would invite
+    // a new call with a new key once the server is back).
+    let r = rig_with("", vec![Ok(text("I will check."))], Vec::new()).await;
+    let events = died_during_the_call(&r).await;
+    let outcome = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(outcome, Outcome::Completed(_)));
+    let told = r.requests()[0].messages.last().cloned();
+    assert!(
+        matches!(&told, Some(Message::Tool { content, .. }) if content.contains("outcome of this call of create_ticket is unknown") && content.contains("not repeated")),
+        "{told:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_unknown_outcome_of_an_idempotent_tool_is_retried_with_the_same_key() {
     let tool = ticketing(true);
     let r = rig_with("", vec![Ok(text("Opened it."))], vec![tool.clone()]).await;

@@ -61,10 +61,14 @@ struct Tool {
 
 /// Why a request got no answer.
 enum Unanswered {
-    /// None within the tool's `timeoutSeconds`.
+    /// None within the tool's `timeoutSeconds` (the service may have acted).
     Timeout,
-    /// The connection or the request failed (the text says how).
-    Failed(String),
+    /// The request never reached the service: no connection, or it could not be built (the
+    /// text says how).
+    NotSent(String),
+    /// The exchange broke after the request went out (the service may have acted): with the
+    /// answer's status when it came before the break.
+    Broken(Option<u16>, String),
 }
 
 impl HttpTools {
@@ -181,7 +185,12 @@ impl HttpTools {
                 "no answer within {}s (the service may have acted on the call)",
                 tool.spec.timeout_seconds
             )),
-            Err(Unanswered::Failed(e)) => Outcome::error(format!("the request failed: {e}")),
+            Err(Unanswered::NotSent(e)) => Outcome::error(format!(
+                "the request failed: {e} (nothing reached the service)"
+            )),
+            Err(Unanswered::Broken(_, e)) => Outcome::error(format!(
+                "the request failed after it was sent: {e} (the service may have acted on the call)"
+            )),
         }
     }
 
@@ -221,7 +230,10 @@ impl HttpTools {
         let max = tool.spec.max_response_bytes as usize;
         let redactor = self.redactor(Some(&call.token));
         let failed = match send(&tool.spec, request).await {
-            Ok((status, _)) if (200..300).contains(&status) => {
+            // Accepted, even when its body then broke off.
+            Ok((status, _)) | Err(Unanswered::Broken(Some(status), _))
+                if (200..300).contains(&status) =>
+            {
                 return Outcome {
                     content: json!({
                         "status": "pending",
@@ -235,16 +247,21 @@ impl HttpTools {
             Ok((status, body)) => response::refused_start(status, &body, max, &redactor),
             // The service may have started it: its result is still taken.
             Err(Unanswered::Timeout) => {
-                return Outcome {
-                    content: json!({
-                        "error": format!("no answer within {}s: the service may have started the call; if it did, its result will come to your inbox as a (tool result) line naming this callId", tool.spec.timeout_seconds),
-                        "callId": call.id.as_str(),
-                    })
-                    .to_string(),
-                    ok: false,
-                };
+                return maybe_started(
+                    &call.id,
+                    &format!("no answer within {}s", tool.spec.timeout_seconds),
+                );
             }
-            Err(Unanswered::Failed(e)) => Outcome::error(format!(
+            Err(Unanswered::Broken(_, e)) => {
+                return maybe_started(
+                    &call.id,
+                    &format!(
+                        "the request failed after it was sent: {}",
+                        redactor.redact(&e)
+                    ),
+                );
+            }
+            Err(Unanswered::NotSent(e)) => Outcome::error(format!(
                 "the request failed: {e}; the call was not started, and no result will come"
             )),
         };
@@ -284,17 +301,37 @@ async fn send(
     request: reqwest::RequestBuilder,
 ) -> Result<(u16, Body), Unanswered> {
     let limit = Duration::from_secs(u64::from(spec.timeout_seconds));
+    // A failure says the answer's status when it came before the failure.
     let exchange = async {
-        let answer = request.send().await?;
+        let answer = request.send().await.map_err(|e| (None, e))?;
         let status = answer.status().as_u16();
-        let body = response::read(answer, spec.max_response_bytes as usize).await?;
-        Ok::<_, reqwest::Error>((status, body))
+        let body = response::read(answer, spec.max_response_bytes as usize)
+            .await
+            .map_err(|e| (Some(status), e))?;
+        Ok::<_, (Option<u16>, reqwest::Error)>((status, body))
     };
     match tokio::time::timeout(limit, exchange).await {
         Err(_) => Err(Unanswered::Timeout),
-        Ok(Err(e)) if e.is_timeout() => Err(Unanswered::Timeout),
-        Ok(Err(e)) => Err(Unanswered::Failed(crate::report::chain(&e))),
+        Ok(Err((_, e))) if e.is_timeout() => Err(Unanswered::Timeout),
+        // No connection, or no request to send: nothing reached the service.
+        Ok(Err((None, e))) if e.is_connect() || e.is_builder() => {
+            Err(Unanswered::NotSent(crate::report::chain(&e)))
+        }
+        Ok(Err((status, e))) => Err(Unanswered::Broken(status, crate::report::chain(&e))),
         Ok(Ok(answer)) => Ok(answer),
+    }
+}
+
+/// The result of an async call whose service may have started it (`what` went wrong after
+/// the request went out): its result is still taken.
+fn maybe_started(call: &crate::store::CallId, what: &str) -> Outcome {
+    Outcome {
+        content: json!({
+            "error": format!("{what}: the service may have started the call; if it did, its result will come to your inbox as a (tool result) line naming this callId"),
+            "callId": call.as_str(),
+        })
+        .to_string(),
+        ok: false,
     }
 }
 
