@@ -57,19 +57,28 @@ impl RedisServer {
     }
 
     fn start_with(persistent: bool) -> Result<Self, String> {
-        let port = free_port()?;
-        let dir =
-            std::env::temp_dir().join(format!("agentfleet-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let child = spawn(port, &dir, persistent)?;
-        let mut server = Self {
-            child,
-            port,
-            dir,
-            persistent,
-        };
-        server.wait_ready()?;
-        Ok(server)
+        // A free port can be taken by another test's server before this one binds it: then
+        // the server exits at once, and another port is tried.
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port()?;
+            let dir = std::env::temp_dir()
+                .join(format!("agentfleet-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            let child = spawn(port, &dir, persistent)?;
+            let mut server = Self {
+                child,
+                port,
+                dir,
+                persistent,
+            };
+            match server.wait_ready() {
+                Ok(()) => return Ok(server),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     /// Kills the server as `kill -9` would (no chance to save anything).

@@ -712,7 +712,9 @@ spec:
 
     // Refusals write nothing.
     let http = reqwest::Client::new();
-    let good = json!({"result": {"ticket": "T-1"}}).to_string();
+    // The service echoes the credential it was sent (a careless service): masked before the
+    // model reads it.
+    let good = json!({"result": {"ticket": "T-1", "echo": SECRET}}).to_string();
     let other = format!("{NS}.bot.{}", "0".repeat(32));
     let expired = NewCall::new(&key, "create_ticket", 0).unwrap();
     store.register_call(&expired).await.unwrap();
@@ -848,7 +850,7 @@ spec:
     let data: Value = serde_json::from_str(inbox.split_once("finished\" ").unwrap().1).unwrap();
     assert_eq!(
         data,
-        json!({"callId": call_id, "tool": "create_ticket", "result": {"ticket": "T-1"}})
+        json!({"callId": call_id, "tool": "create_ticket", "result": {"ticket": "T-1", "echo": "***"}})
     );
     assert_eq!(server.seen().len(), 1, "the tool was called once");
     let calls = |outcome: &str| {

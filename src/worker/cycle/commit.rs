@@ -12,7 +12,7 @@ use crate::model::{estimate_tokens, Failure, Message, ModelError, Request, ToolC
 use crate::store::{
     Checkpoint, Compacted, Consciousness, CycleCommit, InboxEvent, Lease, StoreError,
 };
-use crate::worker::{compaction, prompt};
+use crate::worker::compaction;
 
 impl Cycle<'_> {
     /// Commits the cycle and returns its checkpoint.
@@ -188,7 +188,7 @@ impl Agentlet {
     ) -> Result<Checkpoint, StoreError> {
         let spaces = self.spaces().await?;
         let messages = [
-            Message::user(prompt::inbox_message(&spaces, events)),
+            Message::user(self.inbox_text(&spaces, events)),
             Message::Assistant {
                 content: Some(format!(
                     "[This cycle failed and was not processed: {error}]"

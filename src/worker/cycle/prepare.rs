@@ -47,7 +47,7 @@ impl<'a> Cycle<'a> {
             .summary
             .as_ref()
             .map(|s| Message::user(format!("[SUMMARY of the earlier conversation]\n{s}")));
-        let inbox = Message::user(prompt::inbox_message(&spaces, events));
+        let inbox = Message::user(agentlet.inbox_text(&spaces, events));
         let spec = &agentlet.agent.spec;
         // The space of the first event that has one the agent is in.
         let active = events
@@ -101,6 +101,18 @@ impl<'a> Cycle<'a> {
 }
 
 impl Agentlet {
+    /// Events as the model reads them (one line each), with every secret of the agent's tools
+    /// masked: an async tool's service may echo one back in its result.
+    pub(super) fn inbox_text(
+        &self,
+        spaces: &[(String, Option<SpaceRecord>)],
+        events: &[InboxEvent],
+    ) -> String {
+        self.toolbox()
+            .masks()
+            .redact(&prompt::inbox_message(spaces, events))
+    }
+
     /// The consciousness and its parsed messages: from the cache when it is this lease's,
     /// else read from the store.
     async fn load(&self, lease: &Lease) -> Result<(Consciousness, Vec<Message>), StoreError> {

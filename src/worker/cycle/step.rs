@@ -86,7 +86,7 @@ impl Cycle<'_> {
             self.depth = self.depth.max(reply_depth(&look.urgent));
             let message = format!(
                 "[URGENT — new events injected mid-cycle]\n{}",
-                prompt::inbox_message(&self.spaces, &look.urgent)
+                self.agentlet.inbox_text(&self.spaces, &look.urgent)
             );
             self.journal_later(Entry::Urgent {
                 message: message.clone(),
@@ -96,11 +96,16 @@ impl Cycle<'_> {
             self.new.push(Message::user(message));
         }
         Ok((look.waiting > 0 && !look.preview.is_empty()).then(|| {
-            Message::user(prompt::preview_message(
-                &self.spaces,
-                &look.preview,
-                look.waiting,
-            ))
+            Message::user(
+                self.agentlet
+                    .toolbox()
+                    .masks()
+                    .redact(&prompt::preview_message(
+                        &self.spaces,
+                        &look.preview,
+                        look.waiting,
+                    )),
+            )
         }))
     }
 
@@ -115,7 +120,7 @@ impl Cycle<'_> {
         self.depth = self.depth.max(reply_depth(&late));
         let message = format!(
             "[new events since this cycle began]\n{}",
-            prompt::inbox_message(&self.spaces, &late)
+            self.agentlet.inbox_text(&self.spaces, &late)
         );
         self.journal_later(Entry::Urgent {
             message: message.clone(),

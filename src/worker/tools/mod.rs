@@ -93,6 +93,12 @@ pub trait External: Send + Sync {
     /// Resolves once the source knows what it offers (an MCP server: its first connection
     /// attempt ended, either way). The default is at once.
     async fn settled(&self) {}
+
+    /// Masks the secrets this source holds (its Secrets' values), for what reaches the agent
+    /// other than through [`call`](Self::call): an async result posted to the gateway.
+    fn masks(&self) -> crate::secrets::Redactor {
+        crate::secrets::Redactor::default()
+    }
 }
 
 /// What building an agent's external tools needs.
@@ -156,6 +162,15 @@ impl Toolbox {
     /// The external source whose tool `name` is, if any (see [`External::owns`]).
     pub fn external(&self, name: &str) -> Option<&dyn External> {
         self.external.iter().find(|e| e.owns(name)).map(Arc::as_ref)
+    }
+
+    /// Masks every secret the external sources hold.
+    pub fn masks(&self) -> crate::secrets::Redactor {
+        let mut all = crate::secrets::Redactor::default();
+        for e in &self.external {
+            all.join(&e.masks());
+        }
+        all
     }
 
     /// Resolves once every external source knows what it offers.

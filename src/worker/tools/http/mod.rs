@@ -337,6 +337,10 @@ fn maybe_started(call: &crate::store::CallId, what: &str) -> Outcome {
 
 #[async_trait]
 impl External for HttpTools {
+    fn masks(&self) -> Redactor {
+        self.redactor(None)
+    }
+
     fn specs(&self) -> Vec<ToolSpec> {
         self.tools
             .iter()

@@ -235,6 +235,10 @@ async fn follow(agent: &AgentKey, shared: &Shared, connection: &mut Connection) 
 
 #[async_trait]
 impl External for McpServer {
+    fn masks(&self) -> Redactor {
+        self.shared.redactor()
+    }
+
     fn specs(&self) -> Vec<ToolSpec> {
         match &*self.shared.link() {
             Link::Up { offer, .. } => offer.tools.iter().map(|t| t.spec.clone()).collect(),
