@@ -89,9 +89,10 @@ impl<'a> Cycle<'a> {
             cycle.first_step = r.next_step;
             cycle.unfinished = r.unfinished;
             cycle.journaled = true;
+            // A journal that names no events (written before it named them) cannot tell.
             let late: Vec<InboxEvent> = events
                 .iter()
-                .filter(|e| !r.events.contains(&e.id))
+                .filter(|e| !r.events.is_empty() && !r.events.contains(&e.id))
                 .cloned()
                 .collect();
             cycle.late = (!late.is_empty()).then_some(late);

@@ -34,8 +34,9 @@ impl Cycle<'_> {
         // A cycle resumed from its journal first finishes the step it was in.
         if let Some(unfinished) = self.unfinished.take() {
             let ended = self.finish(unfinished).await?;
-            self.take_in_late_events();
-            if ended || self.over_budget() {
+            // Events that came meanwhile get a step even so: ending now would acknowledge
+            // them unanswered.
+            if (ended || self.over_budget()) && self.late.is_none() {
                 return Ok(End::Done);
             }
         }

@@ -728,6 +728,62 @@ async fn died_during_the_call(r: &Rig) -> Vec<InboxEvent> {
 }
 
 #[tokio::test]
+async fn late_events_get_a_step_even_when_the_resumed_step_ended_the_cycle() {
+    // The worker died during step 0, whose calls were create_ticket and skip (which ends the
+    // cycle); Husam said more meanwhile. The resumed cycle finishes step 0 (skip ends it) but
+    // still asks the model once about the new message instead of acknowledging it unread.
+    let tool = ticketing(false);
+    let r = rig_with("", vec![Ok(send("Noted."))], vec![tool.clone()]).await;
+    r.say("open a ticket", false, 0).await;
+    let first = r.drain().await;
+    let turn = calls(&[
+        ("create_ticket", json!({"title": "disk full"})),
+        ("skip", json!({})),
+    ]);
+    let entries = [
+        super::journal::Entry::Begin {
+            batch: "b1".into(),
+            inbox: "[Family] Husam: \"open a ticket\"".into(),
+            depth: 1,
+            events: first.iter().map(|e| e.id.clone()).collect(),
+        },
+        super::journal::Entry::Turn {
+            step: 0,
+            message: turn.message(),
+            usage: Usage::default(),
+        },
+        super::journal::Entry::Started { step: 0, index: 0 },
+    ];
+    let raw: Vec<String> = entries
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    r.store
+        .append_journal(&r.agentlet.key, &r.lease, &raw)
+        .await
+        .unwrap();
+    r.say("and page Sam", false, 0).await;
+    let events = r.drain().await;
+    assert_eq!(events.len(), 2);
+    let outcome = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(outcome, Outcome::Completed(_)));
+    assert!(tool.keys.lock().unwrap().is_empty(), "not repeated");
+    let requests = r.requests();
+    assert!(
+        !requests.is_empty(),
+        "the model was asked about the late message"
+    );
+    assert!(
+        user_texts(&requests[0].messages)
+            .iter()
+            .any(|t| t.contains("and page Sam")),
+        "{:?}",
+        user_texts(&requests[0].messages)
+    );
+    assert_eq!(r.said().await.last().unwrap().0, "Noted.");
+}
+
+#[tokio::test]
 async fn an_unknown_outcome_is_not_repeated_and_the_model_is_told() {
     let tool = ticketing(false);
     let r = rig_with("", vec![Ok(text("I will check."))], vec![tool.clone()]).await;

@@ -135,6 +135,7 @@ pub(super) fn sync_outcome(status: u16, body: &Body, max: usize, redactor: &Reda
         fields.insert("error".into(), json!(status_error(status)));
     } else if body.declared_json
         && !body.truncated()
+        && !body.kept.iter().all(u8::is_ascii_whitespace)
         && serde_json::from_slice::<serde::de::IgnoredAny>(&body.kept).is_err()
     {
         // Said to be JSON, whole, and still not JSON: a broken answer, not a text one.
@@ -207,7 +208,10 @@ mod tests {
             v["error"].as_str().unwrap().contains("not valid JSON"),
             "{v}"
         );
-        // A JSON string is JSON; a cut body cannot be judged.
+        // No body at all (a 204, a bare 202) is no broken JSON; a JSON string is JSON; a cut
+        // body cannot be judged.
+        assert!(sync_outcome(202, &said(b"", Size::Exact(0)), 100, &r).ok);
+        assert!(sync_outcome(200, &said(b" \n", Size::Exact(2)), 100, &r).ok);
         assert!(sync_outcome(200, &said(b"\"ok\"", Size::Exact(4)), 100, &r).ok);
         assert!(sync_outcome(200, &said(b"{\"a\": [1,", Size::Exact(400)), 9, &r).ok);
         assert!(is_json_type("application/problem+json; charset=utf-8"));
