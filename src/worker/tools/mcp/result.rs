@@ -18,6 +18,11 @@ use crate::worker::tools::Outcome;
 /// `maxResponseBytes`).
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
+/// The most attachments described (the rest are counted), and the longest text of each
+/// field of one.
+const MAX_ATTACHMENTS: usize = 32;
+const MAX_ATTACHMENT_FIELD: usize = 512;
+
 /// The model's view of a tool's answer.
 pub fn outcome(result: &rmcp::model::CallToolResult, redactor: &Redactor) -> Outcome {
     let blocks = serde_json::to_value(&result.content).unwrap_or(Value::Null);
@@ -45,8 +50,15 @@ pub fn outcome(result: &rmcp::model::CallToolResult, redactor: &Redactor) -> Out
     } else {
         body.insert("text".into(), Value::String(text));
     }
+    if attachments.len() > MAX_ATTACHMENTS {
+        body.insert(
+            "moreAttachments".into(),
+            json!(attachments.len() - MAX_ATTACHMENTS),
+        );
+    }
     if !attachments.is_empty() {
-        body.insert("attachments".into(), Value::Array(attachments));
+        let shown = attachments.into_iter().take(MAX_ATTACHMENTS).collect();
+        body.insert("attachments".into(), Value::Array(shown));
     }
     Outcome {
         content: fit(body, redactor),
@@ -75,7 +87,8 @@ fn read(blocks: &[Value]) -> (String, Vec<Value>) {
                 about.insert("type".into(), Value::String(kind.to_string()));
                 for key in ["mimeType", "uri", "name"] {
                     if let Some(v) = inner[key].as_str() {
-                        about.insert(key.into(), Value::String(v.to_string()));
+                        let cut = &v[..floor_char_boundary(v, MAX_ATTACHMENT_FIELD)];
+                        about.insert(key.into(), Value::String(cut.to_string()));
                     }
                 }
                 attachments.push(Value::Object(about));
@@ -116,8 +129,15 @@ fn fit(mut body: Map<String, Value>, redactor: &Redactor) -> String {
             )),
         );
         let out = redactor.redact(&Value::Object(body.clone()).to_string());
-        if out.len() <= MAX_RESULT_BYTES || keep == 0 {
+        if out.len() <= MAX_RESULT_BYTES {
             return out;
+        }
+        if keep == 0 {
+            // What is left besides the text is too large itself.
+            return json!({
+                "error": format!("the result is too large to show ({} bytes)", whole.len())
+            })
+            .to_string();
         }
         keep = keep.saturating_sub((out.len() - MAX_RESULT_BYTES).max(1));
     }
@@ -196,6 +216,27 @@ mod tests {
         let v: Value = serde_json::from_str(&out.content).unwrap();
         assert!(long.starts_with(v["text"].as_str().unwrap()));
         assert!(v["truncated"].as_str().unwrap().contains("only the first"));
+    }
+
+    #[test]
+    fn a_flood_of_attachments_stays_within_the_limit() {
+        let mime = format!("image/{}", "x".repeat(5000));
+        let blocks: Vec<Content> = (0..20_000)
+            .map(|_| Content::image("aGVsbG8=", mime.clone()))
+            .collect();
+        let out = outcome(&CallToolResult::success(blocks), &Redactor::default());
+        assert!(
+            out.content.len() <= MAX_RESULT_BYTES,
+            "{}",
+            out.content.len()
+        );
+        let v: Value = serde_json::from_str(&out.content).unwrap();
+        assert_eq!(v["attachments"].as_array().unwrap().len(), MAX_ATTACHMENTS);
+        assert_eq!(v["moreAttachments"], 20_000 - MAX_ATTACHMENTS);
+        assert_eq!(
+            v["attachments"][0]["mimeType"].as_str().unwrap().len(),
+            MAX_ATTACHMENT_FIELD
+        );
     }
 
     #[test]
