@@ -64,11 +64,15 @@ impl Drop for ToolServer {
 async fn serve_tool(State(seen): State<Arc<Mutex<Vec<Seen>>>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-    let headers: BTreeMap<String, String> = parts
-        .headers
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or_default().to_string()))
-        .collect();
+    // A header sent twice shows as its values joined by ", ".
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    for (n, v) in &parts.headers {
+        let v = v.to_str().unwrap_or_default();
+        headers
+            .entry(n.to_string())
+            .and_modify(|all| *all = format!("{all}, {v}"))
+            .or_insert_with(|| v.to_string());
+    }
     let auth = headers.get("authorization").cloned().unwrap_or_default();
     seen.lock().unwrap().push(Seen {
         method: parts.method.to_string(),
@@ -179,13 +183,18 @@ async fn a_sync_call_fills_the_url_and_sends_query_body_headers_and_its_key() {
   url: "{base}/tickets"
   method: POST
   headersFrom: {{secretName: tracker}}
+- name: patch_ticket
+  description: Changes a ticket.
+  url: "{base}/tickets/1"
+  method: PATCH
+  headers: {{Content-Type: application/merge-patch+json, X-Agentfleet-Callback: "http://elsewhere"}}
 "#
         )),
         secrets(),
     );
     assert_eq!(
         tools.specs().iter().map(|s| &s.name).collect::<Vec<_>>(),
-        ["get_ticket", "create_ticket"]
+        ["get_ticket", "create_ticket", "patch_ticket"]
     );
     assert!(
         tools.idempotent("get_ticket"),
@@ -231,6 +240,20 @@ async fn a_sync_call_fills_the_url_and_sends_query_body_headers_and_its_key() {
     );
     assert_eq!(seen[1].headers["idempotency-key"], "ops/bot:batch:1:0");
     assert_eq!(result["body"]["body"], json!({"title": "disk full"}));
+
+    // The tool's own Content-Type is sent once; a callback header is never the tool's.
+    let (result, ok) = call(&tools, "patch_ticket", r#"{"state": "closed"}"#).await;
+    assert!(ok, "{result}");
+    let seen = server.seen();
+    assert_eq!(
+        seen[2].headers["content-type"],
+        "application/merge-patch+json"
+    );
+    assert!(
+        !seen[2].headers.contains_key("x-agentfleet-callback"),
+        "{:?}",
+        seen[2].headers
+    );
 }
 
 #[tokio::test]

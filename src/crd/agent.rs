@@ -502,7 +502,8 @@ pub struct AgentStatus {
     pub checkpoint: Option<CheckpointStatus>,
 
     /// The tools the worker actually has right now (as it last reported), with whether each
-    /// can be called; see the `ToolsReady` condition.
+    /// can be called; see the `ToolsReady` condition. At most 200 are listed (those not ready
+    /// first); `ToolsReady` counts them all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub tools: Vec<super::ToolStatus>,

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::api::{quote, ApiError, ErrorBody, JsonBody};
 use super::auth::bearer_token;
 use super::{Gateway, RequestRefusals};
-use crate::store::{CallId, CallResult, Completion};
+use crate::store::{presented_hash, CallId, CallResult, Completion};
 
 /// Where the service of an async tool call posts its result: the gateway at `base`
 /// (`http://…`, as the worker's `--callback-url` gives it).
@@ -103,6 +103,18 @@ pub(super) async fn post_tool_result(
     let unknown = || ApiError::not_found(format!("no tool call {}", quote(&id)));
     let call = CallId::parse(&id).ok_or_else(unknown)?;
     let result = body.into_call_result()?;
+    // The token first (one read): only a caller holding a call's token counts against the
+    // agent's rate, so nobody else can crowd out its services' results.
+    let registered = gw
+        .inner
+        .store
+        .call(&call)
+        .await
+        .map_err(|e| ApiError::unavailable(&e))?
+        .ok_or_else(unknown)?;
+    if registered.record.token_hash != presented_hash(Some(token)) {
+        return Err(not_the_token());
+    }
     gw.check_rate_of(&format!("calls:{}", call.agent()))?;
     let completion = gw
         .inner
@@ -119,9 +131,7 @@ pub(super) async fn post_tool_result(
             }),
         )),
         Completion::Unknown => Err(unknown()),
-        Completion::Unauthorized => Err(ApiError::unauthenticated(
-            "this token is not the call's token",
-        )),
+        Completion::Unauthorized => Err(not_the_token()),
         Completion::Duplicate => Err(ApiError::duplicate(format!(
             "tool call {} already has its result",
             quote(&id)
@@ -131,6 +141,11 @@ pub(super) async fn post_tool_result(
             quote(&id)
         ))),
     }
+}
+
+/// A token that is not the call's.
+fn not_the_token() -> ApiError {
+    ApiError::unauthenticated("this token is not the call's token")
 }
 
 #[cfg(test)]

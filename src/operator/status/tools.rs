@@ -13,13 +13,31 @@ const MAX_TOOL_ERROR: usize = 512;
 /// The longest condition message.
 const MAX_MESSAGE: usize = 1024;
 
+/// The most tools `status.tools` lists (a server may offer thousands; the status must stay
+/// far below the API server's object size limit).
+pub const MAX_SHOWN_TOOLS: usize = 200;
+
 /// The tools as `status.tools` shows them: what the worker reported, each name once, errors
-/// cut to a bounded length.
+/// cut to a bounded length; at most [`MAX_SHOWN_TOOLS`], those not ready kept first (in the
+/// reported order).
 pub(super) fn shown_tools(reported: &[ToolStatus]) -> Vec<ToolStatus> {
     let mut seen = std::collections::HashSet::new();
-    reported
+    let unique: Vec<&ToolStatus> = reported
         .iter()
         .filter(|t| seen.insert(t.name.as_str()))
+        .collect();
+    let down = unique.iter().filter(|t| !t.ready).count();
+    let mut ready_room = MAX_SHOWN_TOOLS.saturating_sub(down);
+    unique
+        .into_iter()
+        .filter(|t| {
+            !t.ready || {
+                let room = ready_room > 0;
+                ready_room = ready_room.saturating_sub(1);
+                room
+            }
+        })
+        .take(MAX_SHOWN_TOOLS)
         .map(|t| ToolStatus {
             last_error: t.last_error.as_deref().map(|e| cut(e, MAX_TOOL_ERROR)),
             ..t.clone()
@@ -261,6 +279,18 @@ mod tests {
             .map(|i| tool(&format!("t{i}"), "http", Some(&"e".repeat(300))))
             .collect();
         assert!(condition(&many).message.chars().count() <= MAX_MESSAGE);
+    }
+
+    #[test]
+    fn status_tools_are_bounded_and_keep_what_is_not_ready() {
+        let mut reported: Vec<ToolStatus> = (0..1000)
+            .map(|i| tool(&format!("t{i}"), "mcp:big", None))
+            .collect();
+        reported[700] = tool("t700", "mcp:big", Some("gone"));
+        let shown = shown_tools(&reported);
+        assert_eq!(shown.len(), MAX_SHOWN_TOOLS);
+        assert!(shown.iter().any(|t| t.name == "t700" && !t.ready));
+        assert_eq!(shown[0].name, "t0", "in the reported order");
     }
 
     #[test]

@@ -159,11 +159,17 @@ impl HttpTools {
                 return Outcome::error("the call's idempotency key is not a valid header value")
             }
         }
+        // Ours alone: a tool's own header of these names would be sent twice.
+        headers.remove(CALLBACK_HEADER);
+        headers.remove(CALLBACK_TOKEN_HEADER);
+        if target.body.is_some() {
+            headers
+                .entry(CONTENT_TYPE)
+                .or_insert(HeaderValue::from_static("application/json"));
+        }
         let mut request = client.request(target.method, target.url).headers(headers);
         if let Some(body) = target.body {
-            request = request
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .body(body);
+            request = request.body(body);
         }
         match tool.spec.mode {
             ToolMode::Sync => self.sync(tool, request, redactor).await,
