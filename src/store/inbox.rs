@@ -29,6 +29,13 @@ pub trait Inbox: Send + Sync {
         timeout: Duration,
     ) -> Result<Vec<InboxEvent>, StoreError>;
 
+    /// Waits, without polling, up to `timeout` for the inbox itself (not what is in flight) to
+    /// hold an event, and whether one came (moved in flight, as [`wait_inbox`] moves it). A
+    /// paused cycle goes on only when something new arrives (a human's decision among it).
+    ///
+    /// [`wait_inbox`]: Inbox::wait_inbox
+    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError>;
+
     /// Moves the urgent queue in flight (acknowledged with the cycle) and returns it. Fenced.
     async fn take_urgent(
         &self,

@@ -121,6 +121,30 @@ impl Inbox for MemoryStore {
         }
     }
 
+    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notify = self.agent(agent, |a| a.notify.clone());
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a push in between is not missed.
+            notified.as_mut().enable();
+            let moved = self.agent(agent, |a| match a.inbox.pop_front() {
+                Some(e) => {
+                    a.inflight.push(e);
+                    true
+                }
+                None => false,
+            });
+            if moved {
+                return Ok(true);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(false);
+            }
+        }
+    }
+
     async fn take_urgent(
         &self,
         agent: &AgentKey,
