@@ -87,6 +87,11 @@ pub trait Inbox: Send + Sync {
     /// events that arrived late back to the inbox (so they wake the next cycle). Fenced.
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
 
+    /// A cycle paused for a human: its events stay in flight (and come back with the next
+    /// drain), the agent is marked paused rather than thinking — idle for the scaler while
+    /// nothing else waits — and urgent events move back to the inbox. Fenced.
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+
     /// Wake signals from now on: agents whose inbox got an event while no worker held them
     /// (or whose worker left with events still waiting).
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError>;

@@ -118,6 +118,14 @@ fn urgent(id: &str, text: &str) -> InboxEvent {
 const TTL: std::time::Duration = std::time::Duration::from_secs(30);
 const SHORT: std::time::Duration = std::time::Duration::from_millis(50);
 
+async fn observed(store: &dyn Store, agent: &AgentKey) -> AgentObservation {
+    store
+        .observe(std::slice::from_ref(agent))
+        .await
+        .unwrap()
+        .remove(0)
+}
+
 async fn a_paused_cycle_waits_only_for_something_new(store: &dyn Store) {
     let agent = AgentKey::new("fam", "paused");
     let lease = store
@@ -135,6 +143,12 @@ async fn a_paused_cycle_waits_only_for_something_new(store: &dyn Store) {
     );
     // In flight, and nothing new: the wait times out (what is in flight does not count).
     assert!(!store.wait_new(&agent, SHORT).await.unwrap());
+    assert!(observed(store, &agent).await.busy(), "thinking");
+    // Paused for a human: idle for the scaler, its event still in flight.
+    store.pause_cycle(&agent, &lease).await.unwrap();
+    let paused = observed(store, &agent).await;
+    assert!(paused.paused && !paused.busy(), "{paused:?}");
+    assert_eq!(paused.in_flight, 1);
     store
         .push_event(&agent, &event("e2", "second"))
         .await
@@ -145,6 +159,14 @@ async fn a_paused_cycle_waits_only_for_something_new(store: &dyn Store) {
         all.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
         ["e1", "e2"]
     );
+    let resumed = observed(store, &agent).await;
+    assert!(!resumed.paused && resumed.busy(), "{resumed:?}");
+    // Fenced like every write of a cycle.
+    let stale = Lease {
+        token: lease.token + 1,
+        ..lease.clone()
+    };
+    assert!(store.pause_cycle(&agent, &stale).await.is_err());
 }
 
 async fn inbox_drains_whole_batches_in_order_and_drops_duplicates(store: &dyn Store) {

@@ -492,6 +492,8 @@ pub struct AgentObservation {
     pub in_flight: u64,
     /// A cycle is under way.
     pub thinking: bool,
+    /// A cycle waits for a human (its events in flight); idle for the scaler.
+    pub paused: bool,
     /// A worker holds the agent's lease.
     pub worker: bool,
     /// Committed cycles.
@@ -513,8 +515,9 @@ pub struct AgentObservation {
 }
 
 impl AgentObservation {
-    /// Something waits or is being worked on.
+    /// Something waits or is being worked on (a cycle paused for a human is not: its worker
+    /// may go until something arrives).
     pub fn busy(&self) -> bool {
-        self.waiting > 0 || self.in_flight > 0 || self.thinking
+        self.waiting > 0 || (self.in_flight > 0 && !self.paused) || self.thinking
     }
 }

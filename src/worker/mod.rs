@@ -361,6 +361,12 @@ async fn process(
             Ok(Outcome::Paused { until_ms }) => {
                 refusals = 0;
                 paused_until = Some(until_ms);
+                match agentlet.store.pause_cycle(key, lease).await {
+                    Ok(()) => {}
+                    Err(StoreError::Fenced { .. }) => return Err(fenced()),
+                    // Only the scaler's view: the agent looks busy until the next pause.
+                    Err(e) => warn!(agent = %key, error = %e, "the pause was not recorded"),
+                }
             }
             Ok(Outcome::Failed(e)) => {
                 refusals = if e.is_transient() { 0 } else { refusals + 1 };

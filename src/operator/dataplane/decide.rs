@@ -171,6 +171,41 @@ mod tests {
     }
 
     #[test]
+    fn a_cycle_paused_for_a_human_lets_its_worker_go() {
+        let zero = scaling("{idleSeconds: 60}");
+        let paused = AgentObservation {
+            paused: true,
+            ..seen(0, 2, false)
+        };
+        let long = Some(Duration::from_secs(61));
+        assert_eq!(
+            decide(&zero, false, 1, &paused, long),
+            Decision::Down {
+                idle: Duration::from_secs(61)
+            }
+        );
+        assert_eq!(
+            decide(&zero, false, 0, &paused, None),
+            Decision::Hold,
+            "not woken"
+        );
+        // Something arrives (the answer among it): woken.
+        let answered = AgentObservation {
+            waiting: 1,
+            ..paused
+        };
+        assert_eq!(
+            decide(&zero, false, 0, &answered, None),
+            Decision::Up { waiting: 1 }
+        );
+        // Not paused, the same events in flight keep it up.
+        assert_eq!(
+            decide(&zero, false, 1, &seen(0, 2, false), long),
+            Decision::Hold
+        );
+    }
+
+    #[test]
     fn replicas_applied_follow_the_spec_and_the_scaler() {
         let mut spec: AgentSpec =
             serde_yaml::from_str("{model: {provider: scripted, name: x}}").unwrap();

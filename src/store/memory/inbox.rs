@@ -42,6 +42,12 @@ impl AgentState {
         self.inflight.clear();
         self.journal.clear();
         self.thinking = false;
+        self.paused = false;
+        self.requeue_urgent();
+    }
+
+    /// Urgent events that came late wait in the inbox (and wake the next cycle).
+    fn requeue_urgent(&mut self) {
         let late: Vec<InboxEvent> = self.urgent.drain(..).collect();
         if !late.is_empty() {
             self.inbox.extend(late);
@@ -54,6 +60,7 @@ impl AgentState {
         self.inflight.extend(self.inbox.drain(..));
         if !self.inflight.is_empty() {
             self.thinking = true;
+            self.paused = false;
         }
         self.inflight.clone()
     }
@@ -178,6 +185,16 @@ impl Inbox for MemoryStore {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
             a.ack();
+            Ok(())
+        })
+    }
+
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            a.thinking = false;
+            a.paused = true;
+            a.requeue_urgent();
             Ok(())
         })
     }

@@ -136,6 +136,11 @@ impl Inbox for RedisStore {
         scripts::ack(&mut conn, &AgentKeys::new(agent), lease).await
     }
 
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        scripts::pause(&mut conn, &AgentKeys::new(agent), lease).await
+    }
+
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
         let pubsub = self
             .conns

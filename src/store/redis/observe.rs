@@ -86,6 +86,7 @@ impl Observe for RedisStore {
                     waiting: inbox + urgent,
                     in_flight: inflight,
                     thinking: state.as_deref() == Some("thinking"),
+                    paused: state.as_deref() == Some("paused"),
                     worker: leased,
                     cycles: meta.0.unwrap_or(0),
                     tokens_used: meta.1.unwrap_or(0),
