@@ -512,6 +512,8 @@ pub struct AgentObservation {
     pub model: Option<ModelHealth>,
     /// The tools the worker has, once it has reported them.
     pub tools: Option<Vec<crate::crd::ToolStatus>>,
+    /// Calls that wait for a human (approvals, interactive tools), oldest first.
+    pub pending: Vec<super::RegisteredCall>,
 }
 
 impl AgentObservation {
@@ -519,5 +521,16 @@ impl AgentObservation {
     /// may go until something arrives).
     pub fn busy(&self) -> bool {
         self.waiting > 0 || (self.in_flight > 0 && !self.paused) || self.thinking
+    }
+
+    /// The observation as the scaler weighs it at `now_ms`: a cycle paused for a human whose
+    /// wait has ended (a call's time is up) is no longer just waiting: its worker must come
+    /// back to tell the model.
+    pub fn at(&self, now_ms: i64) -> AgentObservation {
+        let mut o = self.clone();
+        if o.paused && o.pending.iter().any(|c| c.record.expires_ms <= now_ms) {
+            o.paused = false;
+        }
+        o
     }
 }

@@ -192,11 +192,37 @@ mod tests {
         // Something arrives (the answer among it): woken.
         let answered = AgentObservation {
             waiting: 1,
-            ..paused
+            ..paused.clone()
         };
         assert_eq!(
             decide(&zero, false, 0, &answered, None),
             Decision::Up { waiting: 1 }
+        );
+        // A call's time is up: the worker comes back to tell the model.
+        let call = crate::store::HumanCall::new(
+            &crate::store::AgentKey::new("ops", "sre"),
+            "restart",
+            crate::store::CallKind::Approval,
+            "oncall",
+            serde_json::json!({}),
+            None,
+            1000,
+        )
+        .unwrap();
+        let waiting_on = AgentObservation {
+            pending: vec![crate::store::RegisteredCall {
+                id: call.id,
+                record: call.record.clone(),
+                done: false,
+            }],
+            ..paused
+        };
+        let before = waiting_on.at(call.record.expires_ms - 1);
+        assert_eq!(decide(&zero, false, 0, &before, None), Decision::Hold);
+        let due = waiting_on.at(call.record.expires_ms);
+        assert_eq!(
+            decide(&zero, false, 0, &due, None),
+            Decision::Up { waiting: 0 }
         );
         // Not paused, the same events in flight keep it up.
         assert_eq!(

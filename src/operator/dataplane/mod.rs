@@ -492,6 +492,7 @@ impl Scaler {
             let Some(e) = entries.get_mut(key) else {
                 continue;
             };
+            let o = &o.at(now);
             // Idle since the first quiet look, or the last cycle if later.
             if o.busy() {
                 e.idle_since_ms = None;

@@ -38,6 +38,7 @@ impl Observe for MemoryStore {
                         plan_marks: a.plan_marks.clone(),
                         model: a.model.clone(),
                         tools: a.tools.clone(),
+                        pending: a.human_calls(),
                     },
                 })
                 .collect()
