@@ -72,6 +72,8 @@ pub struct OperatorMetrics {
     pub plans_fired: IntCounterVec,
     /// Agents by phase, as of the last sweep.
     pub agents: IntGaugeVec,
+    /// Calls waiting for a human, by namespace and agent, as of the last sweep.
+    pub pending_calls: IntGaugeVec,
 }
 
 impl OperatorMetrics {
@@ -177,7 +179,15 @@ impl OperatorMetrics {
         registry.register(Box::new(sweep_duration.clone()))?;
         registry.register(Box::new(status_writes.clone()))?;
         registry.register(Box::new(plans_fired.clone()))?;
+        let pending_calls = IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_pending_calls",
+                "Calls waiting for a human's answer (approvals, interactive tools), by agent.",
+            ),
+            &["namespace", "agent"],
+        )?;
         registry.register(Box::new(agents.clone()))?;
+        registry.register(Box::new(pending_calls.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -192,6 +202,7 @@ impl OperatorMetrics {
             status_writes,
             plans_fired,
             agents,
+            pending_calls,
         })
     }
 }

@@ -550,6 +550,10 @@ impl Scaler {
             if let Some(p) = status.phase {
                 *phases.entry(p).or_default() += 1;
             }
+            metrics
+                .pending_calls
+                .with_label_values(&[key.namespace.as_str(), key.name.as_str()])
+                .set(i64::try_from(o.pending.len()).unwrap_or(i64::MAX));
             let stale = e.written.as_ref() != Some(&status);
             let allowed = e
                 .written_at

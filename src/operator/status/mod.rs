@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
-use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus};
+use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus, PendingCallStatus};
 use crate::store::AgentObservation;
 
 mod tools;
@@ -251,6 +251,22 @@ pub fn data_status(
             time: time(c.time_ms),
         }),
         tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
+        pending_calls: seen
+            .pending
+            .iter()
+            .map(|c| PendingCallStatus {
+                tool: c.record.tool.clone(),
+                call_id: c.id.to_string(),
+                kind: match c.record.kind {
+                    crate::store::CallKind::Interactive => "interactive",
+                    _ => "approval",
+                }
+                .into(),
+                space: c.record.space.clone(),
+                since: time(c.record.since_ms),
+                expires: time(c.record.expires_ms),
+            })
+            .collect(),
         conditions: model_condition(seen).into_iter().chain(tools).collect(),
         ..AgentStatus::default()
     }
