@@ -993,3 +993,50 @@ async fn a_call_nobody_answers_in_time_is_told_it_timed_out() {
         "{told:?}"
     );
 }
+
+#[tokio::test]
+async fn an_interactive_tools_answer_is_its_result() {
+    let interactive: Vec<crate::crd::InteractiveToolSpec> = serde_yaml::from_str(
+        "- name: confirm_deployment
+  description: Ask a human to confirm a deployment.
+  inputSchema: {type: object, properties: {version: {type: string}}}
+  resultSchema: {type: object, properties: {confirmed: {type: boolean}}}",
+    )
+    .unwrap();
+    let r = rig_with(
+        "",
+        vec![
+            Ok(calls(&[("confirm_deployment", json!({"version": "1.2"}))])),
+            Ok(text("Deploying 1.2.")),
+        ],
+        vec![Arc::new(
+            crate::worker::tools::interactive::InteractiveTools::new(&interactive),
+        )],
+    )
+    .await;
+    let (call, _) = asked(&r).await;
+    assert_eq!(call.record.kind, crate::store::CallKind::Interactive);
+    assert_eq!(
+        call.record.result_schema,
+        Some(json!({"type": "object", "properties": {"confirmed": {"type": "boolean"}}}))
+    );
+    let said = r.said().await;
+    assert!(
+        said.last().unwrap().0.contains("asks: confirm_deployment"),
+        "{said:?}"
+    );
+    let events = decide(
+        &r,
+        &call,
+        crate::store::Answer::Result(json!({"confirmed": true})),
+        None,
+    )
+    .await;
+    let done = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(done, Outcome::Completed(_)), "{done:?}");
+    let told = r.requests()[1].messages.last().cloned();
+    assert!(
+        matches!(&told, Some(Message::Tool { content, .. }) if content == &json!({"answer": {"confirmed": true}, "by": "Dana"}).to_string()),
+        "{told:?}"
+    );
+}

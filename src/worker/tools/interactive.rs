@@ -74,3 +74,30 @@ impl External for InteractiveTools {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interactive_tool_is_offered_and_asks_a_human() {
+        let specs: Vec<InteractiveToolSpec> = serde_yaml::from_str(
+            "- {name: pick, description: Choose one., resultSchema: {type: string}, timeoutSeconds: 60}",
+        )
+        .unwrap();
+        let tools = InteractiveTools::new(&specs);
+        let offered = tools.specs();
+        assert_eq!(offered[0].name, "pick");
+        assert_eq!(offered[0].parameters, serde_json::json!({"type": "object"}));
+        assert_eq!(
+            tools.asks("pick"),
+            Some(Ask {
+                kind: CallKind::Interactive,
+                result_schema: Some(serde_json::json!({"type": "string"})),
+                timeout_seconds: Some(60),
+            })
+        );
+        assert_eq!(tools.asks("other"), None);
+        assert!(tools.status()[0].ready && tools.idempotent("pick"));
+    }
+}
