@@ -224,6 +224,8 @@ pub struct WorkerMetrics {
     pub tool_calls: IntCounterVec,
     /// How long tool calls take, by tool.
     pub tool_duration: HistogramVec,
+    /// Time from asking a human about a call to their answer, by tool.
+    pub decision_time: HistogramVec,
     /// Estimated tokens of the consciousness after the last commit.
     pub consciousness_tokens: prometheus::IntGaugeVec,
     /// Compactions done.
@@ -296,6 +298,16 @@ impl WorkerMetrics {
             ]),
             &["namespace", "agent", "tool"],
         )?;
+        let decision_time = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_decision_seconds",
+                "Time from asking a human about a tool call (approval, interactive tool) to their answer, by tool.",
+            )
+            .buckets(vec![
+                5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0,
+            ]),
+            &["namespace", "agent", "tool"],
+        )?;
         let consciousness_tokens = prometheus::IntGaugeVec::new(
             Opts::new(
                 "agentfleet_consciousness_tokens",
@@ -353,6 +365,7 @@ impl WorkerMetrics {
         registry.register(Box::new(tokens.clone()))?;
         registry.register(Box::new(tool_calls.clone()))?;
         registry.register(Box::new(tool_duration.clone()))?;
+        registry.register(Box::new(decision_time.clone()))?;
         registry.register(Box::new(consciousness_tokens.clone()))?;
         registry.register(Box::new(compactions.clone()))?;
         Ok(Self {
@@ -363,6 +376,7 @@ impl WorkerMetrics {
             tokens,
             tool_calls,
             tool_duration,
+            decision_time,
             consciousness_tokens,
             compactions,
             compaction_failures,

@@ -81,12 +81,14 @@ impl Cycle<'_> {
         agentlet.store.register_human_call(&human).await?;
         let asked = Asked {
             call: human.id.to_string(),
+            since_ms: human.record.since_ms,
             expires_ms: human.record.expires_ms,
         };
         self.journal(vec![Entry::Asked {
             step,
             index,
             call: asked.call.clone(),
+            since_ms: asked.since_ms,
             expires_ms: asked.expires_ms,
         }])
         .await?;
@@ -154,9 +156,9 @@ impl Cycle<'_> {
         let answer = self.events.iter().find_map(|e| {
             let data = e.data.as_ref()?;
             (e.kind == EventKind::ToolResult && data["callId"] == asked.call.as_str())
-                .then_some(data)
+                .then_some((e.time_ms, data))
         });
-        let Some(data) = answer else {
+        let Some((answered_ms, data)) = answer else {
             if now_ms() > asked.expires_ms {
                 return Answered::Instead(Outcome::error(format!(
                     "nobody answered the call of {} (call {}) in time: it timed out and was not made",
@@ -165,6 +167,13 @@ impl Cycle<'_> {
             }
             return Answered::Waiting;
         };
+        let [ns, agent] = self.agentlet.labels();
+        let waited = answered_ms.saturating_sub(asked.since_ms).max(0) as f64 / 1000.0;
+        self.agentlet
+            .metrics
+            .decision_time
+            .with_label_values(&[ns, agent, call.name.as_str()])
+            .observe(waited);
         let by = data["by"].as_str().unwrap_or("someone");
         let reason = data["reason"].as_str();
         match data["decision"].as_str() {

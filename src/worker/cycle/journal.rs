@@ -55,6 +55,8 @@ pub(super) enum Entry {
         step: u32,
         index: usize,
         call: String,
+        #[serde(default)]
+        since_ms: i64,
         expires_ms: i64,
     },
     /// A call's result.
@@ -86,6 +88,8 @@ pub(super) struct Unfinished {
 pub(super) struct Asked {
     /// The registered call's id.
     pub call: String,
+    /// When it was asked (ms since the epoch).
+    pub since_ms: i64,
     /// When its answer stops being taken (ms since the epoch).
     pub expires_ms: i64,
 }
@@ -177,11 +181,17 @@ pub(super) fn resume(raw: &[String]) -> Option<Resumed> {
                 step: n,
                 index,
                 call,
+                since_ms,
                 expires_ms,
             } => {
                 out.asked_calls.insert(call.clone());
                 if let Some(s) = step.as_mut().filter(|s| s.step == n) {
-                    s.asked.insert(index, Asked { call, expires_ms });
+                    let asked = Asked {
+                        call,
+                        since_ms,
+                        expires_ms,
+                    };
+                    s.asked.insert(index, asked);
                 }
             }
             Entry::Result {
