@@ -944,6 +944,13 @@ async fn an_approved_call_runs_once_after_the_cycle_paused_for_it() {
         0,
         "the answer is acknowledged with the cycle"
     );
+    let timed = r
+        .agentlet
+        .metrics
+        .decision_time
+        .with_label_values(&[NS, "assistant", "create_ticket"])
+        .get_sample_count();
+    assert_eq!(timed, 1, "the time to the decision is measured once");
 }
 
 #[tokio::test]
