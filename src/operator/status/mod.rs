@@ -181,6 +181,7 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
         tokens_used: s.tokens_used,
         checkpoint: s.checkpoint.clone(),
         tools: s.tools.clone(),
+        pending_calls: s.pending_calls.clone(),
         conditions: s
             .conditions
             .iter()
@@ -367,7 +368,8 @@ mod tests {
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
             "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50},
-            "tools": [{"name": "skip", "source": "builtin", "ready": true}]
+            "tools": [{"name": "skip", "source": "builtin", "ready": true}],
+            "pendingCalls": [{"tool": "restart", "callId": "ops.sre.0123", "kind": "approval"}]
         }))
         .unwrap();
         let r = serde_json::to_value(reconcile_part(&s)).unwrap();

@@ -694,6 +694,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 16);
+        assert_eq!(scripts, 17);
     }
 }
