@@ -72,6 +72,8 @@ pub struct OperatorMetrics {
     pub plans_fired: IntCounterVec,
     /// Agents by phase, as of the last sweep.
     pub agents: IntGaugeVec,
+    /// Calls waiting for a human, by namespace and agent, as of the last sweep.
+    pub pending_calls: IntGaugeVec,
 }
 
 impl OperatorMetrics {
@@ -177,7 +179,15 @@ impl OperatorMetrics {
         registry.register(Box::new(sweep_duration.clone()))?;
         registry.register(Box::new(status_writes.clone()))?;
         registry.register(Box::new(plans_fired.clone()))?;
+        let pending_calls = IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_pending_calls",
+                "Calls waiting for a human's answer (approvals, interactive tools), by agent.",
+            ),
+            &["namespace", "agent"],
+        )?;
         registry.register(Box::new(agents.clone()))?;
+        registry.register(Box::new(pending_calls.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -192,6 +202,7 @@ impl OperatorMetrics {
             status_writes,
             plans_fired,
             agents,
+            pending_calls,
         })
     }
 }
@@ -213,6 +224,8 @@ pub struct WorkerMetrics {
     pub tool_calls: IntCounterVec,
     /// How long tool calls take, by tool.
     pub tool_duration: HistogramVec,
+    /// Time from asking a human about a call to their answer, by tool.
+    pub decision_time: HistogramVec,
     /// Estimated tokens of the consciousness after the last commit.
     pub consciousness_tokens: prometheus::IntGaugeVec,
     /// Compactions done.
@@ -285,6 +298,16 @@ impl WorkerMetrics {
             ]),
             &["namespace", "agent", "tool"],
         )?;
+        let decision_time = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_decision_seconds",
+                "Time from asking a human about a tool call (approval, interactive tool) to their answer, by tool.",
+            )
+            .buckets(vec![
+                5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0,
+            ]),
+            &["namespace", "agent", "tool"],
+        )?;
         let consciousness_tokens = prometheus::IntGaugeVec::new(
             Opts::new(
                 "agentfleet_consciousness_tokens",
@@ -342,6 +365,7 @@ impl WorkerMetrics {
         registry.register(Box::new(tokens.clone()))?;
         registry.register(Box::new(tool_calls.clone()))?;
         registry.register(Box::new(tool_duration.clone()))?;
+        registry.register(Box::new(decision_time.clone()))?;
         registry.register(Box::new(consciousness_tokens.clone()))?;
         registry.register(Box::new(compactions.clone()))?;
         Ok(Self {
@@ -352,6 +376,7 @@ impl WorkerMetrics {
             tokens,
             tool_calls,
             tool_duration,
+            decision_time,
             consciousness_tokens,
             compactions,
             compaction_failures,

@@ -1,7 +1,8 @@
 //! The journal with a real `kill -9`: a worker process calling an HTTP tool on a real HTTP
 //! server (which counts the requests it gets) is killed between a finished call and the
 //! cycle's commit, and during a call; the restarted worker never repeats an effect it cannot
-//! know is harmless to repeat.
+//! know is harmless to repeat. A call that needs a human's approval pauses the cycle durably:
+//! killed while it waits, the next worker resumes the same cycle on the decision.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
 
@@ -165,6 +166,14 @@ spec:
       - name: service_status
         description: Reads a service's status.
         url: "{tools}/status"
+        inputSchema:
+          type: object
+          properties: {{service: {{type: string}}}}
+      - name: restart_service
+        description: Restarts a service (a human approves first).
+        method: POST
+        url: "{tools}/tickets"
+        requireApproval: true
         inputSchema:
           type: object
           properties: {{service: {{type: string}}}}
@@ -363,4 +372,100 @@ async fn an_idempotent_call_cut_off_by_kill_9_is_retried_with_the_same_key() {
     assert_eq!(seen[0].key, seen[1].key, "the same Idempotency-Key");
     let replayed = rig.tool_results(1);
     assert!(replayed.iter().any(|r| r.contains("open")), "{replayed:?}");
+}
+
+// ---- Approvals: the cycle pauses for a human, durably ---------------------------------------
+
+fn restart() -> MockTurn {
+    MockTurn::tools(&[("restart_service", json!({"service": "db-1"}))])
+}
+
+/// The call the agent waits on a human for, once it is asked.
+async fn asked(rig: &Rig) -> agentfleet::store::RegisteredCall {
+    let agent = AgentKey::new("ops", "sre");
+    let start = Instant::now();
+    loop {
+        let waiting = rig.store.human_calls(&agent).await.unwrap();
+        if let Some(call) = waiting.into_iter().next() {
+            return call;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn decide(
+    rig: &Rig,
+    call: &agentfleet::store::RegisteredCall,
+    answer: agentfleet::store::Answer,
+) {
+    use agentfleet::store::{CallResult, Completion, Decision};
+    let decision = CallResult::Decision(Decision {
+        answer,
+        by: "Dana".into(),
+        reason: Some("go".into()),
+    });
+    let done = rig
+        .store
+        .complete_call(&call.id, None, &decision)
+        .await
+        .unwrap();
+    assert!(matches!(done, Completion::Accepted(_)), "{done:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_survives_kill_9_and_the_call_is_made_once() {
+    let rig = Rig::start("approval", vec![restart()]).await;
+    let mut first = rig.worker();
+    rig.post("restart db-1 please");
+    let call = asked(&rig).await;
+    assert_eq!(call.record.tool, "restart_service");
+    // Paused: nothing made, nothing committed, the space told.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(rig.tools.seen().is_empty());
+    assert_eq!(rig.model.request_count(), 1);
+    first.kill_9();
+
+    // Decided while no worker runs; the next worker resumes the same cycle.
+    decide(&rig, &call, agentfleet::store::Answer::Approve).await;
+    rig.model.push(MockTurn::text("Restarted db-1."));
+    let _second = rig.worker();
+    rig.until_committed().await;
+    let seen = rig.tools.seen();
+    assert_eq!(seen.len(), 1, "made once: {seen:?}");
+    assert!(seen[0].body.contains("db-1"), "{seen:?}");
+    assert_eq!(
+        rig.model.request_count(),
+        2,
+        "asked once, then only the next step"
+    );
+    assert!(
+        rig.tool_results(1).iter().any(|r| r.contains("T-1")),
+        "{:?}",
+        rig.tool_results(1)
+    );
+    assert!(rig
+        .store
+        .human_calls(&AgentKey::new("ops", "sre"))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_denied_call_is_never_made() {
+    let rig = Rig::start("denied", vec![restart()]).await;
+    let _worker = rig.worker();
+    rig.post("restart db-1 please");
+    let call = asked(&rig).await;
+    rig.model.push(MockTurn::text("Not restarting."));
+    decide(&rig, &call, agentfleet::store::Answer::Deny).await;
+    rig.until_committed().await;
+    assert!(rig.tools.seen().is_empty());
+    let told = rig.tool_results(1);
+    assert!(
+        told.iter()
+            .any(|r| r.contains("Dana denied the call of restart_service: go")),
+        "{told:?}"
+    );
 }

@@ -507,6 +507,34 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub tools: Vec<super::ToolStatus>,
+
+    /// Calls the agent waits on a human for (an approval, an interactive tool's answer),
+    /// oldest first: what `kubectl describe agent` says it is waiting for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["callId"]))]
+    pub pending_calls: Vec<PendingCallStatus>,
+}
+
+/// A call waiting for a human.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingCallStatus {
+    /// The tool called.
+    pub tool: String,
+    /// The call's id (what a human answers: `POST /v1/spaces/NS/SPACE/tool-calls/ID`,
+    /// `agentfleet approve|deny NS/AGENT ID`).
+    pub call_id: String,
+    /// `approval` (approve or deny before it runs) or `interactive` (a human's answer).
+    pub kind: String,
+    /// The space it was asked in (its members answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
+    /// When it was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// When it times out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Time>,
 }
 
 /// Lifecycle phase of an Agent.

@@ -24,6 +24,48 @@ pub struct ToolsSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub mcp: Vec<McpServerSpec>,
+
+    /// Tools whose result a human supplies (a form answer, a choice, a confirmation): a call
+    /// pauses the cycle until a member of the active space answers it through the gateway
+    /// (`POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`) or it times out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub interactive: Vec<InteractiveToolSpec>,
+
+    /// How long a call that needs approval (`requireApproval`) waits for a human's decision,
+    /// in seconds; after that the model is told it timed out.
+    #[serde(default = "default_approval_timeout_seconds")]
+    #[schemars(range(min = 1, max = 2592000))]
+    pub approval_timeout_seconds: u32,
+}
+
+/// A tool whose result a human supplies.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InteractiveToolSpec {
+    /// The name the model calls it by.
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[a-zA-Z0-9_-]+$"))]
+    pub name: String,
+
+    /// What it asks, for the model.
+    #[schemars(length(min = 1, max = 1024))]
+    pub description: String,
+
+    /// JSON Schema of the model's arguments (what the human is shown and asked).
+    #[serde(default = "empty_object_schema")]
+    #[schemars(schema_with = "any_object")]
+    pub input_schema: serde_json::Value,
+
+    /// JSON Schema the human's answer must match (any JSON when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object_or_null")]
+    pub result_schema: Option<serde_json::Value>,
+
+    /// How long the call waits for an answer, in seconds; after that the model is told it
+    /// timed out.
+    #[serde(default = "default_interactive_timeout_seconds")]
+    #[schemars(range(min = 1, max = 2592000))]
+    pub timeout_seconds: u32,
 }
 
 impl Default for ToolsSpec {
@@ -32,6 +74,8 @@ impl Default for ToolsSpec {
             builtin: BuiltinTool::all(),
             http: Vec::new(),
             mcp: Vec::new(),
+            interactive: Vec::new(),
+            approval_timeout_seconds: default_approval_timeout_seconds(),
         }
     }
 }
@@ -158,6 +202,11 @@ pub struct HttpToolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotent: Option<bool>,
 
+    /// Ask a member of the active space before each call: the cycle pauses (durably; the
+    /// worker sleeps) until one approves or denies it, or `tools.approvalTimeoutSeconds` pass.
+    #[serde(default)]
+    pub require_approval: bool,
+
     /// Show the call's arguments and result to the humans of the active space (a live
     /// `activity` event `tool_result` whose `detail` is JSON `{"arguments", "result"}`,
     /// secrets masked); by default only the tool's name shows ("is using …").
@@ -250,6 +299,12 @@ pub struct McpServerSpec {
     /// harmless; only then is it retried.
     #[serde(default)]
     pub idempotent: bool,
+
+    /// Tools of this server (as it names them) whose calls a member of the active space must
+    /// approve first; see the HTTP tools' `requireApproval`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub require_approval: Vec<String>,
 }
 
 /// A tool the worker actually has, as `status.tools` shows it.
@@ -273,6 +328,21 @@ fn empty_object_schema() -> serde_json::Value {
 
 fn default_timeout_seconds() -> u32 {
     30
+}
+
+fn default_approval_timeout_seconds() -> u32 {
+    3600
+}
+
+fn default_interactive_timeout_seconds() -> u32 {
+    3600
+}
+
+/// [`any_object`], or nothing.
+fn any_object_or_null(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut s = any_object(g);
+    s.insert("nullable".into(), true.into());
+    s
 }
 
 fn default_max_response_bytes() -> u32 {

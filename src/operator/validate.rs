@@ -67,29 +67,46 @@ pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
     problems
 }
 
-/// Every name the model calls a tool by is one tool's: HTTP tools unique and not a built-in's
-/// name, MCP servers unique, no HTTP tool inside a server's `NAME__` prefix, no server inside
-/// another's.
+/// Every name the model calls a tool by is one tool's: HTTP and interactive tools unique and
+/// not a built-in's name, MCP servers unique, no such tool inside a server's `NAME__` prefix,
+/// no server inside another's; a server's `requireApproval` names tools of its allowlist.
 fn tool_names(tools: &ToolsSpec, problems: &mut Vec<String>) {
     let mut seen = BTreeSet::new();
-    for (i, t) in tools.http.iter().enumerate() {
-        if BuiltinTool::from_name(&t.name).is_some() {
+    let named = tools
+        .http
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("tools.http[{i}].name"), &t.name))
+        .chain(
+            tools
+                .interactive
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("tools.interactive[{i}].name"), &t.name)),
+        );
+    for (field, name) in named {
+        if BuiltinTool::from_name(name).is_some() {
+            problems.push(format!("{field} {name:?} is the name of a built-in tool"));
+        }
+        if !seen.insert(name.as_str()) {
             problems.push(format!(
-                "tools.http[{i}].name {:?} is the name of a built-in tool",
-                t.name
+                "{field} {name:?} is used by another HTTP or interactive tool"
             ));
         }
-        if !seen.insert(t.name.as_str()) {
+        if let Some(server) = server_of(&tools.mcp, name) {
             problems.push(format!(
-                "tools.http[{i}].name {:?} is used by another HTTP tool",
-                t.name
+                "{field} {name:?} is inside the prefix {}{MCP_SEPARATOR} of MCP server {:?}'s tools",
+                server.name, server.name
             ));
         }
-        if let Some(server) = server_of(&tools.mcp, &t.name) {
-            problems.push(format!(
-                "tools.http[{i}].name {:?} is inside the prefix {}{MCP_SEPARATOR} of MCP server {:?}'s tools",
-                t.name, server.name, server.name
-            ));
+    }
+    for (i, s) in tools.mcp.iter().enumerate() {
+        for t in &s.require_approval {
+            if !s.tools.is_empty() && !s.tools.contains(t) {
+                problems.push(format!(
+                    "tools.mcp[{i}].requireApproval names {t:?}, which its tools allowlist does not allow"
+                ));
+            }
         }
     }
     let mut servers = BTreeSet::new();
@@ -132,7 +149,8 @@ fn names_a_tool(tools: &ToolsSpec, name: &str) -> Result<(), String> {
     if BuiltinTool::from_name(name).is_some() {
         return Err("a built-in tool that tools.builtin does not enable".into());
     }
-    if tools.http.iter().any(|t| t.name == name) {
+    if tools.http.iter().any(|t| t.name == name) || tools.interactive.iter().any(|t| t.name == name)
+    {
         return Ok(());
     }
     if let Some(server) = server_of(&tools.mcp, name) {
@@ -152,7 +170,7 @@ fn names_a_tool(tools: &ToolsSpec, name: &str) -> Result<(), String> {
             ))
         };
     }
-    Err("not a tool of this agent (a built-in, an HTTP tool, SERVER__TOOL or SERVER__* of an MCP server)".into())
+    Err("not a tool of this agent (a built-in, an HTTP or interactive tool, SERVER__TOOL or SERVER__* of an MCP server)".into())
 }
 
 /// An HTTP tool's input schema is an object schema, and every `{x}` of its URL names one of
@@ -295,13 +313,16 @@ mod tests {
     #[test]
     fn tool_names_are_each_one_tools() {
         let p = with_tools(
-            &format!("{{http: [{{name: skip, description: d, url: \"http://t\"}}, {{name: tracker__create, description: d, url: \"http://t\"}}, {{name: ping, description: d, url: \"http://t\"}}, {{name: ping, description: d, url: \"http://t\"}}], mcp: [{TRACKER}, {TRACKER}, {{name: tracker__v2, url: \"http://x\"}}]}}"),
+            &format!("{{http: [{{name: skip, description: d, url: \"http://t\"}}, {{name: tracker__create, description: d, url: \"http://t\"}}, {{name: ping, description: d, url: \"http://t\"}}, {{name: ping, description: d, url: \"http://t\"}}], interactive: [{{name: ping, description: d}}, {{name: send_message, description: d}}], mcp: [{TRACKER}, {TRACKER}, {{name: tracker__v2, url: \"http://x\"}}, {{name: gh, url: \"http://gh\", tools: [search], requireApproval: [merge]}}]}}"),
             "{}",
         );
         let want = [
             "tools.http[0].name \"skip\" is the name of a built-in tool",
             "tools.http[1].name \"tracker__create\" is inside the prefix tracker__ of MCP server \"tracker\"'s tools",
-            "tools.http[3].name \"ping\" is used by another HTTP tool",
+            "tools.http[3].name \"ping\" is used by another HTTP or interactive tool",
+            "tools.interactive[0].name \"ping\" is used by another HTTP or interactive tool",
+            "tools.interactive[1].name \"send_message\" is the name of a built-in tool",
+            "tools.mcp[3].requireApproval names \"merge\", which its tools allowlist does not allow",
             "tools.mcp[0].name \"tracker\": the tools of MCP server \"tracker__v2\" would be inside its prefix tracker__",
             "tools.mcp[1].name \"tracker\" is used by another MCP server",
         ];

@@ -305,11 +305,28 @@ pub struct RegisteredCall {
 }
 
 impl RegisteredCall {
-    /// Orders calls oldest first (then by id), as [`Calls::human_calls`] returns them.
-    pub fn sort_oldest_first(calls: &mut [RegisteredCall]) {
-        calls.sort_by(|a, b| {
+    /// The calls that wait for a human among an agent's registry, oldest first (then by id):
+    /// not done, not forgotten at `now_ms` (expired ones too). `entries` are the registry's
+    /// (id, record, done) as a store keeps them; an id that does not parse is left out.
+    pub fn waiting_for_humans<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a CallRecord, bool)>,
+        now_ms: i64,
+    ) -> Vec<RegisteredCall> {
+        let mut out: Vec<RegisteredCall> = entries
+            .into_iter()
+            .filter(|(_, r, done)| r.kind.human() && !done && r.forget_ms() > now_ms)
+            .filter_map(|(id, record, _)| {
+                Some(RegisteredCall {
+                    id: CallId::parse(id)?,
+                    record: record.clone(),
+                    done: false,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
             (a.record.since_ms, a.id.as_str()).cmp(&(b.record.since_ms, b.id.as_str()))
         });
+        out
     }
 }
 

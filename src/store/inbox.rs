@@ -29,6 +29,13 @@ pub trait Inbox: Send + Sync {
         timeout: Duration,
     ) -> Result<Vec<InboxEvent>, StoreError>;
 
+    /// Waits, without polling, up to `timeout` for the inbox itself (not what is in flight) to
+    /// hold an event, and whether one came (moved in flight, as [`wait_inbox`] moves it). A
+    /// paused cycle goes on only when something new arrives (a human's decision among it).
+    ///
+    /// [`wait_inbox`]: Inbox::wait_inbox
+    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError>;
+
     /// Moves the urgent queue in flight (acknowledged with the cycle) and returns it. Fenced.
     async fn take_urgent(
         &self,
@@ -79,6 +86,11 @@ pub trait Inbox: Send + Sync {
     /// Ends a cycle: drops the in-flight events, marks the agent sleeping, and moves urgent
     /// events that arrived late back to the inbox (so they wake the next cycle). Fenced.
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+
+    /// A cycle paused for a human: its events stay in flight (and come back with the next
+    /// drain), the agent is marked paused rather than thinking — idle for the scaler while
+    /// nothing else waits — and urgent events move back to the inbox. Fenced.
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
 
     /// Wake signals from now on: agents whose inbox got an event while no worker held them
     /// (or whose worker left with events still waiting).

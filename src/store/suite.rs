@@ -118,6 +118,57 @@ fn urgent(id: &str, text: &str) -> InboxEvent {
 const TTL: std::time::Duration = std::time::Duration::from_secs(30);
 const SHORT: std::time::Duration = std::time::Duration::from_millis(50);
 
+async fn observed(store: &dyn Store, agent: &AgentKey) -> AgentObservation {
+    store
+        .observe(std::slice::from_ref(agent))
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+async fn a_paused_cycle_waits_only_for_something_new(store: &dyn Store) {
+    let agent = AgentKey::new("fam", "paused");
+    let lease = store
+        .acquire_lease(&agent, "w", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .push_event(&agent, &event("e1", "first"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.wait_inbox(&agent, &lease, SHORT).await.unwrap().len(),
+        1
+    );
+    // In flight, and nothing new: the wait times out (what is in flight does not count).
+    assert!(!store.wait_new(&agent, SHORT).await.unwrap());
+    assert!(observed(store, &agent).await.busy(), "thinking");
+    // Paused for a human: idle for the scaler, its event still in flight.
+    store.pause_cycle(&agent, &lease).await.unwrap();
+    let paused = observed(store, &agent).await;
+    assert!(paused.paused && !paused.busy(), "{paused:?}");
+    assert_eq!(paused.in_flight, 1);
+    store
+        .push_event(&agent, &event("e2", "second"))
+        .await
+        .unwrap();
+    assert!(store.wait_new(&agent, SHORT).await.unwrap());
+    let all = store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["e1", "e2"]
+    );
+    let resumed = observed(store, &agent).await;
+    assert!(!resumed.paused && resumed.busy(), "{resumed:?}");
+    // Fenced like every write of a cycle.
+    let stale = Lease {
+        token: lease.token + 1,
+        ..lease.clone()
+    };
+    assert!(store.pause_cycle(&agent, &stale).await.is_err());
+}
+
 async fn inbox_drains_whole_batches_in_order_and_drops_duplicates(store: &dyn Store) {
     let a = AgentKey::new("fam", "assistant");
     let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
@@ -1844,7 +1895,8 @@ suite!(
     agent_plans_are_kept_and_fenced,
     purging_an_agent_forgets_everything,
     async_calls_take_one_result_with_their_token,
-    human_calls_take_one_answer_without_a_token;
+    human_calls_take_one_answer_without_a_token,
+    a_paused_cycle_waits_only_for_something_new;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );
 

@@ -492,6 +492,8 @@ pub struct AgentObservation {
     pub in_flight: u64,
     /// A cycle is under way.
     pub thinking: bool,
+    /// A cycle waits for a human (its events in flight); idle for the scaler.
+    pub paused: bool,
     /// A worker holds the agent's lease.
     pub worker: bool,
     /// Committed cycles.
@@ -510,11 +512,25 @@ pub struct AgentObservation {
     pub model: Option<ModelHealth>,
     /// The tools the worker has, once it has reported them.
     pub tools: Option<Vec<crate::crd::ToolStatus>>,
+    /// Calls that wait for a human (approvals, interactive tools), oldest first.
+    pub pending: Vec<super::RegisteredCall>,
 }
 
 impl AgentObservation {
-    /// Something waits or is being worked on.
+    /// Something waits or is being worked on (a cycle paused for a human is not: its worker
+    /// may go until something arrives).
     pub fn busy(&self) -> bool {
-        self.waiting > 0 || self.in_flight > 0 || self.thinking
+        self.waiting > 0 || (self.in_flight > 0 && !self.paused) || self.thinking
+    }
+
+    /// The observation as the scaler weighs it at `now_ms`: a cycle paused for a human whose
+    /// wait has ended (a call's time is up) is no longer just waiting: its worker must come
+    /// back to tell the model.
+    pub fn at(&self, now_ms: i64) -> AgentObservation {
+        let mut o = self.clone();
+        if o.paused && o.pending.iter().any(|c| c.record.expires_ms <= now_ms) {
+            o.paused = false;
+        }
+        o
     }
 }

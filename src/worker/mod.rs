@@ -288,6 +288,9 @@ async fn process(
     let fenced = || StoreError::Fenced {
         agent: key.to_string(),
     };
+    // While a cycle waits for a human: until when (its events stay in flight, and it goes
+    // on only when something new arrives or that time has passed).
+    let mut paused_until: Option<i64> = None;
     loop {
         health.beat();
         if *shutdown.borrow() {
@@ -296,6 +299,27 @@ async fn process(
         if *lost.borrow() {
             warn!(agent = %key, "lease lost; stopping");
             return Err(fenced());
+        }
+        if let Some(until) = paused_until {
+            let left = u64::try_from(until.saturating_sub(crate::store::now_ms())).unwrap_or(0);
+            let wait = Duration::from_millis(left).min(WAIT);
+            let arrived = tokio::select! {
+                r = agentlet.store.wait_new(key, wait) => r,
+                _ = shutdown.wait_for(|v| *v) => return Ok(()),
+                _ = lost.wait_for(|v| *v) => continue,
+            };
+            match arrived {
+                Ok(false) if crate::store::now_ms() < until => continue,
+                Ok(_) => paused_until = None,
+                Err(e) => {
+                    let wait = store_backoff.take();
+                    warn!(agent = %key, error = %e, retry_in = ?wait, "cannot reach the inbox; retrying");
+                    if !pause(wait, shutdown).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
         }
         let waited = tokio::select! {
             r = agentlet.store.wait_inbox(key, lease, WAIT) => r,
@@ -333,6 +357,16 @@ async fn process(
                 model_backoff.reset();
                 store_backoff.reset();
                 agentlet.report_success().await;
+            }
+            Ok(Outcome::Paused { until_ms }) => {
+                refusals = 0;
+                paused_until = Some(until_ms);
+                match agentlet.store.pause_cycle(key, lease).await {
+                    Ok(()) => {}
+                    Err(StoreError::Fenced { .. }) => return Err(fenced()),
+                    // Only the scaler's view: the agent looks busy until the next pause.
+                    Err(e) => warn!(agent = %key, error = %e, "the pause was not recorded"),
+                }
             }
             Ok(Outcome::Failed(e)) => {
                 refusals = if e.is_transient() { 0 } else { refusals + 1 };

@@ -171,6 +171,67 @@ mod tests {
     }
 
     #[test]
+    fn a_cycle_paused_for_a_human_lets_its_worker_go() {
+        let zero = scaling("{idleSeconds: 60}");
+        let paused = AgentObservation {
+            paused: true,
+            ..seen(0, 2, false)
+        };
+        let long = Some(Duration::from_secs(61));
+        assert_eq!(
+            decide(&zero, false, 1, &paused, long),
+            Decision::Down {
+                idle: Duration::from_secs(61)
+            }
+        );
+        assert_eq!(
+            decide(&zero, false, 0, &paused, None),
+            Decision::Hold,
+            "not woken"
+        );
+        // Something arrives (the answer among it): woken.
+        let answered = AgentObservation {
+            waiting: 1,
+            ..paused.clone()
+        };
+        assert_eq!(
+            decide(&zero, false, 0, &answered, None),
+            Decision::Up { waiting: 1 }
+        );
+        // A call's time is up: the worker comes back to tell the model.
+        let call = crate::store::HumanCall::new(
+            &crate::store::AgentKey::new("ops", "sre"),
+            "restart",
+            crate::store::CallKind::Approval,
+            "oncall",
+            serde_json::json!({}),
+            None,
+            1000,
+        )
+        .unwrap();
+        let waiting_on = AgentObservation {
+            pending: vec![crate::store::RegisteredCall {
+                id: call.id,
+                record: call.record.clone(),
+                done: false,
+            }],
+            ..paused
+        };
+        let before = waiting_on.at(call.record.expires_ms - 1);
+        assert_eq!(decide(&zero, false, 0, &before, None), Decision::Hold);
+        let due = waiting_on.at(call.record.expires_ms);
+        assert_eq!(
+            decide(&zero, false, 0, &due, None),
+            Decision::Up { waiting: 0 }
+        );
+        // Not paused, the same events in flight keep it up.
+        assert_eq!(
+            decide(&zero, false, 1, &seen(0, 2, false), long),
+            Decision::Hold
+        );
+    }
+
+    #[test]
     fn replicas_applied_follow_the_spec_and_the_scaler() {
         let mut spec: AgentSpec =
             serde_yaml::from_str("{model: {provider: scripted, name: x}}").unwrap();

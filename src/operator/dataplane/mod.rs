@@ -492,6 +492,7 @@ impl Scaler {
             let Some(e) = entries.get_mut(key) else {
                 continue;
             };
+            let o = &o.at(now);
             // Idle since the first quiet look, or the last cycle if later.
             if o.busy() {
                 e.idle_since_ms = None;
@@ -549,6 +550,10 @@ impl Scaler {
             if let Some(p) = status.phase {
                 *phases.entry(p).or_default() += 1;
             }
+            metrics
+                .pending_calls
+                .with_label_values(&[key.namespace.as_str(), key.name.as_str()])
+                .set(i64::try_from(o.pending.len()).unwrap_or(i64::MAX));
             let stale = e.written.as_ref() != Some(&status);
             let allowed = e
                 .written_at

@@ -487,3 +487,50 @@ async fn the_tools_a_worker_reports_reach_the_status_once() {
     assert_eq!(events().len(), 2);
     r.stop().await;
 }
+
+#[tokio::test]
+async fn what_an_agent_waits_on_a_human_for_is_in_its_status_and_a_gauge() {
+    use crate::store::prelude::*;
+    use crate::store::{CallKind, HumanCall};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let r = start(store.clone(), fast());
+    let a = AgentKey::new("fam", "a");
+    track(&r, &a, &spec("scaling: {minReplicas: 1}"), 1);
+    let call = HumanCall::new(
+        &a,
+        "restart_deployment",
+        CallKind::Approval,
+        "family",
+        serde_json::json!({"deployment": "api"}),
+        None,
+        3_600_000,
+    )
+    .unwrap();
+    store.register_human_call(&call).await.unwrap();
+    until("the pending call in status", || {
+        r.cluster
+            .statuses(&a)
+            .last()
+            .is_some_and(|s| !s.pending_calls.is_empty())
+    })
+    .await;
+    let status = r.cluster.statuses(&a).last().cloned().unwrap();
+    let pending = &status.pending_calls[0];
+    assert_eq!(
+        (
+            pending.tool.as_str(),
+            pending.call_id.as_str(),
+            pending.kind.as_str()
+        ),
+        ("restart_deployment", call.id.as_str(), "approval")
+    );
+    assert_eq!(pending.space.as_deref(), Some("family"));
+    assert!(pending.since.is_some() && pending.expires > pending.since);
+    assert_eq!(
+        r.metrics
+            .pending_calls
+            .with_label_values(&["fam", "a"])
+            .get(),
+        1
+    );
+}

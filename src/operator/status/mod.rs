@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
-use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus};
+use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus, PendingCallStatus};
 use crate::store::AgentObservation;
 
 mod tools;
@@ -181,6 +181,7 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
         tokens_used: s.tokens_used,
         checkpoint: s.checkpoint.clone(),
         tools: s.tools.clone(),
+        pending_calls: s.pending_calls.clone(),
         conditions: s
             .conditions
             .iter()
@@ -251,6 +252,22 @@ pub fn data_status(
             time: time(c.time_ms),
         }),
         tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
+        pending_calls: seen
+            .pending
+            .iter()
+            .map(|c| PendingCallStatus {
+                tool: c.record.tool.clone(),
+                call_id: c.id.to_string(),
+                kind: match c.record.kind {
+                    crate::store::CallKind::Interactive => "interactive",
+                    _ => "approval",
+                }
+                .into(),
+                space: c.record.space.clone(),
+                since: time(c.record.since_ms),
+                expires: time(c.record.expires_ms),
+            })
+            .collect(),
         conditions: model_condition(seen).into_iter().chain(tools).collect(),
         ..AgentStatus::default()
     }
@@ -351,7 +368,8 @@ mod tests {
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
             "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50},
-            "tools": [{"name": "skip", "source": "builtin", "ready": true}]
+            "tools": [{"name": "skip", "source": "builtin", "ready": true}],
+            "pendingCalls": [{"tool": "restart", "callId": "ops.sre.0123", "kind": "approval"}]
         }))
         .unwrap();
         let r = serde_json::to_value(reconcile_part(&s)).unwrap();

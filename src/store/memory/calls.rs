@@ -8,6 +8,18 @@ use crate::store::{
     NewCall, RegisteredCall, StoreError,
 };
 
+impl super::AgentState {
+    /// The calls that wait for a human, oldest first.
+    pub(super) fn human_calls(&self) -> Vec<RegisteredCall> {
+        RegisteredCall::waiting_for_humans(
+            self.calls
+                .iter()
+                .map(|(id, (record, done))| (id.as_str(), record, *done)),
+            now_ms(),
+        )
+    }
+}
+
 impl MemoryStore {
     /// Registers `record` as `id` (forgetting the agent's calls whose time is over).
     fn register(&self, id: &CallId, record: &CallRecord) {
@@ -47,22 +59,7 @@ impl Calls for MemoryStore {
     }
 
     async fn human_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError> {
-        let now = now_ms();
-        let mut out: Vec<RegisteredCall> = self.agent(agent, |a| {
-            a.calls
-                .iter()
-                .filter(|(_, (r, done))| r.kind.human() && !done && r.forget_ms() > now)
-                .filter_map(|(id, (record, _))| {
-                    Some(RegisteredCall {
-                        id: CallId::parse(id)?,
-                        record: record.clone(),
-                        done: false,
-                    })
-                })
-                .collect()
-        });
-        RegisteredCall::sort_oldest_first(&mut out);
-        Ok(out)
+        Ok(self.agent(agent, |a| a.human_calls()))
     }
 
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError> {

@@ -42,6 +42,12 @@ impl AgentState {
         self.inflight.clear();
         self.journal.clear();
         self.thinking = false;
+        self.paused = false;
+        self.requeue_urgent();
+    }
+
+    /// Urgent events that came late wait in the inbox (and wake the next cycle).
+    fn requeue_urgent(&mut self) {
         let late: Vec<InboxEvent> = self.urgent.drain(..).collect();
         if !late.is_empty() {
             self.inbox.extend(late);
@@ -54,6 +60,7 @@ impl AgentState {
         self.inflight.extend(self.inbox.drain(..));
         if !self.inflight.is_empty() {
             self.thinking = true;
+            self.paused = false;
         }
         self.inflight.clone()
     }
@@ -121,6 +128,30 @@ impl Inbox for MemoryStore {
         }
     }
 
+    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notify = self.agent(agent, |a| a.notify.clone());
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a push in between is not missed.
+            notified.as_mut().enable();
+            let moved = self.agent(agent, |a| match a.inbox.pop_front() {
+                Some(e) => {
+                    a.inflight.push(e);
+                    true
+                }
+                None => false,
+            });
+            if moved {
+                return Ok(true);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(false);
+            }
+        }
+    }
+
     async fn take_urgent(
         &self,
         agent: &AgentKey,
@@ -154,6 +185,16 @@ impl Inbox for MemoryStore {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
             a.ack();
+            Ok(())
+        })
+    }
+
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            a.thinking = false;
+            a.paused = true;
+            a.requeue_urgent();
             Ok(())
         })
     }

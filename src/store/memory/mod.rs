@@ -64,6 +64,8 @@ struct AgentState {
     seen: HashSet<String>,
     seen_order: VecDeque<String>,
     thinking: bool,
+    /// A cycle paused for a human (its events stay in flight).
+    paused: bool,
     lease: Option<(String, u64, Instant)>,
     fence: u64,
     notify: Arc<Notify>,

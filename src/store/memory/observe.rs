@@ -22,6 +22,7 @@ impl Observe for MemoryStore {
                         waiting: (a.inbox.len() + a.urgent.len()) as u64,
                         in_flight: a.inflight.len() as u64,
                         thinking: a.thinking,
+                        paused: a.paused,
                         worker: a.lease_holder().is_some(),
                         cycles: a.window.cycle,
                         tokens_used: a.tokens_used,
@@ -37,6 +38,7 @@ impl Observe for MemoryStore {
                         plan_marks: a.plan_marks.clone(),
                         model: a.model.clone(),
                         tools: a.tools.clone(),
+                        pending: a.human_calls(),
                     },
                 })
                 .collect()

@@ -55,30 +55,7 @@ impl Calls for RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(redis_err("read calls"))?;
-        let done: std::collections::HashSet<&str> = all
-            .iter()
-            .filter_map(|(k, _)| k.strip_suffix(":done"))
-            .collect();
-        let now = now_ms();
-        let mut out = Vec::new();
-        for (key, json) in &all {
-            let Some(id) = CallId::parse(key) else {
-                continue;
-            };
-            if done.contains(key.as_str()) {
-                continue;
-            }
-            let record: CallRecord = from_json(|| format!("call {key}"), json)?;
-            if record.kind.human() && record.forget_ms() > now {
-                out.push(RegisteredCall {
-                    id,
-                    record,
-                    done: false,
-                });
-            }
-        }
-        RegisteredCall::sort_oldest_first(&mut out);
-        Ok(out)
+        Ok(waiting_for_humans(&all))
     }
 
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError> {
@@ -118,4 +95,25 @@ impl Calls for RedisStore {
         let event = Event::new(&event)?;
         scripts::complete_call(&mut conn, &keys, call, &presented_hash(token), &event).await
     }
+}
+
+/// The calls waiting for a human among an agent's call registry as `HGETALL` gives it
+/// (`ID` → record, `ID:done` → time); a record it cannot read is left out (the store wrote
+/// it; one bad entry must not hide the others).
+pub(super) fn waiting_for_humans(all: &[(String, String)]) -> Vec<RegisteredCall> {
+    let done: std::collections::HashSet<&str> = all
+        .iter()
+        .filter_map(|(k, _)| k.strip_suffix(":done"))
+        .collect();
+    let records: Vec<(&str, CallRecord)> = all
+        .iter()
+        .filter(|(k, _)| !k.ends_with(":done"))
+        .filter_map(|(k, v)| Some((k.as_str(), serde_json::from_str(v).ok()?)))
+        .collect();
+    RegisteredCall::waiting_for_humans(
+        records
+            .iter()
+            .map(|(id, record)| (*id, record, done.contains(id))),
+        now_ms(),
+    )
 }

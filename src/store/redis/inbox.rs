@@ -37,6 +37,14 @@ impl Inbox for RedisStore {
         if !events.is_empty() {
             return Ok(events);
         }
+        if !self.wait_new(agent, timeout).await? {
+            return Ok(Vec::new());
+        }
+        scripts::drain(&mut conn, &keys, lease).await
+    }
+
+    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
+        let keys = AgentKeys::new(agent);
         // Sleep on the inbox: the first event moves in flight atomically, so nothing is lost
         // if this process dies right after.
         let mut blocking = self.conns.blocking(agent).await?;
@@ -56,10 +64,7 @@ impl Inbox for RedisStore {
                     source: e,
                 }
             })?;
-        if moved.is_none() {
-            return Ok(Vec::new());
-        }
-        scripts::drain(&mut conn, &keys, lease).await
+        Ok(moved.is_some())
     }
 
     async fn take_urgent(
@@ -129,6 +134,11 @@ impl Inbox for RedisStore {
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
         let mut conn = self.conns.shared().await?;
         scripts::ack(&mut conn, &AgentKeys::new(agent), lease).await
+    }
+
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        scripts::pause(&mut conn, &AgentKeys::new(agent), lease).await
     }
 
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {

@@ -41,7 +41,8 @@ impl Observe for RedisStore {
                 .hvals(a.notes(NoteKind::Plans))
                 .hgetall(a.plan_marks())
                 .get(a.model())
-                .get(a.tools());
+                .get(a.tools())
+                .hgetall(a.calls());
         }
         let mut conn = self.conns.shared().await?;
         let values: Vec<redis::Value> = pipe
@@ -60,9 +61,10 @@ impl Observe for RedisStore {
             BTreeMap<String, i64>,
             Option<String>,
             Option<String>,
+            Vec<(String, String)>,
         );
         values
-            .chunks(11)
+            .chunks(12)
             .map(|chunk| {
                 let row: Row = redis::from_redis_value(redis::Value::Array(chunk.to_vec()))
                     .map_err(|e| StoreError::Redis {
@@ -81,11 +83,13 @@ impl Observe for RedisStore {
                     marks,
                     model,
                     tools,
+                    calls,
                 ) = row;
                 Ok(AgentObservation {
                     waiting: inbox + urgent,
                     in_flight: inflight,
                     thinking: state.as_deref() == Some("thinking"),
+                    paused: state.as_deref() == Some("paused"),
                     worker: leased,
                     cycles: meta.0.unwrap_or(0),
                     tokens_used: meta.1.unwrap_or(0),
@@ -97,6 +101,7 @@ impl Observe for RedisStore {
                     plan_marks: marks,
                     model: model.and_then(|m| serde_json::from_str(&m).ok()),
                     tools: tools.and_then(|t| serde_json::from_str(&t).ok()),
+                    pending: super::calls::waiting_for_humans(&calls),
                 })
             })
             .collect()

@@ -43,6 +43,7 @@ static TAKE_URGENT: LazyLock<Script> =
 static MID_CYCLE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/mid_cycle.lua")]));
 static ACK: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/ack.lua")]));
+static PAUSE: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/pause.lua")]));
 static COMMIT: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/commit.lua")]));
 static RESTORE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/restore.lua")]));
@@ -389,6 +390,25 @@ pub(super) async fn ack(
     Ok(())
 }
 
+/// `pause.lua`: marks the agent paused (its events stay in flight); urgent events move back
+/// to the inbox. KEYS: lease, state, urgent, inbox. ARGV: lease.
+pub(super) async fn pause(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    lease: &Lease,
+) -> Result<(), StoreError> {
+    PAUSE
+        .key(agent.lease())
+        .key(agent.state())
+        .key(agent.urgent())
+        .key(agent.inbox())
+        .arg(lease_value(lease))
+        .invoke_async::<u8>(conn)
+        .await
+        .map_err(fenced(agent.name(), "pause cycle"))?;
+    Ok(())
+}
+
 /// Why `commit.lua` refused a commit.
 pub(super) enum CommitError {
     /// The consciousness is no longer at the cycle the commit was planned on.
@@ -674,6 +694,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 16);
+        assert_eq!(scripts, 17);
     }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tracing::debug;
 
+use super::ask::Answered;
 use super::journal::{Entry, Unfinished};
 use super::{gates, skip, Agentlet, Cycle};
 use crate::model::{Message, ToolCall, ToolSpec, Turn};
@@ -23,63 +24,83 @@ enum Attempt {
     Unknown,
 }
 
+/// How a step's calls ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Every call has its result: the next step follows.
+    Go,
+    /// A call ended the cycle.
+    End,
+    /// A call waits for a human (no later than `until_ms`): the cycle pauses.
+    Pause { until_ms: i64 },
+}
+
 impl Cycle<'_> {
     /// Runs the calls of a step's turn. A step that calls a tool outside the worker journals
-    /// its turn first, then a mark before and the result after each such call; a step of
-    /// built-ins only journals its turn and results once, after them. Whether a call ended
-    /// the cycle.
+    /// its turn first, then a mark before and the result after each such call (and pauses at
+    /// one that waits for a human); a step of built-ins only journals its turn and results
+    /// once, after them.
     pub(super) async fn act(
         &mut self,
         step: u32,
         turn: &Turn,
         offered: &[ToolSpec],
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Flow, StoreError> {
         let calls = &turn.tool_calls;
-        let outside = calls.iter().any(|c| self.is_outside(c));
         let turn_entry = Entry::Turn {
             step,
             message: turn.message(),
             usage: turn.usage,
         };
-        let mut later = Vec::new();
-        if outside {
+        if calls.iter().any(|c| self.is_outside(c)) {
             self.journal(vec![turn_entry]).await?;
-        } else {
-            later.push(turn_entry);
+            let fresh = Unfinished {
+                step,
+                calls: calls.clone(),
+                ..Unfinished::default()
+            };
+            return self.run_calls(fresh, offered).await;
         }
+        let mut later = vec![turn_entry];
         let mut ended = false;
         for (index, call) in calls.iter().enumerate() {
-            if outside && self.is_outside(call) {
-                self.journal(vec![Entry::Started { step, index }]).await?;
-            }
             let (outcome, ends) = self.call(step, index, call, offered, Attempt::First).await;
             ended |= ends;
-            let result = self.remember(step, index, call, outcome);
-            if outside {
-                self.journal(vec![result]).await?;
-            } else {
-                later.push(result);
-            }
+            later.push(self.remember(step, index, call, outcome));
         }
-        if !outside {
-            self.journal(later).await?;
-        }
-        Ok(ended)
+        self.journal(later).await?;
+        Ok(if ended { Flow::End } else { Flow::Go })
     }
 
-    /// Finishes a step the cycle was in when it stopped (resumed from its journal): calls
-    /// with a result are not made again; a call marked as started has an unknown outcome and
-    /// is made again only when its tool is idempotent; the rest run. Whether a call ended the
-    /// cycle.
-    pub(super) async fn finish(&mut self, unfinished: Unfinished) -> Result<bool, StoreError> {
+    /// Finishes a step the cycle was in when it stopped (resumed from its journal).
+    pub(super) async fn finish(&mut self, unfinished: Unfinished) -> Result<Flow, StoreError> {
+        // Offered as the phase offered then (a gate is a pure function of the step).
+        let (offered, _) = gates::offer(
+            &self.agentlet.agent.spec.cycle,
+            unfinished.step,
+            &self.tools,
+        );
+        self.run_calls(unfinished, &offered).await
+    }
+
+    /// The calls of a step that has a tool outside the worker, each journaled: calls with a
+    /// result are not made again; a call marked as started has an unknown outcome and is made
+    /// again only when its tool is idempotent; a call asked of a human runs once approved,
+    /// or takes the human's answer, denial or timeout as its result, or pauses the cycle
+    /// while there is none; a call that needs a human and was not asked yet is asked, and
+    /// the cycle pauses; the rest run.
+    async fn run_calls(
+        &mut self,
+        unfinished: Unfinished,
+        offered: &[ToolSpec],
+    ) -> Result<Flow, StoreError> {
         let Unfinished {
             step,
             calls,
             done,
             started,
+            asked,
         } = unfinished;
-        // Offered as the phase offered then (a gate is a pure function of the step).
-        let (offered, _) = gates::offer(&self.agentlet.agent.spec.cycle, step, &self.tools);
         let mut ended = calls
             .iter()
             .enumerate()
@@ -93,15 +114,47 @@ impl Cycle<'_> {
             } else {
                 Attempt::First
             };
-            if attempt == Attempt::First && self.is_outside(call) {
-                self.journal(vec![Entry::Started { step, index }]).await?;
+            if attempt == Attempt::First {
+                let instead = if let Some(asked) = asked.get(&index) {
+                    match self.answer(asked, call) {
+                        Answered::Run => None,
+                        Answered::Instead(outcome) => Some(outcome),
+                        Answered::Waiting => {
+                            return Ok(Flow::Pause {
+                                until_ms: asked.expires_ms,
+                            })
+                        }
+                    }
+                } else if let Some(ask) = self.asks(call) {
+                    match gates::refusal(&call.name, offered, &self.tools) {
+                        Some(refusal) => Some(Outcome::error(refusal)),
+                        None => match self.ask(step, index, call, ask).await? {
+                            Ok(asked) => {
+                                return Ok(Flow::Pause {
+                                    until_ms: asked.expires_ms,
+                                })
+                            }
+                            Err(outcome) => Some(outcome),
+                        },
+                    }
+                } else {
+                    None
+                };
+                if let Some(outcome) = instead {
+                    let result = self.remember(step, index, call, outcome);
+                    self.journal(vec![result]).await?;
+                    continue;
+                }
+                if self.is_outside(call) {
+                    self.journal(vec![Entry::Started { step, index }]).await?;
+                }
             }
-            let (outcome, ends) = self.call(step, index, call, &offered, attempt).await;
+            let (outcome, ends) = self.call(step, index, call, offered, attempt).await;
             ended |= ends;
             let result = self.remember(step, index, call, outcome);
             self.journal(vec![result]).await?;
         }
-        Ok(ended)
+        Ok(if ended { Flow::End } else { Flow::Go })
     }
 
     /// Whether `call` is of a tool outside the worker.

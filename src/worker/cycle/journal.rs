@@ -49,6 +49,16 @@ pub(super) enum Entry {
     },
     /// A call whose effect must not be repeated is about to be made.
     Started { step: u32, index: usize },
+    /// A call waits for a human (an approval, or an interactive tool's answer): registered
+    /// as `call`, answered no later than `expires_ms`. The cycle paused here.
+    Asked {
+        step: u32,
+        index: usize,
+        call: String,
+        #[serde(default)]
+        since_ms: i64,
+        expires_ms: i64,
+    },
     /// A call's result.
     Result {
         step: u32,
@@ -69,6 +79,19 @@ pub(super) struct Unfinished {
     pub done: BTreeSet<usize>,
     /// Calls that were marked as started (and have no result: their outcome is unknown).
     pub started: BTreeSet<usize>,
+    /// Calls that wait for a human: the registered call's id and when it expires.
+    pub asked: std::collections::BTreeMap<usize, Asked>,
+}
+
+/// A call asked of a human.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Asked {
+    /// The registered call's id.
+    pub call: String,
+    /// When it was asked (ms since the epoch).
+    pub since_ms: i64,
+    /// When its answer stops being taken (ms since the epoch).
+    pub expires_ms: i64,
 }
 
 /// What a journal gives back to the cycle that resumes it.
@@ -80,6 +103,8 @@ pub(super) struct Resumed {
     pub depth: u32,
     /// The ids of the events it has taken in (at its beginning and since).
     pub events: BTreeSet<String>,
+    /// The calls it asked of humans (their answers are read, not shown as new events).
+    pub asked_calls: BTreeSet<String>,
     /// The conversation of the cycle so far: inbox message, urgent injections, turns, results.
     pub new: Vec<Message>,
     /// Tokens its turns cost.
@@ -152,6 +177,23 @@ pub(super) fn resume(raw: &[String]) -> Option<Resumed> {
                     s.started.insert(index);
                 }
             }
+            Entry::Asked {
+                step: n,
+                index,
+                call,
+                since_ms,
+                expires_ms,
+            } => {
+                out.asked_calls.insert(call.clone());
+                if let Some(s) = step.as_mut().filter(|s| s.step == n) {
+                    let asked = Asked {
+                        call,
+                        since_ms,
+                        expires_ms,
+                    };
+                    s.asked.insert(index, asked);
+                }
+            }
             Entry::Result {
                 step: n,
                 index,
@@ -166,6 +208,7 @@ pub(super) fn resume(raw: &[String]) -> Option<Resumed> {
                         });
                         s.done.insert(index);
                         s.started.remove(&index);
+                        s.asked.remove(&index);
                     }
                 }
             }

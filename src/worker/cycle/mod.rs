@@ -15,6 +15,7 @@
 //! | `partial.rs` | the scanner of streaming JSON arguments |
 
 mod act;
+mod ask;
 mod commit;
 pub mod gates;
 mod journal;
@@ -49,6 +50,13 @@ pub enum Outcome {
     Skipped,
     /// The model failed; nothing was committed and the events stay in flight.
     Failed(ModelError),
+    /// A call waits for a human (no later than `until_ms`, ms since the epoch): nothing was
+    /// committed, the events stay in flight, and the cycle resumes from its journal once
+    /// something new arrives (the answer among it) or that time has passed.
+    Paused {
+        /// When the earliest wait ends.
+        until_ms: i64,
+    },
 }
 
 impl Outcome {
@@ -58,6 +66,7 @@ impl Outcome {
             Outcome::Completed(_) => "completed",
             Outcome::Skipped => "skipped",
             Outcome::Failed(_) => "failed",
+            Outcome::Paused { .. } => "paused",
         }
     }
 }
@@ -246,6 +255,7 @@ impl Cycle<'_> {
         agentlet.activity(self.active.as_deref(), "idle").await;
         match end {
             End::Failed(e) => Ok(Outcome::Failed(e)),
+            End::Paused { until_ms } => Ok(Outcome::Paused { until_ms }),
             End::Skipped => self.roll_back().await.map(|()| Outcome::Skipped),
             End::Done => self.commit().await.map(Outcome::Completed),
         }

@@ -90,9 +90,17 @@ impl<'a> Cycle<'a> {
             cycle.unfinished = r.unfinished;
             cycle.journaled = true;
             // A journal that names no events (written before it named them) cannot tell.
+            // The answers to its calls asked of humans are read as those calls' results.
+            let answer = |e: &InboxEvent| {
+                e.kind == crate::store::EventKind::ToolResult
+                    && e.data
+                        .as_ref()
+                        .and_then(|d| d["callId"].as_str())
+                        .is_some_and(|c| r.asked_calls.contains(c))
+            };
             let late: Vec<InboxEvent> = events
                 .iter()
-                .filter(|e| !r.events.is_empty() && !r.events.contains(&e.id))
+                .filter(|e| !r.events.is_empty() && !r.events.contains(&e.id) && !answer(e))
                 .cloned()
                 .collect();
             cycle.late = (!late.is_empty()).then_some(late);

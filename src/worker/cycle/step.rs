@@ -6,6 +6,7 @@
 
 use tracing::{info_span, Instrument};
 
+use super::act::Flow;
 use super::journal::Entry;
 use super::prepare::reply_depth;
 use super::stream::SendStreams;
@@ -26,6 +27,8 @@ pub(super) enum End {
     Skipped,
     /// The model failed: nothing is committed.
     Failed(ModelError),
+    /// A call waits for a human: nothing is committed, the journal keeps the cycle.
+    Paused { until_ms: i64 },
 }
 
 impl Cycle<'_> {
@@ -33,7 +36,10 @@ impl Cycle<'_> {
     pub(super) async fn steps(&mut self) -> Result<End, StoreError> {
         // A cycle resumed from its journal first finishes the step it was in.
         if let Some(unfinished) = self.unfinished.take() {
-            let ended = self.finish(unfinished).await?;
+            let ended = match self.finish(unfinished).await? {
+                Flow::Pause { until_ms } => return Ok(End::Paused { until_ms }),
+                flow => flow == Flow::End,
+            };
             // Events that came meanwhile get a step even so: ending now would acknowledge
             // them unanswered.
             if (ended || self.over_budget()) && self.late.is_none() {
@@ -56,9 +62,11 @@ impl Cycle<'_> {
                 return Ok(End::Skipped);
             }
             self.new.push(turn.message());
-            let ended = self.act(step, &turn, &request.tools).await?;
-            if ended || self.over_budget() {
-                return Ok(End::Done);
+            match self.act(step, &turn, &request.tools).await? {
+                Flow::Pause { until_ms } => return Ok(End::Paused { until_ms }),
+                Flow::End => return Ok(End::Done),
+                Flow::Go if self.over_budget() => return Ok(End::Done),
+                Flow::Go => {}
             }
         }
         Ok(End::Done)

@@ -610,6 +610,8 @@ async fn compaction_summarizes_what_drops_out_and_counts_its_tokens() {
 /// A tool outside the worker that counts its calls (with their idempotency keys).
 struct Ticketing {
     idempotent: bool,
+    /// Whether a human approves each call first.
+    approval: bool,
     keys: Mutex<Vec<String>>,
 }
 
@@ -631,6 +633,14 @@ impl crate::worker::tools::External for Ticketing {
         self.idempotent
     }
 
+    fn asks(&self, _: &str) -> Option<crate::worker::tools::Ask> {
+        self.approval.then_some(crate::worker::tools::Ask {
+            kind: crate::store::CallKind::Approval,
+            result_schema: None,
+            timeout_seconds: None,
+        })
+    }
+
     async fn call(
         &self,
         call: &crate::worker::tools::ExternalCall<'_>,
@@ -649,8 +659,54 @@ impl crate::worker::tools::External for Ticketing {
 fn ticketing(idempotent: bool) -> Arc<Ticketing> {
     Arc::new(Ticketing {
         idempotent,
+        approval: false,
         keys: Mutex::new(Vec::new()),
     })
+}
+
+/// [`ticketing`] (not idempotent) whose every call a human approves first.
+fn approved_ticketing() -> Arc<Ticketing> {
+    Arc::new(Ticketing {
+        idempotent: false,
+        approval: true,
+        keys: Mutex::new(Vec::new()),
+    })
+}
+
+/// Husam asks for a ticket; the cycle asks the space and pauses. The call asked, and the
+/// events in flight.
+async fn asked(r: &Rig) -> (crate::store::RegisteredCall, Vec<InboxEvent>) {
+    r.say("open a ticket", false, 0).await;
+    let events = r.drain().await;
+    let outcome = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(outcome, Outcome::Paused { .. }), "{outcome:?}");
+    let waiting = r.store.human_calls(&r.agentlet.key).await.unwrap();
+    assert_eq!(waiting.len(), 1);
+    (waiting[0].clone(), events)
+}
+
+/// Dana's answer to `call`, then the events of the cycle that resumes.
+async fn decide(
+    r: &Rig,
+    call: &crate::store::RegisteredCall,
+    answer: crate::store::Answer,
+    reason: Option<&str>,
+) -> Vec<InboxEvent> {
+    let decision = crate::store::CallResult::Decision(crate::store::Decision {
+        answer,
+        by: "Dana".into(),
+        reason: reason.map(str::to_string),
+    });
+    let done = r
+        .store
+        .complete_call(&call.id, None, &decision)
+        .await
+        .unwrap();
+    assert!(
+        matches!(done, crate::store::Completion::Accepted(_)),
+        "{done:?}"
+    );
+    r.drain().await
 }
 
 fn ticket() -> Turn {
@@ -825,5 +881,169 @@ async fn an_unknown_outcome_of_an_idempotent_tool_is_retried_with_the_same_key()
         *tool.keys.lock().unwrap(),
         ["fam/assistant:b1:0:0"],
         "made again once, with the first try's key"
+    );
+}
+
+#[tokio::test]
+async fn an_approved_call_runs_once_after_the_cycle_paused_for_it() {
+    let tool = approved_ticketing();
+    let r = rig_with(
+        "",
+        vec![Ok(ticket()), Ok(text("Opened T-7."))],
+        vec![tool.clone()],
+    )
+    .await;
+    let (call, _) = asked(&r).await;
+    // Asked, not made; nothing committed; the space was told.
+    assert!(tool.keys.lock().unwrap().is_empty());
+    assert_eq!(
+        r.store.consciousness(&r.agentlet.key).await.unwrap().cycle,
+        0
+    );
+    assert_eq!(r.in_flight().await, 1);
+    let said = r.said().await;
+    let request = &said.last().unwrap().0;
+    assert!(
+        request.contains("wants to call create_ticket") && request.contains(call.id.as_str()),
+        "{said:?}"
+    );
+    assert_eq!(call.record.space.as_deref(), Some("family"));
+    assert_eq!(call.record.arguments, Some(json!({"title": "disk full"})));
+
+    // Woken with nothing decided: still paused, nothing asked twice, nothing made.
+    let events = r.drain().await;
+    let again = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(again, Outcome::Paused { .. }), "{again:?}");
+    assert_eq!(r.said().await.len(), said.len(), "not asked twice");
+    assert_eq!(r.store.human_calls(&r.agentlet.key).await.unwrap().len(), 1);
+    assert_eq!(r.requests().len(), 1, "the model is not asked while paused");
+
+    let events = decide(&r, &call, crate::store::Answer::Approve, None).await;
+    let done = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(done, Outcome::Completed(_)), "{done:?}");
+    assert_eq!(tool.keys.lock().unwrap().len(), 1, "made once");
+    let requests = r.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the model is asked only for the next step"
+    );
+    assert!(
+        matches!(requests[1].messages.last(), Some(Message::Tool { content, .. }) if content.contains("\"ticket\":7")),
+        "{:?}",
+        requests[1].messages.last()
+    );
+    assert!(
+        !user_texts(&requests[1].messages)
+            .iter()
+            .any(|t| t.contains("approved by")),
+        "the answer is the call's, not a new event"
+    );
+    assert_eq!(
+        r.in_flight().await,
+        0,
+        "the answer is acknowledged with the cycle"
+    );
+    let timed = r
+        .agentlet
+        .metrics
+        .decision_time
+        .with_label_values(&[NS, "assistant", "create_ticket"])
+        .get_sample_count();
+    assert_eq!(timed, 1, "the time to the decision is measured once");
+}
+
+#[tokio::test]
+async fn a_denied_call_is_not_made_and_the_model_reads_why() {
+    let tool = approved_ticketing();
+    let r = rig_with(
+        "",
+        vec![Ok(ticket()), Ok(text("Not opened."))],
+        vec![tool.clone()],
+    )
+    .await;
+    let (call, _) = asked(&r).await;
+    let events = decide(
+        &r,
+        &call,
+        crate::store::Answer::Deny,
+        Some("not during the freeze"),
+    )
+    .await;
+    let done = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(done, Outcome::Completed(_)));
+    assert!(tool.keys.lock().unwrap().is_empty(), "never made");
+    let told = r.requests()[1].messages.last().cloned();
+    assert!(
+        matches!(&told, Some(Message::Tool { content, .. }) if content.contains("Dana denied the call of create_ticket: not during the freeze")),
+        "{told:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_nobody_answers_in_time_is_told_it_timed_out() {
+    let tool = approved_ticketing();
+    let r = rig_with(
+        "  tools: {approvalTimeoutSeconds: 1}",
+        vec![Ok(ticket()), Ok(text("Nobody answered."))],
+        vec![tool.clone()],
+    )
+    .await;
+    let (call, events) = asked(&r).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let done = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(done, Outcome::Completed(_)), "{done:?}");
+    assert!(tool.keys.lock().unwrap().is_empty());
+    let told = r.requests()[1].messages.last().cloned();
+    assert!(
+        matches!(&told, Some(Message::Tool { content, .. }) if content.contains("timed out") && content.contains(call.id.as_str())),
+        "{told:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_interactive_tools_answer_is_its_result() {
+    let interactive: Vec<crate::crd::InteractiveToolSpec> = serde_yaml::from_str(
+        "- name: confirm_deployment
+  description: Ask a human to confirm a deployment.
+  inputSchema: {type: object, properties: {version: {type: string}}}
+  resultSchema: {type: object, properties: {confirmed: {type: boolean}}}",
+    )
+    .unwrap();
+    let r = rig_with(
+        "",
+        vec![
+            Ok(calls(&[("confirm_deployment", json!({"version": "1.2"}))])),
+            Ok(text("Deploying 1.2.")),
+        ],
+        vec![Arc::new(
+            crate::worker::tools::interactive::InteractiveTools::new(&interactive),
+        )],
+    )
+    .await;
+    let (call, _) = asked(&r).await;
+    assert_eq!(call.record.kind, crate::store::CallKind::Interactive);
+    assert_eq!(
+        call.record.result_schema,
+        Some(json!({"type": "object", "properties": {"confirmed": {"type": "boolean"}}}))
+    );
+    let said = r.said().await;
+    assert!(
+        said.last().unwrap().0.contains("asks: confirm_deployment"),
+        "{said:?}"
+    );
+    let events = decide(
+        &r,
+        &call,
+        crate::store::Answer::Result(json!({"confirmed": true})),
+        None,
+    )
+    .await;
+    let done = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(done, Outcome::Completed(_)), "{done:?}");
+    let told = r.requests()[1].messages.last().cloned();
+    assert!(
+        matches!(&told, Some(Message::Tool { content, .. }) if content == &json!({"answer": {"confirmed": true}, "by": "Dana"}).to_string()),
+        "{told:?}"
     );
 }

@@ -4,6 +4,7 @@
 
 pub mod builtin;
 pub mod http;
+pub mod interactive;
 pub mod mcp;
 pub mod secrets;
 
@@ -94,11 +95,28 @@ pub trait External: Send + Sync {
     /// attempt ended, either way). The default is at once.
     async fn settled(&self) {}
 
+    /// Whether a call of `tool` waits for a human first, and how: an approval before it runs,
+    /// or (an interactive tool) a human's answer instead of running. `None`: it just runs.
+    fn asks(&self, _tool: &str) -> Option<Ask> {
+        None
+    }
+
     /// Masks the secrets this source holds (its Secrets' values), for what reaches the agent
     /// other than through [`call`](Self::call): an async result posted to the gateway.
     fn masks(&self) -> crate::secrets::Redactor {
         crate::secrets::Redactor::default()
     }
+}
+
+/// How a call waits for a human.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ask {
+    /// Approve or deny it before it runs, or answer it in its place.
+    pub kind: crate::store::CallKind,
+    /// What the answer must match (an interactive tool's `resultSchema`).
+    pub result_schema: Option<serde_json::Value>,
+    /// How long it waits, in seconds (`None`: the agent's `approvalTimeoutSeconds`).
+    pub timeout_seconds: Option<u32>,
 }
 
 /// What building an agent's external tools needs.
@@ -114,7 +132,7 @@ pub struct ExternalContext {
 }
 
 /// The external tools an agent's spec declares: its HTTP tools, then one source per MCP
-/// server, in the spec's order.
+/// server, in the spec's order, then its interactive tools.
 pub fn external(
     agent: &AgentKey,
     spec: &crate::crd::ToolsSpec,
@@ -129,6 +147,11 @@ pub fn external(
             Arc::new(mcp::McpServer::start(agent, m, &context.secrets)) as Arc<dyn External>
         }),
     );
+    if !spec.interactive.is_empty() {
+        out.push(Arc::new(interactive::InteractiveTools::new(
+            &spec.interactive,
+        )));
+    }
     out
 }
 

@@ -381,6 +381,17 @@ impl External for HttpTools {
             .is_some_and(|t| t.spec.is_idempotent())
     }
 
+    fn asks(&self, tool: &str) -> Option<super::Ask> {
+        self.tools
+            .iter()
+            .find(|t| t.spec.name == tool && t.spec.require_approval)
+            .map(|_| super::Ask {
+                kind: crate::store::CallKind::Approval,
+                result_schema: None,
+                timeout_seconds: None,
+            })
+    }
+
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome {
         let Some(tool) = self.tools.iter().find(|t| t.spec.name == call.name) else {
             return Outcome::error(format!("no HTTP tool is called {:?}", call.name));

@@ -257,6 +257,18 @@ impl External for McpServer {
         self.shared.spec.idempotent
     }
 
+    fn asks(&self, tool: &str) -> Option<super::Ask> {
+        let spec = &self.shared.spec;
+        spec.require_approval
+            .iter()
+            .any(|t| offer::model_name(&spec.name, t) == tool)
+            .then_some(super::Ask {
+                kind: crate::store::CallKind::Approval,
+                result_schema: None,
+                timeout_seconds: None,
+            })
+    }
+
     /// Its tools, offered now or before (a call of one while the server is down is this
     /// server's error result).
     fn owns(&self, tool: &str) -> bool {

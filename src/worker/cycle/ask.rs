@@ -1,0 +1,191 @@
+//! Calls that wait for a human (issue 14; seeds 003 "Interactive Tool Pause", 004
+//! "Interactive UI Tools"): an approval before a call runs (`requireApproval`), or an
+//! interactive tool's answer in place of running it.
+//!
+//! Asking registers the call in the data plane (so the gateway can take one answer from a
+//! member of the space), journals it, and tells the space: a message from the agent naming
+//! the tool, its arguments and the call id, and a live `tool_request` activity event. The
+//! cycle then pauses: nothing is committed, its events stay in flight, the worker sleeps until
+//! something new arrives. The answer arrives as a `tool_result` inbox event; the cycle resumes
+//! from its journal and reads it here: approved, the call runs (once, through the journal);
+//! denied, the model gets an error result with the reason; answered, the answer is the
+//! result; past its time, the model is told it timed out.
+
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use super::journal::{Asked, Entry};
+use super::Cycle;
+use crate::keys::SpaceKey;
+use crate::model::ToolCall;
+use crate::store::{now_ms, CallKind, EventKind, HumanCall, LiveEvent, NewMessage, StoreError};
+use crate::worker::tools::{Ask, Outcome};
+
+/// What the answer to a call asked of a human says now.
+pub(super) enum Answered {
+    /// Approved: make the call.
+    Run,
+    /// The result to give the model instead of making the call (denied, answered, timed out).
+    Instead(Outcome),
+    /// No answer yet: the cycle stays paused.
+    Waiting,
+}
+
+impl Cycle<'_> {
+    /// How a call of `call`'s tool waits for a human, if it does.
+    pub(super) fn asks(&self, call: &ToolCall) -> Option<Ask> {
+        self.agentlet
+            .toolbox()
+            .external(&call.name)
+            .and_then(|e| e.asks(&call.name))
+    }
+
+    /// Asks the active space about `call` (call `index` of `step`): registers it, journals it
+    /// and tells the space. `Err(outcome)`: it cannot be asked (the result to give instead).
+    pub(super) async fn ask(
+        &mut self,
+        step: u32,
+        index: usize,
+        call: &ToolCall,
+        ask: Ask,
+    ) -> Result<Result<Asked, Outcome>, StoreError> {
+        let agentlet = self.agentlet;
+        let Some(space) = self
+            .active
+            .clone()
+            .or_else(|| agentlet.agent.spec.spaces.first().cloned())
+        else {
+            return Ok(Err(Outcome::error(format!(
+                "{} needs a human's answer, and this agent is in no space to ask",
+                call.name
+            ))));
+        };
+        let masks = agentlet.toolbox().masks();
+        let arguments: Value = serde_json::from_str(&masks.redact(&call.arguments))
+            .unwrap_or_else(|_| Value::String(masks.redact(&call.arguments)));
+        let seconds = ask
+            .timeout_seconds
+            .unwrap_or(agentlet.agent.spec.tools.approval_timeout_seconds);
+        let human = match HumanCall::new(
+            &agentlet.key,
+            &call.name,
+            ask.kind,
+            &space,
+            arguments.clone(),
+            ask.result_schema,
+            i64::from(seconds) * 1000,
+        ) {
+            Ok(h) => h,
+            Err(e) => return Ok(Err(Outcome::error(format!("{e}: nobody was asked")))),
+        };
+        agentlet.store.register_human_call(&human).await?;
+        let asked = Asked {
+            call: human.id.to_string(),
+            since_ms: human.record.since_ms,
+            expires_ms: human.record.expires_ms,
+        };
+        self.journal(vec![Entry::Asked {
+            step,
+            index,
+            call: asked.call.clone(),
+            since_ms: asked.since_ms,
+            expires_ms: asked.expires_ms,
+        }])
+        .await?;
+        self.tell(&space, call, &human, &arguments, seconds).await;
+        info!(tool = %call.name, call = %human.id, space = %space, "waiting for a human");
+        Ok(Ok(asked))
+    }
+
+    /// Tells `space` what is asked: a message from the agent (the audit trail starts here) and
+    /// a live `tool_request` event clients render.
+    async fn tell(
+        &self,
+        space: &str,
+        call: &ToolCall,
+        human: &HumanCall,
+        arguments: &Value,
+        seconds: u32,
+    ) {
+        let agentlet = self.agentlet;
+        let id = &human.id;
+        let text = match human.record.kind {
+            CallKind::Interactive => format!(
+                "{} asks: {} {arguments} (call {id}; answer within {seconds}s with /answer {id} JSON)",
+                agentlet.key.name, call.name
+            ),
+            _ => format!(
+                "{} wants to call {} with {arguments} (call {id}; approve within {seconds}s with /approve {id}, or /deny {id} REASON)",
+                agentlet.key.name, call.name
+            ),
+        };
+        let key = SpaceKey::new(agentlet.key.namespace.clone(), space.to_string());
+        let message = NewMessage {
+            sender: agentlet.me(),
+            text,
+            mention: None,
+            idempotency_key: Some(format!("ask:{id}")),
+            urgent: false,
+            depth: self.depth,
+        };
+        if let Err(e) = agentlet.store.post_message(&key, &message).await {
+            warn!(error = %e, call = %id, "the request was not posted to the space");
+        }
+        let event = LiveEvent::Activity {
+            sender: agentlet.me(),
+            activity: "tool_request".into(),
+            tool: Some(call.name.clone()),
+            detail: Some(
+                json!({
+                    "callId": id.as_str(),
+                    "kind": human.record.kind,
+                    "arguments": arguments,
+                    "expiresMs": human.record.expires_ms,
+                })
+                .to_string(),
+            ),
+        };
+        if let Err(e) = agentlet.store.publish_live(&key, &event).await {
+            warn!(error = %e, call = %id, "the request was not shown live");
+        }
+    }
+
+    /// What the answer to `asked` says: read from the cycle's events (the answer arrives as
+    /// a `tool_result` event naming the call).
+    pub(super) fn answer(&self, asked: &Asked, call: &ToolCall) -> Answered {
+        let answer = self.events.iter().find_map(|e| {
+            let data = e.data.as_ref()?;
+            (e.kind == EventKind::ToolResult && data["callId"] == asked.call.as_str())
+                .then_some((e.time_ms, data))
+        });
+        let Some((answered_ms, data)) = answer else {
+            if now_ms() > asked.expires_ms {
+                return Answered::Instead(Outcome::error(format!(
+                    "nobody answered the call of {} (call {}) in time: it timed out and was not made",
+                    call.name, asked.call
+                )));
+            }
+            return Answered::Waiting;
+        };
+        let [ns, agent] = self.agentlet.labels();
+        let waited = answered_ms.saturating_sub(asked.since_ms).max(0) as f64 / 1000.0;
+        self.agentlet
+            .metrics
+            .decision_time
+            .with_label_values(&[ns, agent, call.name.as_str()])
+            .observe(waited);
+        let by = data["by"].as_str().unwrap_or("someone");
+        let reason = data["reason"].as_str();
+        match data["decision"].as_str() {
+            Some("approved") => Answered::Run,
+            Some("answered") => Answered::Instead(Outcome {
+                content: json!({"answer": data["result"], "by": by}).to_string(),
+                ok: true,
+            }),
+            _ => Answered::Instead(Outcome::error(match reason {
+                Some(r) => format!("{by} denied the call of {}: {r}", call.name),
+                None => format!("{by} denied the call of {}", call.name),
+            })),
+        }
+    }
+}
