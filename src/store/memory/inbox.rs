@@ -108,24 +108,18 @@ impl Inbox for MemoryStore {
         lease: &Lease,
         timeout: Duration,
     ) -> Result<Vec<InboxEvent>, StoreError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let notify = self.agent(agent, |a| a.notify.clone());
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            // Registered before looking, so a push in between is not missed.
-            notified.as_mut().enable();
-            let events = self.agent(agent, |a| {
+        let drain = || {
+            self.agent(agent, |a| {
                 a.check(agent, lease)?;
                 Ok::<_, StoreError>(a.drain())
-            })?;
-            if !events.is_empty() {
-                return Ok(events);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Ok(Vec::new());
-            }
+            })
+        };
+        // A cycle that never finished comes back first (and the fence is checked).
+        let events = drain()?;
+        if !events.is_empty() || !self.wait_new(agent, timeout).await? {
+            return Ok(events);
         }
+        drain()
     }
 
     async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
