@@ -1,5 +1,5 @@
 //! Operator tools on the data plane: `agentfleet space …`, `agentfleet consciousness …`, and
-//! answering paused tool calls (`agentfleet approve|deny|answer|calls`, [`calls`]).
+//! answering paused tool calls (`agentfleet approve|deny|answer|calls`, [`CallCommand`]).
 
 mod calls;
 

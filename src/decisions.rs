@@ -158,7 +158,10 @@ async fn post_audit(
     loop {
         match store.post_notice(space, text, Some(&key)).await {
             Ok(posted) => return Some(posted.id),
-            Err(e) if e.is_transient() && attempt < 3 => attempt += 1,
+            Err(e) if e.is_transient() && attempt < 3 => {
+                tokio::time::sleep(std::time::Duration::from_millis(100) * attempt).await;
+                attempt += 1;
+            }
             Err(e) => {
                 tracing::warn!(call = %id, space = %space, error = %e, "the decision was taken but its audit message could not be posted");
                 return None;

@@ -2,7 +2,7 @@
 //! human; agents' replies appear as they are written, with who is thinking or typing; the
 //! recent history is shown on start; Ctrl-D leaves. Agents' requests for a human are shown
 //! with their call id, and answered by typing `/approve ID [reason]`, `/deny ID REASON` or
-//! `/answer ID {json}` ([`calls`]).
+//! `/answer ID {json}` (module `calls`).
 //!
 //! The stream resumes from the last message seen (`Last-Event-ID`) when the connection
 //! drops, so nothing posted meanwhile is missed; when the gateway refuses it for good (the

@@ -1,7 +1,8 @@
 //! `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: a human member of the space
 //! answers a paused tool call asked there (issue 14): approves or denies an approval, or gives
 //! an interactive tool's result. The rule is [`crate::decisions`]'s, shared with
-//! `agentfleet approve|deny`; membership is the space's other routes' ([`Gateway::member_space`]).
+//! `agentfleet approve|deny`; membership is checked as on the space's other routes
+//! (`Gateway::member_space`).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

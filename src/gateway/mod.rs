@@ -6,8 +6,7 @@
 //! - `GET  /v1/spaces/{namespace}/{space}/stream`: SSE (messages, agents' text as it streams,
 //!   activity), resumable with `Last-Event-ID`.
 //! - `GET  /v1/spaces/{namespace}/{space}`, `GET /v1/me`.
-//! - `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: a member answers a paused
-//!   tool call asked there ([`decisions`]).
+//! - `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: answer a call ([`decisions`]).
 //! - `POST /v1/agents/{namespace}/{agent}/events`: a service triggers an agent (webhook).
 //! - `POST /v1/tool-results/{callId}`: the service of an async tool call posts its result
 //!   with the call's own token ([`results`]).
