@@ -17,7 +17,7 @@ const ARGUMENT_CHARS: usize = 300;
 
 /// How to answer, as chat says it.
 pub(super) const HELP: &str =
-    "Answer an agent's request with /approve ID [reason], /deny ID REASON or /answer ID {json}.";
+    "answer an agent's request with /approve ID [reason], /deny ID REASON or /answer ID {json}";
 
 /// A call waiting for a human, as chat reads it off the stream.
 #[derive(Debug, Deserialize, PartialEq)]
@@ -120,7 +120,7 @@ pub(super) fn parse(line: &str) -> Typed {
         "approve" => "/approve ID [reason]",
         "deny" => "/deny ID REASON",
         "answer" => "/answer ID {json}",
-        _ => return Typed::Bad(format!("unknown command /{verb}. {HELP}")),
+        _ => return Typed::Bad(format!("unknown command /{verb}: {HELP}")),
     };
     if CallId::parse(id).is_none() {
         return Typed::Bad(format!("{usage}: ID is the call id the request names"));

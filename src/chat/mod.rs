@@ -322,8 +322,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             info.name,
             members.join(", ")
         ));
-        s.line(calls::HELP);
-        s.line("Type a message and press Enter; Ctrl-D leaves.");
+        s.line(&format!(
+            "Type a message and press Enter; {}; Ctrl-D leaves.",
+            calls::HELP
+        ));
         s.line("");
         if args.history > 0 {
             for m in history.messages.iter().rev() {
