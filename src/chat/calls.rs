@@ -96,20 +96,24 @@ fn cut(text: &str, max: usize) -> String {
 /// What a typed line asks for.
 #[derive(Debug, PartialEq)]
 pub(super) enum Typed {
-    /// A message to post.
-    Say,
+    /// A message to post: the line, or for a line starting `//`, the line from its second `/`.
+    Say(String),
     /// An answer to a call: its id and the body to send.
     Answer(String, Value),
     /// A command chat cannot send, and why.
     Bad(String),
 }
 
-/// Reads a typed line: a command (`/approve`, `/deny`, `/answer`) or a message.
+/// Reads a typed line: a command (`/approve`, `/deny`, `/answer`) or a message (`//…` posts
+/// `/…`).
 pub(super) fn parse(line: &str) -> Typed {
     let line = line.trim();
     let Some(command) = line.strip_prefix('/') else {
-        return Typed::Say;
+        return Typed::Say(line.to_string());
     };
+    if command.starts_with('/') {
+        return Typed::Say(command.to_string());
+    }
     let (verb, rest) = command
         .split_once(char::is_whitespace)
         .unwrap_or((command, ""));
@@ -120,7 +124,11 @@ pub(super) fn parse(line: &str) -> Typed {
         "approve" => "/approve ID [reason]",
         "deny" => "/deny ID REASON",
         "answer" => "/answer ID {json}",
-        _ => return Typed::Bad(format!("unknown command /{verb}: {HELP}")),
+        _ => {
+            return Typed::Bad(format!(
+                "unknown command /{verb}: {HELP} (type //{verb} to post it as a message)"
+            ))
+        }
     };
     if CallId::parse(id).is_none() {
         return Typed::Bad(format!("{usage}: ID is the call id the request names"));
@@ -147,7 +155,8 @@ mod tests {
 
     #[test]
     fn typed_commands_become_answers() {
-        assert_eq!(parse("hello /approve"), Typed::Say);
+        assert_eq!(parse("hello /approve"), Typed::Say("hello /approve".into()));
+        assert_eq!(parse("//shrug"), Typed::Say("/shrug".into()));
         assert_eq!(
             parse(&format!("/approve {ID}")),
             Typed::Answer(ID.into(), json!({"decision": "approve"}))

@@ -351,9 +351,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     continue;
                 }
                 let said = match calls::parse(text) {
-                    calls::Typed::Say => {
+                    calls::Typed::Say(text) => {
                         n += 1;
-                        client.post(text, &format!("{session}-{n}")).await.err().map(|e| {
+                        client.post(&text, &format!("{session}-{n}")).await.err().map(|e| {
                             format!("! not sent: {}", crate::report::chain(&*e))
                         })
                     }
