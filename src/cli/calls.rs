@@ -27,6 +27,7 @@ pub struct Answering {
         default_value = "operator"
     )]
     pub by: String,
+    /// The data plane.
     #[command(flatten)]
     pub redis: Redis,
 }
