@@ -1,4 +1,7 @@
-//! Operator tools on the data plane: `agentfleet space …` and `agentfleet consciousness …`.
+//! Operator tools on the data plane: `agentfleet space …`, `agentfleet consciousness …`, and
+//! answering paused tool calls (`agentfleet approve|deny|answer|calls`, [`CallCommand`]).
+
+mod calls;
 
 use std::io::Write;
 use std::time::Duration;
@@ -15,6 +18,7 @@ use crate::store::{
     Store,
 };
 use crate::terminal::{sanitize, Breaks};
+pub use calls::{calls, Answering, CallCommand};
 
 /// The data plane's address: the `--redis` flag (env `AGENTFLEET_REDIS_URL`) of every
 /// command that reaches Redis — `operator`, `gateway`, `worker`, the tools here, and `dev`'s

@@ -3,6 +3,7 @@
 //! One crate, one binary (`agentfleet`); each subcommand calls one module's `run()`.
 
 pub mod crd;
+pub mod decisions;
 pub mod dev;
 pub mod gateway;
 #[cfg(test)]

@@ -35,6 +35,9 @@ enum Command {
     /// Show an agent's consciousness and checkpoints, or restore a checkpoint.
     #[command(subcommand)]
     Consciousness(agentfleet::cli::ConsciousnessCommand),
+    /// Answer an agent's paused tool call, or list what waits for a human.
+    #[command(flatten)]
+    Calls(agentfleet::cli::CallCommand),
     /// Print every CustomResourceDefinition as YAML.
     Crd,
 }
@@ -45,7 +48,7 @@ fn main() -> ExitCode {
     // The tools whose output is meant for a pipe (`agentfleet space read … | head`).
     let prints = matches!(
         cli.command,
-        Command::Crd | Command::Space(_) | Command::Consciousness(_)
+        Command::Crd | Command::Space(_) | Command::Consciousness(_) | Command::Calls(_)
     );
     let result = match cli.command {
         Command::Crd => agentfleet::crd::render_all()
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Consciousness(cmd) => {
             runtime().and_then(|rt| rt.block_on(agentfleet::cli::consciousness(cmd)))
         }
+        Command::Calls(cmd) => runtime().and_then(|rt| rt.block_on(agentfleet::cli::calls(cmd))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -77,7 +81,9 @@ fn main() -> ExitCode {
             // cause once.
             let text = sanitize(&agentfleet::report::chain(&*e), Breaks::Indent(2));
             eprintln!("agentfleet: {text}");
-            ExitCode::FAILURE
+            // A refused answer to a tool call says why in its code (`agentfleet approve`).
+            e.downcast_ref::<agentfleet::decisions::Refusal>()
+                .map_or(ExitCode::FAILURE, |r| ExitCode::from(r.exit_code()))
         }
     }
 }

@@ -440,3 +440,92 @@ async fn on_a_terminal_each_typed_line_shows_once() {
         "nothing else erased:\n{shown}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
+    use agentfleet::store::{AgentKey, CallKind, HumanCall};
+    let f = Fixture::start("approve", "Family", &[(HUSAM, "husam", "Husam")]).await;
+    let assistant = AgentKey::new("ops", "assistant");
+    let call = HumanCall::new(
+        &assistant,
+        "restart_deployment",
+        CallKind::Approval,
+        "family",
+        serde_json::json!({"deployment": "api"}),
+        None,
+        60_000,
+    )
+    .unwrap();
+    f.store.register_human_call(&call).await.unwrap();
+    let id = call.id.to_string();
+
+    let mut child = Reaped(
+        f.chat(HUSAM)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    let rx = lines(child.0.stdout.take().unwrap());
+    let mut out = Vec::new();
+    until(&rx, "Ctrl-D leaves", &mut out);
+    // The worker shows the request as an activity naming the call: live only, so published
+    // until chat, once its stream is connected, shows it.
+    let detail =
+        serde_json::json!({"callId": id, "kind": "approval", "arguments": {"deployment": "api"}});
+    let request = LiveEvent::Activity {
+        sender: Sender {
+            id: "assistant".into(),
+            name: "assistant".into(),
+            kind: Some(MemberKind::Agent),
+        },
+        activity: "tool_request".into(),
+        tool: Some("restart_deployment".into()),
+        detail: Some(detail.to_string()),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        f.store
+            .publish_live(&SpaceKey::new("ops", "family"), &request)
+            .await
+            .unwrap();
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+            let shown = line.contains("asks to run restart_deployment");
+            out.push(line);
+            if shown {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "no request shown: {out:?}");
+    }
+    assert_eq!(
+        out.last().unwrap(),
+        &format!("? assistant asks to run restart_deployment {{\"deployment\":\"api\"}} — /approve {id} [reason] or /deny {id} REASON")
+    );
+
+    writeln!(stdin, "/approve {id} looks fine").unwrap();
+    // Chat's answer and the space's audit notice arrive in either order.
+    for want in [
+        format!("· approved call {id}"),
+        format!("agentfleet: Husam approved restart_deployment (call {id}): looks fine"),
+    ] {
+        if !out.iter().any(|l| l == &want) {
+            until(&rx, &want, &mut out);
+        }
+    }
+    writeln!(stdin, "/deny {id} too late").unwrap();
+    until(&rx, "! not answered: conflict (409)", &mut out);
+    writeln!(stdin, "/deny {id}").unwrap();
+    until(&rx, "say why", &mut out);
+    drop(stdin);
+    assert!(child.0.wait().unwrap().success());
+
+    let inbox = f.store.peek_inbox(&assistant, 10).await.unwrap();
+    assert_eq!(inbox.len(), 1, "{inbox:?}");
+    assert_eq!(
+        inbox[0].data.as_ref().unwrap()["decision"],
+        serde_json::json!("approved")
+    );
+}

@@ -585,3 +585,184 @@ async fn a_reader_that_stops_reading_ends_the_output_quietly() {
         assert!(err.is_empty(), "{args:?}: {err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn operators_answer_paused_calls_from_a_terminal() {
+    use agentfleet::store::{now_ms, AgentKey, CallKind, HumanCall, ReadQuery, Sender};
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let store = RedisStore::new(&url).unwrap();
+    let space = SpaceKey::new("ops", "oncall");
+    store
+        .apply_space(&space, &space_record("On call", &["sre"], &["Dana"]))
+        .await
+        .unwrap();
+    let sre = AgentKey::new("ops", "sre");
+    let register = |tool: &str, kind, ttl_ms| {
+        HumanCall::new(
+            &sre,
+            tool,
+            kind,
+            "oncall",
+            serde_json::json!({"deployment": "api"}),
+            Some(serde_json::json!({"type": "object", "required": ["ok"]})),
+            ttl_ms,
+        )
+        .unwrap()
+    };
+    let restart = register("restart_deployment", CallKind::Approval, 60_000);
+    let scale = register("scale_deployment", CallKind::Approval, 60_000);
+    let confirm = register("confirm_deployment", CallKind::Interactive, 60_000);
+    let mut late = register("drain_node", CallKind::Approval, 60_000);
+    late.record.expires_ms = now_ms() - 1;
+    for c in [&restart, &scale, &confirm, &late] {
+        store.register_human_call(c).await.unwrap();
+    }
+    let (restart, scale, confirm, late) = (
+        restart.id.to_string(),
+        scale.id.to_string(),
+        confirm.id.to_string(),
+        late.id.to_string(),
+    );
+
+    // What waits, with the tool, the call, the space and the times.
+    let o = run(&url, &["calls", "ops/sre"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed = stdout(&o);
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+    assert!(
+        listed.contains(&format!(
+            "restart_deployment  {restart}  approval  space oncall  since "
+        )),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(&format!("drain_node  {late}")) && listed.contains("(expired)"),
+        "{listed}"
+    );
+    let o = run(&url, &["calls", "ops/sre", "--json"]);
+    let first: serde_json::Value =
+        serde_json::from_str(stdout(&o).lines().next().unwrap()).unwrap();
+    assert_eq!(first["arguments"], serde_json::json!({"deployment": "api"}));
+
+    // Approved as someone, once; a second answer, an expired call and an unknown one are
+    // refused with their own exit codes, writing nothing.
+    let o = run(
+        &url,
+        &[
+            "approve", "ops/sre", &restart, "--as", "Dana", "--reason", "go",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).trim(),
+        format!("approved restart_deployment (call {restart}) as Dana; the agent was woken")
+    );
+    let o = run(
+        &url,
+        &["deny", "ops/sre", &restart, "--reason", "changed my mind"],
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("was already answered"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&url, &["deny", "ops/sre", &late, "--reason", "x"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(stderr(&o).contains("expired"), "{}", stderr(&o));
+    let o = run(&url, &["approve", "ops/other", &scale]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "another agent's call: {}",
+        stderr(&o)
+    );
+    let o = run(
+        &url,
+        &[
+            "approve",
+            "ops/sre",
+            "ops.sre.0123456789abcdef0123456789abcdef",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no tool call"), "{}", stderr(&o));
+    let o = run(&url, &["deny", "ops/sre", &scale]);
+    assert!(!o.status.success(), "a denial needs a reason");
+    let o = run(&url, &["answer", "ops/sre", &confirm, "{}"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not match the schema"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&url, &["approve", "ops/sre", &confirm]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "an interactive call takes a result: {}",
+        stderr(&o)
+    );
+
+    let o = run(
+        &url,
+        &[
+            "deny", "ops/sre", &scale, "--as", "Sam", "--reason", "freeze",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(
+        &url,
+        &[
+            "answer",
+            "ops/sre",
+            &confirm,
+            "--as",
+            "Sam",
+            r#"{"ok": true}"#,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // Three answers: three events in the agent's inbox, three notices in the space's log.
+    let inbox = store.peek_inbox(&sre, 10).await.unwrap();
+    let decided: Vec<_> = inbox
+        .iter()
+        .map(|e| {
+            e.data.as_ref().unwrap()["decision"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(decided, ["approved", "denied", "answered"]);
+    let mut log = store
+        .read_messages(
+            &space,
+            &ReadQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    log.reverse();
+    assert!(log.iter().all(|m| m.sender == Sender::system()));
+    let texts: Vec<&str> = log.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            format!("Dana approved restart_deployment (call {restart}): go"),
+            format!("Sam denied scale_deployment (call {scale}): freeze"),
+            format!("Sam answered confirm_deployment (call {confirm}): {{\"ok\":true}}"),
+        ]
+    );
+    let o = run(&url, &["calls", "ops/sre"]);
+    assert_eq!(
+        stdout(&o).lines().count(),
+        1,
+        "only the expired one: {}",
+        stdout(&o)
+    );
+}

@@ -1,6 +1,8 @@
 //! `agentfleet chat NS/SPACE`: a terminal client of the gateway. Type lines as the token's
 //! human; agents' replies appear as they are written, with who is thinking or typing; the
-//! recent history is shown on start; Ctrl-D leaves.
+//! recent history is shown on start; Ctrl-D leaves. Agents' requests for a human are shown
+//! with their call id, and answered by typing `/approve ID [reason]`, `/deny ID REASON` or
+//! `/answer ID {json}` (module `calls`).
 //!
 //! The stream resumes from the last message seen (`Last-Event-ID`) when the connection
 //! drops, so nothing posted meanwhile is missed; when the gateway refuses it for good (the
@@ -9,6 +11,7 @@
 //! Everything shown comes from other people and their agents, so it is shown through
 //! `screen`, which escapes whatever a terminal would obey.
 
+mod calls;
 mod screen;
 mod sse;
 
@@ -83,6 +86,19 @@ impl Client {
 
     async fn get<T: serde::de::DeserializeOwned>(&self, url: &str) -> anyhow::Result<T> {
         self.call(self.http.get(url)).await
+    }
+
+    /// Answers a paused tool call of the space with `body`.
+    async fn answer(
+        &self,
+        call: &str,
+        body: &serde_json::Value,
+    ) -> anyhow::Result<crate::gateway::decisions::CallAnswered> {
+        let req = self
+            .http
+            .post(self.url(&format!("/tool-calls/{call}")))
+            .json(body);
+        self.call(req).await
     }
 
     async fn post(&self, text: &str, key: &str) -> anyhow::Result<Posted> {
@@ -172,6 +188,10 @@ fn show(
     typing: &mut BTreeMap<String, String>,
     ev: SseEvent,
 ) -> Option<String> {
+    if let Some(request) = calls::ToolRequest::from_event(&ev.event, &ev.data) {
+        screen.line(&request.line());
+        return None;
+    }
     match ev.event.as_str() {
         "message" => {
             let m: Message = serde_json::from_str(&ev.data).ok()?;
@@ -302,7 +322,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             info.name,
             members.join(", ")
         ));
-        s.line("Type a message and press Enter; Ctrl-D leaves.");
+        s.line(&format!(
+            "Type a message and press Enter; {}; Ctrl-D leaves.",
+            calls::HELP
+        ));
         s.line("");
         if args.history > 0 {
             for m in history.messages.iter().rev() {
@@ -327,11 +350,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 if text.is_empty() {
                     continue;
                 }
-                n += 1;
-                if let Err(e) = client.post(text, &format!("{session}-{n}")).await {
-                    if let Ok(mut s) = screen.lock() {
-                        s.line(&format!("! not sent: {}", crate::report::chain(&*e)));
+                let said = match calls::parse(text) {
+                    calls::Typed::Say(text) => {
+                        n += 1;
+                        client.post(&text, &format!("{session}-{n}")).await.err().map(|e| {
+                            format!("! not sent: {}", crate::report::chain(&*e))
+                        })
                     }
+                    calls::Typed::Answer(call, body) => Some(match client.answer(&call, &body).await {
+                        Ok(a) => format!("· {} call {}", a.decision, a.call_id),
+                        Err(e) => format!("! not answered: {}", crate::report::chain(&*e)),
+                    }),
+                    calls::Typed::Bad(why) => Some(format!("! {why}")),
+                };
+                if let (Some(said), Ok(mut s)) = (said, screen.lock()) {
+                    s.line(&said);
                 }
             }
             ended = &mut follower => {

@@ -217,7 +217,7 @@ pub struct ErrorBody {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable, machine-readable: `unauthenticated`, `forbidden`, `not_member`, `not_found`,
-    /// `method_not_allowed`, `invalid_request`, `duplicate`, `expired`, `payload_too_large`,
+    /// `method_not_allowed`, `invalid_request`, `duplicate`, `conflict`, `expired`, `payload_too_large`,
     /// `rate_limited`, `unavailable`, `request_timeout`, `uri_too_long`, `headers_too_large`,
     /// `bad_request`.
     pub code: String,
@@ -338,6 +338,11 @@ impl ApiError {
     /// 409 for a result that was already given (`duplicate`).
     pub fn duplicate(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "duplicate", message)
+    }
+
+    /// 409 for an answer to what already has one (`conflict`).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
     }
 
     /// 410 for something whose time is over (`expired`).

@@ -6,6 +6,7 @@
 //! - `GET  /v1/spaces/{namespace}/{space}/stream`: SSE (messages, agents' text as it streams,
 //!   activity), resumable with `Last-Event-ID`.
 //! - `GET  /v1/spaces/{namespace}/{space}`, `GET /v1/me`.
+//! - `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: answer a call ([`decisions`]).
 //! - `POST /v1/agents/{namespace}/{agent}/events`: a service triggers an agent (webhook).
 //! - `POST /v1/tool-results/{callId}`: the service of an async tool call posts its result
 //!   with the call's own token ([`results`]).
@@ -17,6 +18,7 @@
 pub mod api;
 pub mod auth;
 mod config;
+pub mod decisions;
 pub mod results;
 mod serve;
 pub mod sse;
@@ -628,6 +630,7 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(stream::stream_space))
         .routes(routes!(trigger_agent))
         .routes(routes!(results::post_tool_result))
+        .routes(routes!(decisions::answer_call))
         .routes(routes!(me))
         .routes(routes!(healthz))
         .routes(routes!(readyz))

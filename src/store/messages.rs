@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use super::{
-    AgentKey, Inbox, InboxEvent, LiveEvent, NewMessage, Posted, ReadQuery, SpaceMessage,
+    AgentKey, Inbox, InboxEvent, LiveEvent, NewMessage, Posted, ReadQuery, Sender, SpaceMessage,
     SpaceRecord, StoreError,
 };
 use crate::keys::SpaceKey;
@@ -40,6 +40,17 @@ pub trait Messages: Send + Sync {
         message: &NewMessage,
     ) -> Result<Posted, StoreError>;
 
+    /// Posts a notice of agentfleet itself ([`Sender::system`]) in an existing space: into
+    /// its log with its live event, like the loop guard's, delivered to no agent. A keyed
+    /// notice is posted once, like a keyed message ([`NewMessage::idempotency_key`]).
+    /// [`StoreError::NotMember`] when there is no such space.
+    async fn post_notice(
+        &self,
+        space: &SpaceKey,
+        text: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<Posted, StoreError>;
+
     /// Messages of a space's log (see [`ReadQuery`]).
     async fn read_messages(
         &self,
@@ -67,14 +78,37 @@ pub(super) struct FanOut {
     pub agents: Vec<String>,
 }
 
-/// The record of the space `message` is posted in: refused unless its sender is a member.
+/// How a message enters a space's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Posting {
+    /// A member posts it; it goes to the other member agents.
+    Member,
+    /// agentfleet posts a notice ([`Messages::post_notice`]); it goes to no agent.
+    Notice,
+}
+
+/// The notice [`Messages::post_notice`] posts.
+pub(super) fn notice(text: &str, idempotency_key: Option<&str>) -> NewMessage {
+    NewMessage {
+        sender: Sender::system(),
+        text: text.to_string(),
+        mention: None,
+        idempotency_key: idempotency_key.map(str::to_string),
+        urgent: false,
+        depth: 0,
+    }
+}
+
+/// The record of the space `message` is posted in: refused unless its sender is a member
+/// (or it is a notice, in a space that exists).
 pub(super) fn admit(
     space: &SpaceKey,
     record: Option<SpaceRecord>,
     message: &NewMessage,
+    posting: Posting,
 ) -> Result<SpaceRecord, StoreError> {
     record
-        .filter(|r| r.admits(&message.sender))
+        .filter(|r| posting == Posting::Notice || r.admits(&message.sender))
         .ok_or_else(|| StoreError::NotMember {
             space: space.to_string(),
             sender: message.sender.id.clone(),
@@ -94,12 +128,15 @@ pub(super) fn unposted(space: &SpaceKey, message: &NewMessage, time_ms: i64) -> 
     }
 }
 
-/// The agents a post is pushed to: the member agents but the sender.
+/// The agents a post is pushed to: the member agents but the sender (none for a notice).
 pub(super) fn recipients<'a>(
     record: &'a SpaceRecord,
     message: &'a NewMessage,
+    posting: Posting,
 ) -> impl Iterator<Item = &'a str> {
-    record.agents().filter(|a| *a != message.sender.id)
+    record
+        .agents()
+        .filter(move |a| posting == Posting::Member && *a != message.sender.id)
 }
 
 /// How often a push of a fan-out is tried, and the pause before each retry.

@@ -653,6 +653,65 @@ async fn the_loop_guard_stops_agents_waking_each_other(store: &dyn Store) {
     assert_eq!((log.len(), notices), (6, 1));
 }
 
+async fn notices_are_logged_once_and_wake_no_agent(store: &dyn Store) {
+    use futures::StreamExt;
+    let family = family_space(store, 100).await;
+    let mut live = store.subscribe_live(&family).await.unwrap();
+    let first = store
+        .post_notice(&family, "Husam approved restart", Some("decision:1"))
+        .await
+        .unwrap();
+    assert!(!first.duplicate && first.delivered.is_empty());
+    let again = store
+        .post_notice(&family, "Husam approved restart", Some("decision:1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.duplicate),
+        (first.id.as_str(), true)
+    );
+    let log = recent(store, &family).await;
+    assert_eq!(log.len(), 1, "a keyed notice is posted once");
+    assert_eq!(
+        (&log[0].sender, log[0].text.as_str()),
+        (&Sender::system(), "Husam approved restart")
+    );
+    for agent in ["alice", "bob"] {
+        assert_eq!(
+            store
+                .inbox_depth(&AgentKey::new("fam", agent))
+                .await
+                .unwrap(),
+            0,
+            "{agent}"
+        );
+    }
+    let five = std::time::Duration::from_secs(5);
+    let event = tokio::time::timeout(five, live.next()).await.unwrap();
+    let Some(LiveEvent::Message { message }) = event else {
+        panic!("expected the notice, got {event:?}")
+    };
+    assert_eq!(message.id, first.id);
+    // A member's key is its own: the same key from a member is another post.
+    let member = store
+        .post_message(
+            &family,
+            &NewMessage {
+                idempotency_key: Some("decision:1".into()),
+                ..say(human("husam"), "hi")
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!member.duplicate);
+    assert!(matches!(
+        store
+            .post_notice(&SpaceKey::new("fam", "nowhere"), "x", None)
+            .await,
+        Err(StoreError::NotMember { .. })
+    ));
+}
+
 async fn reading_pages_newest_first_or_since_an_id(store: &dyn Store) {
     let family = family_space(store, 4).await;
     let mut ids = Vec::new();
@@ -1879,6 +1938,7 @@ suite!(
     a_retried_post_never_duplicates,
     idempotency_keys_belong_to_their_sender,
     the_loop_guard_stops_agents_waking_each_other,
+    notices_are_logged_once_and_wake_no_agent,
     reading_pages_newest_first_or_since_an_id,
     live_events_reach_subscribers,
     urgent_posts_become_urgent_events,

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod connections;
+mod decisions;
 mod fixture;
 mod trust;
 
@@ -513,6 +514,7 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/spaces/{namespace}/{space}/stream",
             "POST /v1/agents/{namespace}/{agent}/events",
             "POST /v1/spaces/{namespace}/{space}/messages",
+            "POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}",
             "POST /v1/tool-results/{callId}",
         ]
     );
@@ -553,6 +555,8 @@ async fn the_openapi_document_matches_the_routes() {
         "ActivityEvent",
         "ToolResult",
         "ToolResultAccepted",
+        "CallAnswer",
+        "CallAnswered",
     ] {
         assert!(
             doc["components"]["schemas"].get(schema).is_some(),

@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 
 use super::{received, MemoryStore, State};
 use crate::keys::SpaceKey;
-use crate::store::messages::{admit, fan_out, recipients, unposted, FanOut};
+use crate::store::messages::{admit, fan_out, notice, recipients, unposted, FanOut, Posting};
 use crate::store::{
     now_ms, parse_message_id, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery,
     SpaceMessage, StoreError,
@@ -64,9 +64,10 @@ impl MemoryStore {
         &self,
         space: &SpaceKey,
         message: &NewMessage,
+        posting: Posting,
     ) -> Result<(Posted, Option<FanOut>), StoreError> {
         self.with(|s| {
-            let record = admit(space, s.spaces.get(space).cloned(), message)?;
+            let record = admit(space, s.spaces.get(space).cloned(), message, posting)?;
             let log = s.logs.entry(space.clone()).or_default();
             let scoped = message.scoped_idempotency_key();
             if let Some(id) = scoped.as_ref().and_then(|k| log.idempotency.get(k)) {
@@ -117,7 +118,9 @@ impl MemoryStore {
                 log.messages.pop_front();
             }
             let agents: Vec<String> = match guarded {
-                None => recipients(&record, message).map(str::to_string).collect(),
+                None => recipients(&record, message, posting)
+                    .map(str::to_string)
+                    .collect(),
                 Some(_) => Vec::new(),
             };
             let run = (!agents.is_empty()).then(|| FanOut {
@@ -152,7 +155,7 @@ impl Messages for MemoryStore {
         space: &SpaceKey,
         message: &NewMessage,
     ) -> Result<Posted, StoreError> {
-        let (mut posted, run) = self.post(space, message)?;
+        let (mut posted, run) = self.post(space, message, Posting::Member)?;
         if let Some(run) = run {
             posted.delivered = fan_out(self, space, &run, !posted.duplicate).await?;
             if let Some(k) = message.scoped_idempotency_key() {
@@ -164,6 +167,16 @@ impl Messages for MemoryStore {
             }
         }
         Ok(posted)
+    }
+
+    async fn post_notice(
+        &self,
+        space: &SpaceKey,
+        text: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<Posted, StoreError> {
+        let message = notice(text, idempotency_key);
+        Ok(self.post(space, &message, Posting::Notice)?.0)
     }
 
     async fn read_messages(

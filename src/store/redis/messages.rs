@@ -10,20 +10,21 @@ use super::keys::SpaceKeys;
 use super::scripts::{self, Post, ID_PLACEHOLDER};
 use super::{from_json, redis_err, to_json, RedisStore};
 use crate::keys::SpaceKey;
-use crate::store::messages::{admit, fan_out, recipients, unposted, FanOut};
+use crate::store::messages::{admit, fan_out, notice, recipients, unposted, FanOut, Posting};
 use crate::store::{
     now_ms, Guard, InboxEvent, LiveEvent, Messages, NewMessage, Posted, ReadQuery, SpaceMessage,
     Spaces, StoreError,
 };
 
-#[async_trait]
-impl Messages for RedisStore {
-    async fn post_message(
+impl RedisStore {
+    /// A post (`post.lua`, then its fan-out) of a member's message or a notice.
+    async fn post(
         &self,
         space: &SpaceKey,
         message: &NewMessage,
+        posting: Posting,
     ) -> Result<Posted, StoreError> {
-        let record = admit(space, self.space(space).await?, message)?;
+        let record = admit(space, self.space(space).await?, message, posting)?;
         let keys = SpaceKeys::new(space);
         let what = |w: &str| {
             let w = format!("{w} for space {space}");
@@ -61,7 +62,7 @@ impl Messages for RedisStore {
         };
         let (depth_notice, rate_notice) = (notice(Guard::Depth)?, notice(Guard::Rate)?);
         let scoped = message.scoped_idempotency_key();
-        let recipients: Vec<&str> = recipients(&record, message).collect();
+        let recipients: Vec<&str> = recipients(&record, message, posting).collect();
 
         let mut conn = self.conns.shared().await?;
         let reply = scripts::post(
@@ -101,6 +102,27 @@ impl Messages for RedisStore {
             delivered,
             guarded: reply.guarded,
         })
+    }
+}
+
+#[async_trait]
+impl Messages for RedisStore {
+    async fn post_message(
+        &self,
+        space: &SpaceKey,
+        message: &NewMessage,
+    ) -> Result<Posted, StoreError> {
+        self.post(space, message, Posting::Member).await
+    }
+
+    async fn post_notice(
+        &self,
+        space: &SpaceKey,
+        text: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<Posted, StoreError> {
+        let message = notice(text, idempotency_key);
+        self.post(space, &message, Posting::Notice).await
     }
 
     async fn read_messages(

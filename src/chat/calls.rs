@@ -1,0 +1,220 @@
+//! Agents' requests for a human (issue 14) in chat: how a `tool_request` is shown, and the
+//! lines that answer one (`/approve ID [reason]`, `/deny ID REASON`, `/answer ID {json}`),
+//! sent to `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`.
+//!
+//! A request comes as the SSE event `tool_request` (JSON [`ToolRequest`] with its `sender`), or
+//! as an `activity` event whose `activity` is `tool_request`, `tool` the tool and `detail` the
+//! JSON of the rest (`callId`, `kind`, `arguments`, `expiresMs`).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::gateway::api::{ActivityEvent, EntityRef};
+use crate::store::CallId;
+
+/// The most characters of a request's arguments shown.
+const ARGUMENT_CHARS: usize = 300;
+
+/// How to answer, as chat says it.
+pub(super) const HELP: &str =
+    "answer an agent's request with /approve ID [reason], /deny ID REASON or /answer ID {json}";
+
+/// A call waiting for a human, as chat reads it off the stream.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ToolRequest {
+    /// The agent asking (absent in an activity's detail: the activity's sender).
+    #[serde(default)]
+    pub sender: Option<EntityRef>,
+    /// The call to answer.
+    pub call_id: String,
+    /// The tool (absent in an activity's detail: the activity's tool).
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// `approval` or `interactive`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// The call's arguments (secrets masked).
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    /// When the request expires (ms since the epoch).
+    #[serde(default)]
+    pub expires_ms: Option<i64>,
+}
+
+impl ToolRequest {
+    /// The request an SSE event carries: a `tool_request` event, or a `tool_request` activity.
+    pub(super) fn from_event(event: &str, data: &str) -> Option<Self> {
+        match event {
+            "tool_request" => serde_json::from_str(data).ok(),
+            "activity" => {
+                let a: ActivityEvent = serde_json::from_str(data).ok()?;
+                if a.activity != "tool_request" {
+                    return None;
+                }
+                let mut r: Self = serde_json::from_str(a.detail.as_deref()?).ok()?;
+                r.sender.get_or_insert(a.sender);
+                if r.tool.is_none() {
+                    r.tool = a.tool;
+                }
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+
+    /// The line chat shows: who asks what, and how to answer.
+    pub(super) fn line(&self) -> String {
+        let who = self.sender.as_ref().map_or("an agent", |s| s.name.as_str());
+        let tool = self.tool.as_deref().unwrap_or("a tool");
+        let args = self
+            .arguments
+            .as_ref()
+            .map(|a| format!(" {}", cut(&a.to_string(), ARGUMENT_CHARS)))
+            .unwrap_or_default();
+        let id = &self.call_id;
+        if self.kind.as_deref() == Some("interactive") {
+            format!("? {who} asks for {tool}{args} — /answer {id} {{json}}")
+        } else {
+            format!(
+                "? {who} asks to run {tool}{args} — /approve {id} [reason] or /deny {id} REASON"
+            )
+        }
+    }
+}
+
+/// `text` cut after `max` characters (then `…`).
+fn cut(text: &str, max: usize) -> String {
+    let mut chars = text.chars();
+    let mut out: String = chars.by_ref().take(max).collect();
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// What a typed line asks for.
+#[derive(Debug, PartialEq)]
+pub(super) enum Typed {
+    /// A message to post: the line, or for a line starting `//`, the line from its second `/`.
+    Say(String),
+    /// An answer to a call: its id and the body to send.
+    Answer(String, Value),
+    /// A command chat cannot send, and why.
+    Bad(String),
+}
+
+/// Reads a typed line: a command (`/approve`, `/deny`, `/answer`) or a message (`//…` posts
+/// `/…`).
+pub(super) fn parse(line: &str) -> Typed {
+    let line = line.trim();
+    let Some(command) = line.strip_prefix('/') else {
+        return Typed::Say(line.to_string());
+    };
+    if command.starts_with('/') {
+        return Typed::Say(command.to_string());
+    }
+    let (verb, rest) = command
+        .split_once(char::is_whitespace)
+        .unwrap_or((command, ""));
+    let rest = rest.trim_start();
+    let (id, tail) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let tail = tail.trim();
+    let usage = match verb {
+        "approve" => "/approve ID [reason]",
+        "deny" => "/deny ID REASON",
+        "answer" => "/answer ID {json}",
+        _ => {
+            return Typed::Bad(format!(
+                "unknown command /{verb}: {HELP} (type //{verb} to post it as a message)"
+            ))
+        }
+    };
+    if CallId::parse(id).is_none() {
+        return Typed::Bad(format!("{usage}: ID is the call id the request names"));
+    }
+    let body = match verb {
+        "approve" if tail.is_empty() => serde_json::json!({"decision": "approve"}),
+        "approve" => serde_json::json!({"decision": "approve", "reason": tail}),
+        "deny" if tail.is_empty() => return Typed::Bad(format!("{usage}: say why")),
+        "deny" => serde_json::json!({"decision": "deny", "reason": tail}),
+        _ => match serde_json::from_str::<Value>(tail) {
+            Ok(result) => serde_json::json!({ "result": result }),
+            Err(e) => return Typed::Bad(format!("{usage}: not JSON ({e})")),
+        },
+    };
+    Typed::Answer(id.to_string(), body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ID: &str = "ops.sre.0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn typed_commands_become_answers() {
+        assert_eq!(parse("hello /approve"), Typed::Say("hello /approve".into()));
+        assert_eq!(parse("//shrug"), Typed::Say("/shrug".into()));
+        assert_eq!(
+            parse(&format!("/approve {ID}")),
+            Typed::Answer(ID.into(), json!({"decision": "approve"}))
+        );
+        assert_eq!(
+            parse(&format!(" /approve  {ID}  looks  fine ")),
+            Typed::Answer(
+                ID.into(),
+                json!({"decision": "approve", "reason": "looks  fine"})
+            )
+        );
+        assert_eq!(
+            parse(&format!("/deny {ID} not now")),
+            Typed::Answer(ID.into(), json!({"decision": "deny", "reason": "not now"}))
+        );
+        assert_eq!(
+            parse(&format!("/answer {ID} {{\"ok\": true}}")),
+            Typed::Answer(ID.into(), json!({"result": {"ok": true}}))
+        );
+        for bad in [
+            format!("/deny {ID}"),
+            format!("/answer {ID} {{nope"),
+            format!("/answer {ID}"),
+            "/approve".to_string(),
+            "/approve ../../messages".to_string(),
+            "/retry".to_string(),
+        ] {
+            assert!(matches!(parse(&bad), Typed::Bad(_)), "{bad}");
+        }
+    }
+
+    #[test]
+    fn requests_come_as_their_own_event_or_as_an_activity() {
+        let own = json!({
+            "sender": {"kind": "agent", "id": "sre", "name": "sre"},
+            "callId": ID, "tool": "restart_deployment", "kind": "approval",
+            "arguments": {"deployment": "api"}, "expiresMs": 5
+        });
+        let r = ToolRequest::from_event("tool_request", &own.to_string()).unwrap();
+        assert_eq!(
+            r.line(),
+            format!("? sre asks to run restart_deployment {{\"deployment\":\"api\"}} — /approve {ID} [reason] or /deny {ID} REASON")
+        );
+        let activity = json!({
+            "sender": {"kind": "agent", "id": "sre", "name": "sre"},
+            "activity": "tool_request", "tool": "confirm_deployment",
+            "detail": json!({"callId": ID, "kind": "interactive"}).to_string()
+        });
+        let r = ToolRequest::from_event("activity", &activity.to_string()).unwrap();
+        assert_eq!(
+            r.line(),
+            format!("? sre asks for confirm_deployment — /answer {ID} {{json}}")
+        );
+        let thinking = json!({"sender": {"kind": "agent", "id": "sre", "name": "sre"}, "activity": "thinking"});
+        assert_eq!(
+            ToolRequest::from_event("activity", &thinking.to_string()),
+            None
+        );
+        assert_eq!(ToolRequest::from_event("message", "{}"), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! `agentfleet approve|deny|answer|calls`: what waits for a human, answered from a terminal
+//! on the data plane, without the gateway (operator tools: no membership is checked). The rule
+//! and the audit message are [`crate::decisions`]'s, as for the gateway's route.
+
+use std::io::Write;
+
+use anyhow::bail;
+
+use super::{agent_arg, time, Redis};
+use crate::decisions::{self, Refusal, Reply};
+use crate::store::prelude::*;
+use crate::store::{now_ms, CallId, CallKind};
+use crate::terminal::{sanitize, Breaks};
+
+/// Who answers and where: the flags every answer takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Answering {
+    /// The agent whose call it is, `NAMESPACE/NAME`.
+    pub agent: String,
+    /// The call's id, as its request in the space names it.
+    pub call: String,
+    /// Who answers, as the agent and the space's log name them.
+    #[arg(
+        long = "as",
+        value_name = "NAME",
+        env = "USER",
+        default_value = "operator"
+    )]
+    pub by: String,
+    /// The data plane.
+    #[command(flatten)]
+    pub redis: Redis,
+}
+
+/// Answering a paused tool call from a terminal. Exit codes: 0 answered, 3 no such call
+/// waiting, 4 already answered, 5 expired, 1 anything else.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum CallCommand {
+    /// Approve an agent's call waiting for approval: it runs.
+    Approve {
+        #[command(flatten)]
+        call: Answering,
+        /// Why (the agent and the space's log see it).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Deny an agent's call waiting for approval: it does not run, and the agent is told why.
+    Deny {
+        #[command(flatten)]
+        call: Answering,
+        /// Why (the agent and the space's log see it).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Give the result of an agent's interactive tool call (JSON matching the tool's schema).
+    Answer {
+        #[command(flatten)]
+        call: Answering,
+        /// The result, as JSON.
+        result: String,
+    },
+    /// List an agent's calls waiting for a human: tool, call id, space, since, expires.
+    Calls {
+        /// The agent, `NAMESPACE/NAME`.
+        agent: String,
+        /// One JSON object a line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        redis: Redis,
+    },
+}
+
+/// Runs `agentfleet approve|deny|answer|calls`.
+pub async fn calls(cmd: CallCommand) -> anyhow::Result<()> {
+    match cmd {
+        CallCommand::Approve { call, reason } => {
+            answer(
+                &call,
+                Reply::Decision {
+                    approve: true,
+                    reason,
+                },
+            )
+            .await
+        }
+        CallCommand::Deny { call, reason } => {
+            if reason.trim().is_empty() {
+                bail!("--reason: say why the call is denied");
+            }
+            answer(
+                &call,
+                Reply::Decision {
+                    approve: false,
+                    reason: Some(reason),
+                },
+            )
+            .await
+        }
+        CallCommand::Answer { call, result } => {
+            let result = serde_json::from_str(&result)
+                .map_err(|e| anyhow::anyhow!("the result is not JSON: {e}"))?;
+            answer(&call, Reply::Result(result)).await
+        }
+        CallCommand::Calls { agent, json, redis } => list(&agent, json, &redis).await,
+    }
+}
+
+/// Answers a call as `--as`; says what was decided, or refuses (see [`Refusal::exit_code`]).
+async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
+    let agent = agent_arg(&call.agent)?;
+    let by = call.by.trim();
+    if by.is_empty() {
+        bail!("--as: name who answers");
+    }
+    let id = CallId::parse(&call.call)
+        .filter(|id| id.agent() == &agent)
+        .ok_or_else(|| Refusal::Unknown(call.call.clone()))?;
+    let store = call.redis.connect().await?;
+    let answered = decisions::answer(&store, &id, None, by, reply).await?;
+    let out = &mut std::io::stdout();
+    writeln!(
+        out,
+        "{}",
+        sanitize(
+            &format!(
+                "{} {} (call {}) as {by}{}",
+                answered.decision,
+                answered.tool,
+                answered.call,
+                if answered.woke {
+                    "; the agent was woken"
+                } else {
+                    ""
+                }
+            ),
+            Breaks::Visible
+        )
+    )?;
+    if answered.audit.is_none() {
+        eprintln!("agentfleet: warning: the decision was taken, but its audit message could not be posted in the space");
+    }
+    Ok(())
+}
+
+/// Lists what waits for a human, oldest first.
+async fn list(agent: &str, json: bool, redis: &Redis) -> anyhow::Result<()> {
+    let agent = agent_arg(agent)?;
+    let store = redis.connect().await?;
+    let calls = store.human_calls(&agent).await?;
+    let out = &mut std::io::stdout();
+    if calls.is_empty() && !json {
+        writeln!(out, "no call of {agent} waits for a human")?;
+    }
+    let now = now_ms();
+    for c in calls {
+        let r = &c.record;
+        let kind = match r.kind {
+            CallKind::Approval => "approval",
+            CallKind::Interactive => "interactive",
+            CallKind::Async => "async",
+        };
+        if json {
+            let line = serde_json::json!({
+                "callId": c.id.as_str(),
+                "tool": r.tool,
+                "kind": kind,
+                "space": r.space,
+                "arguments": r.arguments,
+                "sinceMs": r.since_ms,
+                "expiresMs": r.expires_ms,
+            });
+            writeln!(out, "{line}")?;
+            continue;
+        }
+        let text = format!(
+            "{}  {}  {kind}  space {}  since {}  expires {}{}",
+            r.tool,
+            c.id,
+            r.space.as_deref().unwrap_or("-"),
+            time(r.since_ms),
+            time(r.expires_ms),
+            if now > r.expires_ms { " (expired)" } else { "" }
+        );
+        writeln!(out, "{}", sanitize(&text, Breaks::Visible))?;
+    }
+    Ok(())
+}

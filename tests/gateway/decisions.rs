@@ -1,0 +1,338 @@
+//! Humans answer paused tool calls: `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`.
+
+use serde_json::{json, Value};
+
+use agentfleet::gateway::Limits;
+use agentfleet::membership::SpaceKey;
+use agentfleet::store::{
+    now_ms, AgentKey, CallKind, EventKind, HumanCall, InboxEvent, ReadQuery, Sender,
+};
+
+use super::fixture::*;
+
+fn oncall() -> AgentKey {
+    AgentKey::new("ops", "oncall")
+}
+
+/// Registers a call of `agent` asked in `space` (of the agent's namespace).
+async fn paused(
+    f: &Fixture,
+    agent: &AgentKey,
+    tool: &str,
+    kind: CallKind,
+    space: &str,
+    schema: Option<Value>,
+) -> String {
+    let call = HumanCall::new(
+        agent,
+        tool,
+        kind,
+        space,
+        json!({"deployment": "api"}),
+        schema,
+        60_000,
+    )
+    .unwrap();
+    f.store.register_human_call(&call).await.unwrap();
+    call.id.to_string()
+}
+
+impl Fixture {
+    async fn answer(
+        &self,
+        token: Option<&str>,
+        space: &str,
+        call: &str,
+        body: Value,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(format!(
+                "{}/v1/spaces/ops/{space}/tool-calls/{call}",
+                self.base
+            ))
+            .json(&body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.unwrap();
+        (resp.status().as_u16(), resp.json().await.unwrap())
+    }
+
+    async fn inbox(&self, agent: &AgentKey) -> Vec<InboxEvent> {
+        self.store.peek_inbox(agent, 10).await.unwrap()
+    }
+
+    /// The space's log, oldest first.
+    async fn log(&self, space: &str) -> Vec<(Sender, String)> {
+        let mut log = self
+            .store
+            .read_messages(
+                &SpaceKey::new("ops", space),
+                &ReadQuery {
+                    limit: 50,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        log.reverse();
+        log.into_iter().map(|m| (m.sender, m.text)).collect()
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn a_member_approves_a_paused_call_once_and_the_space_records_it() {
+    let f = start(Limits::default()).await;
+    let id = paused(
+        &f,
+        &oncall(),
+        "restart_deployment",
+        CallKind::Approval,
+        "engineering",
+        None,
+    )
+    .await;
+    let mut sse = f.stream(HUSAM, "engineering", None).await;
+    let approve = json!({"decision": "approve", "reason": "looks safe"});
+
+    // Refused, writing nothing: no token, a service, a non-member, the wrong space, an id
+    // nobody registered or that is no id, an answer that is not the approval's.
+    let (s, v) = f.answer(None, "engineering", &id, approve.clone()).await;
+    assert_eq!((s, code(&v)), (401, "unauthenticated"), "{v}");
+    let (s, v) = f
+        .answer(Some(ALERTS), "engineering", &id, approve.clone())
+        .await;
+    assert_eq!((s, code(&v)), (403, "not_member"), "{v}");
+    let (s, v) = f
+        .answer(Some(MUHAMMAD), "engineering", &id, approve.clone())
+        .await;
+    assert_eq!((s, code(&v)), (403, "not_member"), "{v}");
+    let (s, v) = f.answer(Some(HUSAM), "family", &id, approve.clone()).await;
+    assert_eq!((s, code(&v)), (404, "not_found"), "asked elsewhere: {v}");
+    let other = "ops.oncall.0123456789abcdef0123456789abcdef";
+    let (s, v) = f
+        .answer(Some(HUSAM), "engineering", other, approve.clone())
+        .await;
+    assert_eq!((s, code(&v)), (404, "not_found"), "{v}");
+    let (s, v) = f
+        .answer(Some(HUSAM), "engineering", "not-a-call", approve.clone())
+        .await;
+    assert_eq!((s, code(&v)), (404, "not_found"), "{v}");
+    let (s, v) = f
+        .answer(
+            Some(HUSAM),
+            "engineering",
+            &id,
+            json!({"result": {"ok": true}}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (400, "invalid_request"), "{v}");
+    let (s, v) = f
+        .answer(
+            Some(HUSAM),
+            "engineering",
+            &id,
+            json!({"decision": "maybe"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (400, "invalid_request"), "{v}");
+    assert!(f.inbox(&oncall()).await.is_empty());
+    assert!(!f.store.call(&parse(&id)).await.unwrap().unwrap().done);
+    assert!(f.log("engineering").await.is_empty());
+
+    // Approved: one event in the agent's inbox, one notice in the space's log.
+    let (s, v) = f
+        .answer(Some(HUSAM), "engineering", &id, approve.clone())
+        .await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(
+        v,
+        json!({"callId": id, "decision": "approved", "woke": true})
+    );
+    let inbox = f.inbox(&oncall()).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0].kind, EventKind::ToolResult);
+    assert_eq!(
+        inbox[0].data.as_ref().unwrap(),
+        &json!({"callId": id, "tool": "restart_deployment", "decision": "approved", "by": "Husam", "reason": "looks safe"})
+    );
+    let audit = format!("Husam approved restart_deployment (call {id}): looks safe");
+    assert_eq!(
+        f.log("engineering").await,
+        [(Sender::system(), audit.clone())]
+    );
+    let (_, live) = sse.next_message().await;
+    assert_eq!(
+        (&live["text"], &live["sender"]["id"]),
+        (&json!(audit), &json!("agentfleet"))
+    );
+
+    // A second answer, either way: conflict, nothing more written.
+    for body in [approve, json!({"decision": "deny"})] {
+        let (s, v) = f.answer(Some(HUSAM), "engineering", &id, body).await;
+        assert_eq!((s, code(&v)), (409, "conflict"), "{v}");
+    }
+    assert_eq!(f.inbox(&oncall()).await.len(), 1);
+    assert_eq!(f.log("engineering").await.len(), 1);
+}
+
+fn parse(id: &str) -> agentfleet::store::CallId {
+    agentfleet::store::CallId::parse(id).unwrap()
+}
+
+#[tokio::test]
+async fn denials_and_interactive_results_reach_the_agent() {
+    let f = start(Limits::default()).await;
+    let deny = paused(
+        &f,
+        &oncall(),
+        "restart_deployment",
+        CallKind::Approval,
+        "engineering",
+        None,
+    )
+    .await;
+    let (s, v) = f
+        .answer(
+            Some(HUSAM),
+            "engineering",
+            &deny,
+            json!({"decision": "deny", "reason": "not during the freeze"}),
+        )
+        .await;
+    assert_eq!((s, &v["decision"]), (202, &json!("denied")), "{v}");
+    let inbox = f.inbox(&oncall()).await;
+    assert_eq!(
+        inbox[0].data.as_ref().unwrap()["reason"],
+        "not during the freeze"
+    );
+    assert_eq!(
+        inbox[0].text.as_deref(),
+        Some(format!("call {deny} denied by Husam").as_str())
+    );
+
+    let schema = json!({
+        "type": "object",
+        "required": ["confirmed"],
+        "properties": {"confirmed": {"type": "boolean"}, "note": {"type": "string"}},
+        "additionalProperties": false
+    });
+    let form = paused(
+        &f,
+        &oncall(),
+        "confirm_deployment",
+        CallKind::Interactive,
+        "engineering",
+        Some(schema),
+    )
+    .await;
+    for bad in [
+        json!({"result": {"confirmed": "yes"}}),
+        json!({"result": {"note": "?"}}),
+        json!({"result": {"confirmed": true, "extra": 1}}),
+        json!({"decision": "approve"}),
+    ] {
+        let (s, v) = f
+            .answer(Some(HUSAM), "engineering", &form, bad.clone())
+            .await;
+        assert_eq!((s, code(&v)), (400, "invalid_request"), "{bad}: {v}");
+    }
+    let (s, v) = f
+        .answer(
+            Some(HUSAM),
+            "engineering",
+            &form,
+            json!({"result": {"confirmed": "yes"}}),
+        )
+        .await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("confirmed"),
+        "names the problem: {s} {v}"
+    );
+    assert_eq!(f.inbox(&oncall()).await.len(), 1, "only the denial");
+    let (s, v) = f
+        .answer(
+            Some(HUSAM),
+            "engineering",
+            &form,
+            json!({"result": {"confirmed": true}}),
+        )
+        .await;
+    assert_eq!((s, &v["decision"]), (202, &json!("answered")), "{v}");
+    let inbox = f.inbox(&oncall()).await;
+    assert_eq!(inbox.len(), 2);
+    assert_eq!(
+        inbox[1].data.as_ref().unwrap()["result"],
+        json!({"confirmed": true})
+    );
+    let log: Vec<String> = f
+        .log("engineering")
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(
+        log,
+        [
+            format!("Husam denied restart_deployment (call {deny}): not during the freeze"),
+            format!("Husam answered confirm_deployment (call {form}): {{\"confirmed\":true}}"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn expired_and_foreign_calls_are_refused() {
+    let f = start(Limits::default()).await;
+    let mut late = HumanCall::new(
+        &oncall(),
+        "restart_deployment",
+        CallKind::Approval,
+        "engineering",
+        json!({}),
+        None,
+        60_000,
+    )
+    .unwrap();
+    late.record.expires_ms = now_ms() - 1;
+    f.store.register_human_call(&late).await.unwrap();
+    let (s, v) = f
+        .answer(
+            Some(HUSAM),
+            "engineering",
+            late.id.as_str(),
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (410, "expired"), "{v}");
+
+    // An agent of another namespace, whose call names a space of the same name.
+    let foreign = paused(
+        &f,
+        &AgentKey::new("other", "oncall"),
+        "restart_deployment",
+        CallKind::Approval,
+        "engineering",
+        None,
+    )
+    .await;
+    let (s, v) = f
+        .answer(
+            Some(HUSAM),
+            "engineering",
+            &foreign,
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (404, "not_found"), "{v}");
+    assert!(f.inbox(&oncall()).await.is_empty());
+    assert!(f.inbox(&AgentKey::new("other", "oncall")).await.is_empty());
+    assert!(f.log("engineering").await.is_empty());
+}
