@@ -1261,3 +1261,96 @@ async fn dev_gives_the_tools_the_directorys_secrets_never_prints_them_and_refuse
     );
     assert!(!out.contains("agentfleet chat"), "no banner: {out}");
 }
+
+/// The seeds' "Interactive Tool Pause" end to end in `agentfleet dev`: the agent calls
+/// `confirm_deployment`, the request shows in the space naming the call, the cycle pauses;
+/// Husam answers through the gateway (a wrong answer is refused by the tool's schema, a second
+/// answer is a conflict), and the same cycle resumes with his answer as the tool's result.
+#[tokio::test]
+async fn an_interactive_tool_pauses_the_cycle_until_a_human_answers() {
+    agentfleet::install_crypto_provider();
+    let model = agentfleet::testing::MockModel::responding(|req| {
+        use agentfleet::testing::MockTurn;
+        let last = req["messages"].as_array().unwrap().last().unwrap();
+        if last["role"] == "tool" {
+            let answer = last["content"].as_str().unwrap_or_default().to_string();
+            if !answer.contains("confirmed") {
+                return MockTurn::text("done");
+            }
+            return MockTurn::tools(&[(
+                "send_message",
+                json!({"text": format!("Deploying, as you said: {answer}")}),
+            )]);
+        }
+        if last["role"] == "user" {
+            return MockTurn::tools(&[("confirm_deployment", json!({"version": "1.2"}))]);
+        }
+        MockTurn::text("done")
+    })
+    .await
+    .unwrap();
+    let spec = format!(
+        "{}\n  tools:\n    interactive:\n    - name: confirm_deployment\n      description: Ask a human to confirm a deployment.\n      inputSchema: {{type: object, properties: {{version: {{type: string}}}}}}\n      resultSchema: {{type: object, properties: {{confirmed: {{type: boolean}}}}, required: [confirmed]}}",
+        openai(&model.base_url)
+    );
+    let dir = ManifestDir::new("interactive", "deploys", &[("deployer", spec)]);
+    let dev = Dev::start_in(dir.path(), &[]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/deploys", "Husam");
+    let posted = dev
+        .post(
+            &http,
+            &husam,
+            "deploys",
+            &json!({"text": "ship 1.2 please"}),
+        )
+        .await;
+    assert_eq!(posted.status(), 201);
+    let request = wait_for_message(&http, &dev, &husam, "deploys", |m| {
+        m["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("asks: confirm_deployment"))
+    })
+    .await;
+    let text = request["text"].as_str().unwrap();
+    let call = text
+        .split("(call ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap()
+        .to_string();
+    let answer = |body: Value| {
+        http.post(format!(
+            "{}/v1/spaces/default/deploys/tool-calls/{call}",
+            dev.url
+        ))
+        .bearer_auth(&husam)
+        .json(&body)
+        .send()
+    };
+    let wrong = answer(json!({"result": {"confirmed": "yes"}}))
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 400, "the tool's resultSchema");
+    let right = answer(json!({"result": {"confirmed": true}}))
+        .await
+        .unwrap();
+    assert!(right.status().is_success(), "{}", right.status());
+    let again = answer(json!({"result": {"confirmed": false}}))
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409);
+    let reply = wait_for_message(&http, &dev, &husam, "deploys", |m| {
+        m["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Deploying, as you said"))
+    })
+    .await;
+    assert!(
+        reply["text"]
+            .as_str()
+            .unwrap()
+            .contains("\"confirmed\":true"),
+        "{reply}"
+    );
+}
