@@ -469,3 +469,95 @@ async fn a_denied_call_is_never_made() {
         "{told:?}"
     );
 }
+
+/// The gateway of the rig's Redis, in this process, with one token: Dana, a member of the
+/// space the agent asks in. Its base URL and Dana's token.
+async fn gateway(rig: &Rig) -> (String, &'static str, tokio::sync::watch::Sender<bool>) {
+    use agentfleet::gateway::auth::{Entity, EntityKind, Tokens};
+    use agentfleet::gateway::{self, Gateway, Limits};
+    const DANA: &str = "af_dana-approves-things";
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&rig.url).unwrap());
+    let tokens = Tokens::from_plain([(
+        DANA.to_string(),
+        Entity {
+            kind: EntityKind::Human,
+            id: "dana".into(),
+            name: "Dana".into(),
+            agents: vec![],
+        },
+    )]);
+    let registry = prometheus::Registry::new();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let gw = Gateway::new(store, tokens, Limits::default(), &registry, rx).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(gateway::serve(listener, gw, registry));
+    (base, DANA, tx)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approved_through_the_gateway_and_killed_during_the_call_it_is_not_made_twice() {
+    agentfleet::install_crypto_provider();
+    let rig = Rig::start("gateway", vec![restart()]).await;
+    let (base, dana, _gateway) = gateway(&rig).await;
+    let mut first = rig.worker();
+    rig.post("restart db-1 please");
+    let call = asked(&rig).await;
+    // The tool server holds the approved call: the worker is killed during it.
+    rig.tools.hold(true);
+    let http = reqwest::Client::new();
+    let approve = |decision: &'static str| {
+        http.post(format!(
+            "{base}/v1/spaces/ops/oncall/tool-calls/{}",
+            call.id
+        ))
+        .bearer_auth(dana)
+        .json(&json!({"decision": decision, "reason": "change window"}))
+        .send()
+    };
+    let answered = approve("approve").await.unwrap();
+    assert_eq!(answered.status(), 202);
+    assert_eq!(
+        approve("deny").await.unwrap().status(),
+        409,
+        "answered once"
+    );
+    wait_for("the approved call to reach the tool server", || {
+        rig.tools.seen().len() == 1
+    });
+    first.kill_9();
+    rig.tools.hold(false);
+
+    // The next worker resumes the same cycle: the call was marked before it ran, its outcome
+    // is unknown, and a POST is not made again; the model is told.
+    rig.model
+        .push(MockTurn::text("I could not tell whether db-1 restarted."));
+    let _second = rig.worker();
+    rig.until_committed().await;
+    assert_eq!(
+        rig.tools.seen().len(),
+        1,
+        "made once: {:?}",
+        rig.tools.seen()
+    );
+    let told = rig.tool_results(1);
+    assert!(
+        told.iter()
+            .any(|r| r.contains("unknown") && r.contains("not repeated")),
+        "{told:?}"
+    );
+    // The audit trail: who decided what and why, in the space's log.
+    let log = Command::new(BIN)
+        .args(["space", "read", "ops/oncall"])
+        .env("AGENTFLEET_REDIS_URL", &rig.url)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains(&format!(
+            "Dana approved restart_service (call {}): change window",
+            call.id
+        )),
+        "{log}"
+    );
+}
