@@ -634,7 +634,7 @@ async fn operator_on_a_real_api_server() {
 /// and `ToolsReady`. The Secret's value is nowhere the operator writes.
 async fn tools_with_secrets(client: &Client, ns: &str, store: &Arc<RedisStore>) {
     use agentfleet::crd::ToolStatus;
-    eprintln!("step: tools: a missing headersFrom Secret, then created; mounted; status.tools");
+    eprintln!("step: tools: a missing headersFrom Secret, then created; mounted; status.tools; pendingCalls");
     let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -846,6 +846,65 @@ spec:
             "the Secret's value leaked into status, events, the ConfigMap or the Deployment"
         );
     }
+
+    // A call the agent waits on a human for (as a paused worker registers it): in
+    // status.pendingCalls, and gone once answered.
+    use agentfleet::store::{Answer, CallKind, CallResult, Decision, HumanCall};
+    let call = HumanCall::new(
+        &key,
+        "prometheus_query",
+        CallKind::Approval,
+        "ops",
+        serde_json::json!({"query": "up"}),
+        None,
+        3_600_000,
+    )
+    .unwrap();
+    store.register_human_call(&call).await.unwrap();
+    let waiting = eventually(
+        "tooled: status.pendingCalls names the call",
+        Duration::from_secs(15),
+        || {
+            let agents = agents.clone();
+            let id = call.id.to_string();
+            async move {
+                let a = agents.get("tooled").await.ok()?;
+                let pending = &a.status.as_ref()?.pending_calls;
+                pending.iter().any(|p| p.call_id == id).then_some(a)
+            }
+        },
+    )
+    .await;
+    let p = &waiting.status.as_ref().unwrap().pending_calls[0];
+    eprintln!(
+        "  pendingCalls: {} {} in {:?} since {:?} expires {:?}",
+        p.tool,
+        p.call_id,
+        p.space,
+        p.since.as_ref().map(|t| t.0.to_string()),
+        p.expires.as_ref().map(|t| t.0.to_string())
+    );
+    let decision = CallResult::Decision(Decision {
+        answer: Answer::Deny,
+        by: "e2e".into(),
+        reason: None,
+    });
+    store
+        .complete_call(&call.id, None, &decision)
+        .await
+        .unwrap();
+    eventually(
+        "tooled: status.pendingCalls empty once answered",
+        Duration::from_secs(15),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("tooled").await.ok()?;
+                a.status.as_ref()?.pending_calls.is_empty().then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 /// Polls `check` every 5 ms until it is true; returns how long that took.
