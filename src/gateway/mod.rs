@@ -19,6 +19,7 @@ pub mod api;
 pub mod auth;
 mod config;
 pub mod decisions;
+mod health;
 pub mod results;
 mod serve;
 pub mod sse;
@@ -26,7 +27,7 @@ pub mod stream;
 mod wire;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use axum::extract::rejection::QueryRejection;
@@ -560,37 +561,6 @@ async fn me(Caller(caller, _): Caller) -> Json<Me> {
     })
 }
 
-/// Liveness: the process serves.
-#[utoipa::path(get, path = "/healthz", tag = "operations",
-    responses((status = 200, description = "Serving", body = String), RequestRefusals))]
-async fn healthz() -> &'static str {
-    "ok\n"
-}
-
-/// Readiness: the data plane answers.
-#[utoipa::path(get, path = "/readyz", tag = "operations",
-    responses(
-        (status = 200, description = "Ready", body = String),
-        (status = 503, description = "The data plane does not answer", body = String),
-        RequestRefusals,
-    ))]
-async fn readyz(State(gw): State<Gateway>) -> (StatusCode, String) {
-    match tokio::time::timeout(Duration::from_secs(2), gw.inner.store.ping()).await {
-        Ok(Ok(())) => match gw.inner.readiness.get().map_or(Ok(()), |check| check()) {
-            Ok(()) => (StatusCode::OK, "ok\n".into()),
-            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
-        },
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("data plane: {e}\n"),
-        ),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "data plane: no answer within 2s\n".into(),
-        ),
-    }
-}
-
 struct BearerAuth;
 
 impl utoipa::Modify for BearerAuth {
@@ -632,8 +602,8 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(results::post_tool_result))
         .routes(routes!(decisions::answer_call))
         .routes(routes!(me))
-        .routes(routes!(healthz))
-        .routes(routes!(readyz))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
         .split_for_parts()
 }
 
