@@ -485,3 +485,49 @@ impl std::io::Write for CapturedLogs {
         Ok(())
     }
 }
+
+/// Reads the events of an SSE response (a space's stream) as a client does.
+pub struct SseReader {
+    body: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
+    parser: crate::chat::SseParser,
+    read: std::collections::VecDeque<crate::chat::SseEvent>,
+}
+
+impl SseReader {
+    /// Reads `response`'s body.
+    pub fn new(response: reqwest::Response) -> Self {
+        use futures::StreamExt;
+        Self {
+            body: response
+                .bytes_stream()
+                .map(|r| r.map(|b| b.to_vec()))
+                .boxed(),
+            parser: crate::chat::SseParser::default(),
+            read: Default::default(),
+        }
+    }
+
+    /// The data (JSON) of the next event named `event` within `within`, skipping others.
+    pub async fn next(
+        &mut self,
+        event: &str,
+        within: Duration,
+    ) -> Result<serde_json::Value, String> {
+        use futures::StreamExt;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            while let Some(e) = self.read.pop_front() {
+                if e.event == event {
+                    return serde_json::from_str(&e.data)
+                        .map_err(|err| format!("{event} event not JSON ({err}): {}", e.data));
+                }
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .map_err(|_| format!("no {event} event within {within:?}"))?
+                .ok_or_else(|| format!("the stream ended before a {event} event"))?
+                .map_err(|e| format!("the stream failed: {e}"))?;
+            self.read.extend(self.parser.feed(&chunk));
+        }
+    }
+}

@@ -471,19 +471,21 @@ async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
     let rx = lines(child.0.stdout.take().unwrap());
     let mut out = Vec::new();
     until(&rx, "Ctrl-D leaves", &mut out);
-    // The worker shows the request as an activity naming the call: live only, so published
-    // until chat, once its stream is connected, shows it.
-    let detail =
-        serde_json::json!({"callId": id, "kind": "approval", "arguments": {"deployment": "api"}});
-    let request = LiveEvent::Activity {
+    // The worker shows the request as a `tool_request` event: live only, so published until
+    // chat, once its stream is connected, shows it.
+    let request = LiveEvent::ToolRequest {
         sender: Sender {
             id: "assistant".into(),
             name: "assistant".into(),
             kind: Some(MemberKind::Agent),
         },
-        activity: "tool_request".into(),
-        tool: Some("restart_deployment".into()),
-        detail: Some(detail.to_string()),
+        call_id: id.to_string(),
+        tool: "restart_deployment".into(),
+        kind: CallKind::Approval,
+        arguments: serde_json::json!({"deployment": "api"}),
+        result_schema: None,
+        since_ms: 1,
+        expires_ms: i64::MAX,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

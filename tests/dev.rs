@@ -12,6 +12,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use agentfleet::chat::SseParser;
+use agentfleet::testing::SseReader;
 
 /// The binary under test: this build's, or `AGENTFLEET_TEST_BIN` (to run these tests against
 /// an older build and see a regression test fail there).
@@ -1302,6 +1303,14 @@ async fn an_interactive_tool_pauses_the_cycle_until_a_human_answers() {
     let dev = Dev::start_in(dir.path(), &[]);
     let http = reqwest::Client::new();
     let husam = dev.token("default/deploys", "Husam");
+    let resp = http
+        .get(format!("{}/v1/spaces/default/deploys/stream", dev.url))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = SseReader::new(resp);
     let posted = dev
         .post(
             &http,
@@ -1311,19 +1320,29 @@ async fn an_interactive_tool_pauses_the_cycle_until_a_human_answers() {
         )
         .await;
     assert_eq!(posted.status(), 201);
+    // Clients render the request from its own SSE event…
+    let event = stream
+        .next("tool_request", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(event["sender"]["id"], "deployer");
+    assert_eq!(event["tool"], "confirm_deployment");
+    assert_eq!(event["kind"], "interactive");
+    assert_eq!(event["arguments"], json!({"version": "1.2"}));
+    assert_eq!(event["resultSchema"]["required"], json!(["confirmed"]));
+    assert!(event["expiresMs"].as_i64().unwrap() > event["sinceMs"].as_i64().unwrap());
+    let call = event["callId"].as_str().unwrap().to_string();
+    // …and the space's log has it as a message from the agent, for whoever was not listening.
     let request = wait_for_message(&http, &dev, &husam, "deploys", |m| {
         m["text"]
             .as_str()
             .is_some_and(|t| t.contains("asks: confirm_deployment"))
     })
     .await;
-    let text = request["text"].as_str().unwrap();
-    let call = text
-        .split("(call ")
-        .nth(1)
-        .and_then(|r| r.split(';').next())
-        .unwrap()
-        .to_string();
+    assert!(
+        request["text"].as_str().unwrap().contains(&call),
+        "{request}"
+    );
     let answer = |body: Value| {
         http.post(format!(
             "{}/v1/spaces/default/deploys/tool-calls/{call}",
@@ -1358,4 +1377,60 @@ async fn an_interactive_tool_pauses_the_cycle_until_a_human_answers() {
             .contains("\"confirmed\":true"),
         "{reply}"
     );
+}
+
+/// The README's walkthrough of asking before acting, on the samples as they ship: the sample
+/// SRE (scripted model, no key) asks the ops space to confirm a deployment and says what the
+/// answer was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sample_sre_asks_before_it_deploys() {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start();
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/ops", "Husam");
+    let resp = http
+        .get(format!("{}/v1/spaces/default/ops/stream", dev.url))
+        .bearer_auth(&husam)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = SseReader::new(resp);
+    let posted = dev
+        .post(&http, &husam, "ops", &json!({"text": "deploy api 1.2"}))
+        .await;
+    assert_eq!(posted.status(), 201);
+    let request = stream
+        .next("tool_request", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(request["sender"]["id"], "sre");
+    assert_eq!(request["tool"], "confirm_deployment");
+    assert_eq!(
+        request["arguments"],
+        json!({"service": "api", "version": "1.2"})
+    );
+    let call = request["callId"].as_str().unwrap();
+    let answered = http
+        .post(format!(
+            "{}/v1/spaces/default/ops/tool-calls/{call}",
+            dev.url
+        ))
+        .bearer_auth(&husam)
+        .json(&json!({"result": {"confirmed": true}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 202);
+    wait_for_message(&http, &dev, &husam, "ops", |m| {
+        m["sender"]["id"] == "sre" && m["text"] == "Deploying api 1.2, as Husam confirmed."
+    })
+    .await;
+    // The audit trail: who answered what, in the space's log.
+    wait_for_message(&http, &dev, &husam, "ops", |m| {
+        m["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Husam answered confirm_deployment"))
+    })
+    .await;
 }

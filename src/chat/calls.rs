@@ -2,14 +2,12 @@
 //! lines that answer one (`/approve ID [reason]`, `/deny ID REASON`, `/answer ID {json}`),
 //! sent to `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`.
 //!
-//! A request comes as the SSE event `tool_request` (JSON [`ToolRequest`] with its `sender`), or
-//! as an `activity` event whose `activity` is `tool_request`, `tool` the tool and `detail` the
-//! JSON of the rest (`callId`, `kind`, `arguments`, `expiresMs`).
+//! A request comes as the SSE event `tool_request` ([`ToolRequestEvent`]); it is also a message
+//! from the agent in the space's log, which chat shows as any message.
 
-use serde::Deserialize;
 use serde_json::Value;
 
-use crate::gateway::api::{ActivityEvent, EntityRef};
+use crate::gateway::api::ToolRequestEvent;
 use crate::store::CallId;
 
 /// The most characters of a request's arguments shown.
@@ -19,67 +17,23 @@ const ARGUMENT_CHARS: usize = 300;
 pub(super) const HELP: &str =
     "answer an agent's request with /approve ID [reason], /deny ID REASON or /answer ID {json}";
 
-/// A call waiting for a human, as chat reads it off the stream.
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct ToolRequest {
-    /// The agent asking (absent in an activity's detail: the activity's sender).
-    #[serde(default)]
-    pub sender: Option<EntityRef>,
-    /// The call to answer.
-    pub call_id: String,
-    /// The tool (absent in an activity's detail: the activity's tool).
-    #[serde(default)]
-    pub tool: Option<String>,
-    /// `approval` or `interactive`.
-    #[serde(default)]
-    pub kind: Option<String>,
-    /// The call's arguments (secrets masked).
-    #[serde(default)]
-    pub arguments: Option<Value>,
-    /// When the request expires (ms since the epoch).
-    #[serde(default)]
-    pub expires_ms: Option<i64>,
+/// The request an SSE event carries, if it is a `tool_request`.
+pub(super) fn request(event: &str, data: &str) -> Option<ToolRequestEvent> {
+    (event == "tool_request")
+        .then(|| serde_json::from_str(data).ok())
+        .flatten()
 }
 
-impl ToolRequest {
-    /// The request an SSE event carries: a `tool_request` event, or a `tool_request` activity.
-    pub(super) fn from_event(event: &str, data: &str) -> Option<Self> {
-        match event {
-            "tool_request" => serde_json::from_str(data).ok(),
-            "activity" => {
-                let a: ActivityEvent = serde_json::from_str(data).ok()?;
-                if a.activity != "tool_request" {
-                    return None;
-                }
-                let mut r: Self = serde_json::from_str(a.detail.as_deref()?).ok()?;
-                r.sender.get_or_insert(a.sender);
-                if r.tool.is_none() {
-                    r.tool = a.tool;
-                }
-                Some(r)
-            }
-            _ => None,
-        }
-    }
-
-    /// The line chat shows: who asks what, and how to answer.
-    pub(super) fn line(&self) -> String {
-        let who = self.sender.as_ref().map_or("an agent", |s| s.name.as_str());
-        let tool = self.tool.as_deref().unwrap_or("a tool");
-        let args = self
-            .arguments
-            .as_ref()
-            .map(|a| format!(" {}", cut(&a.to_string(), ARGUMENT_CHARS)))
-            .unwrap_or_default();
-        let id = &self.call_id;
-        if self.kind.as_deref() == Some("interactive") {
-            format!("? {who} asks for {tool}{args} — /answer {id} {{json}}")
-        } else {
-            format!(
-                "? {who} asks to run {tool}{args} — /approve {id} [reason] or /deny {id} REASON"
-            )
-        }
+/// The line chat shows for a request: who asks what, and how to answer.
+pub(super) fn line(r: &ToolRequestEvent) -> String {
+    let who = &r.sender.name;
+    let tool = &r.tool;
+    let args = cut(&r.arguments.to_string(), ARGUMENT_CHARS);
+    let id = &r.call_id;
+    if r.kind == "interactive" {
+        format!("? {who} asks for {tool} {args} — /answer {id} {{json}}")
+    } else {
+        format!("? {who} asks to run {tool} {args} — /approve {id} [reason] or /deny {id} REASON")
     }
 }
 
@@ -189,32 +143,31 @@ mod tests {
     }
 
     #[test]
-    fn requests_come_as_their_own_event_or_as_an_activity() {
+    fn requests_come_as_their_own_event() {
         let own = json!({
             "sender": {"kind": "agent", "id": "sre", "name": "sre"},
             "callId": ID, "tool": "restart_deployment", "kind": "approval",
-            "arguments": {"deployment": "api"}, "expiresMs": 5
+            "arguments": {"deployment": "api"}, "sinceMs": 1, "expiresMs": 5
         });
-        let r = ToolRequest::from_event("tool_request", &own.to_string()).unwrap();
+        let r = request("tool_request", &own.to_string()).unwrap();
         assert_eq!(
-            r.line(),
+            line(&r),
             format!("? sre asks to run restart_deployment {{\"deployment\":\"api\"}} — /approve {ID} [reason] or /deny {ID} REASON")
         );
-        let activity = json!({
-            "sender": {"kind": "agent", "id": "sre", "name": "sre"},
-            "activity": "tool_request", "tool": "confirm_deployment",
-            "detail": json!({"callId": ID, "kind": "interactive"}).to_string()
-        });
-        let r = ToolRequest::from_event("activity", &activity.to_string()).unwrap();
+        let mut interactive = own.clone();
+        interactive["kind"] = json!("interactive");
+        interactive["tool"] = json!("confirm_deployment");
+        interactive["arguments"] = json!({"env": "prod"});
+        let r = request("tool_request", &interactive.to_string()).unwrap();
         assert_eq!(
-            r.line(),
-            format!("? sre asks for confirm_deployment — /answer {ID} {{json}}")
+            line(&r),
+            format!(
+                "? sre asks for confirm_deployment {{\"env\":\"prod\"}} — /answer {ID} {{json}}"
+            )
         );
         let thinking = json!({"sender": {"kind": "agent", "id": "sre", "name": "sre"}, "activity": "thinking"});
-        assert_eq!(
-            ToolRequest::from_event("activity", &thinking.to_string()),
-            None
-        );
-        assert_eq!(ToolRequest::from_event("message", "{}"), None);
+        assert!(request("activity", &thinking.to_string()).is_none());
+        assert!(request("tool_request", "{}").is_none());
+        assert!(request("message", "{}").is_none());
     }
 }

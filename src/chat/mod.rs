@@ -188,8 +188,8 @@ fn show(
     typing: &mut BTreeMap<String, String>,
     ev: SseEvent,
 ) -> Option<String> {
-    if let Some(request) = calls::ToolRequest::from_event(&ev.event, &ev.data) {
-        screen.line(&request.line());
+    if let Some(request) = calls::request(&ev.event, &ev.data) {
+        screen.line(&calls::line(&request));
         return None;
     }
     match ev.event.as_str() {

@@ -9,7 +9,7 @@ use anyhow::bail;
 use super::{agent_arg, time, Redis};
 use crate::decisions::{self, Refusal, Reply};
 use crate::store::prelude::*;
-use crate::store::{now_ms, CallId, CallKind};
+use crate::store::{now_ms, CallId};
 use crate::terminal::{sanitize, Breaks};
 
 /// Who answers and where: the flags every answer takes.
@@ -155,11 +155,7 @@ async fn list(agent: &str, json: bool, redis: &Redis) -> anyhow::Result<()> {
     let now = now_ms();
     for c in calls {
         let r = &c.record;
-        let kind = match r.kind {
-            CallKind::Approval => "approval",
-            CallKind::Interactive => "interactive",
-            CallKind::Async => "async",
-        };
+        let kind = r.kind.name();
         if json {
             let line = serde_json::json!({
                 "callId": c.id.as_str(),

@@ -206,6 +206,34 @@ pub struct ActivityEvent {
     pub detail: Option<String>,
 }
 
+/// An agent asks the space's members about a call (SSE event `tool_request`): approve or deny
+/// it, or answer it, at `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`. The same request is
+/// also a message from the agent in the space's log, for clients that were not connected.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolRequestEvent {
+    /// The asking agent.
+    pub sender: EntityRef,
+    /// The call to answer.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// `approval` (answer `{"decision": "approve"|"deny", "reason"?}`) or `interactive`
+    /// (answer `{"result": …}`).
+    pub kind: String,
+    /// The call's arguments, secrets masked.
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Value,
+    /// What an interactive answer must match (JSON Schema), if the tool says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result_schema: Option<serde_json::Value>,
+    /// When it was asked (ms since the epoch).
+    pub since_ms: i64,
+    /// When it times out (ms since the epoch); the agent is then told nobody answered.
+    pub expires_ms: i64,
+}
+
 /// An error.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

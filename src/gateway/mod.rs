@@ -580,7 +580,7 @@ impl utoipa::Modify for BearerAuth {
         description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents and post the results of their asynchronous tool calls. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code, including those answered before a route is reached: `bad_request` 400 (not HTTP/1.1), `request_timeout` 408, `uri_too_long` 414, `headers_too_large` 431. Error messages quote client input cut to 64 characters. `/metrics` serves Prometheus metrics."
     ),
     modifiers(&BearerAuth),
-    components(schemas(api::DeltaEvent, api::ActivityEvent)),
+    components(schemas(api::DeltaEvent, api::ActivityEvent, api::ToolRequestEvent)),
     tags(
         (name = "spaces", description = "Messages of the spaces the caller is a member of"),
         (name = "agents", description = "Service events for agents"),

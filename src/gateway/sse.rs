@@ -19,7 +19,7 @@ use futures::StreamExt;
 use tokio::sync::{broadcast, watch, Mutex};
 use tracing::{debug, warn};
 
-use super::api::{ActivityEvent, ApiError, DeltaEvent, EntityRef, Message};
+use super::api::{ActivityEvent, ApiError, DeltaEvent, EntityRef, Message, ToolRequestEvent};
 use crate::membership::SpaceKey;
 use crate::store::{parse_message_id, LiveEvent, SpaceRecord, Store, StoreError};
 
@@ -29,7 +29,7 @@ const BUFFER: usize = 4096;
 /// One encoded SSE frame.
 #[derive(Debug)]
 pub struct Frame {
-    /// SSE event name: `message`, `delta`, `activity`, `error`.
+    /// SSE event name: `message`, `delta`, `activity`, `tool_request`, `error`.
     pub event: &'static str,
     /// SSE id (messages only; only a valid message id, which has no line break or NUL).
     pub id: Option<String>,
@@ -70,6 +70,28 @@ impl Frame {
                     activity: activity.clone(),
                     tool: tool.clone(),
                     detail: detail.clone(),
+                })?,
+            ),
+            LiveEvent::ToolRequest {
+                sender,
+                call_id,
+                tool,
+                kind,
+                arguments,
+                result_schema,
+                since_ms,
+                expires_ms,
+            } => Self::data(
+                "tool_request",
+                serde_json::to_string(&ToolRequestEvent {
+                    sender: EntityRef::from(sender),
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    kind: kind.name().into(),
+                    arguments: arguments.clone(),
+                    result_schema: result_schema.clone(),
+                    since_ms: *since_ms,
+                    expires_ms: *expires_ms,
                 })?,
             ),
         })
@@ -265,7 +287,7 @@ async fn recheck(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{MemoryStore, SpaceMessage};
+    use crate::store::{CallKind, MemoryStore, SpaceMessage};
 
     #[tokio::test]
     async fn one_subscription_per_space_shared_and_dropped_with_the_last_client() {
@@ -413,6 +435,25 @@ mod tests {
                             detail,
                         }
                     }),
+                (sender(), text(), text(), any::<bool>(), any::<i64>()).prop_map(
+                    |(sender, call_id, tool, interactive, expires_ms)| {
+                        LiveEvent::ToolRequest {
+                            sender,
+                            call_id,
+                            tool: tool.clone(),
+                            kind: if interactive {
+                                CallKind::Interactive
+                            } else {
+                                CallKind::Approval
+                            },
+                            arguments: serde_json::json!({ "text": tool }),
+                            result_schema: interactive
+                                .then(|| serde_json::json!({"type": "object"})),
+                            since_ms: 1,
+                            expires_ms,
+                        }
+                    }
+                ),
             ]
         }
 
@@ -488,6 +529,17 @@ mod tests {
                         prop_assert_eq!(data["activity"].as_str(), Some(activity.as_str()));
                         prop_assert_eq!(data["tool"].as_str(), tool.as_deref());
                         prop_assert_eq!(data["detail"].as_str(), detail.as_deref());
+                    }
+                    LiveEvent::ToolRequest { sender, call_id, tool, kind, arguments, result_schema, expires_ms, .. } => {
+                        prop_assert_eq!(id, None);
+                        let r: ToolRequestEvent = serde_json::from_value(data).unwrap();
+                        prop_assert_eq!(r.sender.id, sender.id.clone());
+                        prop_assert_eq!(&r.call_id, call_id);
+                        prop_assert_eq!(&r.tool, tool);
+                        prop_assert_eq!(r.kind.as_str(), kind.name());
+                        prop_assert_eq!(&r.arguments, arguments);
+                        prop_assert_eq!(&r.result_schema, result_schema);
+                        prop_assert_eq!(r.expires_ms, *expires_ms);
                     }
                 }
             }

@@ -42,7 +42,9 @@ pub struct StreamParams {
 /// Events: `message` (a posted message, JSON `Message`, with the message id as the SSE id),
 /// `delta` (JSON `DeltaEvent`: text an agent is writing, as it streams), `activity` (JSON
 /// `ActivityEvent`: thinking, running a tool, idle, or `error` with what failed and what
-/// happens next). Reconnecting with `Last-Event-ID` (or
+/// happens next), `tool_request` (JSON `ToolRequestEvent`: an agent asks the space's members to
+/// approve, deny or answer a call at `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`).
+/// Reconnecting with `Last-Event-ID` (or
 /// `?after=`) first replays the messages posted since that id.
 ///
 /// The stream ends with a last `error` event (JSON `ErrorBody`) when the caller may no longer
@@ -60,7 +62,7 @@ pub struct StreamParams {
         StreamParams,
     ),
     responses(
-        (status = 200, description = "An SSE stream of `message`, `delta` and `activity` events; a final `error` event (`ErrorBody`) when access ends", content_type = "text/event-stream", body = String),
+        (status = 200, description = "An SSE stream of `message`, `delta`, `activity` and `tool_request` events; a final `error` event (`ErrorBody`) when access ends", content_type = "text/event-stream", body = String),
         (status = 400, description = "Invalid resume id", body = ErrorBody),
         SpaceRefusals,
         RequestRefusals,

@@ -8,6 +8,9 @@
 //! mention it, so two scripted agents never talk in circles. The answer is:
 //! - `remember <fact>` → stores the fact with `set_memories` and confirms;
 //! - a text asking what it remembers → lists its memories from the system prompt;
+//! - `deploy SERVICE VERSION`, when it has an interactive `confirm_deployment` tool (the
+//!   seeds' "Interactive Tool Pause") → asks the space to confirm with it, and once a human
+//!   answered says in that space whether it deploys;
 //! - anything else → acknowledges who said what.
 //!
 //! A plan that comes due (`(plan) plan NAME: "instruction"`) and a service event
@@ -24,7 +27,9 @@ use serde_json::json;
 use super::format::{
     is_preview, parse_inbox, parse_memories, space_agents, space_names, InboxLine, Source,
 };
-use super::{Delta, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage};
+use super::{
+    Delta, Message, Model, ModelError, Request, ToolCall, ToolChoice, ToolSpec, Turn, Usage,
+};
 
 /// The scripted model of one agent.
 pub struct Scripted {
@@ -60,7 +65,7 @@ impl Scripted {
         named || (agents.len() == 1 && agents[0] == self.name)
     }
 
-    fn plan(&self, system: &str, inbox: &str) -> Vec<ToolCall> {
+    fn plan(&self, system: &str, inbox: &str, tools: &[ToolSpec]) -> Vec<ToolCall> {
         let mut calls = Vec::new();
         let first_space = space_names(system).into_iter().next();
         for line in parse_inbox(inbox) {
@@ -84,6 +89,17 @@ impl Scripted {
                 continue;
             };
             if line.sender == self.name || !self.addressed(system, &line) {
+                continue;
+            }
+            if let Some((service, version)) = deploy_request(&line.text)
+                .filter(|_| tools.iter().any(|t| t.name == CONFIRM_DEPLOYMENT))
+            {
+                // Asked first; the reply comes with the answer (see `confirmed`).
+                calls.push(call(
+                    calls.len(),
+                    CONFIRM_DEPLOYMENT,
+                    json!({ "service": service, "version": version }),
+                ));
                 continue;
             }
             let reply = if let Some(fact) = remember_request(&line.text) {
@@ -120,6 +136,90 @@ impl Scripted {
         }
         calls
     }
+}
+
+/// The interactive tool the scripted model asks before a deployment.
+const CONFIRM_DEPLOYMENT: &str = "confirm_deployment";
+
+/// `(service, version)` of `deploy SERVICE VERSION` (any case), if the text asks.
+fn deploy_request(text: &str) -> Option<(String, String)> {
+    let mut words = text.split_whitespace();
+    let verb = words.next()?;
+    if !verb.eq_ignore_ascii_case("deploy") {
+        return None;
+    }
+    let service = words.next()?.trim_end_matches([',', '.']);
+    let version = words.next()?.trim_end_matches([',', '.', '!']);
+    Some((service.to_string(), version.to_string()))
+}
+
+/// After a step that asked `confirm_deployment`: what to say in the space the deployment was
+/// asked in, once each answer is in (`None` for any other step).
+fn confirmed(system: &str, messages: &[Message]) -> Option<Vec<ToolCall>> {
+    let (at, asked) = messages
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, m)| match m {
+            Message::Assistant { tool_calls, .. } => Some((i, tool_calls)),
+            _ => None,
+        })?;
+    // The space of the request that led to it; else the agent's first.
+    let space = messages[..at]
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::User { content } if !is_preview(content) => parse_inbox(content)
+                .into_iter()
+                .filter(|l| deploy_request(&l.text).is_some())
+                .find_map(|l| match l.source {
+                    Source::Space(space) => Some(space),
+                    _ => None,
+                }),
+            _ => None,
+        })
+        .or_else(|| space_names(system).into_iter().next())?;
+    let calls: Vec<ToolCall> = asked
+        .iter()
+        .filter(|c| c.name == CONFIRM_DEPLOYMENT)
+        .filter_map(|c| {
+            let args: serde_json::Value = serde_json::from_str(&c.arguments).ok()?;
+            let what = format!(
+                "{} {}",
+                args["service"].as_str().unwrap_or("?"),
+                args["version"].as_str().unwrap_or("?")
+            );
+            let result = messages[at..].iter().find_map(|m| match m {
+                Message::Tool {
+                    tool_call_id,
+                    content,
+                } if *tool_call_id == c.id => {
+                    serde_json::from_str::<serde_json::Value>(content).ok()
+                }
+                _ => None,
+            })?;
+            let text = if result["answer"]["confirmed"] == json!(true) {
+                format!(
+                    "Deploying {what}, as {} confirmed.",
+                    result["by"].as_str().unwrap_or("a member")
+                )
+            } else if let Some(by) = result["by"].as_str() {
+                format!(
+                    "Not deploying {what}: {by} did not confirm ({}).",
+                    result["answer"]
+                )
+            } else {
+                format!(
+                    "Not deploying {what}: {}",
+                    result["error"].as_str().unwrap_or("nobody confirmed")
+                )
+            };
+            Some(text)
+        })
+        .enumerate()
+        .map(|(i, text)| call(i, "send_message", json!({ "space": space, "text": text })))
+        .collect();
+    (!calls.is_empty()).then_some(calls)
 }
 
 /// The fact of `remember that <fact>` / `remember <fact>` (any case), if the text asks.
@@ -170,6 +270,14 @@ fn summary(text: &str) -> String {
     out.chars().take(MAX + 40).collect()
 }
 
+/// The text that ends a cycle once its tool calls have run.
+fn done() -> Turn {
+    Turn {
+        text: Some("Done.".into()),
+        ..Turn::default()
+    }
+}
+
 fn call(index: usize, name: &str, args: serde_json::Value) -> ToolCall {
     ToolCall {
         id: format!("call_{index}"),
@@ -201,13 +309,17 @@ impl Model for Scripted {
                 }
             }
             Some(Message::User { content }) => Turn {
-                tool_calls: self.plan(&request.system, content),
+                tool_calls: self.plan(&request.system, content, &request.tools),
                 ..Turn::default()
             },
-            _ => Turn {
-                text: Some("Done.".into()),
-                ..Turn::default()
+            Some(Message::Tool { .. }) => match confirmed(&request.system, &request.messages) {
+                Some(tool_calls) => Turn {
+                    tool_calls,
+                    ..Turn::default()
+                },
+                None => done(),
             },
+            _ => done(),
         };
         // Stream like a real model: text, then each call's arguments in small pieces.
         if let Some(text) = &turn.text {
@@ -312,6 +424,65 @@ mod tests {
         let (turn, _) = run(&m, &request(system(), vec![Message::user(not_me)])).await;
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.tool_calls[0].name, "skip");
+    }
+
+    #[tokio::test]
+    async fn asks_before_deploying_and_says_what_the_answer_was() {
+        let m = Scripted::new("reviewer");
+        let confirm = ToolSpec {
+            name: CONFIRM_DEPLOYMENT.into(),
+            description: "Ask to confirm.".into(),
+            parameters: json!({"type": "object"}),
+        };
+        let asking = Message::user(inbox_line("Family", "Husam", "deploy api 1.2, please"));
+        // Without the tool it is just a message.
+        let (turn, _) = run(&m, &request(system(), vec![asking.clone()])).await;
+        assert_eq!(turn.tool_calls[0].name, "send_message");
+        let mut req = request(system(), vec![asking]);
+        req.tools = vec![confirm];
+        let (turn, _) = run(&m, &req).await;
+        assert_eq!(turn.tool_calls.len(), 1);
+        assert_eq!(turn.tool_calls[0].name, CONFIRM_DEPLOYMENT);
+        assert_eq!(args(&turn, 0), json!({"service": "api", "version": "1.2"}));
+
+        // The answer (or its absence) is said in the space that asked.
+        let answered = |result: serde_json::Value| {
+            let mut messages = req.messages.clone();
+            messages.push(turn.message());
+            messages.push(Message::Tool {
+                tool_call_id: turn.tool_calls[0].id.clone(),
+                content: result.to_string(),
+            });
+            request(system(), messages)
+        };
+        let yes = answered(json!({"answer": {"confirmed": true}, "by": "Husam"}));
+        let (said, _) = run(&m, &yes).await;
+        assert_eq!(said.tool_calls[0].name, "send_message");
+        assert_eq!(
+            args(&said, 0),
+            json!({"space": "Family", "text": "Deploying api 1.2, as Husam confirmed."})
+        );
+        let no = answered(json!({"answer": {"confirmed": false, "note": "freeze"}, "by": "Dana"}));
+        let (said, _) = run(&m, &no).await;
+        assert_eq!(
+            args(&said, 0)["text"],
+            "Not deploying api 1.2: Dana did not confirm ({\"confirmed\":false,\"note\":\"freeze\"})."
+        );
+        let late = answered(json!({"error": "nobody answered in time"}));
+        let (said, _) = run(&m, &late).await;
+        assert_eq!(
+            args(&said, 0)["text"],
+            "Not deploying api 1.2: nobody answered in time"
+        );
+        // After saying it, the cycle ends.
+        let mut after = late.messages.clone();
+        after.push(said.message());
+        after.push(Message::Tool {
+            tool_call_id: said.tool_calls[0].id.clone(),
+            content: "{}".into(),
+        });
+        let (end, _) = run(&m, &request(system(), after)).await;
+        assert_eq!(end.text.as_deref(), Some("Done."));
     }
 
     #[tokio::test]

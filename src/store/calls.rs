@@ -104,6 +104,16 @@ impl CallKind {
     pub fn human(self) -> bool {
         self != CallKind::Async
     }
+
+    /// Its name as status, CLI and API show it (as serialized): `async`, `approval`,
+    /// `interactive`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallKind::Async => "async",
+            CallKind::Approval => "approval",
+            CallKind::Interactive => "interactive",
+        }
+    }
 }
 
 /// A call as registered: what the step accepting its result checks.

@@ -88,9 +88,12 @@ pub trait Inbox: Send + Sync {
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
 
     /// A cycle paused for a human: its events stay in flight (and come back with the next
-    /// drain), the agent is marked paused rather than thinking — idle for the scaler while
-    /// nothing else waits — and urgent events move back to the inbox. Fenced.
-    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+    /// drain), the agent is marked paused rather than thinking — idle for the scaler, and
+    /// what arrives meanwhile waits without waking it, until a human's answer ends the pause
+    /// (see [`super::Calls::complete_call`]) — and urgent events move back to the inbox.
+    /// `false`: not paused, because events arrived since the cycle's drain (an answer may be
+    /// among them): the cycle is to go on with them now. Fenced.
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError>;
 
     /// Wake signals from now on: agents whose inbox got an event while no worker held them
     /// (or whose worker left with events still waiting).

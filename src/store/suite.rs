@@ -126,7 +126,10 @@ async fn observed(store: &dyn Store, agent: &AgentKey) -> AgentObservation {
         .remove(0)
 }
 
-async fn a_paused_cycle_waits_only_for_something_new(store: &dyn Store) {
+async fn a_paused_cycle_waits_for_its_answer(store: &dyn Store) {
+    let short = std::time::Duration::from_millis(200);
+    let long = std::time::Duration::from_secs(5);
+    let mut wakes = store.subscribe_wakes().await.unwrap();
     let agent = AgentKey::new("fam", "paused");
     let lease = store
         .acquire_lease(&agent, "w", TTL)
@@ -144,23 +147,80 @@ async fn a_paused_cycle_waits_only_for_something_new(store: &dyn Store) {
     // In flight, and nothing new: the wait times out (what is in flight does not count).
     assert!(!store.wait_new(&agent, SHORT).await.unwrap());
     assert!(observed(store, &agent).await.busy(), "thinking");
-    // Paused for a human: idle for the scaler, its event still in flight.
-    store.pause_cycle(&agent, &lease).await.unwrap();
-    let paused = observed(store, &agent).await;
-    assert!(paused.paused && !paused.busy(), "{paused:?}");
-    assert_eq!(paused.in_flight, 1);
+    // Something arrived since the drain (an answer, perhaps): not paused, the cycle goes on.
     store
-        .push_event(&agent, &event("e2", "second"))
+        .push_event(&agent, &event("e2", "meanwhile"))
         .await
         .unwrap();
-    assert!(store.wait_new(&agent, SHORT).await.unwrap());
-    let all = store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+    assert!(!store.pause_cycle(&agent, &lease).await.unwrap());
+    assert!(observed(store, &agent).await.busy());
     assert_eq!(
-        all.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
-        ["e1", "e2"]
+        store.wait_inbox(&agent, &lease, SHORT).await.unwrap().len(),
+        2
     );
-    let resumed = observed(store, &agent).await;
-    assert!(!resumed.paused && resumed.busy(), "{resumed:?}");
+
+    // Paused for a human: idle for the scaler, its events still in flight.
+    assert!(store.pause_cycle(&agent, &lease).await.unwrap());
+    let paused = observed(store, &agent).await;
+    assert!(paused.paused && !paused.busy(), "{paused:?}");
+    assert_eq!(paused.in_flight, 2);
+    // Its worker may go without a wake signal, and what arrives meanwhile (an urgent event, an
+    // async tool's result) waits without waking it: nothing can go on before the answer.
+    store.release_lease(&agent, &lease).await.unwrap();
+    let mut urgent = event("e3", "now!");
+    urgent.urgent = true;
+    store.push_event(&agent, &urgent).await.unwrap();
+    let service = NewCall::new(&agent, "create_ticket", 60_000).unwrap();
+    store.register_call(&service).await.unwrap();
+    let result = CallResult::Result(serde_json::json!({"ticket": "T-1"}));
+    assert!(matches!(
+        store
+            .complete_call(&service.id, Some(&service.token), &result)
+            .await
+            .unwrap(),
+        Completion::Accepted(_)
+    ));
+    assert_eq!(next_wake(&mut wakes, short).await, None);
+    let waiting = observed(store, &agent).await;
+    assert!(waiting.paused && !waiting.busy(), "{waiting:?}");
+    assert_eq!(waiting.waiting, 2);
+
+    // A human's answer ends the pause and wakes the agent.
+    let call = HumanCall::new(
+        &agent,
+        "restart_deployment",
+        CallKind::Approval,
+        "family",
+        serde_json::json!({}),
+        None,
+        60_000,
+    )
+    .unwrap();
+    store.register_human_call(&call).await.unwrap();
+    let approve = CallResult::Decision(Decision {
+        answer: Answer::Approve,
+        by: "Dana".into(),
+        reason: None,
+    });
+    assert!(matches!(
+        store.complete_call(&call.id, None, &approve).await.unwrap(),
+        Completion::Accepted(_)
+    ));
+    assert_eq!(next_wake(&mut wakes, long).await, Some(agent.clone()));
+    let answered = observed(store, &agent).await;
+    assert!(!answered.paused && answered.busy(), "{answered:?}");
+    // The next worker takes it all, the paused cycle's events first.
+    let lease = store
+        .acquire_lease(&agent, "w2", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let all = store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+    assert_eq!(all.len(), 5, "{all:?}");
+    assert_eq!(
+        all[..3].iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["e1", "e2", "e3"]
+    );
     // Fenced like every write of a cycle.
     let stale = Lease {
         token: lease.token + 1,
@@ -1225,6 +1285,24 @@ async fn wake_signals_reach_subscribers(store: &dyn Store) {
     store.release_lease(&a, &lease).await.unwrap();
     assert_eq!(next_wake(&mut wakes, short).await, None);
 
+    // Leaving a cycle unfinished signals (its events must be taken again); leaving a cycle
+    // paused for a human does not: the answer wakes the agent when it comes.
+    store.push_event(&a, &event("e3", "ask")).await.unwrap();
+    assert_eq!(next_wake(&mut wakes, long).await, Some(a.clone()));
+    let lease = store.acquire_lease(&a, "w3", TTL).await.unwrap().unwrap();
+    assert_eq!(store.wait_inbox(&a, &lease, SHORT).await.unwrap().len(), 1);
+    store.release_lease(&a, &lease).await.unwrap();
+    assert_eq!(next_wake(&mut wakes, long).await, Some(a.clone()));
+    let lease = store.acquire_lease(&a, "w4", TTL).await.unwrap().unwrap();
+    assert_eq!(store.wait_inbox(&a, &lease, SHORT).await.unwrap().len(), 1);
+    store.pause_cycle(&a, &lease).await.unwrap();
+    store.release_lease(&a, &lease).await.unwrap();
+    assert_eq!(next_wake(&mut wakes, short).await, None);
+    let lease = store.acquire_lease(&a, "w5", TTL).await.unwrap().unwrap();
+    assert_eq!(store.wait_inbox(&a, &lease, SHORT).await.unwrap().len(), 1);
+    store.ack_cycle(&a, &lease).await.unwrap();
+    store.release_lease(&a, &lease).await.unwrap();
+
     // A post wakes the member agents that have no worker.
     let family = family_space(store, 100).await;
     store
@@ -1956,7 +2034,7 @@ suite!(
     purging_an_agent_forgets_everything,
     async_calls_take_one_result_with_their_token,
     human_calls_take_one_answer_without_a_token,
-    a_paused_cycle_waits_only_for_something_new;
+    a_paused_cycle_waits_for_its_answer;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );
 

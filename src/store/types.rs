@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::crd::MemberKind;
 pub use crate::keys::AgentKey;
+use crate::store::CallKind;
 
 /// What the data plane knows of a space: derived from its Space object and the Agents that
 /// name it.
@@ -368,6 +369,27 @@ pub enum LiveEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// An agent asks the space's members about a call (issue 14): to approve or deny it, or
+    /// to answer an interactive tool. Answered at `POST /v1/spaces/{ns}/{space}/tool-calls/{call_id}`.
+    ToolRequest {
+        /// The asking agent.
+        sender: Sender,
+        /// The call to answer.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// `approval` or `interactive`.
+        kind: CallKind,
+        /// The call's arguments, secrets masked.
+        arguments: serde_json::Value,
+        /// What an interactive answer must match (JSON Schema), if the tool says.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result_schema: Option<serde_json::Value>,
+        /// When it was asked (ms since the epoch).
+        since_ms: i64,
+        /// When the request times out (ms since the epoch).
+        expires_ms: i64,
+    },
 }
 
 /// An agent's persisted conversation: the summary of what was compacted away, then the
@@ -517,10 +539,11 @@ pub struct AgentObservation {
 }
 
 impl AgentObservation {
-    /// Something waits or is being worked on (a cycle paused for a human is not: its worker
-    /// may go until something arrives).
+    /// Something waits or is being worked on. Not while a cycle is paused for a human: until
+    /// the answer (or the time to answer runs out, see [`Self::at`]) nothing can go on, and what
+    /// arrives meanwhile waits, so its worker may go.
     pub fn busy(&self) -> bool {
-        self.waiting > 0 || (self.in_flight > 0 && !self.paused) || self.thinking
+        self.thinking || (!self.paused && (self.waiting > 0 || self.in_flight > 0))
     }
 
     /// The observation as the scaler weighs it at `now_ms`: a cycle paused for a human whose

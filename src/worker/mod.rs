@@ -27,7 +27,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::crd::Agent;
 use crate::store::{AgentKey, Lease, RedisStore, Store, StoreError};
@@ -113,6 +113,22 @@ impl Backoff {
 
     pub(crate) fn reset(&mut self) {
         self.next = self.min;
+    }
+}
+
+/// Whether the agent's cycle is still paused for a human (no answer has come). When the data
+/// plane cannot tell, it is not: the cycle resumes, reads its answers and pauses again.
+async fn still_paused(agentlet: &Agentlet) -> bool {
+    match agentlet
+        .store
+        .observe(std::slice::from_ref(&agentlet.key))
+        .await
+    {
+        Ok(seen) => seen.first().is_some_and(|o| o.paused),
+        Err(e) => {
+            debug!(agent = %agentlet.key, error = %e, "cannot tell whether the pause ended; resuming");
+            false
+        }
     }
 }
 
@@ -310,6 +326,11 @@ async fn process(
             };
             match arrived {
                 Ok(false) if crate::store::now_ms() < until => continue,
+                // Something arrived: only an answer goes on (it ends the pause); the rest
+                // waits for it.
+                Ok(true) if crate::store::now_ms() < until && still_paused(agentlet).await => {
+                    continue
+                }
                 Ok(_) => paused_until = None,
                 Err(e) => {
                     let wait = store_backoff.take();
@@ -362,7 +383,9 @@ async fn process(
                 refusals = 0;
                 paused_until = Some(until_ms);
                 match agentlet.store.pause_cycle(key, lease).await {
-                    Ok(()) => {}
+                    Ok(true) => {}
+                    // Events came meanwhile (an answer, perhaps): go on with them now.
+                    Ok(false) => paused_until = None,
                     Err(StoreError::Fenced { .. }) => return Err(fenced()),
                     // Only the scaler's view: the agent looks busy until the next pause.
                     Err(e) => warn!(agent = %key, error = %e, "the pause was not recorded"),

@@ -189,10 +189,16 @@ mod tests {
             Decision::Hold,
             "not woken"
         );
-        // Something arrives (the answer among it): woken.
-        let answered = AgentObservation {
+        // Something arrives: it waits for the answer (nothing can go on before it).
+        let meanwhile = AgentObservation {
             waiting: 1,
             ..paused.clone()
+        };
+        assert_eq!(decide(&zero, false, 0, &meanwhile, None), Decision::Hold);
+        // The answer ends the pause: woken.
+        let answered = AgentObservation {
+            paused: false,
+            ..meanwhile
         };
         assert_eq!(
             decide(&zero, false, 0, &answered, None),

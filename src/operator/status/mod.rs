@@ -258,11 +258,7 @@ pub fn data_status(
             .map(|c| PendingCallStatus {
                 tool: c.record.tool.clone(),
                 call_id: c.id.to_string(),
-                kind: match c.record.kind {
-                    crate::store::CallKind::Interactive => "interactive",
-                    _ => "approval",
-                }
-                .into(),
+                kind: c.record.kind.name().into(),
                 space: c.record.space.clone(),
                 since: time(c.record.since_ms),
                 expires: time(c.record.expires_ms),

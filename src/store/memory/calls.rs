@@ -91,6 +91,10 @@ impl Calls for MemoryStore {
                 Completion::Expired
             } else {
                 *done = true;
+                // A human's answer ends the pause of the cycle that asked.
+                if record.kind.human() {
+                    a.paused = false;
+                }
                 let event = record.event(call, result);
                 Completion::Accepted(a.push(&event))
             }

@@ -33,7 +33,8 @@ impl AgentState {
         }
         Pushed {
             queued: true,
-            woke: self.lease_holder().is_none(),
+            // What arrives while a cycle is paused for a human waits for the answer.
+            woke: self.lease_holder().is_none() && !self.paused,
         }
     }
 
@@ -183,13 +184,17 @@ impl Inbox for MemoryStore {
         })
     }
 
-    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
+            let arrived = !(a.inbox.is_empty() && a.urgent.is_empty());
+            a.requeue_urgent();
+            if arrived {
+                return Ok(false);
+            }
             a.thinking = false;
             a.paused = true;
-            a.requeue_urgent();
-            Ok(())
+            Ok(true)
         })
     }
 

@@ -61,7 +61,9 @@ impl Leases for MemoryStore {
                 return false;
             }
             a.lease = None;
-            !(a.inbox.is_empty() && a.urgent.is_empty() && a.inflight.is_empty())
+            // A cycle paused for a human goes on only on its answer, which wakes the agent.
+            let left = !(a.inbox.is_empty() && a.urgent.is_empty() && a.inflight.is_empty());
+            left && !a.paused
         });
         self.wake(
             agent,

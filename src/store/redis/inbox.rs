@@ -136,7 +136,7 @@ impl Inbox for RedisStore {
         scripts::ack(&mut conn, &AgentKeys::new(agent), lease).await
     }
 
-    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {
         let mut conn = self.conns.shared().await?;
         scripts::pause(&mut conn, &AgentKeys::new(agent), lease).await
     }

@@ -285,7 +285,7 @@ pub(super) async fn renew(
 }
 
 /// `release.lua`: gives the lease up, with a wake signal when events are left.
-/// KEYS: lease, inbox, urgent, inflight. ARGV: lease value, the agent's `NS/NAME`,
+/// KEYS: lease, inbox, urgent, inflight, state. ARGV: lease value, the agent's `NS/NAME`,
 /// [`WAKE_CHANNEL`].
 pub(super) async fn release(
     conn: &mut ConnectionManager,
@@ -297,6 +297,7 @@ pub(super) async fn release(
         .key(agent.inbox())
         .key(agent.urgent())
         .key(agent.inflight())
+        .key(agent.state())
         .arg(lease_value(lease))
         .arg(agent.name())
         .arg(WAKE_CHANNEL)
@@ -390,14 +391,15 @@ pub(super) async fn ack(
     Ok(())
 }
 
-/// `pause.lua`: marks the agent paused (its events stay in flight); urgent events move back
-/// to the inbox. KEYS: lease, state, urgent, inbox. ARGV: lease.
+/// `pause.lua`: marks the agent paused (its events stay in flight) unless events arrived
+/// since the drain (`false`); urgent events move back to the inbox. KEYS: lease, state,
+/// urgent, inbox. ARGV: lease.
 pub(super) async fn pause(
     conn: &mut ConnectionManager,
     agent: &AgentKeys,
     lease: &Lease,
-) -> Result<(), StoreError> {
-    PAUSE
+) -> Result<bool, StoreError> {
+    let paused = PAUSE
         .key(agent.lease())
         .key(agent.state())
         .key(agent.urgent())
@@ -406,7 +408,7 @@ pub(super) async fn pause(
         .invoke_async::<u8>(conn)
         .await
         .map_err(fenced(agent.name(), "pause cycle"))?;
-    Ok(())
+    Ok(paused == 1)
 }
 
 /// Why `commit.lua` refused a commit.

@@ -4,7 +4,7 @@
 //!
 //! Asking registers the call in the data plane (so the gateway can take one answer from a
 //! member of the space), journals it, and tells the space: a message from the agent naming
-//! the tool, its arguments and the call id, and a live `tool_request` activity event. The
+//! the tool, its arguments and the call id, and a live `tool_request` event. The
 //! cycle then pauses: nothing is committed, its events stay in flight, the worker sleeps until
 //! something new arrives. The answer arrives as a `tool_result` inbox event; the cycle resumes
 //! from its journal and reads it here: approved, the call runs (once, through the journal);
@@ -131,19 +131,15 @@ impl Cycle<'_> {
         if let Err(e) = agentlet.store.post_message(&key, &message).await {
             warn!(error = %e, call = %id, "the request was not posted to the space");
         }
-        let event = LiveEvent::Activity {
+        let event = LiveEvent::ToolRequest {
             sender: agentlet.me(),
-            activity: "tool_request".into(),
-            tool: Some(call.name.clone()),
-            detail: Some(
-                json!({
-                    "callId": id.as_str(),
-                    "kind": human.record.kind,
-                    "arguments": arguments,
-                    "expiresMs": human.record.expires_ms,
-                })
-                .to_string(),
-            ),
+            call_id: id.to_string(),
+            tool: call.name.clone(),
+            kind: human.record.kind,
+            arguments: arguments.clone(),
+            result_schema: human.record.result_schema.clone(),
+            since_ms: human.record.since_ms,
+            expires_ms: human.record.expires_ms,
         };
         if let Err(e) = agentlet.store.publish_live(&key, &event).await {
             warn!(error = %e, call = %id, "the request was not shown live");

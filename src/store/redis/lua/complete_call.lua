@@ -1,6 +1,7 @@
 -- Accepts the result of a call (an async tool's, or a human's answer): when the call is known and not forgotten, the
 -- token is its own, it has no result yet and has not expired, marks it done and pushes its
--- tool_result event (see lib/push.lua: with a wake signal when no worker holds the agent).
+-- tool_result event (see lib/push.lua: with a wake signal when no worker holds the agent). A
+-- human's answer also ends the pause of the cycle that asked.
 -- Anything else writes nothing and says why, checked in that order.
 -- KEYS: 1 calls, 2 calls by forget time, 3 inbox, 4 urgent, 5 ids, 6 state, 7 lease.
 -- ARGV: 1 call id, 2 token hash, 3 now (ms), then the event as push.lua takes it:
@@ -18,6 +19,10 @@ if (call.tokenHash or '') ~= ARGV[2] then return {'unauthorized', 0, 0} end
 if redis.call('HEXISTS', KEYS[1], ARGV[1] .. ':done') == 1 then return {'duplicate', 0, 0} end
 if tonumber(ARGV[3]) > tonumber(call.expiresMs) then return {'expired', 0, 0} end
 redis.call('HSET', KEYS[1], ARGV[1] .. ':done', ARGV[3])
+-- A human's answer ends the pause of the cycle that asked: the agent is to be woken again.
+if call.kind == 'approval' or call.kind == 'interactive' then
+  if redis.call('GET', KEYS[6]) == 'paused' then redis.call('DEL', KEYS[6]) end
+end
 local queued, woke = push(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
 return {'accepted', queued, woke}

@@ -1,10 +1,11 @@
 //! The journal with a real `kill -9`: a worker process calling an HTTP tool on a real HTTP
 //! server (which counts the requests it gets) is killed between a finished call and the
 //! cycle's commit, and during a call; the restarted worker never repeats an effect it cannot
-//! know is harmless to repeat. A call that needs a human's approval pauses the cycle durably:
-//! killed while it waits, the next worker resumes the same cycle on the decision.
+//! know is harmless to repeat. Calls that wait for a human: [`approvals`].
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
+mod approvals;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,48 @@ impl Drop for Worker {
 }
 
 impl Worker {
+    /// `agentfleet worker` for the agent of `manifest` on the Redis at `redis_url`.
+    fn spawn(manifest: &std::path::Path, redis_url: &str) -> Worker {
+        Worker(
+            Command::new(BIN)
+                .args([
+                    "worker",
+                    "--agent",
+                    manifest.to_str().unwrap(),
+                    "--lease-seconds",
+                    "1",
+                    "--metrics-addr",
+                    &format!("127.0.0.1:{}", free_port().unwrap()),
+                ])
+                .env("AGENTFLEET_REDIS_URL", redis_url)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// Stops it as the kubelet stops a pod scaled away: SIGTERM, then waits for it to exit.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the worker did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn kill_9(&mut self) {
         let pid = self.0.id().to_string();
         assert!(Command::new("kill")
@@ -195,23 +238,7 @@ spec:
     }
 
     fn worker(&self) -> Worker {
-        Worker(
-            Command::new(BIN)
-                .args([
-                    "worker",
-                    "--agent",
-                    self.manifest.to_str().unwrap(),
-                    "--lease-seconds",
-                    "1",
-                    "--metrics-addr",
-                    &format!("127.0.0.1:{}", free_port().unwrap()),
-                ])
-                .env("AGENTFLEET_REDIS_URL", &self.url)
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
-        )
+        Worker::spawn(&self.manifest, &self.url)
     }
 
     fn post(&self, text: &str) {
@@ -375,189 +402,3 @@ async fn an_idempotent_call_cut_off_by_kill_9_is_retried_with_the_same_key() {
 }
 
 // ---- Approvals: the cycle pauses for a human, durably ---------------------------------------
-
-fn restart() -> MockTurn {
-    MockTurn::tools(&[("restart_service", json!({"service": "db-1"}))])
-}
-
-/// The call the agent waits on a human for, once it is asked.
-async fn asked(rig: &Rig) -> agentfleet::store::RegisteredCall {
-    let agent = AgentKey::new("ops", "sre");
-    let start = Instant::now();
-    loop {
-        let waiting = rig.store.human_calls(&agent).await.unwrap();
-        if let Some(call) = waiting.into_iter().next() {
-            return call;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "never asked");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn decide(
-    rig: &Rig,
-    call: &agentfleet::store::RegisteredCall,
-    answer: agentfleet::store::Answer,
-) {
-    use agentfleet::store::{CallResult, Completion, Decision};
-    let decision = CallResult::Decision(Decision {
-        answer,
-        by: "Dana".into(),
-        reason: Some("go".into()),
-    });
-    let done = rig
-        .store
-        .complete_call(&call.id, None, &decision)
-        .await
-        .unwrap();
-    assert!(matches!(done, Completion::Accepted(_)), "{done:?}");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn an_approval_survives_kill_9_and_the_call_is_made_once() {
-    let rig = Rig::start("approval", vec![restart()]).await;
-    let mut first = rig.worker();
-    rig.post("restart db-1 please");
-    let call = asked(&rig).await;
-    assert_eq!(call.record.tool, "restart_service");
-    // Paused: nothing made, nothing committed, the space told.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(rig.tools.seen().is_empty());
-    assert_eq!(rig.model.request_count(), 1);
-    first.kill_9();
-
-    // Decided while no worker runs; the next worker resumes the same cycle.
-    decide(&rig, &call, agentfleet::store::Answer::Approve).await;
-    rig.model.push(MockTurn::text("Restarted db-1."));
-    let _second = rig.worker();
-    rig.until_committed().await;
-    let seen = rig.tools.seen();
-    assert_eq!(seen.len(), 1, "made once: {seen:?}");
-    assert!(seen[0].body.contains("db-1"), "{seen:?}");
-    assert_eq!(
-        rig.model.request_count(),
-        2,
-        "asked once, then only the next step"
-    );
-    assert!(
-        rig.tool_results(1).iter().any(|r| r.contains("T-1")),
-        "{:?}",
-        rig.tool_results(1)
-    );
-    assert!(rig
-        .store
-        .human_calls(&AgentKey::new("ops", "sre"))
-        .await
-        .unwrap()
-        .is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_denied_call_is_never_made() {
-    let rig = Rig::start("denied", vec![restart()]).await;
-    let _worker = rig.worker();
-    rig.post("restart db-1 please");
-    let call = asked(&rig).await;
-    rig.model.push(MockTurn::text("Not restarting."));
-    decide(&rig, &call, agentfleet::store::Answer::Deny).await;
-    rig.until_committed().await;
-    assert!(rig.tools.seen().is_empty());
-    let told = rig.tool_results(1);
-    assert!(
-        told.iter()
-            .any(|r| r.contains("Dana denied the call of restart_service: go")),
-        "{told:?}"
-    );
-}
-
-/// The gateway of the rig's Redis, in this process, with one token: Dana, a member of the
-/// space the agent asks in. Its base URL and Dana's token.
-async fn gateway(rig: &Rig) -> (String, &'static str, tokio::sync::watch::Sender<bool>) {
-    use agentfleet::gateway::auth::{Entity, EntityKind, Tokens};
-    use agentfleet::gateway::{self, Gateway, Limits};
-    const DANA: &str = "af_dana-approves-things";
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&rig.url).unwrap());
-    let tokens = Tokens::from_plain([(
-        DANA.to_string(),
-        Entity {
-            kind: EntityKind::Human,
-            id: "dana".into(),
-            name: "Dana".into(),
-            agents: vec![],
-        },
-    )]);
-    let registry = prometheus::Registry::new();
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let gw = Gateway::new(store, tokens, Limits::default(), &registry, rx).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(gateway::serve(listener, gw, registry));
-    (base, DANA, tx)
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn approved_through_the_gateway_and_killed_during_the_call_it_is_not_made_twice() {
-    agentfleet::install_crypto_provider();
-    let rig = Rig::start("gateway", vec![restart()]).await;
-    let (base, dana, _gateway) = gateway(&rig).await;
-    let mut first = rig.worker();
-    rig.post("restart db-1 please");
-    let call = asked(&rig).await;
-    // The tool server holds the approved call: the worker is killed during it.
-    rig.tools.hold(true);
-    let http = reqwest::Client::new();
-    let approve = |decision: &'static str| {
-        http.post(format!(
-            "{base}/v1/spaces/ops/oncall/tool-calls/{}",
-            call.id
-        ))
-        .bearer_auth(dana)
-        .json(&json!({"decision": decision, "reason": "change window"}))
-        .send()
-    };
-    let answered = approve("approve").await.unwrap();
-    assert_eq!(answered.status(), 202);
-    assert_eq!(
-        approve("deny").await.unwrap().status(),
-        409,
-        "answered once"
-    );
-    wait_for("the approved call to reach the tool server", || {
-        rig.tools.seen().len() == 1
-    });
-    first.kill_9();
-    rig.tools.hold(false);
-
-    // The next worker resumes the same cycle: the call was marked before it ran, its outcome
-    // is unknown, and a POST is not made again; the model is told.
-    rig.model
-        .push(MockTurn::text("I could not tell whether db-1 restarted."));
-    let _second = rig.worker();
-    rig.until_committed().await;
-    assert_eq!(
-        rig.tools.seen().len(),
-        1,
-        "made once: {:?}",
-        rig.tools.seen()
-    );
-    let told = rig.tool_results(1);
-    assert!(
-        told.iter()
-            .any(|r| r.contains("unknown") && r.contains("not repeated")),
-        "{told:?}"
-    );
-    // The audit trail: who decided what and why, in the space's log.
-    let log = Command::new(BIN)
-        .args(["space", "read", "ops/oncall"])
-        .env("AGENTFLEET_REDIS_URL", &rig.url)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&log.stdout);
-    assert!(
-        log.contains(&format!(
-            "Dana approved restart_service (call {}): change window",
-            call.id
-        )),
-        "{log}"
-    );
-}
