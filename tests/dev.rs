@@ -137,6 +137,18 @@ impl Dev {
             .unwrap()
     }
 
+    /// The SSE stream of `space` (of `default`) as the holder of `token`.
+    async fn stream(&self, http: &reqwest::Client, token: &str, space: &str) -> reqwest::Response {
+        let resp = http
+            .get(format!("{}/v1/spaces/default/{space}/stream", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp
+    }
+
     async fn metrics(&self, http: &reqwest::Client) -> String {
         let resp = http.get(format!("{}/metrics", self.url)).send().await;
         resp.unwrap().text().await.unwrap()
@@ -176,13 +188,7 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
     );
 
     // Listen to the family space, then say hello.
-    let resp = http
-        .get(format!("{}/v1/spaces/default/family/stream", dev.url))
-        .bearer_auth(&husam)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = dev.stream(&http, &husam, "family").await;
     let mut body = resp.bytes_stream();
     let posted: Value = dev
         .post(
@@ -958,12 +964,7 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
     );
     let http = reqwest::Client::new();
     let husam = dev.token("default/family", "Husam");
-    let resp = http
-        .get(format!("{}/v1/spaces/default/family/stream", dev.url))
-        .bearer_auth(&husam)
-        .send()
-        .await
-        .unwrap();
+    let resp = dev.stream(&http, &husam, "family").await;
     let mut body = resp.bytes_stream();
     let posted = dev
         .post(&http, &husam, "family", &json!({"text": "hello?"}))
@@ -1303,13 +1304,7 @@ async fn an_interactive_tool_pauses_the_cycle_until_a_human_answers() {
     let dev = Dev::start_in(dir.path(), &[]);
     let http = reqwest::Client::new();
     let husam = dev.token("default/deploys", "Husam");
-    let resp = http
-        .get(format!("{}/v1/spaces/default/deploys/stream", dev.url))
-        .bearer_auth(&husam)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = dev.stream(&http, &husam, "deploys").await;
     let mut stream = SseReader::new(resp);
     let posted = dev
         .post(
@@ -1388,13 +1383,7 @@ async fn the_sample_sre_asks_before_it_deploys() {
     let dev = Dev::start();
     let http = reqwest::Client::new();
     let husam = dev.token("default/ops", "Husam");
-    let resp = http
-        .get(format!("{}/v1/spaces/default/ops/stream", dev.url))
-        .bearer_auth(&husam)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = dev.stream(&http, &husam, "ops").await;
     let mut stream = SseReader::new(resp);
     let posted = dev
         .post(&http, &husam, "ops", &json!({"text": "deploy api 1.2"}))

@@ -2,7 +2,6 @@
 //! decision and during the approved call; stopped by the scaler while paused and woken by
 //! the decision; asked in the space's live stream as a `tool_request`.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,7 +9,7 @@ use agentfleet::store::{prelude::*, AgentKey, RedisStore};
 use agentfleet::testing::MockTurn;
 use serde_json::json;
 
-use super::{wait_for, Rig, BIN};
+use super::{wait_for, Rig};
 
 fn restart() -> MockTurn {
     MockTurn::tools(&[("restart_service", json!({"service": "db-1"}))])
@@ -200,12 +199,7 @@ async fn approved_through_the_gateway_and_killed_during_the_call_it_is_not_made_
         "{told:?}"
     );
     // The audit trail: who decided what and why, in the space's log.
-    let log = Command::new(BIN)
-        .args(["space", "read", "ops/oncall"])
-        .env("AGENTFLEET_REDIS_URL", &rig.url)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&log.stdout);
+    let log = rig.space_log();
     assert!(
         log.contains(&format!(
             "Dana approved restart_service (call {}): change window",
@@ -416,12 +410,7 @@ async fn killed_right_after_the_decision_nothing_is_asked_or_made_twice() {
                 .any(|r| r.contains("T-1") || r.contains("not repeated"))
         };
         assert!(expected, "{delay_ms} ms: {told:?}");
-        let log = Command::new(BIN)
-            .args(["space", "read", "ops/oncall"])
-            .env("AGENTFLEET_REDIS_URL", &rig.url)
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&log.stdout);
+        let log = rig.space_log();
         assert_eq!(
             log.matches("wants to call restart_service").count(),
             1,

@@ -254,6 +254,17 @@ spec:
         );
     }
 
+    /// The space's log as `agentfleet space read` prints it.
+    fn space_log(&self) -> String {
+        let out = Command::new(BIN)
+            .args(["space", "read", "ops/oncall"])
+            .env("AGENTFLEET_REDIS_URL", &self.url)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     async fn until_committed(&self) {
         let agent = AgentKey::new("ops", "sre");
         let start = Instant::now();
