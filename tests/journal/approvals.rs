@@ -275,55 +275,78 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// The operator's data-plane loop scaling the rig's agent as [`Processes`], from zero, with
+/// `idleSeconds: idle_seconds`.
+struct Operated {
+    cluster: Arc<Processes>,
+    stop: tokio::sync::watch::Sender<bool>,
+    running: tokio::task::JoinHandle<()>,
+}
+
+impl Operated {
+    fn start(rig: &Rig, idle_seconds: u32) -> Operated {
+        use agentfleet::operator::dataplane::{Deps, Scaler, Tracked, Tuning};
+        let manifest: agentfleet::crd::Agent =
+            serde_yaml::from_str(&std::fs::read_to_string(&rig.manifest).unwrap()).unwrap();
+        let mut spec = manifest.spec;
+        spec.scaling.idle_seconds = idle_seconds;
+        let cluster = Arc::new(Processes {
+            manifest: rig.manifest.clone(),
+            redis_url: rig.url.clone(),
+            worker: Default::default(),
+            set: Default::default(),
+        });
+        let scaler = Arc::new(Scaler::new(Tuning {
+            sweep: Duration::from_millis(100),
+            status_interval: Duration::from_millis(100),
+            cleanup_timeout: Duration::from_secs(60),
+        }));
+        scaler.track(
+            &AgentKey::new("ops", "sre"),
+            Tracked {
+                object: k8s_openapi::api::core::v1::ObjectReference {
+                    name: Some("sre".into()),
+                    namespace: Some("ops".into()),
+                    ..Default::default()
+                },
+                spec: &spec,
+                failed: false,
+                replicas: Some(0),
+                available: 0,
+                status: &Default::default(),
+            },
+        );
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let store: Arc<dyn Store> = Arc::new(RedisStore::new(&rig.url).unwrap());
+        let running = tokio::spawn(scaler.run(
+            Deps {
+                store,
+                cluster: cluster.clone(),
+                metrics: agentfleet::telemetry::OperatorMetrics::new().unwrap(),
+            },
+            stopped,
+        ));
+        Operated {
+            cluster,
+            stop,
+            running,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.send_replace(true);
+        self.running.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn scaled_to_zero_while_paused_it_is_woken_and_resumed_by_the_decision() {
-    use agentfleet::operator::dataplane::{Deps, Scaler, Tracked, Tuning};
     agentfleet::install_crypto_provider();
     let rig = Rig::start("zero", vec![restart()]).await;
     let (base, dana, _gateway) = gateway(&rig).await;
     let agent = AgentKey::new("ops", "sre");
-    let manifest: agentfleet::crd::Agent =
-        serde_yaml::from_str(&std::fs::read_to_string(&rig.manifest).unwrap()).unwrap();
-    let mut spec = manifest.spec;
-    spec.scaling.idle_seconds = 1;
-
-    // The operator's data-plane loop, scaling the agent's worker processes from zero.
-    let cluster = Arc::new(Processes {
-        manifest: rig.manifest.clone(),
-        redis_url: rig.url.clone(),
-        worker: Default::default(),
-        set: Default::default(),
-    });
-    let scaler = Arc::new(Scaler::new(Tuning {
-        sweep: Duration::from_millis(100),
-        status_interval: Duration::from_millis(100),
-        cleanup_timeout: Duration::from_secs(60),
-    }));
-    scaler.track(
-        &agent,
-        Tracked {
-            object: k8s_openapi::api::core::v1::ObjectReference {
-                name: Some("sre".into()),
-                namespace: Some("ops".into()),
-                ..Default::default()
-            },
-            spec: &spec,
-            failed: false,
-            replicas: Some(0),
-            available: 0,
-            status: &Default::default(),
-        },
-    );
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&rig.url).unwrap());
-    let running = tokio::spawn(scaler.run(
-        Deps {
-            store,
-            cluster: cluster.clone(),
-            metrics: agentfleet::telemetry::OperatorMetrics::new().unwrap(),
-        },
-        stopped,
-    ));
+    let operated = Operated::start(&rig, 1);
+    let cluster = &operated.cluster;
 
     // The message wakes the agent; it asks, pauses, and after idleSeconds its worker stops.
     rig.model.push(MockTurn::text("Restarted db-1."));
@@ -370,8 +393,48 @@ async fn scaled_to_zero_while_paused_it_is_woken_and_resumed_by_the_decision() {
     assert!(rig.store.human_calls(&agent).await.unwrap().is_empty());
     // Idle again: back to zero.
     until("back to zero", || cluster.set() == [1, 0, 1, 0]).await;
-    stop.send_replace(true);
-    running.await.unwrap();
+    operated.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nobody_answers_in_time_the_operator_wakes_it_to_tell_the_model() {
+    let rig = Rig::start_with("timeout", vec![restart()], 3).await;
+    let operated = Operated::start(&rig, 1);
+    let cluster = &operated.cluster;
+    rig.model
+        .push(MockTurn::text("Nobody approved; not restarting."));
+    rig.post("restart db-1 please");
+    let call = asked(&rig).await;
+    until("the paused worker scaled to zero", || {
+        cluster.set() == [1, 0] && !cluster.running()
+    })
+    .await;
+    // Its time runs out with nobody there: the operator brings a worker back for it.
+    rig.until_committed().await;
+    assert_eq!(cluster.set()[..3], [1, 0, 1]);
+    assert!(rig.tools.seen().is_empty(), "never made");
+    let told = rig.tool_results(1);
+    assert!(
+        told.iter()
+            .any(|r| r.contains("timed out") && r.contains(call.id.as_str())),
+        "{told:?}"
+    );
+    // A late answer is refused: the call expired.
+    let late = agentfleet::store::CallResult::Decision(agentfleet::store::Decision {
+        answer: agentfleet::store::Answer::Approve,
+        by: "Dana".into(),
+        reason: None,
+    });
+    let refused = rig
+        .store
+        .complete_call(&call.id, None, &late)
+        .await
+        .unwrap();
+    assert!(
+        !matches!(refused, agentfleet::store::Completion::Accepted(_)),
+        "{refused:?}"
+    );
+    operated.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

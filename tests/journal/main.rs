@@ -171,6 +171,11 @@ struct Rig {
 
 impl Rig {
     async fn start(name: &str, turns: Vec<MockTurn>) -> Rig {
+        Rig::start_with(name, turns, 3600).await
+    }
+
+    /// A rig whose agent waits `approval_seconds` for a human's decision.
+    async fn start_with(name: &str, turns: Vec<MockTurn>, approval_seconds: u32) -> Rig {
         let redis = RedisServer::start().unwrap();
         let url = redis.url();
         let store = RedisStore::new(&url).unwrap();
@@ -197,6 +202,7 @@ spec:
   model: {{provider: openai, name: mock, baseUrl: "{model}"}}
   spaces: [oncall]
   tools:
+    approvalTimeoutSeconds: {approval_seconds}
     http:
       - name: open_ticket
         description: Opens a ticket.
