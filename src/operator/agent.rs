@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::{info, instrument, warn};
 
-use super::build::{self, FIELD_MANAGER};
+use super::build::{self, RedisUrlSource, FIELD_MANAGER};
 use super::conditions::{check_model, check_tools, failed, ready_condition, worker_condition};
 use super::context::{Context, Error};
 use super::dataplane::Tracked;
@@ -225,12 +225,25 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         let manifest = build::render_manifest(&agent)?;
         let hash = build::config_hash(&manifest, &ctx.worker, &agent.spec.tools.secrets());
         let cm = build::configmap(&agent, &owner, &manifest);
-        match apply(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm).await? {
-            Err(rejected) => Cond::fail(
-                WORKER_AVAILABLE,
-                "WorkerRejected",
-                format!("ConfigMap rejected: {rejected}"),
-            ),
+        let redis = match &ctx.worker.redis {
+            RedisUrlSource::Managed(url) => {
+                let secret = build::redis_secret(&agent, &owner, url);
+                apply(&secrets, &secret).await?.map(|_| ())
+            }
+            _ => Ok(()),
+        };
+        let applied = match redis {
+            Ok(()) => apply(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm)
+                .await?
+                .map_err(|rejected| format!("ConfigMap rejected: {rejected}")),
+            // Never the URL: only what the API server said about the Secret.
+            Err(rejected) => Err(format!(
+                "Secret {} rejected: {rejected}",
+                build::redis_secret_name(&name)
+            )),
+        };
+        match applied {
+            Err(rejected) => Cond::fail(WORKER_AVAILABLE, "WorkerRejected", rejected),
             Ok(_) => {
                 match apply_worker(&ctx, &key, &agent, &owner, &hash, previous.replicas).await? {
                     Err(rejected) => Cond::fail(

