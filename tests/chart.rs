@@ -33,13 +33,17 @@ fn helm(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The chart rendered as release `af` in namespace `fleet` with `--set` values.
-fn render(sets: &[&str]) -> Vec<Value> {
+fn template_args<'a>(sets: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["template", "af", CHART, "--namespace", "fleet"];
     for s in sets {
         args.extend(["--set", s]);
     }
-    let text = helm(&args);
+    args
+}
+
+/// The chart rendered as release `af` in namespace `fleet` with `--set` values.
+fn render(sets: &[&str]) -> Vec<Value> {
+    let text = helm(&template_args(sets));
     serde_yaml::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
@@ -364,4 +368,27 @@ fn without_the_gateway_nothing_of_it_is_rendered() {
     );
     let no_pdb = render(&["podDisruptionBudget.enabled=false"]);
     assert!(!kinds(&no_pdb).contains("PodDisruptionBudget"));
+}
+
+#[test]
+fn values_are_checked_against_the_schema() {
+    for (set, says) in [
+        ("logFormat=xml", "logFormat must be one of"),
+        ("scaling.sweepSeconds=0", "scaling.sweepSeconds"),
+        ("redis.deploi=true", "deploi"),
+        ("redis.url=http://redis:6379", "redis.url"),
+        ("gateway.tokens[0].sha256=abc", "sha256"),
+        (
+            "networkPolicy.agentNamespaces[0]=Not_A_Namespace",
+            "agentNamespaces",
+        ),
+    ] {
+        let out = Command::new("helm")
+            .args(template_args(&[set]))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(err.contains(says), "{set}: {err}");
+    }
 }
