@@ -521,6 +521,35 @@ mod tests {
         }
     }
 
+    /// The Secret and key env var `var` of the worker container reads, asserting it is not inline.
+    fn secret_ref(deploy: &Deployment, var: &str) -> (String, String) {
+        let c = &deploy
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        let env = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|e| e.name == var)
+            .unwrap();
+        assert!(env.value.is_none(), "{var} is inline");
+        let sel = env
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        (sel.name.clone(), sel.key.clone())
+    }
+
     #[test]
     fn redis_url_from_a_secret_never_inlines_it() {
         let agent = fixture("agent-scripted.yaml");
@@ -536,23 +565,10 @@ mod tests {
             "switching the source rolls the workers"
         );
         let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
-        let c = &deploy.spec.unwrap().template.spec.unwrap().containers[0];
-        let env = c
-            .env
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|e| e.name == REDIS_URL_ENV)
-            .unwrap();
-        assert!(env.value.is_none());
-        let sel = env
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
-        assert_eq!((sel.name.as_str(), sel.key.as_str()), ("redis-url", "url"));
+        assert_eq!(
+            secret_ref(&deploy, REDIS_URL_ENV),
+            ("redis-url".into(), "url".into())
+        );
     }
 
     #[test]
@@ -574,27 +590,9 @@ mod tests {
             URL.as_bytes().to_vec()
         );
         let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
-        let c = &deploy
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0];
-        let env = c.env.as_ref().unwrap();
-        let redis = env.iter().find(|e| e.name == REDIS_URL_ENV).unwrap();
-        let sel = redis
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
         assert_eq!(
-            (sel.name.as_str(), sel.key.as_str()),
-            (redis_secret_name(&name).as_str(), "url")
+            secret_ref(&deploy, REDIS_URL_ENV),
+            (redis_secret_name(&name), "url".into())
         );
         // The password is nowhere in the Deployment, the ConfigMap or the hash's input.
         let shown = format!(
@@ -667,18 +665,10 @@ mod tests {
         assert_eq!(sc.read_only_root_filesystem, Some(true));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         let env = c.env.as_ref().unwrap();
-        let key = env.iter().find(|e| e.name == API_KEY_ENV).unwrap();
-        assert!(key.value.is_none(), "the key is never inlined");
-        let sel = key
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
         assert_eq!(
-            (sel.name.as_str(), sel.key.as_str()),
-            ("openai-key", "token")
+            secret_ref(&d, API_KEY_ENV),
+            ("openai-key".into(), "token".into()),
+            "the key is never inlined"
         );
         assert!(env
             .iter()
