@@ -123,6 +123,34 @@ pub struct Turn {
     pub tool_calls: Vec<ToolCall>,
     /// Tokens used (estimated when the provider reports none).
     pub usage: Usage,
+    /// Why the model stopped, when the provider says.
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// Why a model stopped generating (the values of OpenTelemetry's
+/// `gen_ai.response.finish_reasons`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It was done.
+    Stop,
+    /// It reached the output token limit.
+    Length,
+    /// It called tools.
+    ToolCalls,
+    /// A content filter stopped it.
+    ContentFilter,
+}
+
+impl FinishReason {
+    /// The value as OpenAI and the GenAI semantic conventions spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+        }
+    }
 }
 
 impl Turn {

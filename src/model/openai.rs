@@ -11,14 +11,16 @@ use async_openai::types::chat::{
     ChatCompletionRequestToolMessageContent, ChatCompletionRequestUserMessage,
     ChatCompletionRequestUserMessageContent, ChatCompletionStreamOptions, ChatCompletionTool,
     ChatCompletionToolChoiceOption, ChatCompletionTools, CreateChatCompletionRequest,
-    CreateChatCompletionStreamResponse, FunctionCall, FunctionObject, ToolChoiceOptions,
+    CreateChatCompletionStreamResponse, FinishReason as WireFinishReason, FunctionCall,
+    FunctionObject, ToolChoiceOptions,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
 use tracing::warn;
 
 use super::{
-    Delta, Failure, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage,
+    Delta, Failure, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn,
+    Usage,
 };
 use crate::crd::ModelSpec;
 use crate::secrets::Redactor;
@@ -320,6 +322,7 @@ struct Accumulator {
     text: String,
     calls: Vec<ToolCall>,
     usage: Usage,
+    finish_reason: Option<FinishReason>,
     seen_any: bool,
 }
 
@@ -337,6 +340,16 @@ impl Accumulator {
             };
         }
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(match reason {
+                    WireFinishReason::Stop => FinishReason::Stop,
+                    WireFinishReason::Length => FinishReason::Length,
+                    WireFinishReason::ToolCalls | WireFinishReason::FunctionCall => {
+                        FinishReason::ToolCalls
+                    }
+                    WireFinishReason::ContentFilter => FinishReason::ContentFilter,
+                });
+            }
             if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
                 self.text.push_str(&text);
                 on_delta(Delta::Text(text));
@@ -388,6 +401,7 @@ impl Accumulator {
             text: (!self.text.is_empty()).then_some(self.text),
             tool_calls: calls,
             usage: self.usage,
+            finish_reason: self.finish_reason,
         }
     }
 }
@@ -461,6 +475,7 @@ mod tests {
                 output: 45
             }
         );
+        assert_eq!(turn.finish_reason, Some(FinishReason::ToolCalls));
         let streamed: String = deltas
             .iter()
             .filter_map(|d| match d {

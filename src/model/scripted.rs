@@ -28,7 +28,8 @@ use super::format::{
     is_preview, parse_inbox, parse_memories, space_agents, space_names, InboxLine, Source,
 };
 use super::{
-    Delta, Message, Model, ModelError, Request, ToolCall, ToolChoice, ToolSpec, Turn, Usage,
+    Delta, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, ToolSpec, Turn,
+    Usage,
 };
 
 /// The scripted model of one agent.
@@ -337,8 +338,14 @@ impl Model for Scripted {
         }
         let input = request.estimate_tokens();
         let output = turn.message().estimate_tokens();
+        let finish_reason = Some(if turn.tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        });
         Ok(Turn {
             usage: Usage { input, output },
+            finish_reason,
             ..turn
         })
     }

@@ -84,6 +84,7 @@ fn text(text: &str) -> Turn {
             input: 10,
             output: 1,
         },
+        finish_reason: None,
     }
 }
 
@@ -104,6 +105,7 @@ fn calls(calls: &[(&str, Value)]) -> Turn {
             input: 10,
             output: 5,
         },
+        finish_reason: None,
     }
 }
 
@@ -591,6 +593,7 @@ async fn compaction_summarizes_what_drops_out_and_counts_its_tokens() {
             input: 100,
             output: 7,
         },
+        finish_reason: None,
     };
     let r = rig(
         extra,
