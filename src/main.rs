@@ -42,35 +42,30 @@ enum Command {
     Crd,
 }
 
+impl Command {
+    /// The process's role in its traces' service name (`agentfleet-worker`).
+    fn role(&self) -> &'static str {
+        match self {
+            Command::Operator(_) => "operator",
+            Command::Chat(_) => "chat",
+            Command::Dev(_) => "dev",
+            Command::Gateway(_) => "gateway",
+            Command::Worker(_) => "worker",
+            Command::Space(_) | Command::Consciousness(_) | Command::Calls(_) | Command::Crd => {
+                "cli"
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init_tracing(cli.log_format);
     // The tools whose output is meant for a pipe (`agentfleet space read … | head`).
     let prints = matches!(
         cli.command,
         Command::Crd | Command::Space(_) | Command::Consciousness(_) | Command::Calls(_)
     );
-    let result = match cli.command {
-        Command::Crd => agentfleet::crd::render_all()
-            .map_err(anyhow::Error::from)
-            .and_then(|yaml| Ok(std::io::stdout().write_all(yaml.as_bytes())?)),
-        Command::Operator(args) => {
-            runtime().and_then(|rt| rt.block_on(agentfleet::operator::run(*args)))
-        }
-        Command::Chat(args) => runtime().and_then(|rt| rt.block_on(agentfleet::chat::run(*args))),
-        Command::Dev(args) => runtime().and_then(|rt| rt.block_on(agentfleet::dev::run(*args))),
-        Command::Gateway(args) => {
-            runtime().and_then(|rt| rt.block_on(agentfleet::gateway::run(*args)))
-        }
-        Command::Worker(args) => {
-            runtime().and_then(|rt| rt.block_on(agentfleet::worker::run(*args)))
-        }
-        Command::Space(cmd) => runtime().and_then(|rt| rt.block_on(agentfleet::cli::space(cmd))),
-        Command::Consciousness(cmd) => {
-            runtime().and_then(|rt| rt.block_on(agentfleet::cli::consciousness(cmd)))
-        }
-        Command::Calls(cmd) => runtime().and_then(|rt| rt.block_on(agentfleet::cli::calls(cmd))),
-    };
+    let result = run(cli);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away before the output ended: it wanted no more, as with any
@@ -97,4 +92,36 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
+}
+
+/// Runs the command, logging (and exporting spans, when asked) from the start; the spans not
+/// exported yet are flushed before it returns, whatever the outcome.
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let role = cli.command.role();
+    if let Command::Crd = cli.command {
+        telemetry::init_tracing(cli.log_format, role).shutdown();
+        let yaml = agentfleet::crd::render_all()?;
+        return Ok(std::io::stdout().write_all(yaml.as_bytes())?);
+    }
+    let rt = runtime()?;
+    // The span exporter's batch task runs on this runtime: it is started inside it, and shut
+    // down after `block_on` has returned, while the runtime still runs.
+    let inside = rt.enter();
+    let telemetry = telemetry::init_tracing(cli.log_format, role);
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Operator(args) => agentfleet::operator::run(*args).await,
+            Command::Chat(args) => agentfleet::chat::run(*args).await,
+            Command::Dev(args) => agentfleet::dev::run(*args).await,
+            Command::Gateway(args) => agentfleet::gateway::run(*args).await,
+            Command::Worker(args) => agentfleet::worker::run(*args).await,
+            Command::Space(cmd) => agentfleet::cli::space(cmd).await,
+            Command::Consciousness(cmd) => agentfleet::cli::consciousness(cmd).await,
+            Command::Calls(cmd) => agentfleet::cli::calls(cmd).await,
+            Command::Crd => Ok(()),
+        }
+    });
+    telemetry.shutdown();
+    drop(inside);
+    result
 }

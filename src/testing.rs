@@ -454,15 +454,31 @@ pub async fn install_crds(client: &kube::Client, manager: &str) -> Result<(), St
 pub struct CapturedLogs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl CapturedLogs {
-    /// Captures every level up to `level`, without colours, until the guard is dropped.
+    /// Captures every level up to `level` as text lines (as `agentfleet` writes them, without
+    /// colours), until the guard is dropped.
     pub fn capture(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        Self::capture_as(crate::telemetry::LogFormat::Text, level)
+    }
+
+    /// Captures every level up to `level` as JSON lines (`--log-format json`), until the guard
+    /// is dropped.
+    pub fn capture_json(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        Self::capture_as(crate::telemetry::LogFormat::Json, level)
+    }
+
+    fn capture_as(
+        format: crate::telemetry::LogFormat,
+        level: tracing::Level,
+    ) -> (Self, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::layer::SubscriberExt as _;
         let logs = CapturedLogs::default();
         let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
+        let lines = crate::telemetry::logs::layer(format, move || writer.clone(), false);
+        let subscriber =
+            tracing_subscriber::registry().with(tracing_subscriber::Layer::with_filter(
+                lines,
+                tracing_subscriber::filter::LevelFilter::from_level(level),
+            ));
         (logs, tracing::subscriber::set_default(subscriber))
     }
 

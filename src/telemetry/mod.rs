@@ -11,35 +11,87 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-use tracing_subscriber::{fmt, EnvFilter};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer};
 
-/// How log lines are written.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object a line.
-    Json,
+/// The subscriber every layer sits on.
+type Spans = tracing_subscriber::Registry;
+
+pub mod logs;
+pub mod traces;
+
+pub use logs::LogFormat;
+
+/// What [`init_tracing`] started; [`Telemetry::shutdown`] at exit exports the spans not
+/// exported yet.
+#[must_use = "call shutdown() at exit, or the last spans are lost"]
+pub struct Telemetry {
+    traces: Option<traces::Traces>,
 }
 
-/// Installs the global tracing subscriber (level from `RUST_LOG`; by default `info`, and
-/// nothing of the MCP SDK's own: the worker says what an MCP server's failure means, once, where
-/// rmcp would log each of its internal errors again).
-pub fn init_tracing(format: LogFormat) {
+impl Telemetry {
+    /// Whether spans are exported over OTLP.
+    pub fn exports_traces(&self) -> bool {
+        self.traces.is_some()
+    }
+
+    /// Exports what is left and stops. Blocks (at most the export timeout): call it outside
+    /// the runtime's `block_on`, while the runtime still runs.
+    pub fn shutdown(self) {
+        if let Some(traces) = self.traces {
+            traces.shutdown();
+        }
+    }
+}
+
+/// Installs the global tracing subscriber: log lines on stderr (level from `RUST_LOG`; by
+/// default `info`, and nothing of the MCP SDK's own: the worker says what an MCP server's
+/// failure means, once, where rmcp would log each of its internal errors again), and, when
+/// the environment names an OTLP endpoint ([`traces::requested`]), this crate's spans over
+/// OTLP — started on the current tokio runtime, for the process's `role`.
+pub fn init_tracing(format: LogFormat, role: &str) -> Telemetry {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=off"));
     // Colours only on a terminal: a log file or a pod's log never carries escape codes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    // A second initialisation (tests) keeps the first subscriber.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let lines = logs::layer::<Spans, _>(format, std::io::stderr, ansi);
+    let mut layers = vec![Layer::with_filter(lines, filter).boxed()];
+    // Only a command that runs on the runtime can export (`crd` prints and ends).
+    let requested = traces::requested(|name| std::env::var(name).ok())
+        && tokio::runtime::Handle::try_current().is_ok();
+    let (traces, failed) = match requested.then(|| traces::Traces::start(role)) {
+        Some(Ok(traces)) => {
+            layers.push(spans_layer(&traces));
+            (Some(traces), None)
+        }
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
     };
+    // A second initialisation (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::registry().with(layers).try_init();
+    match (&traces, failed) {
+        (Some(traces), _) => traces.announce(),
+        (None, Some(e)) => tracing::warn!(error = %e, "traces are not exported"),
+        (None, None) => tracing::debug!("traces are off (no OTEL_EXPORTER_OTLP_ENDPOINT)"),
+    }
+    Telemetry { traces }
+}
+
+/// The layer that turns this crate's spans (info and above) into OpenTelemetry spans. Events
+/// stay out of them: a log line may quote what a model or a tool said.
+fn spans_layer(traces: &traces::Traces) -> Box<dyn Layer<Spans> + Send + Sync> {
+    let only_ours = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_span()
+            && meta.target().starts_with("agentfleet")
+            && *meta.level() <= tracing::Level::INFO
+    });
+    tracing_opentelemetry::layer()
+        .with_tracer(traces.tracer())
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_filter(only_ours)
+        .boxed()
 }
 
 /// The operator's metrics, all prefixed `agentfleet_`.
