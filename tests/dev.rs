@@ -1247,6 +1247,14 @@ async fn dev_gives_the_tools_the_directorys_secrets_never_prints_them_and_refuse
         let _ = dev.child.wait();
         let logs = dev.stderr.iter().collect::<Vec<_>>().join("\n");
         assert!(!logs.is_empty(), "debug logs were captured");
+        assert!(
+            !logs.contains('\x1b'),
+            "no colour codes off a terminal:\n{logs}"
+        );
+        assert!(
+            logs.contains("cycle{namespace=default agent=sre"),
+            "a cycle's lines say whose: {logs}"
+        );
         for secret in [
             value,
             "dev-s3cr3t",

@@ -6,11 +6,11 @@
 
 use std::time::Instant;
 
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use super::ask::Answered;
 use super::journal::{Entry, Unfinished};
-use super::{gates, skip, Agentlet, Cycle};
+use super::{gates, skip, trace, Agentlet, Cycle};
 use crate::model::{Message, ToolCall, ToolSpec, Turn};
 use crate::store::StoreError;
 use crate::worker::tools::{ExternalCall, Outcome, ToolEnv};
@@ -162,8 +162,26 @@ impl Cycle<'_> {
         self.agentlet.toolbox().external(&call.name).is_some()
     }
 
-    /// One call: its outcome, and whether it ends the cycle.
+    /// One call, in its span: its outcome, and whether it ends the cycle.
     async fn call(
+        &mut self,
+        step: u32,
+        index: usize,
+        call: &ToolCall,
+        offered: &[ToolSpec],
+        attempt: Attempt,
+    ) -> (Outcome, bool) {
+        let span = trace::tool(step, call, tool_label(self.agentlet, call));
+        let (outcome, ends) = self
+            .make(step, index, call, offered, attempt)
+            .instrument(span.clone())
+            .await;
+        trace::tool_ended(&span, outcome.ok, ends);
+        (outcome, ends)
+    }
+
+    /// Makes one call: its outcome, and whether it ends the cycle.
+    async fn make(
         &mut self,
         step: u32,
         index: usize,

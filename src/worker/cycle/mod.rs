@@ -13,6 +13,7 @@
 //! | `commit.rs` | compaction, tokens, the fenced commit, the cache; committing a refusal |
 //! | `stream.rs` | streaming `send_message` text to live events |
 //! | `partial.rs` | the scanner of streaming JSON arguments |
+//! | `trace.rs` | the cycle's spans and their attributes (GenAI semantic conventions) |
 
 mod act;
 mod ask;
@@ -26,11 +27,12 @@ mod step;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing::{field, info_span, Instrument};
+use tracing::Instrument;
 
 use crate::crd::{Agent, BuiltinTool};
 use crate::model::{Message, Model, ModelError, ToolSpec, Usage};
@@ -172,20 +174,17 @@ impl Agentlet {
     /// Runs one cycle over `events` (already in flight), and counts it.
     pub async fn cycle(&self, lease: &Lease, events: &[InboxEvent]) -> Result<Outcome, StoreError> {
         let started = Instant::now();
-        let span = info_span!(
-            "cycle",
-            agent = %self.key,
-            cycle = field::Empty,
-            events = events.len()
-        );
+        let span = trace::cycle(self, events);
         let outcome = async {
             Cycle::prepare(self, lease, events, started)
                 .await?
                 .run()
                 .await
         }
-        .instrument(span)
-        .await?;
+        .instrument(span.clone())
+        .await;
+        trace::cycle_ended(&span, &outcome);
+        let outcome = outcome?;
         let [ns, agent] = self.labels();
         self.metrics
             .cycles

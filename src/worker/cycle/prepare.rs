@@ -23,7 +23,7 @@ impl<'a> Cycle<'a> {
         started: Instant,
     ) -> Result<Cycle<'a>, StoreError> {
         let (consciousness, history) = agentlet.load(lease).await?;
-        tracing::Span::current().record("cycle", consciousness.cycle + 1);
+        super::trace::numbered(consciousness.cycle + 1);
         let key = &agentlet.key;
         let store = &agentlet.store;
         let (spaces, memories, goals, plans, plan_marks, journaled) = tokio::try_join!(

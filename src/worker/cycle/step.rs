@@ -4,13 +4,13 @@
 //! calls, whose results feed the next step. It stops when the model answers without tool
 //! calls, at `maxSteps`, past the token budget, or after a tool that ends the cycle.
 
-use tracing::{info_span, Instrument};
+use tracing::Instrument;
 
 use super::act::Flow;
 use super::journal::Entry;
 use super::prepare::reply_depth;
 use super::stream::SendStreams;
-use super::{gates, skip, Cycle};
+use super::{gates, skip, trace, Cycle};
 use crate::crd::MidCycleInbox;
 use crate::model::{Message, ModelError, Request, Turn};
 use crate::store::{now_ms, StoreError};
@@ -174,10 +174,13 @@ impl Cycle<'_> {
             }
         }
         let streams = SendStreams::new(&self.spaces, self.active.clone());
-        let turn = agentlet
+        let span = trace::step(agentlet, step);
+        let (turn, first_chunk) = agentlet
             .stream(request, streams, &format!("{}:{step}", self.batch))
-            .instrument(info_span!("step", step))
-            .await?;
+            .instrument(span.clone())
+            .await;
+        trace::step_ended(&span, &turn, first_chunk);
+        let turn = turn?;
         self.used.input += turn.usage.input;
         self.used.output += turn.usage.output;
         let tokens = &agentlet.metrics.tokens;

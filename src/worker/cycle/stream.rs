@@ -1,6 +1,8 @@
 //! Streaming a step's `send_message` text to the space's live events as the model writes it
 //! (DESIGN "The think cycle": streaming), so people see the answer grow.
 
+use std::time::{Duration, Instant};
+
 use tracing::debug;
 
 use super::partial::partial_string;
@@ -77,13 +79,15 @@ impl<'a> SendStreams<'a> {
 impl Agentlet {
     /// One model call, publishing each piece of `send_message` text as a live delta with
     /// stream id `{agent}:{step_id}:{call index}`. Publishing runs beside the model's stream
-    /// and never slows or fails it.
+    /// and never slows or fails it. Also returns how long the first streamed piece took.
     pub(super) async fn stream(
         &self,
         request: &Request,
         mut streams: SendStreams<'_>,
         step_id: &str,
-    ) -> Result<Turn, ModelError> {
+    ) -> (Result<Turn, ModelError>, Option<Duration>) {
+        let started = Instant::now();
+        let mut first_chunk = None;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Piece>();
         let forward = {
             let store = self.store.clone();
@@ -105,6 +109,7 @@ impl Agentlet {
             })
         };
         let mut on_delta = |d: Delta| {
+            first_chunk.get_or_insert_with(|| started.elapsed());
             if let Some(piece) = streams.push(d) {
                 let _ = tx.send(piece);
             }
@@ -112,7 +117,7 @@ impl Agentlet {
         let result = self.model.complete(request, &mut on_delta).await;
         drop(tx);
         let _ = forward.await;
-        result
+        (result, first_chunk)
     }
 }
 
