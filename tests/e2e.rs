@@ -150,6 +150,7 @@ async fn operator_on_a_real_api_server() {
                 // As the chart runs it with its own Redis: the URL in a Secret beside each worker.
                 redis: agentfleet::operator::build::RedisUrlSource::Managed(redis.url()),
                 callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
+                log_format: agentfleet::telemetry::LogFormat::Json,
             },
             instance: Some("e2e".into()),
             tuning: Tuning {

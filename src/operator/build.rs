@@ -17,6 +17,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::crd::{Agent, AgentSpec};
+use crate::telemetry::LogFormat;
 
 /// Field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "agentfleet-operator";
@@ -44,6 +45,8 @@ pub const API_KEY_ENV: &str = "AGENTFLEET_MODEL_API_KEY";
 pub const REDIS_URL_ENV: &str = "AGENTFLEET_REDIS_URL";
 /// Environment variable that carries the gateway's URL that async tools' results are posted to.
 pub const CALLBACK_URL_ENV: &str = "AGENTFLEET_CALLBACK_URL";
+/// Environment variable that says how the worker writes its log lines.
+pub const LOG_FORMAT_ENV: &str = "AGENTFLEET_LOG_FORMAT";
 /// The user and group the worker runs as.
 const WORKER_UID: i64 = 65532;
 
@@ -59,6 +62,8 @@ pub struct WorkerDefaults {
     /// The gateway's base URL, where the services of async tools post their results (none:
     /// the workers offer no async tools).
     pub callback_url: Option<String>,
+    /// How the workers write their log lines (`AGENTFLEET_LOG_FORMAT`).
+    pub log_format: LogFormat,
 }
 
 /// Where a worker's Redis URL comes from.
@@ -127,6 +132,14 @@ pub fn redis_secret(agent: &Agent, owner: &OwnerReference, url: &str) -> Secret 
         )])),
         type_: Some("Opaque".into()),
         ..Secret::default()
+    }
+}
+
+/// `--log-format`'s value for `format`.
+fn log_format_value(format: LogFormat) -> &'static str {
+    match format {
+        LogFormat::Text => "text",
+        LogFormat::Json => "json",
     }
 }
 
@@ -329,6 +342,11 @@ pub fn deployment(
     let mut env = vec![
         defaults.redis.env(&name),
         EnvVar {
+            name: LOG_FORMAT_ENV.into(),
+            value: Some(log_format_value(defaults.log_format).into()),
+            ..EnvVar::default()
+        },
+        EnvVar {
             name: "AGENTFLEET_POD_NAME".into(),
             value_from: Some(EnvVarSource {
                 field_ref: Some(ObjectFieldSelector {
@@ -518,6 +536,7 @@ mod tests {
             image_pull_policy: None,
             redis: RedisUrlSource::Value("redis://redis:6379".into()),
             callback_url: None,
+            log_format: LogFormat::Json,
         }
     }
 
@@ -735,6 +754,32 @@ mod tests {
             let v = secret_volume_name(name);
             assert!(v.len() <= 63 && !v.contains('.'), "{v}");
             assert_ne!(secret_volume_name(&format!("{name}z")), v);
+        }
+    }
+
+    #[test]
+    fn workers_write_json_lines_unless_the_operator_says_text() {
+        let agent = fixture("agent-openai.yaml");
+        let format = |defaults: &WorkerDefaults| {
+            let d = deployment(&agent, &owner(&agent), defaults, "h", Some(1));
+            let env = d.spec.unwrap().template.spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap();
+            let set: Vec<_> = env.iter().filter(|e| e.name == LOG_FORMAT_ENV).collect();
+            assert_eq!(set.len(), 1, "{env:?}");
+            set[0].value.clone().unwrap()
+        };
+        assert_eq!(format(&defaults()), "json");
+        let text = WorkerDefaults {
+            log_format: LogFormat::Text,
+            ..defaults()
+        };
+        assert_eq!(format(&text), "text");
+        // What the worker's --log-format (AGENTFLEET_LOG_FORMAT) takes.
+        for f in [LogFormat::Text, LogFormat::Json] {
+            let value = clap::ValueEnum::to_possible_value(&f).unwrap();
+            assert_eq!(value.get_name(), log_format_value(f));
         }
     }
 

@@ -39,7 +39,7 @@ use self::controllers::run_controllers;
 use self::dataplane::Tuning;
 use self::health::Health;
 use crate::store::{RedisStore, Store};
-use crate::telemetry::{self, OperatorMetrics};
+use crate::telemetry::{self, LogFormat, OperatorMetrics};
 
 /// Flags of `agentfleet operator`.
 #[derive(clap::Args, Debug, Clone)]
@@ -90,6 +90,10 @@ pub struct Args {
     /// offer no async tools.
     #[arg(long, env = "AGENTFLEET_GATEWAY_URL", value_parser = gateway_url)]
     pub gateway_url: Option<String>,
+    /// How the workers write their log lines: one JSON object a line (`json`, for a pod's
+    /// log collector) or `text`.
+    #[arg(long, env = "AGENTFLEET_WORKER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub worker_log_format: LogFormat,
     /// Namespace of the leader Lease (the operator's own namespace in a pod).
     #[arg(long, env = "AGENTFLEET_LEASE_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -146,6 +150,7 @@ impl Args {
             image_pull_policy: self.worker_image_pull_policy.clone(),
             redis,
             callback_url: self.gateway_url.clone(),
+            log_format: self.worker_log_format,
         }
     }
 

@@ -167,6 +167,7 @@ fn context_on(
                 image_pull_policy: None,
                 redis: RedisUrlSource::Value("redis://redis:6379".into()),
                 callback_url: Some("http://gateway.agentfleet.svc:80".into()),
+                log_format: crate::telemetry::LogFormat::Json,
             },
             instance: Some("test".into()),
             tuning: Tuning::default(),
