@@ -311,6 +311,38 @@ async fn a_tool_call_and_its_result_go_into_the_cycles_messages() {
 }
 
 #[tokio::test]
+async fn every_json_log_line_of_a_cycle_says_its_namespace_agent_and_cycle() {
+    let r = rig(
+        "",
+        vec![Ok(send("Hello!")), Ok(text("Done.")), Ok(send("Again"))],
+    )
+    .await;
+    r.cycle("hi").await;
+    let (logs, _guard) = crate::testing::CapturedLogs::capture_json(tracing::Level::DEBUG);
+    let Outcome::Completed(checkpoint) = r.cycle("once more").await else {
+        panic!("not committed")
+    };
+    assert_eq!(checkpoint.cycle, 2);
+    let lines: Vec<Value> = logs
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() >= 2, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["spans"][0], "cycle", "{line}");
+        assert_eq!(line["namespace"], NS, "{line}");
+        assert_eq!(line["agent"], "assistant", "{line}");
+        assert_eq!(line["cycle"], 2, "{line}");
+        assert_eq!(line["events"], 1, "{line}");
+    }
+    assert!(lines
+        .iter()
+        .any(|l| l["message"] == "tool call" && l["tool"] == "send_message"));
+    assert!(lines.iter().any(|l| l["message"] == "cycle committed"));
+}
+
+#[tokio::test]
 async fn skip_alone_at_the_first_step_rolls_the_cycle_back() {
     let r = rig(
         "",
