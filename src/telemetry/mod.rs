@@ -1,5 +1,5 @@
 //! Tracing and Prometheus metrics shared by every role, and the small HTTP server that exposes
-//! `/metrics`, `/healthz` and `/readyz`.
+//! `/metrics`, `/healthz` and `/readyz`. Log lines: [`logs`]; spans over OTLP: [`traces`].
 
 use std::net::SocketAddr;
 
@@ -16,7 +16,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// The subscriber every layer sits on.
-type Spans = tracing_subscriber::Registry;
+type Base = tracing_subscriber::Registry;
 
 pub mod logs;
 pub mod traces;
@@ -31,11 +31,6 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Whether spans are exported over OTLP.
-    pub fn exports_traces(&self) -> bool {
-        self.traces.is_some()
-    }
-
     /// Exports what is left and stops. Blocks (at most the export timeout): call it outside
     /// the runtime's `block_on`, while the runtime still runs.
     pub fn shutdown(self) {
@@ -55,7 +50,7 @@ pub fn init_tracing(format: LogFormat, role: &str) -> Telemetry {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=off"));
     // Colours only on a terminal: a log file or a pod's log never carries escape codes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let lines = logs::layer::<Spans, _>(format, std::io::stderr, ansi);
+    let lines = logs::layer::<Base, _>(format, std::io::stderr, ansi);
     let mut layers = vec![Layer::with_filter(lines, filter).boxed()];
     // Only a command that runs on the runtime can export (`crd` prints and ends).
     let requested = traces::requested(|name| std::env::var(name).ok())
@@ -80,7 +75,7 @@ pub fn init_tracing(format: LogFormat, role: &str) -> Telemetry {
 
 /// The layer that turns this crate's spans (info and above) into OpenTelemetry spans. Events
 /// stay out of them: a log line may quote what a model or a tool said.
-fn spans_layer(traces: &traces::Traces) -> Box<dyn Layer<Spans> + Send + Sync> {
+fn spans_layer(traces: &traces::Traces) -> Box<dyn Layer<Base> + Send + Sync> {
     let only_ours = tracing_subscriber::filter::filter_fn(|meta| {
         meta.is_span()
             && meta.target().starts_with("agentfleet")
