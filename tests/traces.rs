@@ -179,7 +179,8 @@ struct Rig {
 
 impl Rig {
     /// An `sre` agent in the `ops` space of namespace `ops`, whose model answers a message
-    /// with one `send_message` call, then ends the cycle with text.
+    /// with one `send_message` call, then ends the cycle with text; its window is so small
+    /// that the commit compacts (one more model call, for the summary).
     async fn start(name: &str) -> Rig {
         let redis = RedisServer::start().unwrap();
         let redis_url = redis.url();
@@ -202,6 +203,12 @@ impl Rig {
                 tool_calls: Vec::new(),
                 usage: (400, 7),
             },
+            // Compaction's summary: the window is small.
+            MockTurn::Reply {
+                text: Some("Husam reported a full disk.".into()),
+                tool_calls: Vec::new(),
+                usage: (250, 9),
+            },
         ])
         .await
         .unwrap();
@@ -212,7 +219,7 @@ impl Rig {
         std::fs::write(
             &manifest,
             format!(
-                "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: sre, namespace: ops}}\nspec:\n  model: {{provider: openai, name: mock-large, baseUrl: \"{}\"}}\n  spaces: [ops]\n",
+                "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: sre, namespace: ops}}\nspec:\n  model: {{provider: openai, name: mock-large, baseUrl: \"{}\"}}\n  spaces: [ops]\n  consciousness: {{windowTokens: 60, keepRecentMessages: 2}}\n",
                 model.base_url
             ),
         )
@@ -361,13 +368,20 @@ async fn a_cycle_is_traced_over_otlp_and_flushed_on_sigterm() {
         "the cycle is a trace's root"
     );
 
-    // Two model calls: the tool call, then the text that ends the cycle.
-    let steps = named("chat mock-large");
-    assert_eq!(steps.len(), 2, "{names:?}");
-    let mut steps: Vec<_> = steps
+    // Three model calls: the tool call, the text that ends the cycle, and the summary.
+    let chats = named("chat mock-large");
+    assert_eq!(chats.len(), 3, "{names:?}");
+    let (mut steps, summaries): (Vec<_>, Vec<_>) = chats
         .into_iter()
         .map(|s| (s, attributes(&s.attributes)))
-        .collect();
+        .partition(|(_, a)| a.contains_key("agentfleet.step"));
+    assert_eq!(summaries.len(), 1);
+    let (summary, a) = &summaries[0];
+    assert_eq!(a["agentfleet.purpose"], "compaction");
+    assert_eq!(a["gen_ai.operation.name"], "chat");
+    assert_eq!(a["gen_ai.usage.input_tokens"], 250);
+    assert_eq!(a["gen_ai.usage.output_tokens"], 9);
+    assert_eq!(summary.parent_span_id, cycle.span_id);
     steps.sort_by_key(|(_, a)| a["agentfleet.step"].as_i64());
     for (span, a) in &steps {
         assert_eq!(span.parent_span_id, cycle.span_id, "a step is in its cycle");
@@ -414,7 +428,7 @@ async fn a_cycle_is_traced_over_otlp_and_flushed_on_sigterm() {
 
     // Names, counts and ids only: no text of the conversation, no log line as an event.
     let exported = format!("{requests:?}");
-    for private in [ASKED, ANSWER, "private-words", "Done here."] {
+    for private in [ASKED, ANSWER, "private-words", "Done here.", "full disk"] {
         assert!(!exported.contains(private), "{private} in the spans");
     }
     assert!(spans.iter().all(|s| s.events.is_empty()));

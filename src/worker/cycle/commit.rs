@@ -4,7 +4,7 @@
 //! the checkpoint are written in one fenced commit that also acknowledges the events, and
 //! the result is kept for the next cycle.
 
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument as _};
 
 use super::{Agentlet, Cached, Cycle};
 use crate::crd::Compaction;
@@ -153,7 +153,18 @@ impl Agentlet {
             tools: Vec::new(),
             tool_choice: ToolChoice::None,
         };
-        let turn = self.model.complete(&request, &mut |_| {}).await?;
+        let span = super::trace::summary(self);
+        let started = std::time::Instant::now();
+        let mut first_chunk = None;
+        let turn = self
+            .model
+            .complete(&request, &mut |_| {
+                first_chunk.get_or_insert_with(|| started.elapsed());
+            })
+            .instrument(span.clone())
+            .await;
+        super::trace::step_ended(&span, &turn, first_chunk);
+        let turn = turn?;
         let summary = turn.text.unwrap_or_default().trim().to_string();
         if summary.is_empty() {
             return Err(ModelError::new(

@@ -1,7 +1,8 @@
 //! What a cycle shows in traces (DESIGN "Observability"): a `cycle` span, in it one span per
-//! model call (`chat MODEL`) and one per tool call (`execute_tool TOOL`), with the attributes
-//! of OpenTelemetry's GenAI semantic conventions. Counts, names, ids and durations only: never
-//! a message's text, a tool's arguments or result, or an error's text (a bounded category).
+//! model call (`chat MODEL`: each step's, and compaction's summary) and one per tool call
+//! (`execute_tool TOOL`), with the attributes of OpenTelemetry's GenAI semantic conventions.
+//! Counts, names, ids and durations only: never a message's text, a tool's arguments or
+//! result, or an error's text (a bounded category).
 //!
 //! The fields log lines show too are span fields (`agentfleet.namespace`, shown in logs as
 //! `namespace`); the rest are set on the OpenTelemetry span alone, and cost nothing when
@@ -54,12 +55,29 @@ pub(super) fn cycle_ended(span: &Span, outcome: &Result<Outcome, StoreError>) {
 
 /// The span of step `step`'s model call (`chat MODEL`).
 pub(super) fn step(agentlet: &Agentlet, step: u32) -> Span {
-    let model = &agentlet.agent.spec.model;
     let span = info_span!(
         "step",
         agentfleet.step = i64::from(step),
-        otel.name = %format_args!("chat {}", model.name),
+        otel.name = %format_args!("chat {}", agentlet.agent.spec.model.name),
     );
+    chat(&span, agentlet);
+    span
+}
+
+/// The span of the model call that writes compaction's summary (`chat MODEL` too).
+pub(super) fn summary(agentlet: &Agentlet) -> Span {
+    let span = info_span!(
+        "summary",
+        otel.name = %format_args!("chat {}", agentlet.agent.spec.model.name),
+    );
+    chat(&span, agentlet);
+    span.set_attribute("agentfleet.purpose", "compaction");
+    span
+}
+
+/// The request's attributes of a model call.
+fn chat(span: &Span, agentlet: &Agentlet) {
+    let model = &agentlet.agent.spec.model;
     let provider = model.provider.as_str();
     span.set_attribute("gen_ai.operation.name", "chat");
     span.set_attribute("gen_ai.provider.name", provider);
@@ -73,7 +91,6 @@ pub(super) fn step(agentlet: &Agentlet, step: u32) -> Span {
     if let Some(t) = model.temperature {
         span.set_attribute("gen_ai.request.temperature", t);
     }
-    span
 }
 
 /// Records what a model call cost and why it stopped, or that it failed; and how long its
