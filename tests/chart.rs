@@ -392,3 +392,25 @@ fn values_are_checked_against_the_schema() {
         assert!(err.contains(says), "{set}: {err}");
     }
 }
+
+#[test]
+fn traces_go_where_the_values_say_for_every_role() {
+    const OTLP: &str = "http://otel-collector.observability:4318";
+    let objects = render(&[&format!("tracing.otlpEndpoint={OTLP}")]);
+    let operator = &find(&objects, "Deployment", "af-agentfleet")["spec"]["template"];
+    let gateway = &find(&objects, "Deployment", "af-agentfleet-gateway")["spec"]["template"];
+    for pod in [operator, gateway] {
+        assert_eq!(
+            env(pod, "OTEL_EXPORTER_OTLP_ENDPOINT").unwrap()["value"],
+            OTLP
+        );
+    }
+    assert_eq!(
+        env(operator, "AGENTFLEET_WORKER_OTLP_ENDPOINT").unwrap()["value"],
+        OTLP
+    );
+    let off = render(&[]);
+    let operator = &find(&off, "Deployment", "af-agentfleet")["spec"]["template"];
+    assert!(env(operator, "OTEL_EXPORTER_OTLP_ENDPOINT").is_none());
+    assert!(env(operator, "AGENTFLEET_WORKER_OTLP_ENDPOINT").is_none());
+}

@@ -151,6 +151,7 @@ async fn operator_on_a_real_api_server() {
                 redis: agentfleet::operator::build::RedisUrlSource::Managed(redis.url()),
                 callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
                 log_format: agentfleet::telemetry::LogFormat::Json,
+                otlp_endpoint: None,
             },
             instance: Some("e2e".into()),
             tuning: Tuning {

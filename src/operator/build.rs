@@ -47,6 +47,8 @@ pub const REDIS_URL_ENV: &str = "AGENTFLEET_REDIS_URL";
 pub const CALLBACK_URL_ENV: &str = "AGENTFLEET_CALLBACK_URL";
 /// Environment variable that says how the worker writes its log lines.
 pub const LOG_FORMAT_ENV: &str = "AGENTFLEET_LOG_FORMAT";
+/// The standard OpenTelemetry variable naming where traces go.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// The user and group the worker runs as.
 const WORKER_UID: i64 = 65532;
 
@@ -64,6 +66,9 @@ pub struct WorkerDefaults {
     pub callback_url: Option<String>,
     /// How the workers write their log lines (`AGENTFLEET_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// Where the workers export traces (`OTEL_EXPORTER_OTLP_ENDPOINT`, unless an Agent sets
+    /// its own in `spec.worker.env`); none: no traces.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Where a worker's Redis URL comes from.
@@ -371,6 +376,17 @@ pub fn deployment(
             ..EnvVar::default()
         });
     }
+    if let Some(endpoint) = defaults
+        .otlp_endpoint
+        .as_ref()
+        .filter(|_| !spec.worker.env.iter().any(|e| e.name == OTLP_ENDPOINT_ENV))
+    {
+        env.push(EnvVar {
+            name: OTLP_ENDPOINT_ENV.into(),
+            value: Some(endpoint.clone()),
+            ..EnvVar::default()
+        });
+    }
     let (secret_volumes, secret_mounts) = secret_volumes(&spec.tools.secrets());
     env.extend(spec.worker.env.iter().cloned().map(|mut e| {
         // The API server's default, spelled out (see AGENTFLEET_POD_NAME above).
@@ -537,6 +553,7 @@ mod tests {
             redis: RedisUrlSource::Value("redis://redis:6379".into()),
             callback_url: None,
             log_format: LogFormat::Json,
+            otlp_endpoint: None,
         }
     }
 
@@ -755,6 +772,41 @@ mod tests {
             assert!(v.len() <= 63 && !v.contains('.'), "{v}");
             assert_ne!(secret_volume_name(&format!("{name}z")), v);
         }
+    }
+
+    #[test]
+    fn workers_export_traces_where_the_operator_says_unless_the_agent_says_otherwise() {
+        let mut agent = fixture("agent-openai.yaml");
+        let endpoints = |agent: &Agent, defaults: &WorkerDefaults| -> Vec<String> {
+            let d = deployment(agent, &owner(agent), defaults, "h", Some(1));
+            d.spec.unwrap().template.spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.name == OTLP_ENDPOINT_ENV)
+                .filter_map(|e| e.value)
+                .collect()
+        };
+        assert!(
+            endpoints(&agent, &defaults()).is_empty(),
+            "no traces unless asked"
+        );
+        let mut d = defaults();
+        d.otlp_endpoint = Some("http://otel-collector.observability:4318".into());
+        assert_eq!(
+            endpoints(&agent, &d),
+            ["http://otel-collector.observability:4318"]
+        );
+        agent.spec.worker.env = serde_yaml::from_str(
+            "[{name: OTEL_EXPORTER_OTLP_ENDPOINT, value: 'http://team-collector:4318'}]",
+        )
+        .unwrap();
+        assert_eq!(
+            endpoints(&agent, &d),
+            ["http://team-collector:4318"],
+            "the Agent's own wins"
+        );
     }
 
     #[test]

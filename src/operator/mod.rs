@@ -94,6 +94,10 @@ pub struct Args {
     /// log collector) or `text`.
     #[arg(long, env = "AGENTFLEET_WORKER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub worker_log_format: LogFormat,
+    /// Where the workers export OpenTelemetry traces (their `OTEL_EXPORTER_OTLP_ENDPOINT`;
+    /// an Agent's own `spec.worker.env` wins). Unset: workers export no traces.
+    #[arg(long, env = "AGENTFLEET_WORKER_OTLP_ENDPOINT")]
+    pub worker_otlp_endpoint: Option<String>,
     /// Namespace of the leader Lease (the operator's own namespace in a pod).
     #[arg(long, env = "AGENTFLEET_LEASE_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
@@ -151,6 +155,7 @@ impl Args {
             redis,
             callback_url: self.gateway_url.clone(),
             log_format: self.worker_log_format,
+            otlp_endpoint: self.worker_otlp_endpoint.clone(),
         }
     }
 

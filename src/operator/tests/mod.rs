@@ -168,6 +168,7 @@ fn context_on(
                 redis: RedisUrlSource::Value("redis://redis:6379".into()),
                 callback_url: Some("http://gateway.agentfleet.svc:80".into()),
                 log_format: crate::telemetry::LogFormat::Json,
+                otlp_endpoint: None,
             },
             instance: Some("test".into()),
             tuning: Tuning::default(),
