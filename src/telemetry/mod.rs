@@ -8,8 +8,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -22,6 +21,11 @@ pub mod logs;
 pub mod traces;
 
 pub use logs::LogFormat;
+
+pub mod data_plane;
+mod operator;
+
+pub use operator::OperatorMetrics;
 
 /// What [`init_tracing`] started; [`Telemetry::shutdown`] at exit exports the spans not
 /// exported yet.
@@ -87,171 +91,6 @@ fn spans_layer(traces: &traces::Traces) -> Box<dyn Layer<Base> + Send + Sync> {
         .with_tracked_inactivity(false)
         .with_filter(only_ours)
         .boxed()
-}
-
-/// The operator's metrics, all prefixed `agentfleet_`.
-#[derive(Clone)]
-pub struct OperatorMetrics {
-    /// The registry they are registered in.
-    pub registry: Registry,
-    /// Reconciles run, by controller.
-    pub reconciles: IntCounterVec,
-    /// Reconcile errors, by controller and bounded error category.
-    pub reconcile_errors: IntCounterVec,
-    /// Reconcile duration, by controller.
-    pub reconcile_duration: HistogramVec,
-    /// 1 while this replica holds the leader lease.
-    pub leader: IntGauge,
-    /// Replica changes the scaler made, by direction (`up`, `down`) and trigger (`wake`,
-    /// `sweep`).
-    pub scale_decisions: IntCounterVec,
-    /// Replica changes that the API server refused or did not answer, by direction.
-    pub scale_errors: IntCounterVec,
-    /// Wake signal received → worker Deployment replicas set.
-    pub wake_to_scale: Histogram,
-    /// Wake signals, by outcome (`scaled`, `already_up`, `held`, `unknown`).
-    pub wakes: IntCounterVec,
-    /// Time one sweep of every agent's data plane took (one round trip plus decisions).
-    pub sweep_duration: Histogram,
-    /// Agent status writes from the data plane, by result (`ok`, `error`).
-    pub status_writes: IntCounterVec,
-    /// Plans fired into inboxes, by source (`spec`, `agent`).
-    pub plans_fired: IntCounterVec,
-    /// Agents by phase, as of the last sweep.
-    pub agents: IntGaugeVec,
-    /// Calls waiting for a human, by namespace and agent, as of the last sweep.
-    pub pending_calls: IntGaugeVec,
-}
-
-impl OperatorMetrics {
-    /// Creates and registers the metrics in a fresh registry.
-    pub fn new() -> Result<Self, prometheus::Error> {
-        let registry = Registry::new();
-        let reconciles = IntCounterVec::new(
-            Opts::new(
-                "agentfleet_reconcile_total",
-                "Reconciles run, by controller.",
-            ),
-            &["controller"],
-        )?;
-        let reconcile_errors = IntCounterVec::new(
-            Opts::new(
-                "agentfleet_reconcile_errors_total",
-                "Reconcile errors, by controller and error category.",
-            ),
-            &["controller", "category"],
-        )?;
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "agentfleet_reconcile_duration_seconds",
-                "Time one reconcile took, by controller.",
-            )
-            .buckets(vec![
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["controller"],
-        )?;
-        let leader = IntGauge::new(
-            "agentfleet_operator_leader",
-            "1 while this operator replica holds the leader lease.",
-        )?;
-        registry.register(Box::new(reconciles.clone()))?;
-        registry.register(Box::new(reconcile_errors.clone()))?;
-        registry.register(Box::new(reconcile_duration.clone()))?;
-        let scale_decisions = IntCounterVec::new(
-            Opts::new(
-                "agentfleet_scale_decisions_total",
-                "Worker replica changes the operator made, by direction and trigger.",
-            ),
-            &["direction", "trigger"],
-        )?;
-        let scale_errors = IntCounterVec::new(
-            Opts::new(
-                "agentfleet_scale_errors_total",
-                "Worker replica changes the API server refused or did not answer, by direction.",
-            ),
-            &["direction"],
-        )?;
-        let wake_to_scale = Histogram::with_opts(
-            HistogramOpts::new(
-                "agentfleet_wake_to_scale_seconds",
-                "Wake signal received until the worker Deployment's replicas were set.",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-            ]),
-        )?;
-        let wakes = IntCounterVec::new(
-            Opts::new(
-                "agentfleet_wake_signals_total",
-                "Wake signals received, by outcome (scaled, already_up, held, unknown).",
-            ),
-            &["outcome"],
-        )?;
-        let sweep_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "agentfleet_sweep_duration_seconds",
-                "Time one sweep of every agent's inbox, activity and plans took.",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-            ]),
-        )?;
-        let status_writes = IntCounterVec::new(
-            Opts::new(
-                "agentfleet_status_writes_total",
-                "Agent status writes from the data plane (depth, phase, cycles, checkpoint), by result.",
-            ),
-            &["result"],
-        )?;
-        let plans_fired = IntCounterVec::new(
-            Opts::new(
-                "agentfleet_plans_fired_total",
-                "Plans fired into agents' inboxes, by source (spec, agent).",
-            ),
-            &["source"],
-        )?;
-        let agents = IntGaugeVec::new(
-            Opts::new(
-                "agentfleet_agents",
-                "Agents by phase, as of the last sweep.",
-            ),
-            &["phase"],
-        )?;
-        registry.register(Box::new(leader.clone()))?;
-        registry.register(Box::new(scale_decisions.clone()))?;
-        registry.register(Box::new(scale_errors.clone()))?;
-        registry.register(Box::new(wake_to_scale.clone()))?;
-        registry.register(Box::new(wakes.clone()))?;
-        registry.register(Box::new(sweep_duration.clone()))?;
-        registry.register(Box::new(status_writes.clone()))?;
-        registry.register(Box::new(plans_fired.clone()))?;
-        let pending_calls = IntGaugeVec::new(
-            Opts::new(
-                "agentfleet_pending_calls",
-                "Calls waiting for a human's answer (approvals, interactive tools), by agent.",
-            ),
-            &["namespace", "agent"],
-        )?;
-        registry.register(Box::new(agents.clone()))?;
-        registry.register(Box::new(pending_calls.clone()))?;
-        Ok(Self {
-            registry,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            leader,
-            scale_decisions,
-            scale_errors,
-            wake_to_scale,
-            wakes,
-            sweep_duration,
-            status_writes,
-            plans_fired,
-            agents,
-            pending_calls,
-        })
-    }
 }
 
 /// A worker's metrics, all prefixed `agentfleet_`, labelled by namespace and agent.

@@ -140,6 +140,9 @@ async fn pause(d: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
     }
 }
 
+/// Every `reason` of `agentfleet_agent_restarts_total` (see [`supervise`]).
+pub const RESTART_REASONS: [&str; 4] = ["data_plane", "lease_lost", "panic", "error"];
+
 /// Runs one agent for as long as `shutdown` is false, whatever happens: a session
 /// ([`run_agent`]) that ends for any reason — the lease lost, an error, a panic — is counted
 /// in `agentfleet_agent_restarts_total`, shown by `health`, logged, and started again with

@@ -62,6 +62,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every value of [`Outcome::label`].
+    const LABELS: [&'static str; 4] = ["completed", "skipped", "failed", "paused"];
+
     /// The `result` label of `agentfleet_cycles_total`.
     fn label(&self) -> &'static str {
         match self {
@@ -113,6 +116,7 @@ impl Agentlet {
         metrics: WorkerMetrics,
     ) -> Self {
         let agent_builtin = agent.spec.tools.builtin.clone();
+        zero_counters(&metrics, &key);
         Self {
             agent,
             key,
@@ -195,6 +199,30 @@ impl Agentlet {
             .with_label_values(&[ns, agent])
             .observe(started.elapsed().as_secs_f64());
         Ok(outcome)
+    }
+}
+
+/// Every bounded label set of an agent's counters at 0, so that its rates and ratios exist
+/// before the first cycle (a failure ratio of 0 is an answer; a missing series is not).
+fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey) {
+    let [ns, agent] = [key.namespace.as_str(), key.name.as_str()];
+    for result in Outcome::LABELS {
+        metrics.cycles.with_label_values(&[ns, agent, result]);
+    }
+    for direction in ["input", "output"] {
+        metrics.tokens.with_label_values(&[ns, agent, direction]);
+    }
+    metrics.compactions.with_label_values(&[ns, agent]);
+    metrics.compaction_failures.with_label_values(&[ns, agent]);
+    for failure in crate::model::Failure::ALL {
+        metrics
+            .model_errors
+            .with_label_values(&[ns, agent, failure.as_str()]);
+    }
+    for reason in crate::worker::RESTART_REASONS {
+        metrics
+            .agent_restarts
+            .with_label_values(&[ns, agent, reason]);
     }
 }
 
