@@ -664,6 +664,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
     let registry = Registry::new();
     let shutdown = telemetry::shutdown_channel("shutting down the gateway");
+    telemetry::data_plane::register(&registry, store.clone(), shutdown.clone())
+        .context("registering metrics")?;
     let gw = Gateway::new(store, tokens, args.limits, &registry, shutdown)
         .context("registering metrics")?;
     let listener = tokio::net::TcpListener::bind(args.addr)

@@ -196,6 +196,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     health.beat();
     let identity = telemetry::process_identity(args.identity.as_deref(), "agentfleet-operator");
     let shutdown_rx = telemetry::shutdown_channel("shutting down");
+    // Every replica says whether it reaches Redis, the leader and the standbys alike.
+    tokio::spawn(telemetry::data_plane::watch_data_plane(
+        store.clone(),
+        metrics.data_plane_up.clone(),
+        telemetry::data_plane::EVERY,
+        shutdown_rx.clone(),
+    ));
     let wait_shutdown = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };

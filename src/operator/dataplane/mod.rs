@@ -17,6 +17,7 @@
 
 pub mod cluster;
 pub mod decide;
+pub mod gauges;
 mod plans;
 
 use std::collections::{HashMap, HashSet};
@@ -34,6 +35,7 @@ use tracing::{info, warn};
 
 use self::cluster::{Cluster, Notice};
 use self::decide::{decide, replicas_to_apply, Decision};
+use self::gauges::Gauges;
 use self::plans::Firing;
 use crate::crd::{AgentPhase, AgentSpec, AgentStatus, PlanSpec, ScalingSpec};
 use crate::operator::status::{data_part, data_status, find, notice, phase, time_of};
@@ -137,6 +139,8 @@ pub struct Scaler {
     /// Per agent: held while replicas are written (by a scale change or the reconcile's apply).
     locks: Mutex<HashMap<AgentKey, Arc<tokio::sync::Mutex<()>>>>,
     pending: Mutex<HashSet<AgentKey>>,
+    /// The fleet's gauges (set by every pass).
+    gauges: Mutex<Gauges>,
     poke: Notify,
     /// Timing.
     pub tuning: Tuning,
@@ -159,6 +163,7 @@ impl Scaler {
             entries: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashSet::new()),
+            gauges: Mutex::new(Gauges::default()),
             poke: Notify::new(),
             tuning,
         }
@@ -488,10 +493,15 @@ impl Scaler {
         let mut next_due: Option<i64> = None;
         let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
         let mut entries = self.entries();
+        let mut gauges = self
+            .gauges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (key, o) in keys.iter().zip(seen) {
             let Some(e) = entries.get_mut(key) else {
                 continue;
             };
+            gauges.agent(metrics, key, o, now);
             let o = &o.at(now);
             // Idle since the first quiet look, or the last cycle if later.
             if o.busy() {
@@ -550,10 +560,6 @@ impl Scaler {
             if let Some(p) = status.phase {
                 *phases.entry(p).or_default() += 1;
             }
-            metrics
-                .pending_calls
-                .with_label_values(&[key.namespace.as_str(), key.name.as_str()])
-                .set(i64::try_from(o.pending.len()).unwrap_or(i64::MAX));
             let stale = e.written.as_ref() != Some(&status);
             let allowed = e
                 .written_at
@@ -565,12 +571,7 @@ impl Scaler {
             }
         }
         if full {
-            for p in AgentPhase::ALL {
-                metrics
-                    .agents
-                    .with_label_values(&[p.as_str()])
-                    .set(phases.get(&p).copied().unwrap_or(0));
-            }
+            gauges.fleet(metrics, &phases, &entries.keys().collect());
         }
         (actions, next_due)
     }

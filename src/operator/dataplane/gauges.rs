@@ -1,0 +1,299 @@
+//! The fleet's gauges from a look at every agent's data plane: agents by phase
+//! (`agentfleet_agents`), and per agent its inbox depth (`agentfleet_inbox_depth`), the calls
+//! waiting for a human (`agentfleet_pending_calls`) and how long it has been thinking without
+//! committing a cycle (`agentfleet_agent_thinking_seconds`).
+//!
+//! One home for both who set them: the operator's sweep ([`super::Scaler`]) and `agentfleet
+//! dev` ([`watch_fleet`], the same observations of a fleet that nothing scales).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::crd::AgentPhase;
+use crate::operator::status::phase;
+use crate::store::{now_ms, AgentKey, AgentObservation, Store};
+use crate::telemetry::OperatorMetrics;
+
+/// Since when an agent has been thinking without committing a cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thinking {
+    /// When a look first saw it thinking (ms since the epoch).
+    pub since_ms: i64,
+    /// Its committed cycles then: a commit since starts the count over.
+    pub cycles: u64,
+}
+
+/// What an agent's thinking is after a look that saw `seen` at `now_ms`, when it was `before`:
+/// nothing when it is not thinking; the same start while it thinks with no cycle committed
+/// since; else a new start now.
+pub fn thinking(
+    before: Option<Thinking>,
+    seen: &AgentObservation,
+    now_ms: i64,
+) -> Option<Thinking> {
+    if !seen.thinking {
+        return None;
+    }
+    match before {
+        Some(t) if t.cycles == seen.cycles => Some(t),
+        _ => Some(Thinking {
+            since_ms: now_ms,
+            cycles: seen.cycles,
+        }),
+    }
+}
+
+/// The gauges, and what they remember between looks.
+#[derive(Default)]
+pub struct Gauges {
+    thinking: HashMap<AgentKey, Thinking>,
+    /// The agents whose series exist.
+    shown: HashSet<AgentKey>,
+}
+
+impl Gauges {
+    /// One agent seen at `now_ms`.
+    pub fn agent(
+        &mut self,
+        metrics: &OperatorMetrics,
+        key: &AgentKey,
+        seen: &AgentObservation,
+        now_ms: i64,
+    ) {
+        let labels = [key.namespace.as_str(), key.name.as_str()];
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        metrics
+            .inbox_depth
+            .with_label_values(&labels)
+            .set(i64::try_from(seen.waiting).unwrap_or(i64::MAX));
+        metrics
+            .pending_calls
+            .with_label_values(&labels)
+            .set(count(seen.pending.len()));
+        let now = thinking(self.thinking.get(key).copied(), seen, now_ms);
+        let seconds = now.map_or(0.0, |t| {
+            Duration::from_millis(u64::try_from(now_ms - t.since_ms).unwrap_or(0)).as_secs_f64()
+        });
+        metrics
+            .thinking_seconds
+            .with_label_values(&labels)
+            .set(seconds);
+        match now {
+            Some(t) => self.thinking.insert(key.clone(), t),
+            None => self.thinking.remove(key),
+        };
+        self.shown.insert(key.clone());
+    }
+
+    /// After a look at every agent: the agents by phase, and the series of agents that are
+    /// gone (deleted) removed, so that a deleted agent leaves no gauge behind.
+    pub fn fleet(
+        &mut self,
+        metrics: &OperatorMetrics,
+        phases: &HashMap<AgentPhase, i64>,
+        agents: &HashSet<&AgentKey>,
+    ) {
+        for p in AgentPhase::ALL {
+            metrics
+                .agents
+                .with_label_values(&[p.as_str()])
+                .set(phases.get(&p).copied().unwrap_or(0));
+        }
+        let gone: Vec<AgentKey> = self
+            .shown
+            .iter()
+            .filter(|k| !agents.contains(k))
+            .cloned()
+            .collect();
+        for key in gone {
+            let labels = [key.namespace.as_str(), key.name.as_str()];
+            let _ = metrics.inbox_depth.remove_label_values(&labels);
+            let _ = metrics.pending_calls.remove_label_values(&labels);
+            let _ = metrics.thinking_seconds.remove_label_values(&labels);
+            self.thinking.remove(&key);
+            self.shown.remove(&key);
+        }
+    }
+}
+
+/// Keeps the gauges of a fleet that nothing scales (`agentfleet dev`): looks at `agents`
+/// every `every` until `stop` turns true. Each agent comes with its replicas (1 running, 0
+/// paused), the phase is the operator's [`phase`] of that; a look that fails leaves the
+/// gauges as they were (`agentfleet_data_plane_up` says why).
+pub async fn watch_fleet(
+    store: Arc<dyn Store>,
+    agents: Vec<(AgentKey, i32)>,
+    metrics: OperatorMetrics,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let keys: Vec<AgentKey> = agents.iter().map(|(k, _)| k.clone()).collect();
+    let mut gauges = Gauges::default();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|v| *v) => return,
+            _ = tick.tick() => {}
+        }
+        let seen = match store.observe(&keys).await {
+            Ok(seen) => seen,
+            Err(e) => {
+                warn!(error = %crate::report::chain(&e), "cannot read the data plane; the fleet's gauges wait");
+                continue;
+            }
+        };
+        let now = now_ms();
+        let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
+        for ((key, replicas), o) in agents.iter().zip(&seen) {
+            gauges.agent(&metrics, key, o, now);
+            *phases
+                .entry(phase(false, Some(*replicas), 0, o))
+                .or_default() += 1;
+        }
+        gauges.fleet(&metrics, &phases, &keys.iter().collect());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(thinking: bool, cycles: u64) -> AgentObservation {
+        AgentObservation {
+            thinking,
+            cycles,
+            ..AgentObservation::default()
+        }
+    }
+
+    #[test]
+    fn thinking_counts_from_the_first_look_until_a_commit_or_a_rest() {
+        let t0 = thinking(None, &seen(true, 3), 1_000);
+        assert_eq!(
+            t0,
+            Some(Thinking {
+                since_ms: 1_000,
+                cycles: 3
+            })
+        );
+        assert_eq!(
+            thinking(t0, &seen(true, 3), 9_000),
+            t0,
+            "still the same cycle"
+        );
+        assert_eq!(
+            thinking(t0, &seen(true, 4), 9_000),
+            Some(Thinking {
+                since_ms: 9_000,
+                cycles: 4
+            }),
+            "a cycle committed in between: the next one counts from now"
+        );
+        assert_eq!(thinking(t0, &seen(false, 3), 9_000), None);
+    }
+
+    fn value(m: &OperatorMetrics, name: &str) -> Vec<String> {
+        m.registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == name)
+            .flat_map(|f| f.get_metric().to_vec())
+            .map(|s| {
+                let labels: Vec<String> = s
+                    .get_label()
+                    .iter()
+                    .map(|l| format!("{}={}", l.name(), l.value()))
+                    .collect();
+                format!("{} {}", labels.join(","), s.get_gauge().get_value())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gauges_per_agent_and_by_phase_and_a_deleted_agent_leaves_none() {
+        let m = OperatorMetrics::new().unwrap();
+        let mut g = Gauges::default();
+        let a = AgentKey::new("ns", "a");
+        let b = AgentKey::new("ns", "b");
+        let mut busy = seen(true, 1);
+        busy.waiting = 7;
+        g.agent(&m, &a, &busy, 1_000);
+        g.agent(&m, &a, &busy, 31_000);
+        g.agent(&m, &b, &seen(false, 0), 31_000);
+        let phases = HashMap::from([(AgentPhase::Thinking, 1), (AgentPhase::Sleeping, 1)]);
+        g.fleet(&m, &phases, &HashSet::from([&a, &b]));
+        assert_eq!(
+            value(&m, "agentfleet_inbox_depth"),
+            ["agent=a,namespace=ns 7", "agent=b,namespace=ns 0"]
+        );
+        assert_eq!(
+            value(&m, "agentfleet_agent_thinking_seconds"),
+            ["agent=a,namespace=ns 30", "agent=b,namespace=ns 0"]
+        );
+        assert_eq!(
+            value(&m, "agentfleet_agents"),
+            [
+                "phase=Failed 0",
+                "phase=Pending 0",
+                "phase=ScaledToZero 0",
+                "phase=Sleeping 1",
+                "phase=Thinking 1"
+            ]
+        );
+
+        // `b` is deleted: the next full look does not see it.
+        g.fleet(&m, &HashMap::new(), &HashSet::from([&a]));
+        assert_eq!(
+            value(&m, "agentfleet_inbox_depth"),
+            ["agent=a,namespace=ns 7"]
+        );
+        assert_eq!(
+            value(&m, "agentfleet_pending_calls"),
+            ["agent=a,namespace=ns 0"]
+        );
+    }
+
+    #[tokio::test]
+    async fn dev_watches_its_fleet_with_the_operators_phases() {
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new());
+        let running = AgentKey::new("ns", "running");
+        let paused = AgentKey::new("ns", "paused");
+        for k in [&running, &paused] {
+            store.register_agent(k).await.unwrap();
+        }
+        let m = OperatorMetrics::new().unwrap();
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(watch_fleet(
+            store,
+            vec![(running, 1), (paused, 0)],
+            m.clone(),
+            Duration::from_millis(10),
+            rx,
+        ));
+        let phase = |p: &str| m.agents.with_label_values(&[p]).get();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while phase("ScaledToZero") != 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+        // No worker holds the running agent's lease here: it is Pending, as the operator
+        // would say.
+        assert_eq!((phase("Pending"), phase("Sleeping")), (1, 0));
+        assert_eq!(
+            value(&m, "agentfleet_inbox_depth"),
+            [
+                "agent=paused,namespace=ns 0",
+                "agent=running,namespace=ns 0"
+            ]
+        );
+        stop.send_replace(true);
+        task.await.unwrap();
+    }
+}
