@@ -27,8 +27,11 @@ use crate::gateway::auth::{new_token, Entity, EntityKind, Tokens};
 use crate::gateway::{self, Gateway, Limits};
 use crate::membership::{self, SpaceKey};
 use crate::names;
+use crate::operator::dataplane::gauges::watch_fleet;
+use crate::operator::dataplane::Tuning;
 use crate::store::{AgentKey, MemoryStore, RedisStore, Store};
-use crate::telemetry::{self, WorkerMetrics};
+use crate::telemetry::data_plane::{self, watch_data_plane};
+use crate::telemetry::{self, OperatorMetrics, WorkerMetrics};
 use crate::worker::cycle::Agentlet;
 use crate::worker::{supervise, Health};
 
@@ -377,6 +380,9 @@ impl Dev {
         ));
 
         let metrics = WorkerMetrics::new().context("registering metrics")?;
+        // What the operator would show of the fleet, from the same observations (nothing
+        // scales here: its scale counters stay at 0).
+        let fleet = OperatorMetrics::register(&metrics.registry).context("registering metrics")?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let gw = Gateway::new(
             store.clone(),
@@ -401,6 +407,7 @@ impl Dev {
         let mut agents = Vec::new();
         let mut plans = Vec::new();
         let mut healths = Vec::new();
+        let mut watched = Vec::new();
         let secrets_by_namespace: BTreeMap<String, _> = manifests
             .agents
             .iter()
@@ -419,6 +426,7 @@ impl Dev {
             // Plans fire into the inbox as the operator would fire them (a paused agent's
             // queue until it is resumed).
             plans.push((key.clone(), agent.spec.plans.clone()));
+            watched.push((key.clone(), if agent.spec.paused { 0 } else { 1 }));
             if agent.spec.paused {
                 info!(agent = %key, "paused; not started");
                 continue;
@@ -476,6 +484,19 @@ impl Dev {
         tasks.push(tokio::spawn(crate::plans::run(
             store.clone(),
             plans,
+            shutdown_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(watch_data_plane(
+            store.clone(),
+            fleet.data_plane_up.clone(),
+            data_plane::EVERY,
+            shutdown_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(watch_fleet(
+            store.clone(),
+            watched,
+            fleet,
+            Tuning::default().sweep,
             shutdown_rx.clone(),
         )));
         Ok(Self {
