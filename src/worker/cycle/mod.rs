@@ -116,8 +116,7 @@ impl Agentlet {
         metrics: WorkerMetrics,
     ) -> Self {
         let agent_builtin = agent.spec.tools.builtin.clone();
-        zero_counters(&metrics, &key);
-        Self {
+        let this = Self {
             agent,
             key,
             store,
@@ -127,7 +126,9 @@ impl Agentlet {
             model_health: tokio::sync::Mutex::new(None),
             tools_reported: tokio::sync::Mutex::new(None),
             toolbox: Toolbox::new(agent_builtin, Vec::new()),
-        }
+        };
+        zero_counters(&this.metrics, &this.key, this.enabled());
+        this
     }
 
     /// The same agent with tools outside the worker (its HTTP tools, its MCP servers).
@@ -204,8 +205,15 @@ impl Agentlet {
 
 /// Every bounded label set of an agent's counters at 0, so that its rates and ratios exist
 /// before the first cycle (a failure ratio of 0 is an answer; a missing series is not).
-fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey) {
+fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool]) {
     let [ns, agent] = [key.namespace.as_str(), key.name.as_str()];
+    for tool in builtin {
+        for outcome in ["ok", "error"] {
+            metrics
+                .tool_calls
+                .with_label_values(&[ns, agent, tool.name(), outcome]);
+        }
+    }
     for result in Outcome::LABELS {
         metrics.cycles.with_label_values(&[ns, agent, result]);
     }
