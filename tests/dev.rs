@@ -3,9 +3,8 @@
 //! `agentfleet chat` typing into it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -14,155 +13,9 @@ use serde_json::{json, Value};
 use agentfleet::chat::SseParser;
 use agentfleet::testing::SseReader;
 
-/// The binary under test: this build's, or `AGENTFLEET_TEST_BIN` (to run these tests against
-/// an older build and see a regression test fail there).
-fn bin() -> String {
-    std::env::var("AGENTFLEET_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentfleet").into())
-}
-
-/// The lines a child writes, as they come.
-fn lines(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            if tx.send(line.unwrap_or_default()).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-struct Dev {
-    child: Child,
-    url: String,
-    /// `(space, human, token)` from the banner's chat commands.
-    chats: Vec<(String, String, String)>,
-    /// The service token of the banner's curl line.
-    service: String,
-    /// The URL of the banner's curl line (a real agent's webhook).
-    webhook: String,
-    /// What it logs.
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Dev {
-    fn start() -> Dev {
-        Self::start_with(&[])
-    }
-
-    fn start_with(extra: &[&str]) -> Dev {
-        Self::start_in("config/samples", extra)
-    }
-
-    fn start_in(dir: &str, extra: &[&str]) -> Dev {
-        Self::start_env(dir, extra, &[])
-    }
-
-    fn start_env(dir: &str, extra: &[&str], env: &[(&str, &str)]) -> Dev {
-        let mut child = Command::new(bin())
-            .args(["dev", dir, "--addr", "127.0.0.1:0"])
-            .args(extra)
-            .env_remove("AGENTFLEET_REDIS_URL")
-            .env_remove("AGENTFLEET_MODEL_API_KEY")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let rx = lines(child.stdout.take().unwrap());
-        let stderr = lines(child.stderr.take().unwrap());
-        let mut url = None;
-        let mut chats = Vec::new();
-        let mut chat_as = None;
-        let mut service = None;
-        let mut webhook = None;
-        loop {
-            let line = rx
-                .recv_timeout(Duration::from_secs(30))
-                .expect("the dev banner within 30s");
-            let t = line.trim();
-            if let Some(rest) = t.strip_prefix("gateway") {
-                url = Some(rest.split_whitespace().next().unwrap().to_string());
-            }
-            if let Some(rest) = t.strip_prefix("chat in ") {
-                let (space, who) = rest.trim_end_matches(':').split_once(" as ").unwrap();
-                chat_as = Some((space.to_string(), who.to_string()));
-            }
-            if t.starts_with("agentfleet chat ") {
-                let (space, who) = chat_as.take().unwrap();
-                let token = t.rsplit_once("--token ").unwrap().1.to_string();
-                chats.push((space, who, token));
-            }
-            if let Some((_, rest)) = t.split_once("Authorization: Bearer ") {
-                service = Some(rest.split('\'').next().unwrap().to_string());
-            }
-            if t.ends_with("/events") {
-                webhook = t.split_whitespace().last().map(str::to_string);
-            }
-            if t.starts_with("Ctrl-C stops") {
-                break;
-            }
-        }
-        Dev {
-            child,
-            url: url.expect("a gateway URL in the banner"),
-            chats,
-            service: service.expect("a service token in the banner"),
-            webhook: webhook.expect("a webhook URL in the banner"),
-            stderr,
-        }
-    }
-
-    /// Posts `body` to `space` (of `default`) as the holder of `token`.
-    async fn post(
-        &self,
-        http: &reqwest::Client,
-        token: &str,
-        space: &str,
-        body: &Value,
-    ) -> reqwest::Response {
-        http.post(format!("{}/v1/spaces/default/{space}/messages", self.url))
-            .bearer_auth(token)
-            .json(body)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// The SSE stream of `space` (of `default`) as the holder of `token`.
-    async fn stream(&self, http: &reqwest::Client, token: &str, space: &str) -> reqwest::Response {
-        let resp = http
-            .get(format!("{}/v1/spaces/default/{space}/stream", self.url))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        resp
-    }
-
-    async fn metrics(&self, http: &reqwest::Client) -> String {
-        let resp = http.get(format!("{}/metrics", self.url)).send().await;
-        resp.unwrap().text().await.unwrap()
-    }
-
-    fn token(&self, space: &str, who: &str) -> String {
-        self.chats
-            .iter()
-            .find(|(s, w, _)| s == space && w == who)
-            .unwrap_or_else(|| panic!("no chat command for {who} in {space}: {:?}", self.chats))
-            .2
-            .clone()
-    }
-}
+#[path = "support/dev.rs"]
+mod support;
+use support::{bin, lines, Dev};
 
 /// The value of `agentfleet_cycles_total` for an agent of `default` and a result.
 fn cycles(metrics: &str, agent: &str, result: &str) -> u64 {
