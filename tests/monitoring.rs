@@ -836,3 +836,67 @@ async fn a_real_prometheus_scraping_dev_has_data_for_every_panel_variable_and_al
     );
     drop(dev);
 }
+
+/// `agentfleet_data_plane_up` of the gateway binary (what AgentfleetDataPlaneDown reads): 1
+/// while its Redis answers, 0 within a few pings after Redis is gone, 1 again when it is back.
+#[tokio::test]
+async fn the_gateway_says_whether_it_reaches_redis() {
+    agentfleet::install_crypto_provider();
+    let mut redis = agentfleet::testing::RedisServer::start().unwrap();
+    let dir = std::env::temp_dir().join(format!("agentfleet-gateway-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokens.yaml"), "tokens: []\n").unwrap();
+    let port = agentfleet::testing::free_port().unwrap();
+    let child = Command::new(support::bin())
+        .arg("gateway")
+        .arg("--tokens")
+        .arg(dir.join("tokens.yaml"))
+        .args(["--redis", &redis.url()])
+        .args(["--addr", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _gateway = Killed(child);
+    let http = reqwest::Client::new();
+    let up = |want: &'static str| {
+        let http = http.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let metrics = match http
+                    .get(format!("http://127.0.0.1:{port}/metrics"))
+                    .send()
+                    .await
+                {
+                    Ok(r) => r.text().await.unwrap_or_default(),
+                    Err(_) => String::new(),
+                };
+                if metrics
+                    .lines()
+                    .any(|l| l == format!("agentfleet_data_plane_up {want}"))
+                {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no agentfleet_data_plane_up {want}:\n{metrics}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    up("1").await;
+    redis.kill();
+    up("0").await;
+    redis.restart().unwrap();
+    up("1").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
