@@ -262,7 +262,9 @@ fn the_charts_copies_are_the_sources() {
 fn render(values: &str) -> Vec<serde_yaml::Value> {
     let dir = std::env::temp_dir().join(format!("agentfleet-monitoring-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("values-{}.yaml", values.len()));
+    static RENDERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RENDERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let file = dir.join(format!("values-{n}.yaml"));
     std::fs::write(&file, values).unwrap();
     let out = Command::new(helm())
         .args([
@@ -434,9 +436,9 @@ fn the_chart_renders_monitoring_only_when_asked_and_its_rule_passes_promtool() {
     promtool_checks(rule, "default", 13);
 
     // Thresholds from values, and per agent.
-    let tuned = render(&format!(
-        "{ALL_ON}  prometheusRule:\n    enabled: true\n    thresholds: {{cycleFailureRatio: 0.5, inboxDepth: 100, thinkingSeconds: 600, wakeLatencySeconds: 5, tokensPerSecond: 2000000}}\n    tokensPerSecondByAgent:\n      - {{namespace: ops, agent: sre, tokensPerSecond: 200}}\n"
-    ));
+    let tuned = render(
+        "monitoring:\n  prometheusRule:\n    enabled: true\n    thresholds: {cycleFailureRatio: 0.5, inboxDepth: 100, thinkingSeconds: 600, wakeLatencySeconds: 5, tokensPerSecond: 2000000}\n    tokensPerSecondByAgent:\n      - {namespace: ops, agent: sre, tokensPerSecond: 200}\n",
+    );
     let rule = &of_kind(&tuned, "PrometheusRule")[0]["spec"];
     let records = serde_yaml::to_string(&rule["groups"][0]).unwrap();
     for want in [

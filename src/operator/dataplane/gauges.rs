@@ -65,7 +65,6 @@ impl Gauges {
         now_ms: i64,
     ) {
         let labels = [key.namespace.as_str(), key.name.as_str()];
-        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         metrics
             .inbox_depth
             .with_label_values(&labels)
@@ -73,7 +72,7 @@ impl Gauges {
         metrics
             .pending_calls
             .with_label_values(&labels)
-            .set(count(seen.pending.len()));
+            .set(i64::try_from(seen.pending.len()).unwrap_or(i64::MAX));
         let now = thinking(self.thinking.get(key).copied(), seen, now_ms);
         let seconds = now.map_or(0.0, |t| {
             Duration::from_millis(u64::try_from(now_ms - t.since_ms).unwrap_or(0)).as_secs_f64()
