@@ -247,6 +247,17 @@ async fn the_sweep_scales_up_missed_wakes_and_down_idle_agents_only() {
         r.cluster.replicas().contains(&(missed.clone(), 1))
     })
     .await;
+    let gauge = |g: &prometheus::IntGaugeVec| g.with_label_values(&["fam", "missed"]).get();
+    let thinking = || {
+        r.metrics
+            .thinking_seconds
+            .with_label_values(&["fam", "missed"])
+            .get()
+    };
+    until("the inbox depth in its gauge", || {
+        gauge(&r.metrics.inbox_depth) == 1
+    })
+    .await;
 
     // A worker takes the event and thinks for a long time: never cut off.
     let lease = store
@@ -275,6 +286,15 @@ async fn the_sweep_scales_up_missed_wakes_and_down_idle_agents_only() {
             .is_some_and(|s| s.phase == Some(AgentPhase::Thinking))
     })
     .await;
+    until(
+        "thinking for a while, the inbox empty, counted by phase",
+        || {
+            thinking() > 0.0
+                && gauge(&r.metrics.inbox_depth) == 0
+                && r.metrics.agents.with_label_values(&["Thinking"]).get() == 1
+        },
+    )
+    .await;
 
     // The cycle ends; idle (idleSeconds 0) → down.
     store.ack_cycle(&missed, &lease).await.unwrap();
@@ -282,6 +302,7 @@ async fn the_sweep_scales_up_missed_wakes_and_down_idle_agents_only() {
         r.cluster.replicas() == [(missed.clone(), 1), (missed.clone(), 0)]
     })
     .await;
+    until("no longer thinking", || thinking() == 0.0).await;
     until("the ScaledDown event", || {
         r.cluster.calls().iter().any(|c| {
             matches!(c, Call::Event(reason, note) if reason == "ScaledDown" && note.contains("nothing in flight"))
