@@ -1098,9 +1098,25 @@ async fn dev_gives_the_tools_the_directorys_secrets_never_prints_them_and_refuse
         })
         .await;
         assert_eq!(reply["sender"]["id"], "sre");
+        // The cycle's lines may come just after its reply: read until one has (at most 10 s).
+        let mut logs: Vec<String> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !logs
+            .iter()
+            .any(|l| l.contains("cycle{namespace=default agent=sre"))
+        {
+            match dev
+                .stderr
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => logs.push(line),
+                Err(_) => break,
+            }
+        }
         let _ = dev.child.kill();
         let _ = dev.child.wait();
-        let logs = dev.stderr.iter().collect::<Vec<_>>().join("\n");
+        logs.extend(dev.stderr.iter());
+        let logs = logs.join("\n");
         assert!(!logs.is_empty(), "debug logs were captured");
         assert!(
             !logs.contains('\x1b'),
