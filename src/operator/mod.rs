@@ -129,7 +129,7 @@ pub struct Args {
 impl Args {
     /// What every worker gets from these flags: image, pull policy, and the data plane's URL —
     /// from a Secret, or inline (the operator's own unless `--worker-redis` names another).
-    fn worker_defaults(&self) -> WorkerDefaults {
+    pub fn worker_defaults(&self) -> WorkerDefaults {
         let redis = match (&self.worker_redis_secret, &self.worker_redis) {
             (Some(name), _) => RedisUrlSource::Secret {
                 name: name.clone(),
