@@ -547,3 +547,30 @@ impl SseReader {
         }
     }
 }
+
+/// `BIN worker` for the agent of `manifest` on the Redis at `redis_url`: a one-second lease
+/// (a killed worker's successor takes over at once), metrics on a free loopback port, stdout
+/// dropped. The caller decides stderr and spawns it.
+pub fn worker_command(
+    bin: &str,
+    manifest: &std::path::Path,
+    redis_url: &str,
+) -> Result<Command, String> {
+    let manifest = manifest
+        .to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", manifest.display()))?;
+    let mut command = Command::new(bin);
+    command
+        .args([
+            "worker",
+            "--agent",
+            manifest,
+            "--lease-seconds",
+            "1",
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", free_port()?),
+        ])
+        .env("AGENTFLEET_REDIS_URL", redis_url)
+        .stdout(Stdio::null());
+    Ok(command)
+}

@@ -269,18 +269,8 @@ async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
     .unwrap();
     let spawn = || {
         Worker(
-            Command::new(BIN)
-                .args([
-                    "worker",
-                    "--agent",
-                    manifest.to_str().unwrap(),
-                    "--lease-seconds",
-                    "1",
-                    "--metrics-addr",
-                    &format!("127.0.0.1:{}", free_port().unwrap()),
-                ])
-                .env("AGENTFLEET_REDIS_URL", &url)
-                .stdout(Stdio::null())
+            agentfleet::testing::worker_command(BIN, &manifest, &url)
+                .unwrap()
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap(),

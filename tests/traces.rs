@@ -105,18 +105,9 @@ impl Drop for Worker {
 
 impl Worker {
     fn spawn(manifest: &std::path::Path, redis_url: &str, env: &[(&str, &str)]) -> Worker {
-        let mut command = Command::new(BIN);
+        let mut command = agentfleet::testing::worker_command(BIN, manifest, redis_url).unwrap();
         command
-            .args([
-                "worker",
-                "--agent",
-                manifest.to_str().unwrap(),
-                "--metrics-addr",
-                &format!("127.0.0.1:{}", free_port().unwrap()),
-            ])
-            .env("AGENTFLEET_REDIS_URL", redis_url)
             .env("RUST_LOG", "info,agentfleet=debug")
-            .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for name in [
             "OTEL_EXPORTER_OTLP_ENDPOINT",

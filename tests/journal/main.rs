@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use agentfleet::membership::SpaceKey;
 use agentfleet::store::{prelude::*, AgentKey, RedisStore};
-use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
+use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer};
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
@@ -32,18 +32,8 @@ impl Worker {
     /// `agentfleet worker` for the agent of `manifest` on the Redis at `redis_url`.
     fn spawn(manifest: &std::path::Path, redis_url: &str) -> Worker {
         Worker(
-            Command::new(BIN)
-                .args([
-                    "worker",
-                    "--agent",
-                    manifest.to_str().unwrap(),
-                    "--lease-seconds",
-                    "1",
-                    "--metrics-addr",
-                    &format!("127.0.0.1:{}", free_port().unwrap()),
-                ])
-                .env("AGENTFLEET_REDIS_URL", redis_url)
-                .stdout(Stdio::null())
+            agentfleet::testing::worker_command(BIN, manifest, redis_url)
+                .unwrap()
                 .stderr(Stdio::inherit())
                 .spawn()
                 .unwrap(),
