@@ -799,6 +799,12 @@ async fn a_finished_outside_call_is_replayed_not_made_again() {
 /// Husam's message in flight, and a journal as a worker leaves it when it dies during the
 /// call of step 0 (marked, no result).
 async fn died_during_the_call(r: &Rig) -> Vec<InboxEvent> {
+    died_during_step_0(r, &ticket()).await
+}
+
+/// "open a ticket" in flight, and a journal as a worker leaves it when it dies during the
+/// first call of step 0, whose model turn was `turn` (marked, no result).
+async fn died_during_step_0(r: &Rig, turn: &Turn) -> Vec<InboxEvent> {
     r.say("open a ticket", false, 0).await;
     let events = r.drain().await;
     let entries = [
@@ -810,7 +816,7 @@ async fn died_during_the_call(r: &Rig) -> Vec<InboxEvent> {
         },
         super::journal::Entry::Turn {
             step: 0,
-            message: ticket().message(),
+            message: turn.message(),
             usage: Usage::default(),
         },
         super::journal::Entry::Started { step: 0, index: 0 },
@@ -833,34 +839,11 @@ async fn late_events_get_a_step_even_when_the_resumed_step_ended_the_cycle() {
     // still asks the model once about the new message instead of acknowledging it unread.
     let tool = ticketing(false);
     let r = rig_with("", vec![Ok(send("Noted."))], vec![tool.clone()]).await;
-    r.say("open a ticket", false, 0).await;
-    let first = r.drain().await;
     let turn = calls(&[
         ("create_ticket", json!({"title": "disk full"})),
         ("skip", json!({})),
     ]);
-    let entries = [
-        super::journal::Entry::Begin {
-            batch: "b1".into(),
-            inbox: "[Family] Husam: \"open a ticket\"".into(),
-            depth: 1,
-            events: first.iter().map(|e| e.id.clone()).collect(),
-        },
-        super::journal::Entry::Turn {
-            step: 0,
-            message: turn.message(),
-            usage: Usage::default(),
-        },
-        super::journal::Entry::Started { step: 0, index: 0 },
-    ];
-    let raw: Vec<String> = entries
-        .iter()
-        .map(|e| serde_json::to_string(e).unwrap())
-        .collect();
-    r.store
-        .append_journal(&r.agentlet.key, &r.lease, &raw)
-        .await
-        .unwrap();
+    died_during_step_0(&r, &turn).await;
     r.say("and page Sam", false, 0).await;
     let events = r.drain().await;
     assert_eq!(events.len(), 2);
