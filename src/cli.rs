@@ -370,7 +370,7 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
                 .acquire_lease(&key, &holder, Duration::from_secs(30))
                 .await?
                 .with_context(|| format!("agent {key} has a running worker; pause the Agent (spec.paused: true) and try again"))?;
-            let restored = store.restore_checkpoint(&key, &lease, cycle).await;
+            let restored = store.restore_checkpoint(&key, &lease, cycle, None).await;
             store.release_lease(&key, &lease).await?;
             match restored? {
                 Some(cp) => writeln!(

@@ -4,6 +4,10 @@
 //! needs Redis fails with a clear message when `redis-server` is missing; it never skips.
 #![doc(hidden)]
 
+pub mod s3;
+
+pub use self::s3::S3Server;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -6,7 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::ToolsSpec;
+use super::{ConsciousnessSpec, ToolsSpec};
 
 /// An LLM agent that lives in a worker process: it sleeps on its inbox, wakes when humans or
 /// other agents write to it, thinks in one multi-step tool-calling cycle, persists its memory
@@ -279,72 +279,6 @@ pub enum MidCycleInbox {
     Urgent,
 }
 
-/// How consciousness is kept bounded and checkpointed.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConsciousnessSpec {
-    /// Size of the remembered conversation, in tokens; older messages are compacted when a
-    /// cycle's commit goes over it.
-    #[serde(default = "default_window_tokens")]
-    #[schemars(range(min = 1000))]
-    pub window_tokens: u64,
-
-    /// How messages that leave the window are handled: `summarize` (a model-written summary of
-    /// what drops out is kept) or `slidingWindow` (they are dropped).
-    #[serde(default)]
-    pub compaction: Compaction,
-
-    /// Messages at the end of the conversation that compaction always keeps.
-    #[serde(default = "default_keep_recent_messages")]
-    #[schemars(range(min = 1, max = 10_000))]
-    pub keep_recent_messages: u32,
-
-    /// How many versioned checkpoints (one per committed cycle) are kept.
-    #[serde(default = "default_checkpoints_retained")]
-    #[schemars(range(min = 1, max = 1000))]
-    pub checkpoints_retained: u32,
-
-    /// Keep the agent's consciousness, inbox and checkpoints in the data plane when the Agent
-    /// is deleted.
-    #[serde(default)]
-    pub retain_on_delete: bool,
-}
-
-impl Default for ConsciousnessSpec {
-    fn default() -> Self {
-        Self {
-            window_tokens: default_window_tokens(),
-            compaction: Compaction::default(),
-            keep_recent_messages: default_keep_recent_messages(),
-            checkpoints_retained: default_checkpoints_retained(),
-            retain_on_delete: false,
-        }
-    }
-}
-
-fn default_window_tokens() -> u64 {
-    32_000
-}
-
-fn default_keep_recent_messages() -> u32 {
-    12
-}
-
-fn default_checkpoints_retained() -> u32 {
-    10
-}
-
-/// How messages that leave the consciousness window are handled.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Compaction {
-    /// Keep a model-written summary of what drops out.
-    #[default]
-    Summarize,
-    /// Drop what leaves the window.
-    SlidingWindow,
-}
-
 /// How many workers an agent runs.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -501,6 +435,11 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointStatus>,
 
+    /// The checkpoint the consciousness was last restored from (a restore, a fork, a
+    /// recovery after the data plane lost it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFromStatus>,
+
     /// The tools the worker actually has right now (as it last reported), with whether each
     /// can be called; see the `ToolsReady` condition. At most 200 are listed (those not ready
     /// first); `ToolsReady` counts them all.
@@ -589,6 +528,31 @@ pub struct CheckpointStatus {
     /// Estimated tokens of the checkpointed consciousness.
     pub tokens: u64,
     /// When the checkpoint was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+    /// The newest cycle whose checkpoint is in the archive (object storage), when archiving
+    /// is on; `storageRef` is the archived object's URL once `cycle` is archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_cycle: Option<u64>,
+}
+
+/// Where the agent's consciousness was last restored from.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredFromStatus {
+    /// Why: `Restore` (`spec.consciousness.restore`), `Seed` (`spec.consciousness.seedFrom`) or
+    /// `Recovery` (the data plane had lost it; the latest archived checkpoint was taken).
+    pub reason: String,
+    /// The checkpoint's URL (or the data plane's reference).
+    pub storage_ref: String,
+    /// The cycle of that checkpoint.
+    pub cycle: u64,
+    /// Its digest (`sha256:…`), verified before it was applied.
+    pub digest: String,
+    /// What was asked for (`cycle:40`, `ref:URL`, `seed:AGENT@N`), for `restore` and `seedFrom`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// When it was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
 }

@@ -4,11 +4,13 @@
 //! and the YAML in `crds/` is generated from these types (`agentfleet crd`).
 
 mod agent;
+mod consciousness;
 mod space;
 mod tools;
 pub mod validate;
 
 pub use agent::*;
+pub use consciousness::*;
 pub use space::*;
 pub use tools::*;
 

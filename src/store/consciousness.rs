@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, Checkpoint, Consciousness, CycleCommit, Lease, StoreError};
+use super::{AgentKey, Checkpoint, Consciousness, CycleCommit, Lease, Snapshot, StoreError};
 
 /// An agent's persisted conversation and its versioned checkpoints.
 #[async_trait]
@@ -24,14 +24,48 @@ pub trait ConsciousnessLog: Send + Sync {
     async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError>;
 
     /// Makes the consciousness what it was after `cycle` (a retained checkpoint); later
-    /// checkpoints and messages are dropped. Fenced: take the lease first. `None` when no
-    /// such checkpoint is retained.
+    /// checkpoints and messages are dropped, the notes stay as they are, and `request` (if
+    /// any) is recorded as the restore request applied. Fenced: take the lease first. `None`
+    /// when no such checkpoint is retained; [`StoreError::CycleInFlight`] while a cycle is in
+    /// flight.
     async fn restore_checkpoint(
         &self,
         agent: &AgentKey,
         lease: &Lease,
         cycle: u64,
+        request: Option<&str>,
     ) -> Result<Option<Checkpoint>, StoreError>;
+
+    /// Replaces the agent's consciousness and notes with `snapshot` (an archived checkpoint
+    /// restored, another agent's copied, the latest recovered), with `snapshot`'s digest and
+    /// cycle, and that checkpoint as the only one retained; `snapshot.consciousness.restored`
+    /// is recorded as the restore request applied. Model tokens used stay as counted unless
+    /// nothing was. Fenced; refused with [`StoreError::CycleInFlight`] while a cycle is under
+    /// way, paused or left to resume (nothing is changed then).
+    async fn replace_consciousness(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        snapshot: &Snapshot,
+    ) -> Result<Checkpoint, StoreError>;
+
+    /// Forgets which restore request was applied (the spec no longer asks for one), so that
+    /// asking for the same one again applies it again. Fenced.
+    async fn forget_restore(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+}
+
+/// The checkpoint a replaced consciousness starts from (written at `time_ms`).
+pub(super) fn replaced_checkpoint(c: &Consciousness, time_ms: i64) -> Checkpoint {
+    Checkpoint {
+        cycle: c.cycle,
+        start: c.start,
+        end: c.start + c.messages.len() as u64,
+        summary_cycle: c.summary.as_ref().map(|_| c.cycle),
+        digest: c.digest.clone(),
+        messages: c.messages.len() as u64,
+        tokens: c.tokens,
+        time_ms: c.last_cycle_ms.unwrap_or(time_ms),
+    }
 }
 
 /// The digest after a commit: sha256 over the previous digest, then the compaction (if any),

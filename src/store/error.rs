@@ -50,6 +50,12 @@ pub enum StoreError {
         /// The agent.
         agent: String,
     },
+    /// A cycle of the agent is under way, paused for a human or left to resume: its
+    /// consciousness is not replaced under it.
+    CycleInFlight {
+        /// The agent.
+        agent: String,
+    },
 }
 
 impl std::fmt::Display for StoreError {
@@ -70,6 +76,10 @@ impl std::fmt::Display for StoreError {
             StoreError::Fenced { agent } => {
                 write!(f, "lease of agent {agent} lost: another worker holds it")
             }
+            StoreError::CycleInFlight { agent } => write!(
+                f,
+                "agent {agent} has a cycle in flight (under way, paused for a human, or left to resume); its consciousness is replaced only between cycles"
+            ),
         }
     }
 }
@@ -87,6 +97,7 @@ impl StoreError {
             StoreError::Fenced { .. } => "fenced",
             StoreError::NotMember { .. } => "not_member",
             StoreError::InvalidCommit { .. } => "invalid_commit",
+            StoreError::CycleInFlight { .. } => "cycle_in_flight",
         }
     }
 

@@ -109,6 +109,23 @@ impl<T> Store for T where
 {
 }
 
+/// An agent's consciousness and notes as they are now (the consciousness and each note
+/// collection read in turn: take it between cycles).
+pub async fn snapshot(store: &dyn Store, agent: &AgentKey) -> Result<Snapshot, StoreError> {
+    let consciousness = store.consciousness(agent).await?;
+    let mut notes = std::collections::BTreeMap::new();
+    for kind in [NoteKind::Memories, NoteKind::Goals, NoteKind::Plans] {
+        let entries = store.notes(agent, kind).await?;
+        if !entries.is_empty() {
+            notes.insert(kind, entries);
+        }
+    }
+    Ok(Snapshot {
+        consciousness,
+        notes,
+    })
+}
+
 /// The store's traits, so that one `use crate::store::prelude::*;` brings every method of a
 /// [`Store`] into scope.
 pub mod prelude {

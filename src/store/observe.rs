@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, AgentObservation, ModelHealth, StoreError};
+use super::{AgentKey, AgentObservation, ArchiveReport, ModelHealth, RestoreReport, StoreError};
 use crate::crd::ToolStatus;
 
 /// The operator's view of the data plane.
@@ -26,6 +26,20 @@ pub trait Observe: Send + Sync {
     /// Records the tools the worker has and whether each can be called (written when it
     /// changes; the operator shows it in `status.tools` and the `ToolsReady` condition).
     async fn set_tools(&self, agent: &AgentKey, tools: &[ToolStatus]) -> Result<(), StoreError>;
+
+    /// Records how archiving the agent's checkpoints goes (the worker writes it).
+    async fn set_archive_report(
+        &self,
+        agent: &AgentKey,
+        report: &ArchiveReport,
+    ) -> Result<(), StoreError>;
+
+    /// Records the agent's last restore, fork or recovery and how the last attempt went.
+    async fn set_restore_report(
+        &self,
+        agent: &AgentKey,
+        report: &RestoreReport,
+    ) -> Result<(), StoreError>;
 
     /// Removes everything the data plane holds of an agent: inbox, queues, consciousness,
     /// checkpoints, memories, goals, plans, lease, registration.

@@ -1028,7 +1028,7 @@ async fn compaction_keeps_a_summary_and_checkpoints_restore(store: &dyn Store) {
     assert!(now.messages[0].contains("m3") && now.messages[1].contains("m4"));
 
     let restored = store
-        .restore_checkpoint(&a, &lease, 1)
+        .restore_checkpoint(&a, &lease, 1, None)
         .await
         .unwrap()
         .unwrap();
@@ -1056,7 +1056,123 @@ async fn compaction_keeps_a_summary_and_checkpoints_restore(store: &dyn Store) {
         .unwrap();
     assert_eq!((cp.cycle, cp.start, cp.end), (2, 0, 3));
     assert!(store.consciousness(&a).await.unwrap().messages[2].contains("m2'"));
-    assert_eq!(store.restore_checkpoint(&a, &lease, 9).await.unwrap(), None);
+    assert_eq!(store.restore_checkpoint(&a, &lease, 9, None).await.unwrap(), None);
+}
+
+async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store
+        .set_memories(&a, &lease, &Memories::from([("city".into(), "Porto".into())]))
+        .await
+        .unwrap();
+    store
+        .commit_cycle(&a, &lease, &commit(&["m0", "m1"], None, 5))
+        .await
+        .unwrap();
+    let compact = Compacted {
+        start: 1,
+        summary: Some("Husam asked for hotels.".into()),
+    };
+    store
+        .commit_cycle(&a, &lease, &commit(&["m2"], Some(compact), 5))
+        .await
+        .unwrap();
+    let mut taken = crate::store::snapshot(store, &a).await.unwrap();
+    assert_eq!(taken.consciousness.cycle, 2);
+    assert_eq!(taken.consciousness.summary.as_deref(), Some("Husam asked for hotels."));
+    assert_eq!(taken.notes[&NoteKind::Memories]["city"], "Porto");
+    // Life goes on: more cycles, another memory.
+    for m in ["m3", "m4"] {
+        store
+            .commit_cycle(&a, &lease, &commit(&[m], None, 5))
+            .await
+            .unwrap();
+    }
+    store
+        .set_memories(&a, &lease, &Memories::from([("city".into(), "Lisbon".into())]))
+        .await
+        .unwrap();
+    let used = store.consciousness(&a).await.unwrap().tokens_used;
+    taken.consciousness.restored = Some("cycle:2".into());
+
+    let cp = store.replace_consciousness(&a, &lease, &taken).await.unwrap();
+    assert_eq!((cp.cycle, cp.start, cp.end, cp.messages), (2, 1, 3, 2));
+    assert_eq!(cp.digest, taken.consciousness.digest);
+    let now = store.consciousness(&a).await.unwrap();
+    assert_eq!(
+        Consciousness {
+            tokens_used: taken.consciousness.tokens_used,
+            ..now.clone()
+        },
+        taken.consciousness,
+        "the window, summary, digest and request as taken"
+    );
+    assert_eq!(now.tokens_used, used, "tokens used stay as counted");
+    assert_eq!(store.memories(&a).await.unwrap()["city"], "Porto");
+    assert_eq!(store.checkpoints(&a).await.unwrap(), [cp.clone()]);
+    assert_eq!(observed(store, &a).await.checkpoint, Some(cp.clone()));
+    // The next commit builds on it, chained from its digest.
+    let next = commit(&["m3'"], None, 5);
+    let cp3 = store.commit_cycle(&a, &lease, &next).await.unwrap();
+    assert_eq!((cp3.cycle, cp3.start, cp3.end), (3, 1, 4));
+    assert_eq!(cp3.digest, crate::store::next_digest(&cp.digest, &next));
+    let after = store.consciousness(&a).await.unwrap();
+    assert!(after.messages[2].contains("m3'"));
+    assert_eq!(after.restored.as_deref(), Some("cycle:2"), "kept by commits");
+    store.forget_restore(&a, &lease).await.unwrap();
+    assert_eq!(store.consciousness(&a).await.unwrap().restored, None);
+
+    // Not while a cycle is in flight, and not without the lease: nothing changes.
+    store.push_event(&a, &event("e1", "hello")).await.unwrap();
+    assert_eq!(store.wait_inbox(&a, &lease, TTL).await.unwrap().len(), 1);
+    let before = store.consciousness(&a).await.unwrap();
+    assert!(matches!(
+        store.replace_consciousness(&a, &lease, &taken).await,
+        Err(StoreError::CycleInFlight { .. })
+    ));
+    assert!(matches!(
+        store.restore_checkpoint(&a, &lease, 3, Some("cycle:3")).await,
+        Err(StoreError::CycleInFlight { .. })
+    ));
+    assert_eq!(store.consciousness(&a).await.unwrap(), before);
+    let other = AgentKey::new("fam", "planner");
+    assert!(matches!(
+        store.replace_consciousness(&other, &lease, &taken).await,
+        Err(StoreError::Fenced { .. })
+    ));
+
+    // A fresh agent takes the tokens used of the snapshot (a recovery).
+    let lease2 = store.acquire_lease(&other, "w2", TTL).await.unwrap().unwrap();
+    store.replace_consciousness(&other, &lease2, &taken).await.unwrap();
+    let copy = store.consciousness(&other).await.unwrap();
+    assert_eq!(copy.tokens_used, taken.consciousness.tokens_used);
+    assert_eq!(copy.messages, taken.consciousness.messages);
+
+    // What the worker reports of archiving and restores, as the operator reads it.
+    let report = ArchiveReport {
+        cycle: Some(2),
+        url: Some("file:///a/fam/assistant/2".into()),
+        ok: true,
+        reason: "Archived".into(),
+        message: "cycle 2 archived".into(),
+        since_ms: 7,
+    };
+    store.set_archive_report(&a, &report).await.unwrap();
+    let restore = RestoreReport {
+        ok: false,
+        reason: "CheckpointCorrupt".into(),
+        message: "refused".into(),
+        since_ms: 8,
+        applied: None,
+    };
+    store.set_restore_report(&a, &restore).await.unwrap();
+    let seen = observed(store, &a).await;
+    assert_eq!(seen.archive, Some(report));
+    assert_eq!(seen.restore, Some(restore));
+    store.purge_agent(&a).await.unwrap();
+    let gone = observed(store, &a).await;
+    assert_eq!((gone.archive, gone.restore), (None, None));
 }
 
 async fn only_the_last_checkpoints_are_kept(store: &dyn Store) {
@@ -1075,12 +1191,12 @@ async fn only_the_last_checkpoints_are_kept(store: &dyn Store) {
     let cps = store.checkpoints(&a).await.unwrap();
     assert_eq!(cps.iter().map(|c| c.cycle).collect::<Vec<_>>(), [4, 3]);
     assert_eq!(
-        store.restore_checkpoint(&a, &lease, 2).await.unwrap(),
+        store.restore_checkpoint(&a, &lease, 2, None).await.unwrap(),
         None,
         "dropped with its log entries"
     );
     store
-        .restore_checkpoint(&a, &lease, 3)
+        .restore_checkpoint(&a, &lease, 3, None)
         .await
         .unwrap()
         .unwrap();
@@ -1121,7 +1237,7 @@ async fn commits_are_fenced_and_validated(store: &dyn Store) {
         Err(StoreError::InvalidCommit { .. })
     ));
     assert!(matches!(
-        store.restore_checkpoint(&a, &old, 1).await,
+        store.restore_checkpoint(&a, &old, 1, None).await,
         Err(StoreError::Fenced { .. })
     ));
     assert!(matches!(
@@ -2034,7 +2150,8 @@ suite!(
     purging_an_agent_forgets_everything,
     async_calls_take_one_result_with_their_token,
     human_calls_take_one_answer_without_a_token,
-    a_paused_cycle_waits_for_its_answer;
+    a_paused_cycle_waits_for_its_answer,
+    a_snapshot_replaces_the_consciousness_between_cycles;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );
 

@@ -412,6 +412,58 @@ pub struct Consciousness {
     pub tokens_used: u64,
     /// When the last cycle was committed (ms since the epoch).
     pub last_cycle_ms: Option<i64>,
+    /// The last restore request applied (`spec.consciousness.restore`, `seedFrom`), so that
+    /// each is applied once.
+    pub restored: Option<String>,
+}
+
+/// An agent's whole consciousness after one cycle, with its notes: what an archived
+/// checkpoint holds, and what a restore writes back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The consciousness.
+    pub consciousness: Consciousness,
+    /// Notes by kind: entries as stored (key → text; JSON for goals and plans).
+    pub notes: std::collections::BTreeMap<super::NoteKind, std::collections::BTreeMap<String, String>>,
+}
+
+/// How archiving an agent's checkpoints goes, as its worker reports it (the operator writes
+/// `status.checkpoint.archivedCycle`, `storageRef` and `CheckpointArchived` from it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveReport {
+    /// The newest archived cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<u64>,
+    /// Its object's URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Whether the last attempt succeeded.
+    pub ok: bool,
+    /// CamelCase: `Archived`, or why not (`StoreUnreachable`, …).
+    pub reason: String,
+    /// For people.
+    pub message: String,
+    /// Since when it is so (ms since the epoch).
+    pub since_ms: i64,
+}
+
+/// The last restore, fork or recovery of an agent's consciousness, and how the last attempt
+/// went, as its worker reports it (`status.restoredFrom`, the `Restored` condition).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreReport {
+    /// Whether the last attempt succeeded.
+    pub ok: bool,
+    /// CamelCase: `Restored`, `Seeded`, `Recovered`, or why not.
+    pub reason: String,
+    /// For people.
+    pub message: String,
+    /// When (ms since the epoch).
+    pub since_ms: i64,
+    /// What was last applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<crate::crd::RestoredFromStatus>,
 }
 
 /// A versioned checkpoint: the consciousness as it was after one cycle.
@@ -536,6 +588,10 @@ pub struct AgentObservation {
     pub tools: Option<Vec<crate::crd::ToolStatus>>,
     /// Calls that wait for a human (approvals, interactive tools), oldest first.
     pub pending: Vec<super::RegisteredCall>,
+    /// How archiving goes, once a worker has archived (or tried).
+    pub archive: Option<ArchiveReport>,
+    /// The last restore, fork or recovery, once a worker has done one (or tried).
+    pub restore: Option<RestoreReport>,
 }
 
 impl AgentObservation {

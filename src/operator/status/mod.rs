@@ -250,6 +250,7 @@ pub fn data_status(
             messages: c.messages,
             tokens: c.tokens,
             time: time(c.time_ms),
+            archived_cycle: None,
         }),
         tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
         pending_calls: seen

@@ -3,9 +3,10 @@
 use async_trait::async_trait;
 
 use super::{AgentState, MemoryStore};
-use crate::store::consciousness::{plan_commit, WindowState};
+use crate::store::consciousness::{plan_commit, replaced_checkpoint, WindowState};
 use crate::store::{
-    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, StoreError,
+    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot,
+    StoreError,
 };
 
 impl AgentState {
@@ -75,6 +76,7 @@ impl ConsciousnessLog for MemoryStore {
             digest: a.window.digest.clone(),
             tokens_used: a.tokens_used,
             last_cycle_ms: a.last_cycle_ms,
+            restored: a.restored.clone(),
         }))
     }
 
@@ -87,18 +89,69 @@ impl ConsciousnessLog for MemoryStore {
         agent: &AgentKey,
         lease: &Lease,
         cycle: u64,
+        request: Option<&str>,
     ) -> Result<Option<Checkpoint>, StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
             let Some(cp) = a.checkpoints.iter().find(|c| c.cycle == cycle).cloned() else {
                 return Ok(None);
             };
+            if a.cycle_in_flight() {
+                return Err(StoreError::CycleInFlight {
+                    agent: agent.to_string(),
+                });
+            }
+            if let Some(r) = request {
+                a.restored = Some(r.to_string());
+            }
             a.checkpoints.retain(|c| c.cycle <= cycle);
             let keep = usize::try_from(cp.end.saturating_sub(a.base)).unwrap_or(usize::MAX);
             a.log.truncate(keep);
             a.window = WindowState::from(&cp);
             a.tokens = cp.tokens;
             Ok(Some(cp))
+        })
+    }
+
+    async fn replace_consciousness(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        snapshot: &Snapshot,
+    ) -> Result<Checkpoint, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            if a.cycle_in_flight() {
+                return Err(StoreError::CycleInFlight {
+                    agent: agent.to_string(),
+                });
+            }
+            let c = &snapshot.consciousness;
+            let cp = replaced_checkpoint(c, now_ms());
+            a.log = c.messages.clone();
+            a.base = c.start;
+            a.summaries.clear();
+            if let (Some(s), Some(cycle)) = (&c.summary, cp.summary_cycle) {
+                a.summaries.insert(cycle, s.clone());
+            }
+            a.window = WindowState::from(&cp);
+            a.tokens = cp.tokens;
+            if a.tokens_used == 0 {
+                a.tokens_used = c.tokens_used;
+            }
+            a.last_cycle_ms = Some(cp.time_ms);
+            a.checkpoints = vec![cp.clone()];
+            a.restored = c.restored.clone();
+            a.notes = snapshot.notes.clone();
+            Ok(cp)
+        })
+    }
+
+    async fn forget_restore(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            a.restored = None;
+            Ok(())
         })
     }
 }

@@ -85,6 +85,12 @@ struct AgentState {
     calls: HashMap<String, (super::CallRecord, bool)>,
     /// The journal of the cycle under way.
     journal: Vec<String>,
+    /// The last restore request applied.
+    restored: Option<String>,
+    /// How archiving goes, as the worker reports it.
+    archive: Option<super::ArchiveReport>,
+    /// The last restore, fork or recovery, as the worker reports it.
+    restore: Option<super::RestoreReport>,
 }
 
 impl AgentState {
@@ -94,6 +100,11 @@ impl AgentState {
             .as_ref()
             .filter(|(_, _, expires)| *expires > Instant::now())
             .map(|(h, t, _)| (h.as_str(), *t))
+    }
+
+    /// Whether a cycle is under way, paused or left to resume.
+    fn cycle_in_flight(&self) -> bool {
+        !self.inflight.is_empty() || self.thinking || self.paused || !self.journal.is_empty()
     }
 
     /// The fence: `lease` must be the current one.

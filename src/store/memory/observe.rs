@@ -4,7 +4,10 @@ use async_trait::async_trait;
 
 use super::MemoryStore;
 use crate::store::notes::readable_plans;
-use crate::store::{AgentKey, AgentObservation, ModelHealth, NoteKind, Observe, StoreError};
+use crate::store::{
+    AgentKey, AgentObservation, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
+    StoreError,
+};
 
 #[async_trait]
 impl Observe for MemoryStore {
@@ -39,6 +42,8 @@ impl Observe for MemoryStore {
                         model: a.model.clone(),
                         tools: a.tools.clone(),
                         pending: a.human_calls(),
+                        archive: a.archive.clone(),
+                        restore: a.restore.clone(),
                     },
                 })
                 .collect()
@@ -60,6 +65,24 @@ impl Observe for MemoryStore {
         tools: &[crate::crd::ToolStatus],
     ) -> Result<(), StoreError> {
         self.agent(agent, |a| a.tools = Some(tools.to_vec()));
+        Ok(())
+    }
+
+    async fn set_archive_report(
+        &self,
+        agent: &AgentKey,
+        report: &ArchiveReport,
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| a.archive = Some(report.clone()));
+        Ok(())
+    }
+
+    async fn set_restore_report(
+        &self,
+        agent: &AgentKey,
+        report: &RestoreReport,
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| a.restore = Some(report.clone()));
         Ok(())
     }
 

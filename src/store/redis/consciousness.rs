@@ -9,9 +9,10 @@ use redis::AsyncCommands;
 use super::keys::AgentKeys;
 use super::scripts::{self, lease_value, CommitError};
 use super::{from_json, redis_err, RedisStore};
-use crate::store::consciousness::{plan_commit, WindowState};
+use crate::store::consciousness::{plan_commit, replaced_checkpoint, WindowState};
 use crate::store::{
-    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, StoreError,
+    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot,
+    StoreError,
 };
 
 impl RedisStore {
@@ -34,6 +35,27 @@ impl RedisStore {
             digest: meta.get("digest").cloned().unwrap_or_default(),
         };
         Ok((window, meta))
+    }
+
+    /// A connection, once `lease` is found to be the agent's lease (a script that writes
+    /// checks again, atomically).
+    async fn holding(
+        &self,
+        keys: &AgentKeys,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<redis::aio::ConnectionManager, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let holder: Option<String> = conn
+            .get(keys.lease())
+            .await
+            .map_err(redis_err("read lease"))?;
+        if holder.as_deref() != Some(lease_value(lease).as_str()) {
+            return Err(StoreError::Fenced {
+                agent: agent.to_string(),
+            });
+        }
+        Ok(conn)
     }
 
     /// One commit attempt, building on `known` (window, retained checkpoints) when given.
@@ -122,6 +144,7 @@ impl ConsciousnessLog for RedisStore {
             digest: window.digest,
             tokens_used: num("tokensUsed").unwrap_or(0),
             last_cycle_ms: meta.get("lastCycleMs").and_then(|v| v.parse().ok()),
+            restored: meta.get("restored").cloned(),
         })
     }
 
@@ -141,26 +164,40 @@ impl ConsciousnessLog for RedisStore {
         agent: &AgentKey,
         lease: &Lease,
         cycle: u64,
+        request: Option<&str>,
     ) -> Result<Option<Checkpoint>, StoreError> {
         self.committed.take(agent);
         let keys = AgentKeys::new(agent);
         // Fenced before anything else (the script checks again, atomically).
-        let mut conn = self.conns.shared().await?;
-        let holder: Option<String> = conn
-            .get(keys.lease())
-            .await
-            .map_err(redis_err("read lease"))?;
-        if holder.as_deref() != Some(lease_value(lease).as_str()) {
-            return Err(StoreError::Fenced {
-                agent: agent.to_string(),
-            });
-        }
+        let mut conn = self.holding(&keys, agent, lease).await?;
         let retained = self.checkpoints(agent).await?;
         let Some(cp) = retained.iter().find(|c| c.cycle == cycle).cloned() else {
             return Ok(None);
         };
         let kept: Vec<Checkpoint> = retained.into_iter().filter(|c| c.cycle <= cycle).collect();
-        scripts::restore(&mut conn, &keys, lease, &cp, &kept).await?;
+        scripts::restore(&mut conn, &keys, lease, &cp, &kept, request).await?;
         Ok(Some(cp))
+    }
+
+    async fn replace_consciousness(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        snapshot: &Snapshot,
+    ) -> Result<Checkpoint, StoreError> {
+        self.committed.take(agent);
+        let keys = AgentKeys::new(agent);
+        let cp = replaced_checkpoint(&snapshot.consciousness, now_ms());
+        let mut conn = self.conns.shared().await?;
+        scripts::replace(&mut conn, &keys, lease, snapshot, &cp).await?;
+        Ok(cp)
+    }
+
+    async fn forget_restore(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.holding(&keys, agent, lease).await?;
+        conn.hdel::<_, _, ()>(keys.cmeta(), "restored")
+            .await
+            .map_err(redis_err("forget restore"))
     }
 }

@@ -16,7 +16,7 @@
 //! | `agentfleet:{space:NS/NAME}:agentrate` | integer | agent messages in the current minute (the loop guard's rate; expires) |
 //! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:clog` | list | consciousness messages (JSON), append-only, trimmed to what retained checkpoints need |
-//! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs` |
+//! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs restored` (`restored`: the last restore request applied) |
 //! | `agentfleet:{agent:NS/NAME}:checkpoints` | list | retained checkpoints (JSON), newest first |
 //! | `agentfleet:{agent:NS/NAME}:summaries` | hash | compaction summaries by cycle |
 //! | `agentfleet:{agent:NS/NAME}:memories` | hash | key → memory |
@@ -27,6 +27,8 @@
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolStatus`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
+//! | `agentfleet:{agent:NS/NAME}:archive` | string | how archiving goes (JSON `ArchiveReport`, written by the worker) |
+//! | `agentfleet:{agent:NS/NAME}:restore` | string | the last restore, fork or recovery (JSON `RestoreReport`, written by the worker) |
 //! | `agentfleet:{agent:NS/NAME}:callsforget` | sorted set | call ids by when they are forgotten (ms): a registration removes those past |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
@@ -69,6 +71,8 @@ const AGENT_SUFFIXES: &[&str] = &[
     "journal",
     "calls",
     "callsforget",
+    "archive",
+    "restore",
 ];
 
 /// The keys of one agent, all under its hash tag `{agent:NS/NAME}`.
@@ -170,6 +174,16 @@ impl AgentKeys {
     /// The tools the worker has, as it last reported them.
     pub(super) fn tools(&self) -> String {
         self.key("tools")
+    }
+
+    /// How archiving goes, as the worker reports it (JSON).
+    pub(super) fn archive(&self) -> String {
+        self.key("archive")
+    }
+
+    /// The last restore, fork or recovery, as the worker reports it (JSON).
+    pub(super) fn restore_report(&self) -> String {
+        self.key("restore")
     }
 
     /// The journal of the cycle under way.
@@ -332,6 +346,8 @@ pub(super) mod tests {
             a.journal(),
             a.calls(),
             a.calls_forget(),
+            a.archive(),
+            a.restore_report(),
         ];
         let all = a.all();
         for k in &named {

@@ -8,7 +8,10 @@ use redis::AsyncCommands;
 use super::keys::{agents_index, AgentKeys};
 use super::{redis_err, to_json, RedisStore};
 use crate::store::notes::readable_plans;
-use crate::store::{AgentKey, AgentObservation, ModelHealth, NoteKind, Observe, StoreError};
+use crate::store::{
+    AgentKey, AgentObservation, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
+    StoreError,
+};
 
 #[async_trait]
 impl Observe for RedisStore {
@@ -42,7 +45,9 @@ impl Observe for RedisStore {
                 .hgetall(a.plan_marks())
                 .get(a.model())
                 .get(a.tools())
-                .hgetall(a.calls());
+                .hgetall(a.calls())
+                .get(a.archive())
+                .get(a.restore_report());
         }
         let mut conn = self.conns.shared().await?;
         let values: Vec<redis::Value> = pipe
@@ -64,13 +69,17 @@ impl Observe for RedisStore {
             Vec<(String, String)>,
         );
         values
-            .chunks(12)
+            .chunks(14)
             .map(|chunk| {
-                let row: Row = redis::from_redis_value(redis::Value::Array(chunk.to_vec()))
-                    .map_err(|e| StoreError::Redis {
-                        op: "observe agents",
-                        source: e.into(),
-                    })?;
+                let decode = |e: redis::ParsingError| StoreError::Redis {
+                    op: "observe agents",
+                    source: e.into(),
+                };
+                let row: Row = redis::from_redis_value(redis::Value::Array(chunk[..12].to_vec()))
+                    .map_err(decode)?;
+                let (archive, restore): (Option<String>, Option<String>) =
+                    redis::from_redis_value(redis::Value::Array(chunk[12..].to_vec()))
+                        .map_err(decode)?;
                 let (
                     inbox,
                     urgent,
@@ -102,6 +111,8 @@ impl Observe for RedisStore {
                     model: model.and_then(|m| serde_json::from_str(&m).ok()),
                     tools: tools.and_then(|t| serde_json::from_str(&t).ok()),
                     pending: super::calls::waiting_for_humans(&calls),
+                    archive: archive.and_then(|a| serde_json::from_str(&a).ok()),
+                    restore: restore.and_then(|r| serde_json::from_str(&r).ok()),
                 })
             })
             .collect()
@@ -129,6 +140,30 @@ impl Observe for RedisStore {
         conn.set(AgentKeys::new(agent).tools(), json)
             .await
             .map_err(redis_err("record tools"))
+    }
+
+    async fn set_archive_report(
+        &self,
+        agent: &AgentKey,
+        report: &ArchiveReport,
+    ) -> Result<(), StoreError> {
+        let json = to_json(|| format!("the archive report of agent {agent}"), report)?;
+        let mut conn = self.conns.shared().await?;
+        conn.set(AgentKeys::new(agent).archive(), json)
+            .await
+            .map_err(redis_err("record archive report"))
+    }
+
+    async fn set_restore_report(
+        &self,
+        agent: &AgentKey,
+        report: &RestoreReport,
+    ) -> Result<(), StoreError> {
+        let json = to_json(|| format!("the restore report of agent {agent}"), report)?;
+        let mut conn = self.conns.shared().await?;
+        conn.set(AgentKeys::new(agent).restore_report(), json)
+            .await
+            .map_err(redis_err("record restore report"))
     }
 
     async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {

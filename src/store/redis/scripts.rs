@@ -16,11 +16,14 @@ use redis::Script;
 
 use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
-use crate::store::consciousness::{CommitPlan, WindowState};
 use crate::store::{
-    now_ms, CallId, CallRecord, Checkpoint, Completion, CycleCommit, Guard, InboxEvent, Lease,
+    now_ms, CallId, CallRecord, Completion, Guard, InboxEvent, Lease,
     MidCycle, NoteKind, Pushed, StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
+
+mod consciousness;
+
+pub(super) use self::consciousness::{commit, replace, restore, CommitError};
 
 const FENCE: &str = include_str!("lua/lib/fence.lua");
 const PUSH_FN: &str = include_str!("lua/lib/push.lua");
@@ -44,9 +47,6 @@ static MID_CYCLE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/mid_cycle.lua")]));
 static ACK: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/ack.lua")]));
 static PAUSE: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/pause.lua")]));
-static COMMIT: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/commit.lua")]));
-static RESTORE: LazyLock<Script> =
-    LazyLock::new(|| load(&[FENCE, include_str!("lua/restore.lua")]));
 static NOTES: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/notes.lua")]));
 static REGISTER_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[include_str!("lua/register_call.lua")]));
@@ -411,111 +411,6 @@ pub(super) async fn pause(
     Ok(paused == 1)
 }
 
-/// Why `commit.lua` refused a commit.
-pub(super) enum CommitError {
-    /// The consciousness is no longer at the cycle the commit was planned on.
-    Stale,
-    /// Anything else.
-    Store(StoreError),
-}
-
-impl From<StoreError> for CommitError {
-    fn from(e: StoreError) -> Self {
-        CommitError::Store(e)
-    }
-}
-
-/// `commit.lua` (fenced): commits `commit`, planned as `plan` on the window `prev`.
-/// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, urgent, inbox.
-/// ARGV: lease value, the plan (JSON), the new messages.
-pub(super) async fn commit(
-    conn: &mut ConnectionManager,
-    agent: &AgentKeys,
-    lease: &Lease,
-    prev: &WindowState,
-    plan: &CommitPlan,
-    commit: &CycleCommit,
-) -> Result<(), CommitError> {
-    let cp = &plan.checkpoint;
-    let summary_text = commit
-        .compaction
-        .as_ref()
-        .and_then(|c| c.summary.clone())
-        .unwrap_or_default();
-    let plan_json = serde_json::json!({
-        "prevCycle": prev.cycle.to_string(),
-        "start": cp.start.to_string(),
-        "finish": cp.end.to_string(),
-        "summaryCycle": opt_string(cp.summary_cycle),
-        "summaryText": summary_text,
-        "cycle": cp.cycle.to_string(),
-        "digest": cp.digest,
-        "tokens": cp.tokens.to_string(),
-        "cycleTokens": commit.cycle_tokens.to_string(),
-        "timeMs": cp.time_ms.to_string(),
-        "trimBefore": plan.trim_before.to_string(),
-        "dropSummaries": plan.drop_summaries.iter().map(u64::to_string).collect::<Vec<_>>(),
-        "checkpoints": checkpoints_json(agent, &plan.retained)?,
-    });
-    let mut invocation = COMMIT.prepare_invoke();
-    invocation
-        .key(agent.lease())
-        .key(agent.clog())
-        .key(agent.cmeta())
-        .key(agent.checkpoints())
-        .key(agent.summaries())
-        .key(agent.inflight())
-        .key(agent.state())
-        .key(agent.urgent())
-        .key(agent.inbox())
-        .key(agent.journal())
-        .arg(lease_value(lease))
-        .arg(plan_json.to_string());
-    for m in &commit.new_messages {
-        invocation.arg(m);
-    }
-    invocation
-        .invoke_async::<u8>(conn)
-        .await
-        .map_err(|e| match e.code() {
-            Some("CONFLICT") => CommitError::Stale,
-            _ => CommitError::Store(fenced(agent.name(), "commit cycle")(e)),
-        })?;
-    Ok(())
-}
-
-/// `restore.lua` (fenced): makes the consciousness what it was at checkpoint `to`, keeping
-/// the checkpoints `kept` (newest first).
-/// KEYS: lease, clog, cmeta, checkpoints. ARGV: lease value, the plan (JSON).
-pub(super) async fn restore(
-    conn: &mut ConnectionManager,
-    agent: &AgentKeys,
-    lease: &Lease,
-    to: &Checkpoint,
-    kept: &[Checkpoint],
-) -> Result<(), StoreError> {
-    let plan = serde_json::json!({
-        "start": to.start.to_string(),
-        "finish": to.end.to_string(),
-        "summaryCycle": opt_string(to.summary_cycle),
-        "cycle": to.cycle.to_string(),
-        "digest": to.digest,
-        "tokens": to.tokens.to_string(),
-        "checkpoints": checkpoints_json(agent, kept)?,
-    });
-    RESTORE
-        .key(agent.lease())
-        .key(agent.clog())
-        .key(agent.cmeta())
-        .key(agent.checkpoints())
-        .arg(lease_value(lease))
-        .arg(plan.to_string())
-        .invoke_async::<u8>(conn)
-        .await
-        .map_err(fenced(agent.name(), "restore checkpoint"))?;
-    Ok(())
-}
-
 /// A write of [`notes`].
 pub(super) enum NotesWrite<'a> {
     /// Set these entries (key, text).
@@ -621,20 +516,6 @@ pub(super) async fn complete_call(
     })
 }
 
-fn opt_string(v: Option<u64>) -> String {
-    v.map(|n| n.to_string()).unwrap_or_default()
-}
-
-fn checkpoints_json(
-    agent: &AgentKeys,
-    checkpoints: &[Checkpoint],
-) -> Result<Vec<String>, StoreError> {
-    checkpoints
-        .iter()
-        .map(|c| to_json(|| format!("checkpoints of agent {}", agent.name()), c))
-        .collect()
-}
-
 /// `journal.lua` (fenced): appends entries to the journal of the cycle under way.
 /// KEYS: lease, journal. ARGV: lease value, entries.
 pub(super) async fn journal(
@@ -670,8 +551,11 @@ mod tests {
 
     #[test]
     fn every_script_is_loaded_once_and_has_its_one_function() {
-        let source = include_str!("scripts.rs");
-        let source = &source[..source.find("#[cfg(test)]").unwrap()];
+        let own = include_str!("scripts.rs");
+        let source = [&own[..own.find("#[cfg(test)]").unwrap()], include_str!("scripts/consciousness.rs")]
+            .concat()
+            .replace("include_str!(\"../lua/", "include_str!(\"lua/");
+        let source = source.as_str();
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/redis/lua");
         let mut scripts = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
@@ -689,13 +573,13 @@ mod tests {
                 1,
                 "{name} is not loaded once"
             );
-            let function = format!("pub(super) async fn {stem}(");
+            let function = format!(" async fn {stem}(");
             assert_eq!(
                 source.matches(&function).count(),
                 1,
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 17);
+        assert_eq!(scripts, 18);
     }
 }

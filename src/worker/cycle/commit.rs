@@ -62,6 +62,7 @@ impl Cycle<'_> {
             digest: checkpoint.digest.clone(),
             tokens_used: c.tokens_used + cycle_tokens,
             last_cycle_ms: Some(checkpoint.time_ms),
+            restored: c.restored,
         };
         let history = all.into_iter().skip(first_kept).collect();
         agentlet.remember(self.lease, committed, history).await;

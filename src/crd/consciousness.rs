@@ -1,0 +1,191 @@
+//! How an agent's consciousness is kept: its window and compaction, its checkpoints, their
+//! archive in object storage, and restoring or seeding it declaratively.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How consciousness is kept bounded and checkpointed.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsciousnessSpec {
+    /// Size of the remembered conversation, in tokens; older messages are compacted when a
+    /// cycle's commit goes over it.
+    #[serde(default = "default_window_tokens")]
+    #[schemars(range(min = 1000))]
+    pub window_tokens: u64,
+
+    /// How messages that leave the window are handled: `summarize` (a model-written summary of
+    /// what drops out is kept) or `slidingWindow` (they are dropped).
+    #[serde(default)]
+    pub compaction: Compaction,
+
+    /// Messages at the end of the conversation that compaction always keeps.
+    #[serde(default = "default_keep_recent_messages")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub keep_recent_messages: u32,
+
+    /// How many versioned checkpoints (one per committed cycle) are kept.
+    #[serde(default = "default_checkpoints_retained")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub checkpoints_retained: u32,
+
+    /// Keep the agent's consciousness, inbox and checkpoints in the data plane when the Agent
+    /// is deleted.
+    #[serde(default)]
+    pub retain_on_delete: bool,
+
+    /// Checkpoints written to object storage (when the operator, or `dev`, has an archive:
+    /// `--archive URL`).
+    #[serde(default)]
+    pub archive: ArchiveSpec,
+
+    /// Roll the consciousness back to a checkpoint: applied once each time this field changes,
+    /// never while a cycle runs (archive first, the data plane if it still has it);
+    /// `status.restoredFrom` records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSpec>,
+
+    /// Start as a copy of another Agent's checkpoint (a fork; the source is untouched). Used
+    /// only while this agent has no consciousness of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_from: Option<SeedSpec>,
+}
+
+impl Default for ConsciousnessSpec {
+    fn default() -> Self {
+        Self {
+            window_tokens: default_window_tokens(),
+            compaction: Compaction::default(),
+            keep_recent_messages: default_keep_recent_messages(),
+            checkpoints_retained: default_checkpoints_retained(),
+            retain_on_delete: false,
+            archive: ArchiveSpec::default(),
+            restore: None,
+            seed_from: None,
+        }
+    }
+}
+
+fn default_window_tokens() -> u64 {
+    32_000
+}
+
+fn default_keep_recent_messages() -> u32 {
+    12
+}
+
+fn default_checkpoints_retained() -> u32 {
+    10
+}
+
+/// How messages that leave the consciousness window are handled.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Compaction {
+    /// Keep a model-written summary of what drops out.
+    #[default]
+    Summarize,
+    /// Drop what leaves the window.
+    SlidingWindow,
+}
+
+
+/// Where and how long an agent's checkpoints are archived.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveSpec {
+    /// Archive this agent's checkpoints (when an archive is configured).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+
+    /// The objects' prefix in the archive's bucket instead of the archive URL's own path;
+    /// objects are `PREFIX/NAMESPACE/AGENT/CYCLE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub prefix: Option<String>,
+
+    /// The newest archived checkpoints kept.
+    #[serde(default = "default_keep_last")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub keep_last: u32,
+
+    /// Besides those, the newest checkpoint of each UTC day is kept for this many days (0:
+    /// none).
+    #[serde(default = "default_keep_days")]
+    #[schemars(range(min = 0, max = 3650))]
+    pub keep_days: u32,
+}
+
+impl Default for ArchiveSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            prefix: None,
+            keep_last: default_keep_last(),
+            keep_days: default_keep_days(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_keep_last() -> u32 {
+    10
+}
+
+fn default_keep_days() -> u32 {
+    30
+}
+
+/// The checkpoint to roll back to: one of `cycle` and `storageRef`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSpec {
+    /// The checkpoint after this cycle (from the archive, else from the data plane's retained
+    /// checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<u64>,
+
+    /// An archived checkpoint's URL (`status.checkpoint.storageRef`, `s3://…`, `file:///…`) or
+    /// the data plane's reference of a retained one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub storage_ref: Option<String>,
+}
+
+impl RestoreSpec {
+    /// What the request is, as one string: `cycle:N` or `ref:URL` (the data plane records the
+    /// last one applied, so a request is applied once per change).
+    pub fn request(&self) -> String {
+        match (&self.cycle, &self.storage_ref) {
+            (_, Some(r)) => format!("ref:{r}"),
+            (Some(c), None) => format!("cycle:{c}"),
+            (None, None) => "none".into(),
+        }
+    }
+}
+
+/// The checkpoint a new agent starts from.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedSpec {
+    /// The Agent (in the same namespace) whose checkpoint is copied.
+    #[schemars(length(min = 1, max = 63))]
+    pub agent: String,
+
+    /// Its checkpoint after this cycle; its latest when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<u64>,
+}
+
+impl SeedSpec {
+    /// What the request is, as one string: `seed:AGENT@N` or `seed:AGENT@latest`.
+    pub fn request(&self) -> String {
+        match self.cycle {
+            Some(c) => format!("seed:{}@{c}", self.agent),
+            None => format!("seed:{}@latest", self.agent),
+        }
+    }
+}
