@@ -196,7 +196,9 @@ impl Document {
             )));
         }
         let text = |m: BTreeMap<String, Box<RawValue>>| -> BTreeMap<String, String> {
-            m.into_iter().map(|(k, v)| (k, v.get().to_string())).collect()
+            m.into_iter()
+                .map(|(k, v)| (k, v.get().to_string()))
+                .collect()
         };
         let mut notes = BTreeMap::new();
         notes.insert(NoteKind::Memories, body.memories);
@@ -288,7 +290,12 @@ mod tests {
             .unwrap();
         assert_eq!(Document::decode(&plain).unwrap(), doc);
         let text = String::from_utf8(plain).unwrap();
-        assert!(text.starts_with(r#"{"schema":"agentfleet.dev/checkpoint/v1","contentDigest":"sha256:"#), "{text}");
+        assert!(
+            text.starts_with(
+                r#"{"schema":"agentfleet.dev/checkpoint/v1","contentDigest":"sha256:"#
+            ),
+            "{text}"
+        );
         // Messages stay readable JSON, not strings of JSON.
         assert!(text.contains(r#""messages":[{"role":"user""#), "{text}");
     }
@@ -313,7 +320,10 @@ mod tests {
         ));
         let mut cut = bytes.clone();
         cut.truncate(bytes.len() / 2);
-        assert!(matches!(Document::decode(&cut), Err(ArchiveError::Corrupt(_))));
+        assert!(matches!(
+            Document::decode(&cut),
+            Err(ArchiveError::Corrupt(_))
+        ));
         assert!(matches!(
             Document::decode(b"<Error>AccessDenied</Error>"),
             Err(ArchiveError::Corrupt(_))

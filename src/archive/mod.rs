@@ -132,9 +132,16 @@ fn credential_env() -> Vec<(String, String)> {
 fn secret_values(env: &[(String, String)]) -> Redactor {
     Redactor::new(env.iter().filter_map(|(k, v)| {
         let k = k.to_ascii_uppercase();
-        let secret = ["KEY", "SECRET", "TOKEN", "PASSWORD", "SERVICE_ACCOUNT", "SAS"]
-            .iter()
-            .any(|w| k.contains(w));
+        let secret = [
+            "KEY",
+            "SECRET",
+            "TOKEN",
+            "PASSWORD",
+            "SERVICE_ACCOUNT",
+            "SAS",
+        ]
+        .iter()
+        .any(|w| k.contains(w));
         secret.then_some(v.as_str())
     }))
 }
@@ -172,7 +179,8 @@ impl Archive {
             why,
         };
         let parsed = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
-        let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
+        let (scheme, path) =
+            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
         let prefix = Path::parse(path).map_err(|e| invalid(e.to_string()))?;
         let redactor = secret_values(env);
         let built = |r: Result<Arc<dyn ObjectStore>, object_store::Error>| {
@@ -200,9 +208,13 @@ impl Archive {
                 .map(|s| Arc::new(s) as _),
             )?,
             ObjectStoreScheme::MicrosoftAzure => built(
-                configured!(object_store::azure::MicrosoftAzureBuilder::new(), env, parsed)
-                    .build()
-                    .map(|s| Arc::new(s) as _),
+                configured!(
+                    object_store::azure::MicrosoftAzureBuilder::new(),
+                    env,
+                    parsed
+                )
+                .build()
+                .map(|s| Arc::new(s) as _),
             )?,
             other => {
                 return Err(invalid(format!(
@@ -287,13 +299,13 @@ impl Archive {
     /// `agent`'s archived checkpoints (any order).
     pub async fn list(&self, agent: &AgentKey) -> Result<Vec<Listed>, ArchiveError> {
         let dir = self.agent_dir(agent);
-        let metas: Vec<object_store::ObjectMeta> = match self.store.list(Some(&dir)).try_collect().await
-        {
-            Ok(m) => m,
-            // A directory that does not exist yet holds nothing.
-            Err(object_store::Error::NotFound { .. }) => Vec::new(),
-            Err(e) => return Err(self.unreachable(e)),
-        };
+        let metas: Vec<object_store::ObjectMeta> =
+            match self.store.list(Some(&dir)).try_collect().await {
+                Ok(m) => m,
+                // A directory that does not exist yet holds nothing.
+                Err(object_store::Error::NotFound { .. }) => Vec::new(),
+                Err(e) => return Err(self.unreachable(e)),
+            };
         Ok(metas
             .iter()
             .filter_map(|m| {

@@ -40,10 +40,19 @@ async fn behaves(archive: &Archive) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     archive.put(&doc(&other, 9)).await.unwrap();
-    let mut cycles: Vec<u64> = archive.list(&sre).await.unwrap().iter().map(|l| l.cycle).collect();
+    let mut cycles: Vec<u64> = archive
+        .list(&sre)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.cycle)
+        .collect();
     cycles.sort_unstable();
     assert_eq!(cycles, [1, 2, 3], "only its own");
-    assert_eq!(archive.latest(&sre).await.unwrap().map(|l| l.cycle), Some(3));
+    assert_eq!(
+        archive.latest(&sre).await.unwrap().map(|l| l.cycle),
+        Some(3)
+    );
     assert_eq!(archive.get(&sre, 2).await.unwrap(), doc(&sre, 2));
     let url = archive.checkpoint_url(&sre, 3);
     assert_eq!(archive.fetch(&url).await.unwrap(), doc(&sre, 3));
@@ -79,7 +88,10 @@ async fn an_s3_compatible_server_is_an_archive() {
     };
     let own = archive.for_agent(&spec).unwrap();
     let sre = AgentKey::new("ops", "sre");
-    assert_eq!(own.put(&doc(&sre, 4)).await.unwrap(), "s3://fleet/team-a/ops/sre/4");
+    assert_eq!(
+        own.put(&doc(&sre, 4)).await.unwrap(),
+        "s3://fleet/team-a/ops/sre/4"
+    );
     assert!(server.bucket_dir().join("team-a/ops/sre/4").is_file());
     let off = crate::crd::ArchiveSpec {
         enabled: false,
@@ -95,7 +107,10 @@ async fn corrupt_foreign_and_unknown_documents_are_refused() {
     let sre = AgentKey::new("ops", "sre");
     archive.put(&doc(&sre, 5)).await.unwrap();
     // Another agent's document where sre's cycle 6 should be.
-    let planner = archive.put(&doc(&AgentKey::new("ops", "planner"), 6)).await.unwrap();
+    let planner = archive
+        .put(&doc(&AgentKey::new("ops", "planner"), 6))
+        .await
+        .unwrap();
     let dir = server.bucket_dir().join("prod/ops");
     std::fs::copy(dir.join("planner/6"), dir.join("sre/6")).unwrap();
     match archive.get(&sre, 6).await {
@@ -107,7 +122,9 @@ async fn corrupt_foreign_and_unknown_documents_are_refused() {
     }
     // sre's cycle 5 under the name of cycle 7.
     std::fs::copy(dir.join("sre/5"), dir.join("sre/7")).unwrap();
-    assert!(matches!(archive.get(&sre, 7).await, Err(ArchiveError::Foreign(w)) if w.contains("holds cycle 5")));
+    assert!(
+        matches!(archive.get(&sre, 7).await, Err(ArchiveError::Foreign(w)) if w.contains("holds cycle 5"))
+    );
     // One flipped byte.
     let mut bytes = std::fs::read(dir.join("sre/5")).unwrap();
     let n = bytes.len();
@@ -132,7 +149,10 @@ async fn a_store_that_is_away_is_a_clear_error_without_secrets() {
     let wrong = Archive::open_with(&server.url("prod"), &env).unwrap();
     let err = wrong.put(&doc(&sre, 1)).await.unwrap_err();
     assert_eq!(err.reason(), "StoreUnreachable", "{err}");
-    assert!(!err.to_string().contains("not-the-secret-0a1b2c3d"), "{err}");
+    assert!(
+        !err.to_string().contains("not-the-secret-0a1b2c3d"),
+        "{err}"
+    );
     // Down: an error, not a hang.
     let archive = Archive::open_with(&server.url("prod"), &server.env()).unwrap();
     server.stop();
@@ -144,12 +164,20 @@ async fn a_store_that_is_away_is_a_clear_error_without_secrets() {
     // Back: it works again, on the same archive.
     server.resume().unwrap();
     archive.put(&doc(&sre, 1)).await.unwrap();
-    assert_eq!(archive.latest(&sre).await.unwrap().map(|l| l.cycle), Some(1));
+    assert_eq!(
+        archive.latest(&sre).await.unwrap().map(|l| l.cycle),
+        Some(1)
+    );
 }
 
 #[test]
 fn urls_that_name_no_archive_are_refused() {
-    for url in ["redis://x/", "file:relative/dir", "not a url", "https://example.com/x"] {
+    for url in [
+        "redis://x/",
+        "file:relative/dir",
+        "not a url",
+        "https://example.com/x",
+    ] {
         let err = Archive::open_with(url, &[]).unwrap_err();
         assert_eq!(err.reason(), "InvalidArchiveUrl", "{url}: {err}");
     }

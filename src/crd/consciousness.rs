@@ -89,7 +89,6 @@ pub enum Compaction {
     SlidingWindow,
 }
 
-
 /// Where and how long an agent's checkpoints are archived.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -187,5 +186,100 @@ impl SeedSpec {
             Some(c) => format!("seed:{}@{c}", self.agent),
             None => format!("seed:{}@latest", self.agent),
         }
+    }
+}
+
+/// A restore the spec asks for and the data plane has not applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingRestore<'a> {
+    /// `spec.consciousness.restore`.
+    Restore(&'a RestoreSpec),
+    /// `spec.consciousness.seedFrom`, for an agent without consciousness.
+    Seed(&'a SeedSpec),
+}
+
+impl PendingRestore<'_> {
+    /// The request, as the data plane records it once applied.
+    pub fn request(&self) -> String {
+        match self {
+            PendingRestore::Restore(r) => r.request(),
+            PendingRestore::Seed(s) => s.request(),
+        }
+    }
+}
+
+impl ConsciousnessSpec {
+    /// What the spec asks for that is not done: `applied` is the request the data plane
+    /// recorded last, `cycles` the agent's committed cycles, `failed` a request whose last
+    /// attempt failed (it is not asked again until the spec changes or the worker restarts).
+    /// A restore comes first; a seed only for an agent that has no consciousness yet.
+    pub fn pending(
+        &self,
+        applied: Option<&str>,
+        cycles: u64,
+        failed: Option<&str>,
+    ) -> Option<PendingRestore<'_>> {
+        let open =
+            |request: String| applied != Some(request.as_str()) && failed != Some(request.as_str());
+        if let Some(r) = self.restore.as_ref().filter(|r| open(r.request())) {
+            return Some(PendingRestore::Restore(r));
+        }
+        self.seed_from
+            .as_ref()
+            .filter(|s| cycles == 0 && open(s.request()))
+            .map(PendingRestore::Seed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restore_is_pending_until_applied_and_a_seed_only_while_empty() {
+        let mut spec = ConsciousnessSpec::default();
+        assert_eq!(spec.pending(None, 0, None), None);
+        spec.restore = Some(RestoreSpec {
+            cycle: Some(40),
+            storage_ref: None,
+        });
+        spec.seed_from = Some(SeedSpec {
+            agent: "sre".into(),
+            cycle: None,
+        });
+        let restore = spec.restore.as_ref().unwrap();
+        assert_eq!(restore.request(), "cycle:40");
+        assert_eq!(
+            spec.pending(None, 50, None),
+            Some(PendingRestore::Restore(restore))
+        );
+        assert_eq!(
+            spec.pending(Some("cycle:7"), 50, None),
+            Some(PendingRestore::Restore(restore))
+        );
+        assert_eq!(spec.pending(Some("cycle:40"), 50, None), None, "applied");
+        assert_eq!(
+            spec.pending(None, 50, Some("cycle:40")),
+            None,
+            "failed: not again"
+        );
+        // The seed, once the restore is done, only while the agent has no cycle.
+        let seed = spec.seed_from.as_ref().unwrap();
+        assert_eq!(
+            spec.pending(Some("cycle:40"), 0, None),
+            Some(PendingRestore::Seed(seed))
+        );
+        spec.restore = None;
+        assert_eq!(
+            spec.pending(None, 0, None).map(|p| p.request()),
+            Some("seed:sre@latest".into())
+        );
+        assert_eq!(spec.pending(Some("seed:sre@latest"), 0, None), None);
+        assert_eq!(spec.pending(None, 3, None), None);
+        let by_ref = RestoreSpec {
+            cycle: None,
+            storage_ref: Some("s3://b/p/ops/sre/40".into()),
+        };
+        assert_eq!(by_ref.request(), "ref:s3://b/p/ops/sre/40");
     }
 }

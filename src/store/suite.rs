@@ -1056,14 +1056,21 @@ async fn compaction_keeps_a_summary_and_checkpoints_restore(store: &dyn Store) {
         .unwrap();
     assert_eq!((cp.cycle, cp.start, cp.end), (2, 0, 3));
     assert!(store.consciousness(&a).await.unwrap().messages[2].contains("m2'"));
-    assert_eq!(store.restore_checkpoint(&a, &lease, 9, None).await.unwrap(), None);
+    assert_eq!(
+        store.restore_checkpoint(&a, &lease, 9, None).await.unwrap(),
+        None
+    );
 }
 
 async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store) {
     let a = AgentKey::new("fam", "assistant");
     let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
     store
-        .set_memories(&a, &lease, &Memories::from([("city".into(), "Porto".into())]))
+        .set_memories(
+            &a,
+            &lease,
+            &Memories::from([("city".into(), "Porto".into())]),
+        )
         .await
         .unwrap();
     store
@@ -1080,7 +1087,10 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
         .unwrap();
     let mut taken = crate::store::snapshot(store, &a).await.unwrap();
     assert_eq!(taken.consciousness.cycle, 2);
-    assert_eq!(taken.consciousness.summary.as_deref(), Some("Husam asked for hotels."));
+    assert_eq!(
+        taken.consciousness.summary.as_deref(),
+        Some("Husam asked for hotels.")
+    );
     assert_eq!(taken.notes[&NoteKind::Memories]["city"], "Porto");
     // Life goes on: more cycles, another memory.
     for m in ["m3", "m4"] {
@@ -1090,13 +1100,20 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
             .unwrap();
     }
     store
-        .set_memories(&a, &lease, &Memories::from([("city".into(), "Lisbon".into())]))
+        .set_memories(
+            &a,
+            &lease,
+            &Memories::from([("city".into(), "Lisbon".into())]),
+        )
         .await
         .unwrap();
     let used = store.consciousness(&a).await.unwrap().tokens_used;
     taken.consciousness.restored = Some("cycle:2".into());
 
-    let cp = store.replace_consciousness(&a, &lease, &taken).await.unwrap();
+    let cp = store
+        .replace_consciousness(&a, &lease, &taken)
+        .await
+        .unwrap();
     assert_eq!((cp.cycle, cp.start, cp.end, cp.messages), (2, 1, 3, 2));
     assert_eq!(cp.digest, taken.consciousness.digest);
     let now = store.consciousness(&a).await.unwrap();
@@ -1111,7 +1128,9 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
     assert_eq!(now.tokens_used, used, "tokens used stay as counted");
     assert_eq!(store.memories(&a).await.unwrap()["city"], "Porto");
     assert_eq!(store.checkpoints(&a).await.unwrap(), [cp.clone()]);
-    assert_eq!(observed(store, &a).await.checkpoint, Some(cp.clone()));
+    let seen = observed(store, &a).await;
+    assert_eq!(seen.checkpoint, Some(cp.clone()));
+    assert_eq!(seen.restored.as_deref(), Some("cycle:2"));
     // The next commit builds on it, chained from its digest.
     let next = commit(&["m3'"], None, 5);
     let cp3 = store.commit_cycle(&a, &lease, &next).await.unwrap();
@@ -1119,7 +1138,11 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
     assert_eq!(cp3.digest, crate::store::next_digest(&cp.digest, &next));
     let after = store.consciousness(&a).await.unwrap();
     assert!(after.messages[2].contains("m3'"));
-    assert_eq!(after.restored.as_deref(), Some("cycle:2"), "kept by commits");
+    assert_eq!(
+        after.restored.as_deref(),
+        Some("cycle:2"),
+        "kept by commits"
+    );
     store.forget_restore(&a, &lease).await.unwrap();
     assert_eq!(store.consciousness(&a).await.unwrap().restored, None);
 
@@ -1132,7 +1155,9 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
         Err(StoreError::CycleInFlight { .. })
     ));
     assert!(matches!(
-        store.restore_checkpoint(&a, &lease, 3, Some("cycle:3")).await,
+        store
+            .restore_checkpoint(&a, &lease, 3, Some("cycle:3"))
+            .await,
         Err(StoreError::CycleInFlight { .. })
     ));
     assert_eq!(store.consciousness(&a).await.unwrap(), before);
@@ -1143,8 +1168,15 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
     ));
 
     // A fresh agent takes the tokens used of the snapshot (a recovery).
-    let lease2 = store.acquire_lease(&other, "w2", TTL).await.unwrap().unwrap();
-    store.replace_consciousness(&other, &lease2, &taken).await.unwrap();
+    let lease2 = store
+        .acquire_lease(&other, "w2", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .replace_consciousness(&other, &lease2, &taken)
+        .await
+        .unwrap();
     let copy = store.consciousness(&other).await.unwrap();
     assert_eq!(copy.tokens_used, taken.consciousness.tokens_used);
     assert_eq!(copy.messages, taken.consciousness.messages);
@@ -1164,6 +1196,7 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
         reason: "CheckpointCorrupt".into(),
         message: "refused".into(),
         since_ms: 8,
+        request: Some("cycle:2".into()),
         applied: None,
     };
     store.set_restore_report(&a, &restore).await.unwrap();

@@ -424,7 +424,8 @@ pub struct Snapshot {
     /// The consciousness.
     pub consciousness: Consciousness,
     /// Notes by kind: entries as stored (key → text; JSON for goals and plans).
-    pub notes: std::collections::BTreeMap<super::NoteKind, std::collections::BTreeMap<String, String>>,
+    pub notes:
+        std::collections::BTreeMap<super::NoteKind, std::collections::BTreeMap<String, String>>,
 }
 
 /// How archiving an agent's checkpoints goes, as its worker reports it (the operator writes
@@ -461,6 +462,9 @@ pub struct RestoreReport {
     pub message: String,
     /// When (ms since the epoch).
     pub since_ms: i64,
+    /// The request last attempted (`cycle:40`, `seed:sre@latest`; none for a recovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
     /// What was last applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<crate::crd::RestoredFromStatus>,
@@ -578,6 +582,8 @@ pub struct AgentObservation {
     pub last_cycle_ms: Option<i64>,
     /// The latest checkpoint.
     pub checkpoint: Option<Checkpoint>,
+    /// The restore request last applied (see [`crate::crd::ConsciousnessSpec::pending`]).
+    pub restored: Option<String>,
     /// Plans the agent made itself (`set_plans`), by name.
     pub plans: Vec<crate::crd::PlanSpec>,
     /// Per plan id (`spec/NAME`, `agent/NAME`): the last due time handled (ms).

@@ -31,10 +31,8 @@ impl S3Server {
     /// Starts a server with the bucket `bucket`, its objects under a fresh directory.
     pub fn start(bucket: &str) -> Result<Self, String> {
         let port = super::free_port()?;
-        let root = std::env::temp_dir().join(format!(
-            "agentfleet-s3-{}-{port}",
-            std::process::id()
-        ));
+        let root =
+            std::env::temp_dir().join(format!("agentfleet-s3-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join(bucket)).map_err(|e| e.to_string())?;
         let this = Self {

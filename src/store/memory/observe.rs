@@ -30,6 +30,7 @@ impl Observe for MemoryStore {
                         cycles: a.window.cycle,
                         tokens_used: a.tokens_used,
                         last_cycle_ms: a.last_cycle_ms,
+                        restored: a.restored.clone(),
                         checkpoint: a.checkpoints.first().cloned(),
                         plans: readable_plans(
                             a.notes

@@ -40,6 +40,7 @@ impl Observe for RedisStore {
                 .arg("cycle")
                 .arg("tokensUsed")
                 .arg("lastCycleMs")
+                .arg("restored")
                 .lindex(a.checkpoints(), 0)
                 .hvals(a.notes(NoteKind::Plans))
                 .hgetall(a.plan_marks())
@@ -60,7 +61,7 @@ impl Observe for RedisStore {
             u64,
             Option<String>,
             bool,
-            (Option<u64>, Option<u64>, Option<i64>),
+            (Option<u64>, Option<u64>, Option<i64>, Option<String>),
             Option<String>,
             Vec<String>,
             BTreeMap<String, i64>,
@@ -103,6 +104,7 @@ impl Observe for RedisStore {
                     cycles: meta.0.unwrap_or(0),
                     tokens_used: meta.1.unwrap_or(0),
                     last_cycle_ms: meta.2,
+                    restored: meta.3,
                     // Written by the store itself; an entry it cannot read is left out rather
                     // than failing the observation of every agent.
                     checkpoint: checkpoint.and_then(|c| serde_json::from_str(&c).ok()),

@@ -17,8 +17,8 @@ use redis::Script;
 use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
 use crate::store::{
-    now_ms, CallId, CallRecord, Completion, Guard, InboxEvent, Lease,
-    MidCycle, NoteKind, Pushed, StoreError, SEEN_IDS, WAKE_CHANNEL,
+    now_ms, CallId, CallRecord, Completion, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed,
+    StoreError, SEEN_IDS, WAKE_CHANNEL,
 };
 
 mod consciousness;
@@ -552,9 +552,12 @@ mod tests {
     #[test]
     fn every_script_is_loaded_once_and_has_its_one_function() {
         let own = include_str!("scripts.rs");
-        let source = [&own[..own.find("#[cfg(test)]").unwrap()], include_str!("scripts/consciousness.rs")]
-            .concat()
-            .replace("include_str!(\"../lua/", "include_str!(\"lua/");
+        let source = [
+            &own[..own.find("#[cfg(test)]").unwrap()],
+            include_str!("scripts/consciousness.rs"),
+        ]
+        .concat()
+        .replace("include_str!(\"../lua/", "include_str!(\"lua/");
         let source = source.as_str();
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/redis/lua");
         let mut scripts = 0;

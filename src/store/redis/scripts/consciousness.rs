@@ -159,7 +159,6 @@ fn checkpoints_json(
         .collect()
 }
 
-
 /// `replace.lua` (fenced): makes `snapshot` the agent's consciousness and notes, with `cp` its
 /// only checkpoint; refused with `INFLIGHT` while a cycle is in flight.
 /// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, journal, memories, goals,
