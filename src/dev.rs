@@ -51,6 +51,10 @@ pub struct Args {
     /// Namespace of manifests that name none.
     #[arg(long, default_value = "default")]
     pub namespace: String,
+    /// Where checkpoints are archived (then a restart of `dev` on the embedded store recovers
+    /// every agent's consciousness from it).
+    #[command(flatten)]
+    pub archive: crate::archive::ArchiveFlag,
 }
 
 /// The manifests of a directory.
@@ -309,6 +313,7 @@ impl Dev {
         manifests: Manifests,
         store: Arc<dyn Store>,
         addr: SocketAddr,
+        archive: Option<crate::archive::Archive>,
     ) -> anyhow::Result<Self> {
         let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
         let missing = missing_keys(&manifests.agents, api_key.as_deref());
@@ -449,16 +454,18 @@ impl Dev {
                     callback_url: Some(format!("http://{addr}")),
                 },
             );
-            let agentlet = Arc::new(
-                Agentlet::new(
-                    agent,
-                    key.clone(),
-                    store.clone(),
-                    Arc::from(model),
-                    metrics.clone(),
-                )
-                .with_external(external),
-            );
+            let mut agentlet = Agentlet::new(
+                agent,
+                key.clone(),
+                store.clone(),
+                Arc::from(model),
+                metrics.clone(),
+            )
+            .with_external(external);
+            if let Some(archive) = &archive {
+                agentlet = agentlet.with_archive(archive);
+            }
+            let agentlet = Arc::new(agentlet);
             let rx = shutdown_rx.clone();
             let holder = holder.clone();
             let health = Arc::new(Health::for_agent(&metrics, &key));
@@ -566,7 +573,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         None => Arc::new(MemoryStore::new()),
     };
     let stop = telemetry::shutdown_signal();
-    let dev = Dev::start(manifests, store, args.addr).await?;
+    let archive = args.archive.open()?;
+    let dev = Dev::start(manifests, store, args.addr, archive).await?;
     println!("{}", dev.banner());
     stop.await;
     info!("stopping: finishing the cycles under way (Ctrl-C again stops at once)");

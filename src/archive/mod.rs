@@ -38,6 +38,23 @@ pub const URL_ENV: &str = "AGENTFLEET_ARCHIVE_URL";
 /// `AZURE_STORAGE_ACCOUNT_KEY`, …).
 pub const CREDENTIAL_ENV_PREFIXES: [&str; 3] = ["AWS_", "GOOGLE_", "AZURE_"];
 
+/// The `--archive URL` flag (env `AGENTFLEET_ARCHIVE_URL`) of `operator`, `worker` and `dev`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ArchiveFlag {
+    /// Archive checkpoints to object storage: `s3://BUCKET/PREFIX`, `gs://…`, `az://…` or
+    /// `file:///DIR`, with each store's standard credential and endpoint variables
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …).
+    #[arg(long = "archive", env = URL_ENV, value_name = "URL")]
+    pub url: Option<String>,
+}
+
+impl ArchiveFlag {
+    /// The archive, when one is named.
+    pub fn open(&self) -> Result<Option<Archive>, ArchiveError> {
+        self.url.as_deref().map(Archive::open).transpose()
+    }
+}
+
 /// Why the archive could not do something. Each has a reason for conditions.
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {

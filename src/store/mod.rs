@@ -56,7 +56,7 @@ pub use self::calls::{
     presented_hash, token_hash, Answer, CallId, CallKind, CallRecord, CallResult, Calls,
     Completion, Decision, HumanCall, NewCall, NoRandom, RegisteredCall, FORGET_AFTER_MS,
 };
-pub use self::consciousness::{next_digest, ConsciousnessLog};
+pub use self::consciousness::{next_digest, retained_cycle, ConsciousnessLog};
 pub use self::error::StoreError;
 pub use self::inbox::Inbox;
 pub use self::journal::Journal;
@@ -112,7 +112,20 @@ impl<T> Store for T where
 /// An agent's consciousness and notes as they are now (the consciousness and each note
 /// collection read in turn: take it between cycles).
 pub async fn snapshot(store: &dyn Store, agent: &AgentKey) -> Result<Snapshot, StoreError> {
-    let consciousness = store.consciousness(agent).await?;
+    Ok(Snapshot {
+        consciousness: store.consciousness(agent).await?,
+        notes: all_notes(store, agent).await?,
+    })
+}
+
+/// Every note collection of an agent that has entries, by kind.
+pub async fn all_notes(
+    store: &dyn Store,
+    agent: &AgentKey,
+) -> Result<
+    std::collections::BTreeMap<NoteKind, std::collections::BTreeMap<String, String>>,
+    StoreError,
+> {
     let mut notes = std::collections::BTreeMap::new();
     for kind in [NoteKind::Memories, NoteKind::Goals, NoteKind::Plans] {
         let entries = store.notes(agent, kind).await?;
@@ -120,10 +133,7 @@ pub async fn snapshot(store: &dyn Store, agent: &AgentKey) -> Result<Snapshot, S
             notes.insert(kind, entries);
         }
     }
-    Ok(Snapshot {
-        consciousness,
-        notes,
-    })
+    Ok(notes)
 }
 
 /// The store's traits, so that one `use crate::store::prelude::*;` brings every method of a

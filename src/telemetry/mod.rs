@@ -129,6 +129,10 @@ pub struct WorkerMetrics {
     pub agent_restarts: IntCounterVec,
     /// 1 while the agent can work (it holds its lease and reaches the data plane), else 0.
     pub agent_ready: prometheus::IntGaugeVec,
+    /// Checkpoints written to the archive, by outcome (`ok`, `error`).
+    pub archive_writes: IntCounterVec,
+    /// How long writing a checkpoint to the archive takes.
+    pub archive_duration: HistogramVec,
 }
 
 impl WorkerMetrics {
@@ -240,6 +244,25 @@ impl WorkerMetrics {
             ),
             &agent,
         )?;
+        let archive_writes = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_archive_writes_total",
+                "Checkpoints written to the archive (object storage), by outcome.",
+            ),
+            &["namespace", "agent", "outcome"],
+        )?;
+        let archive_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agentfleet_archive_write_seconds",
+                "How long writing a checkpoint to the archive takes.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0,
+            ]),
+            &agent,
+        )?;
+        registry.register(Box::new(archive_writes.clone()))?;
+        registry.register(Box::new(archive_duration.clone()))?;
         registry.register(Box::new(compaction_failures.clone()))?;
         registry.register(Box::new(loop_guard.clone()))?;
         registry.register(Box::new(model_errors.clone()))?;
@@ -270,6 +293,8 @@ impl WorkerMetrics {
             model_errors,
             agent_restarts,
             agent_ready,
+            archive_writes,
+            archive_duration,
         })
     }
 }

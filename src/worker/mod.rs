@@ -7,9 +7,11 @@
 //! session that ends anyway is restarted and counted ([`supervise`]); `/readyz` says why the
 //! agent cannot work while it cannot.
 
+pub mod archiver;
 pub mod compaction;
 pub mod cycle;
 mod health;
+mod hydrate;
 pub mod prompt;
 pub mod report;
 pub mod tools;
@@ -57,6 +59,9 @@ pub struct Args {
     /// The gateway's base URL (`http://…`) the services of async tools post their results to.
     #[arg(long, env = "AGENTFLEET_CALLBACK_URL")]
     pub callback_url: Option<String>,
+    /// Where checkpoints are archived.
+    #[command(flatten)]
+    pub archive: crate::archive::ArchiveFlag,
 }
 
 /// How long one wait on the inbox blocks before the loop looks around (shutdown, lease).
@@ -282,7 +287,19 @@ pub async fn run_agent(
         })
     });
 
+    // Checkpoints go to the archive off the cycle's path; the last one before the lease goes.
+    let (stop_archiving, archiving_stopped) = watch::channel(false);
+    let archiving = tokio::spawn(archiver::run(
+        agentlet.clone(),
+        lease.clone(),
+        archiving_stopped,
+    ));
+
     let result = process(&agentlet, &lease, &health, &mut shutdown, &mut lost).await;
+    let _ = stop_archiving.send(true);
+    if let Err(e) = archiving.await {
+        warn!(agent = %key, error = %e, "the archiver stopped");
+    }
     drop(reporter);
     drop(renewer);
     health.set_leased(false);
@@ -310,6 +327,10 @@ async fn process(
     // While a cycle waits for a human: until when (its events stay in flight, and it goes
     // on only when something new arrives or that time has passed).
     let mut paused_until: Option<i64> = None;
+    // Recover, seed or restore the consciousness before the first cycle; when a cycle is in
+    // flight, after it.
+    let mut settle = true;
+    let mut settle_after_cycle = false;
     loop {
         health.beat();
         if *shutdown.borrow() {
@@ -318,6 +339,23 @@ async fn process(
         if *lost.borrow() {
             warn!(agent = %key, "lease lost; stopping");
             return Err(fenced());
+        }
+        if std::mem::take(&mut settle) {
+            match agentlet.settle(lease).await {
+                Ok(hydrate::Settled::Done) => {}
+                Ok(hydrate::Settled::AfterTheCycle) => settle_after_cycle = true,
+                Err(StoreError::Fenced { .. }) => return Err(fenced()),
+                Err(e) => {
+                    settle = true;
+                    let wait = store_backoff.take();
+                    warn!(agent = %key, error = %e, retry_in = ?wait, "cannot read the consciousness; retrying");
+                    health.set_problem(format!("data plane: {e}"));
+                    if !pause(wait, shutdown).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
         }
         if let Some(until) = paused_until {
             let left = u64::try_from(until.saturating_sub(crate::store::now_ms())).unwrap_or(0);
@@ -375,7 +413,14 @@ async fn process(
             continue;
         }
         // The cycle runs to its end even if shutdown arrives meanwhile.
-        match agentlet.cycle(lease, &events).await {
+        let outcome = agentlet.cycle(lease, &events).await;
+        if matches!(outcome, Ok(Outcome::Completed(_)) | Ok(Outcome::Skipped)) {
+            settle = std::mem::take(&mut settle_after_cycle);
+        }
+        if let (Ok(Outcome::Completed(_)), Some(archiver)) = (&outcome, agentlet.archiver()) {
+            archiver.changed();
+        }
+        match outcome {
             Ok(Outcome::Completed(_)) | Ok(Outcome::Skipped) => {
                 refusals = 0;
                 model_backoff.reset();
@@ -410,7 +455,13 @@ async fn process(
                 error!(agent = %key, error = %e, "the model refused this batch {MAX_REFUSALS} times; recording the failure");
                 agentlet.report_failure(&e, &events, Next::GaveUp).await;
                 match agentlet.commit_refusal(lease, &events, &e).await {
-                    Ok(_) => refusals = 0,
+                    Ok(_) => {
+                        refusals = 0;
+                        settle = std::mem::take(&mut settle_after_cycle);
+                        if let Some(archiver) = agentlet.archiver() {
+                            archiver.changed();
+                        }
+                    }
                     Err(StoreError::Fenced { .. }) => return Err(fenced()),
                     Err(err) => {
                         warn!(agent = %key, error = %err, "the refusal was not recorded; the events stay in flight")
@@ -475,6 +526,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         agent.metadata.name.clone().unwrap_or_default(),
     );
     let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
+    let archive = args.archive.open()?;
     let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
     let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key).context("model")?;
     let metrics = WorkerMetrics::new().context("registering metrics")?;
@@ -507,9 +559,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             callback_url: args.callback_url.clone(),
         },
     );
-    let agentlet = Arc::new(
-        Agentlet::new(agent, key, store, Arc::from(model), metrics).with_external(external),
-    );
+    let mut agentlet =
+        Agentlet::new(agent, key, store, Arc::from(model), metrics).with_external(external);
+    if let Some(archive) = &archive {
+        agentlet = agentlet.with_archive(archive);
+    }
+    let agentlet = Arc::new(agentlet);
     supervise(
         agentlet,
         holder,

@@ -128,7 +128,7 @@ enum Action {
         decision: Decision,
         object: ObjectReference,
     },
-    Status(AgentKey, AgentStatus),
+    Status(AgentKey, Box<AgentStatus>),
     Plan(Firing),
     Event(ObjectReference, Notice),
 }
@@ -567,7 +567,7 @@ impl Scaler {
             if stale && allowed {
                 e.written = Some(status.clone());
                 e.written_at = Some(Instant::now());
-                actions.push(Action::Status(key.clone(), status));
+                actions.push(Action::Status(key.clone(), Box::new(status)));
             }
         }
         if full {

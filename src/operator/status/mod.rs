@@ -213,7 +213,7 @@ fn model_condition(seen: &AgentObservation) -> Option<Condition> {
 }
 
 /// A time in ms as a Kubernetes `Time`, to the second (as the API server keeps it).
-fn time(ms: i64) -> Option<Time> {
+pub fn time(ms: i64) -> Option<Time> {
     Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
 }
 

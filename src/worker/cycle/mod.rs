@@ -97,6 +97,10 @@ pub struct Agentlet {
     pub(crate) tools_reported: tokio::sync::Mutex<Option<Vec<crate::crd::ToolStatus>>>,
     /// Every tool the agent has.
     toolbox: Toolbox,
+    /// Held by a cycle from start to end, and by whoever reads the agent between cycles.
+    pub(crate) gate: tokio::sync::Mutex<()>,
+    /// Where its checkpoints are archived, if anywhere.
+    archiver: Option<crate::worker::archiver::Archiver>,
 }
 
 /// The consciousness as committed under one lease, with its messages parsed.
@@ -126,6 +130,8 @@ impl Agentlet {
             model_health: tokio::sync::Mutex::new(None),
             tools_reported: tokio::sync::Mutex::new(None),
             toolbox: Toolbox::new(agent_builtin, Vec::new()),
+            gate: tokio::sync::Mutex::new(()),
+            archiver: None,
         };
         zero_counters(&this.metrics, &this.key, this.enabled());
         this
@@ -135,6 +141,31 @@ impl Agentlet {
     pub fn with_external(mut self, external: Vec<Arc<dyn External>>) -> Self {
         self.toolbox = Toolbox::new(self.agent.spec.tools.builtin.clone(), external);
         self
+    }
+
+    /// The same agent, its checkpoints archived to `archive` (the operator's or `dev`'s
+    /// archive; the agent's spec may turn it off or give it its own prefix).
+    pub fn with_archive(mut self, archive: &crate::archive::Archive) -> Self {
+        let spec = &self.agent.spec.consciousness.archive;
+        self.archiver = archive
+            .for_agent(spec)
+            .map(|a| crate::worker::archiver::Archiver::new(a, spec));
+        self
+    }
+
+    /// Where its checkpoints are archived, if anywhere.
+    pub fn archiver(&self) -> Option<&crate::worker::archiver::Archiver> {
+        self.archiver.as_ref()
+    }
+
+    /// The consciousness this worker committed under `lease`, if it has it.
+    pub(crate) async fn cached_under(&self, lease: &Lease) -> Option<Consciousness> {
+        self.cache
+            .lock()
+            .await
+            .as_ref()
+            .filter(|c| c.token == lease.token)
+            .map(|c| c.consciousness.clone())
     }
 
     /// Every tool the agent has.
@@ -178,6 +209,7 @@ impl Agentlet {
 
     /// Runs one cycle over `events` (already in flight), and counts it.
     pub async fn cycle(&self, lease: &Lease, events: &[InboxEvent]) -> Result<Outcome, StoreError> {
+        let _running = self.gate.lock().await;
         let started = Instant::now();
         let span = trace::cycle(self, events);
         let outcome = async {

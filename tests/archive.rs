@@ -1,0 +1,542 @@
+//! Checkpoints that outlive Redis, with real components: `agentfleet worker` processes on a
+//! real `redis-server`, a real S3-compatible server (s3s-fs, SigV4) for the archive, and an
+//! OpenAI-compatible model server. Redis is flushed, the archive goes away and comes back,
+//! the spec asks for a restore and a fork, and an archived object is corrupted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use agentfleet::membership::SpaceKey;
+use agentfleet::store::{prelude::*, AgentKey, AgentObservation, NoteKind, RedisStore, Snapshot};
+use agentfleet::testing::{s3, space_record, MockModel, MockTurn, RedisServer, S3Server};
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One space `ops/oncall` with agents, on a real Redis and a real S3 archive.
+struct Rig {
+    redis: RedisServer,
+    store: RedisStore,
+    s3: S3Server,
+    model: MockModel,
+    dir: std::path::PathBuf,
+}
+
+const ARCHIVE: &str = "prod/checkpoints";
+
+impl Rig {
+    async fn start(name: &str) -> Rig {
+        let redis = RedisServer::start().unwrap();
+        let store = RedisStore::new(&redis.url()).unwrap();
+        let rig = Rig {
+            store,
+            redis,
+            s3: S3Server::start("fleet").unwrap(),
+            model: MockModel::start(Vec::new()).await.unwrap(),
+            dir: std::env::temp_dir()
+                .join(format!("agentfleet-archive-{name}-{}", std::process::id())),
+        };
+        std::fs::create_dir_all(&rig.dir).unwrap();
+        rig.apply_space().await;
+        rig
+    }
+
+    async fn apply_space(&self) {
+        self.store
+            .apply_space(
+                &SpaceKey::new("ops", "oncall"),
+                &space_record("On call", &["sre", "sre2"], &["dana"]),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Writes the manifest of agent `name` with `consciousness` (YAML lines under it).
+    fn manifest(&self, name: &str, consciousness: &str) -> std::path::PathBuf {
+        let path = self.dir.join(format!("{name}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}, namespace: ops, generation: 4}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: \"{}\"}}\n  spaces: [oncall]\n  consciousness:\n{consciousness}\n",
+                self.model.base_url
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    fn worker(&self, manifest: &std::path::Path) -> Worker {
+        Worker(
+            agentfleet::testing::worker_command(BIN, manifest, &self.redis.url())
+                .unwrap()
+                .envs(self.s3.env())
+                .env("AGENTFLEET_ARCHIVE_URL", self.s3.url(ARCHIVE))
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    async fn post(&self, text: &str) {
+        let m = agentfleet::store::NewMessage {
+            sender: agentfleet::store::Sender {
+                id: "dana".into(),
+                name: "Dana".into(),
+                kind: Some(agentfleet::crd::MemberKind::Human),
+            },
+            text: text.into(),
+            mention: None,
+            idempotency_key: None,
+            urgent: false,
+            depth: 0,
+        };
+        self.store
+            .post_message(&SpaceKey::new("ops", "oncall"), &m)
+            .await
+            .unwrap();
+    }
+
+    async fn seen(&self, agent: &AgentKey) -> AgentObservation {
+        self.store
+            .observe(std::slice::from_ref(agent))
+            .await
+            .unwrap()
+            .pop()
+            .unwrap()
+    }
+
+    async fn until(
+        &self,
+        what: &str,
+        agent: &AgentKey,
+        f: impl Fn(&AgentObservation) -> bool,
+    ) -> AgentObservation {
+        let start = Instant::now();
+        loop {
+            let seen = self.seen(agent).await;
+            if f(&seen) {
+                return seen;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "timed out waiting for {what}: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Posts `text` and waits for the cycle that answers it to commit.
+    async fn cycle(&self, agent: &AgentKey, text: &str, reply: &str) -> u64 {
+        let before = self.seen(agent).await.cycles;
+        self.model.push(MockTurn::text(reply));
+        self.post(text).await;
+        self.until("the cycle's commit", agent, |o| {
+            o.cycles > before && o.in_flight == 0
+        })
+        .await
+        .cycles
+    }
+
+    /// The cycles archived for `agent`, as the bucket holds them.
+    fn archived(&self, agent: &AgentKey) -> Vec<u64> {
+        let dir = self
+            .s3
+            .bucket_dir()
+            .join(ARCHIVE)
+            .join(&agent.namespace)
+            .join(&agent.name);
+        let mut cycles: Vec<u64> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        cycles.sort_unstable();
+        cycles
+    }
+
+    fn object(&self, agent: &AgentKey, cycle: u64) -> std::path::PathBuf {
+        self.s3
+            .bucket_dir()
+            .join(ARCHIVE)
+            .join(&agent.namespace)
+            .join(&agent.name)
+            .join(cycle.to_string())
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn sre() -> AgentKey {
+    AgentKey::new("ops", "sre")
+}
+
+/// The part of a snapshot a recovery must give back exactly.
+fn essence(s: &Snapshot) -> (u64, u64, Option<String>, Vec<String>, String, u64) {
+    let c = &s.consciousness;
+    (
+        c.cycle,
+        c.start,
+        c.summary.clone(),
+        c.messages.clone(),
+        c.digest.clone(),
+        c.tokens,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_flushall_a_restarted_worker_recovers_the_last_archived_checkpoint_and_answers_with_it(
+) {
+    let rig = Rig::start("dr").await;
+    let manifest = rig.manifest(
+        "sre",
+        "    windowTokens: 100000\n    archive: {keepLast: 5, keepDays: 0}",
+    );
+    let mut worker = rig.worker(&manifest);
+    // Cycle 1 keeps a memory; then 19 more cycles.
+    rig.model.push(MockTurn::tools(&[(
+        "set_memories",
+        json!({"memories": {"oncall": "Dana is on call this week"}}),
+    )]));
+    assert_eq!(
+        rig.cycle(&sre(), "remember: Dana is on call", "Noted.")
+            .await,
+        1
+    );
+    let mut lag_ms = Vec::new();
+    for i in 2..=20u64 {
+        assert_eq!(
+            rig.cycle(
+                &sre(),
+                &format!("incident {i}: disk full on db-{i}"),
+                &format!("Ack {i}.")
+            )
+            .await,
+            i
+        );
+        let committed = Instant::now();
+        rig.until("the checkpoint archived", &sre(), |o| {
+            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
+        })
+        .await;
+        lag_ms.push(committed.elapsed().as_secs_f64() * 1000.0);
+    }
+    lag_ms.sort_by(f64::total_cmp);
+    eprintln!(
+        "archived after commit: median {:.1} ms, max {:.1} ms (what a Redis lost at that moment costs: the cycles committed in that time)",
+        lag_ms[lag_ms.len() / 2],
+        lag_ms[lag_ms.len() - 1]
+    );
+    let seen = rig.seen(&sre()).await;
+    let report = seen.archive.clone().unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(
+        report.url.as_deref(),
+        Some(format!("s3://fleet/{ARCHIVE}/ops/sre/20").as_str())
+    );
+    assert_eq!(
+        rig.archived(&sre()),
+        [16, 17, 18, 19, 20],
+        "retention: the last five"
+    );
+    let before = agentfleet::store::snapshot(&rig.store, &sre())
+        .await
+        .unwrap();
+    assert_eq!(
+        before.notes[&NoteKind::Memories]["oncall"],
+        "Dana is on call this week"
+    );
+
+    // Redis loses everything (no persistence); the worker dies with it.
+    worker.0.kill().unwrap();
+    let _ = worker.0.wait();
+    let out = std::process::Command::new("redis-cli")
+        .args(["-u", &rig.redis.url(), "FLUSHALL"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(rig.seen(&sre()).await.cycles, 0);
+    rig.apply_space().await; // the operator applies membership again
+    let _worker = rig.worker(&manifest);
+    let seen = rig
+        .until("the recovery", &sre(), |o| {
+            o.restore.as_ref().is_some_and(|r| r.ok)
+        })
+        .await;
+    let restore = seen.restore.unwrap();
+    assert_eq!(restore.reason, "Recovered", "{restore:?}");
+    let applied = restore.applied.unwrap();
+    assert_eq!(
+        (
+            applied.reason.as_str(),
+            applied.cycle,
+            applied.storage_ref.as_str()
+        ),
+        (
+            "Recovery",
+            20,
+            format!("s3://fleet/{ARCHIVE}/ops/sre/20").as_str()
+        )
+    );
+    assert_eq!(applied.digest, before.consciousness.digest);
+    let after = agentfleet::store::snapshot(&rig.store, &sre())
+        .await
+        .unwrap();
+    assert_eq!(
+        essence(&after),
+        essence(&before),
+        "the consciousness as archived"
+    );
+    assert_eq!(after.notes, before.notes, "memories as archived");
+    assert_eq!(
+        after.consciousness.tokens_used,
+        before.consciousness.tokens_used
+    );
+    assert_eq!(
+        seen.archive.and_then(|a| a.cycle),
+        Some(20),
+        "known to be archived"
+    );
+
+    // The agent answers with what it remembered: the model sees the old conversation.
+    let requests = rig.model.request_count();
+    assert_eq!(
+        rig.cycle(
+            &sre(),
+            "who is on call, and what broke last?",
+            "Dana; db-20."
+        )
+        .await,
+        21
+    );
+    let request = rig.model.requests_since(requests).remove(0).to_string();
+    assert!(
+        request.contains("incident 20: disk full on db-20"),
+        "{request}"
+    );
+    assert!(request.contains("Dana is on call this week"), "{request}");
+    rig.until("cycle 21 archived", &sre(), |o| {
+        o.archive.as_ref().and_then(|a| a.cycle) == Some(21)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_archive_that_goes_away_fails_no_cycle_and_catches_up_when_it_is_back() {
+    let rig = Rig::start("away").await;
+    let manifest = rig.manifest("sre", "    archive: {keepLast: 3, keepDays: 0}");
+    let _worker = rig.worker(&manifest);
+    assert_eq!(rig.cycle(&sre(), "hello", "Hi.").await, 1);
+    rig.until("cycle 1 archived", &sre(), |o| {
+        o.archive
+            .as_ref()
+            .is_some_and(|a| a.ok && a.cycle == Some(1))
+    })
+    .await;
+
+    rig.s3.stop();
+    for i in 2..=4 {
+        // Cycles go on, as fast as ever, while the archive is away.
+        let started = Instant::now();
+        assert_eq!(rig.cycle(&sre(), &format!("ping {i}"), "pong").await, i);
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+    let seen = rig
+        .until("the failure reported", &sre(), |o| {
+            o.archive.as_ref().is_some_and(|a| !a.ok)
+        })
+        .await;
+    let report = seen.archive.unwrap();
+    assert_eq!(report.reason, "StoreUnreachable", "{report:?}");
+    assert_eq!(report.cycle, Some(1), "the last archived");
+    assert!(
+        !report.message.contains(s3::SECRET_KEY),
+        "{}",
+        report.message
+    );
+    assert_eq!(rig.seen(&sre()).await.cycles, 4);
+
+    rig.s3.resume().unwrap();
+    let seen = rig
+        .until("archiving caught up", &sre(), |o| {
+            o.archive
+                .as_ref()
+                .is_some_and(|a| a.ok && a.cycle == Some(4))
+        })
+        .await;
+    assert_eq!(seen.archive.unwrap().reason, "Archived");
+    // The newest is what a recovery needs: 2 and 3 were never written; retention keeps 3.
+    assert_eq!(rig.archived(&sre()), [1, 4]);
+    for i in 5..=7 {
+        rig.cycle(&sre(), &format!("ping {i}"), "pong").await;
+        rig.until("archived", &sre(), |o| {
+            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
+        })
+        .await;
+    }
+    assert_eq!(rig.archived(&sre()), [5, 6, 7]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
+    let rig = Rig::start("restore").await;
+    let plain = "    archive: {keepLast: 20}";
+    let manifest = rig.manifest("sre", plain);
+    let worker = rig.worker(&manifest);
+    for i in 1..=5u64 {
+        rig.cycle(&sre(), &format!("step {i}"), &format!("done {i}"))
+            .await;
+        rig.until("archived", &sre(), |o| {
+            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
+        })
+        .await;
+    }
+    let at_2 = agentfleet::archive::Archive::open_with(&rig.s3.url(ARCHIVE), &rig.s3.env())
+        .unwrap()
+        .get(&sre(), 2)
+        .await
+        .unwrap();
+    drop(worker);
+
+    // Roll back by editing the spec (the pod rolls: a new worker).
+    let manifest = rig.manifest("sre", &format!("{plain}\n    restore: {{cycle: 2}}"));
+    let worker = rig.worker(&manifest);
+    let seen = rig
+        .until("the restore", &sre(), |o| {
+            o.restored.as_deref() == Some("cycle:2")
+        })
+        .await;
+    let restore = seen.restore.unwrap();
+    assert_eq!(
+        (restore.ok, restore.reason.as_str()),
+        (true, "Restored"),
+        "{restore:?}"
+    );
+    let applied = restore.applied.unwrap();
+    assert_eq!(
+        (applied.cycle, applied.request.as_deref()),
+        (2, Some("cycle:2"))
+    );
+    let now = agentfleet::store::snapshot(&rig.store, &sre())
+        .await
+        .unwrap();
+    assert_eq!(essence(&now), essence(&at_2.snapshot));
+    assert_eq!(seen.cycles, 2);
+    // Life goes on from there; a restarted worker does not roll it back again.
+    assert_eq!(rig.cycle(&sre(), "step 3 again", "redone").await, 3);
+    drop(worker);
+    let worker = rig.worker(&manifest);
+    assert_eq!(
+        rig.cycle(&sre(), "still there?", "yes").await,
+        4,
+        "applied once"
+    );
+    drop(worker);
+
+    // A fork: a new agent starts from sre's latest archived checkpoint; sre is untouched.
+    let sre_before = agentfleet::store::snapshot(&rig.store, &sre())
+        .await
+        .unwrap();
+    let object_before = std::fs::read(rig.object(&sre(), 4)).unwrap();
+    let sre2 = AgentKey::new("ops", "sre2");
+    let fork = rig.manifest("sre2", "    seedFrom: {agent: sre}");
+    let forked = rig.worker(&fork);
+    let seen = rig
+        .until("the fork", &sre2, |o| {
+            o.restore.as_ref().is_some_and(|r| r.ok)
+        })
+        .await;
+    assert_eq!(seen.restore.unwrap().reason, "Seeded");
+    let copy = agentfleet::store::snapshot(&rig.store, &sre2)
+        .await
+        .unwrap();
+    assert_eq!(essence(&copy), essence(&sre_before));
+    assert_eq!(
+        essence(
+            &agentfleet::store::snapshot(&rig.store, &sre())
+                .await
+                .unwrap()
+        ),
+        essence(&sre_before)
+    );
+    assert_eq!(
+        std::fs::read(rig.object(&sre(), 4)).unwrap(),
+        object_before,
+        "the source's archive untouched"
+    );
+    rig.until("the fork archived", &sre2, |o| {
+        o.archive.as_ref().and_then(|a| a.cycle) == Some(4)
+    })
+    .await;
+    drop(forked);
+
+    // A corrupt object (one flipped byte) is refused with a clear reason; nothing changes.
+    let mut bytes = std::fs::read(rig.object(&sre(), 5)).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x20;
+    std::fs::write(rig.object(&sre(), 5), &bytes).unwrap();
+    let manifest = rig.manifest("sre", &format!("{plain}\n    restore: {{cycle: 5}}"));
+    let worker = rig.worker(&manifest);
+    let seen = rig
+        .until("the refusal", &sre(), |o| {
+            o.restore.as_ref().is_some_and(|r| !r.ok)
+        })
+        .await;
+    let refused = seen.restore.unwrap();
+    assert_eq!(refused.reason, "CheckpointCorrupt", "{refused:?}");
+    assert_eq!(refused.request.as_deref(), Some("cycle:5"));
+    assert!(refused.message.contains("unchanged"), "{}", refused.message);
+    assert_eq!(
+        essence(
+            &agentfleet::store::snapshot(&rig.store, &sre())
+                .await
+                .unwrap()
+        ),
+        essence(&sre_before)
+    );
+    drop(worker);
+
+    // Another agent's checkpoint is refused as foreign.
+    let foreign = format!("s3://fleet/{ARCHIVE}/ops/sre2/4");
+    let manifest = rig.manifest(
+        "sre",
+        &format!("{plain}\n    restore: {{storageRef: \"{foreign}\"}}"),
+    );
+    let _worker = rig.worker(&manifest);
+    let seen = rig
+        .until("the refusal", &sre(), |o| {
+            o.restore
+                .as_ref()
+                .is_some_and(|r| r.request.as_deref() == Some(&format!("ref:{foreign}")))
+        })
+        .await;
+    let refused = seen.restore.unwrap();
+    assert_eq!(
+        (refused.ok, refused.reason.as_str()),
+        (false, "ForeignCheckpoint"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        essence(
+            &agentfleet::store::snapshot(&rig.store, &sre())
+                .await
+                .unwrap()
+        ),
+        essence(&sre_before)
+    );
+}
