@@ -1127,7 +1127,10 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
     );
     assert_eq!(now.tokens_used, used, "tokens used stay as counted");
     assert_eq!(store.memories(&a).await.unwrap()["city"], "Porto");
-    assert_eq!(store.checkpoints(&a).await.unwrap(), std::slice::from_ref(&cp));
+    assert_eq!(
+        store.checkpoints(&a).await.unwrap(),
+        std::slice::from_ref(&cp)
+    );
     let seen = observed(store, &a).await;
     assert_eq!(seen.checkpoint, Some(cp.clone()));
     assert_eq!(seen.restored.as_deref(), Some("cycle:2"));
