@@ -180,6 +180,7 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
         last_cycle_time: s.last_cycle_time.clone(),
         tokens_used: s.tokens_used,
         checkpoint: s.checkpoint.clone(),
+        restored_from: s.restored_from.clone(),
         tools: s.tools.clone(),
         pending_calls: s.pending_calls.clone(),
         conditions: s
@@ -364,7 +365,8 @@ mod tests {
             ],
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
-            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50},
+            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50, "archivedCycle": 6},
+            "restoredFrom": {"reason": "Recovery", "storageRef": "s3://b/p/ops/sre/6", "cycle": 6, "digest": "sha256:x"},
             "tools": [{"name": "skip", "source": "builtin", "ready": true}],
             "pendingCalls": [{"tool": "restart", "callId": "ops.sre.0123", "kind": "approval"}]
         }))
