@@ -2,15 +2,14 @@
 //! answering paused tool calls (`agentfleet approve|deny|answer|calls`, [`CallCommand`]).
 
 mod calls;
+mod consciousness;
 
 use std::io::Write;
-use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::membership::SpaceKey;
-use crate::model::Message;
 use crate::names;
 use crate::store::prelude::*;
 use crate::store::{
@@ -19,6 +18,7 @@ use crate::store::{
 };
 use crate::terminal::{sanitize, Breaks};
 pub use calls::{calls, Answering, CallCommand};
+pub use consciousness::{consciousness, ConsciousnessCommand};
 
 /// The data plane's address: the `--redis` flag (env `AGENTFLEET_REDIS_URL`) of every
 /// command that reaches Redis — `operator`, `gateway`, `worker`, the tools here, and `dev`'s
@@ -95,31 +95,6 @@ pub enum SpaceCommand {
         /// One JSON object a line.
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        redis: Redis,
-    },
-}
-
-/// `agentfleet consciousness …`
-#[derive(clap::Subcommand, Debug, Clone)]
-pub enum ConsciousnessCommand {
-    /// Show an agent's consciousness: summary, messages, memories, goals and checkpoints.
-    Show {
-        /// The agent, `NAMESPACE/NAME`.
-        agent: String,
-        /// As one JSON document.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        redis: Redis,
-    },
-    /// Make the consciousness what it was after a retained checkpoint's cycle.
-    Restore {
-        /// The agent, `NAMESPACE/NAME`.
-        agent: String,
-        /// The checkpoint's cycle.
-        #[arg(long)]
-        cycle: u64,
         #[command(flatten)]
         redis: Redis,
     },
@@ -250,154 +225,6 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
 /// `indent`), escaped as on every terminal output.
 fn say(out: &mut impl Write, text: &str, indent: usize) -> std::io::Result<()> {
     writeln!(out, "{}", sanitize(text, Breaks::Indent(indent)))
-}
-
-/// Runs `agentfleet consciousness …`.
-pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
-    let out = &mut std::io::stdout();
-    match cmd {
-        ConsciousnessCommand::Show { agent, json, redis } => {
-            let key = agent_arg(&agent)?;
-            let store = redis.connect().await?;
-            require_agent(&store, &key).await?;
-            let c = store.consciousness(&key).await?;
-            let memories = store.memories(&key).await?;
-            let goals = store.goals(&key).await?;
-            let checkpoints = store.checkpoints(&key).await?;
-            let messages: Vec<serde_json::Value> = c
-                .messages
-                .iter()
-                .map(|m| serde_json::from_str(m).unwrap_or(serde_json::Value::String(m.clone())))
-                .collect();
-            if json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({
-                        "agent": key.to_string(), "cycle": c.cycle, "tokens": c.tokens, "tokensUsed": c.tokens_used,
-                        "digest": c.digest, "summary": c.summary, "messages": messages,
-                        "memories": memories, "goals": goals, "checkpoints": checkpoints,
-                    }))?
-                )?;
-                return Ok(());
-            }
-            writeln!(out, "Agent:        {key}")?;
-            writeln!(out, "Cycles:       {}", c.cycle)?;
-            writeln!(
-                out,
-                "Last cycle:   {}",
-                c.last_cycle_ms.map_or("never".into(), time)
-            )?;
-            writeln!(
-                out,
-                "Tokens:       {} in consciousness, {} used over its life",
-                c.tokens, c.tokens_used
-            )?;
-            writeln!(
-                out,
-                "Digest:       {}",
-                if c.digest.is_empty() { "-" } else { &c.digest }
-            )?;
-            if let Some(s) = &c.summary {
-                writeln!(out, "\nSummary of earlier conversation:")?;
-                say(out, &format!("  {s}"), 2)?;
-            }
-            writeln!(out, "\nMessages ({}):", c.messages.len())?;
-            for m in &c.messages {
-                match serde_json::from_str::<Message>(m) {
-                    Ok(Message::User { content }) => say(out, &format!("  [user] {content}"), 9)?,
-                    Ok(Message::Assistant {
-                        content,
-                        tool_calls,
-                    }) => {
-                        if let Some(t) = content {
-                            say(out, &format!("  [assistant] {t}"), 4)?;
-                        }
-                        for call in tool_calls {
-                            say(
-                                out,
-                                &format!("  [assistant → {}] {}", call.name, call.arguments),
-                                4,
-                            )?;
-                        }
-                    }
-                    Ok(Message::Tool { content, .. }) => {
-                        say(out, &format!("  [tool] {content}"), 4)?
-                    }
-                    Err(_) => say(out, &format!("  [unreadable] {m}"), 4)?,
-                }
-            }
-            writeln!(out, "\nMemories ({}):", memories.len())?;
-            for (k, v) in &memories {
-                say(out, &format!("  {k}: {v}"), 4)?;
-            }
-            writeln!(out, "\nGoals ({}):", goals.len())?;
-            for g in &goals {
-                say(
-                    out,
-                    &format!("  [{}] {}: {}", g.status, g.id, g.description),
-                    4,
-                )?;
-            }
-            writeln!(out, "\nCheckpoints ({}):", checkpoints.len())?;
-            writeln!(
-                out,
-                "  {:>6}  {:>8}  {:>7}  {:<25}  DIGEST",
-                "CYCLE", "MESSAGES", "TOKENS", "TIME"
-            )?;
-            for cp in &checkpoints {
-                writeln!(
-                    out,
-                    "  {:>6}  {:>8}  {:>7}  {:<25}  {}",
-                    cp.cycle,
-                    cp.messages,
-                    cp.tokens,
-                    time(cp.time_ms),
-                    cp.digest
-                )?;
-            }
-        }
-        ConsciousnessCommand::Restore {
-            agent,
-            cycle,
-            redis,
-        } => {
-            let key = agent_arg(&agent)?;
-            let store = redis.connect().await?;
-            require_agent(&store, &key).await?;
-            let holder = format!("agentfleet-cli-{}", std::process::id());
-            let lease = store
-                .acquire_lease(&key, &holder, Duration::from_secs(30))
-                .await?
-                .with_context(|| format!("agent {key} has a running worker; pause the Agent (spec.paused: true) and try again"))?;
-            let restored = store.restore_checkpoint(&key, &lease, cycle, None).await;
-            store.release_lease(&key, &lease).await?;
-            match restored? {
-                Some(cp) => writeln!(
-                    out,
-                    "restored {key} to cycle {} ({} messages, {} tokens, {})",
-                    cp.cycle, cp.messages, cp.tokens, cp.digest
-                )?,
-                None => {
-                    let kept: Vec<String> = store
-                        .checkpoints(&key)
-                        .await?
-                        .iter()
-                        .map(|c| c.cycle.to_string())
-                        .collect();
-                    bail!(
-                        "agent {key} has no checkpoint for cycle {cycle}; retained: {}",
-                        if kept.is_empty() {
-                            "none".into()
-                        } else {
-                            kept.join(", ")
-                        }
-                    );
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

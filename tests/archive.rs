@@ -540,3 +540,133 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         essence(&sre_before)
     );
 }
+
+/// `agentfleet consciousness` with `--from URL`, as an operator runs it.
+fn cli(rig: &Rig, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(args)
+        .env("AGENTFLEET_REDIS_URL", rig.redis.url())
+        .envs(rig.s3.env())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn operators_read_and_restore_archived_checkpoints_from_a_terminal() {
+    let rig = Rig::start("cli").await;
+    let manifest = rig.manifest("sre", "    archive: {keepLast: 20}");
+    let mut worker = rig.worker(&manifest);
+    rig.model.push(MockTurn::tools(&[(
+        "set_memories",
+        json!({"memories": {"runbook": "restart api with care"}}),
+    )]));
+    for i in 1..=3u64 {
+        rig.cycle(
+            &sre(),
+            &format!("deploy step {i}"),
+            &format!("step {i} done"),
+        )
+        .await;
+        rig.until("archived", &sre(), |o| {
+            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
+        })
+        .await;
+    }
+    let url = |cycle: u64| format!("s3://fleet/{ARCHIVE}/ops/sre/{cycle}");
+
+    let out = cli(&rig, &["consciousness", "show", "--from", &url(2)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "Agent:        ops/sre",
+        "Cycles:       2",
+        &format!("Archived at:  {}", url(2)),
+        "deploy step 2",
+        "runbook: restart api with care",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+    }
+    assert!(!text.contains("deploy step 3"), "{text}");
+    let out = cli(
+        &rig,
+        &["consciousness", "show", "--from", &url(3), "--json"],
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["cycle"], 3);
+    assert_eq!(doc["memories"]["runbook"], "restart api with care");
+
+    // While its worker runs, nothing is restored.
+    let out = cli(
+        &rig,
+        &["consciousness", "restore", "ops/sre", "--from", &url(1)],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has a running worker"));
+    worker.0.kill().unwrap();
+    let _ = worker.0.wait();
+    tokio::time::sleep(Duration::from_millis(1200)).await; // its lease runs out
+
+    let out = cli(
+        &rig,
+        &["consciousness", "restore", "ops/sre", "--from", &url(1)],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("restored ops/sre to cycle 1 ("))
+    );
+    let now = agentfleet::store::snapshot(&rig.store, &sre())
+        .await
+        .unwrap();
+    assert_eq!(now.consciousness.cycle, 1);
+    assert!(now
+        .consciousness
+        .messages
+        .iter()
+        .any(|m| m.contains("deploy step 1")));
+    assert!(!now
+        .consciousness
+        .messages
+        .iter()
+        .any(|m| m.contains("deploy step 2")));
+
+    // Another agent's checkpoint, a corrupt one, a missing one: refused, one clear line each.
+    let out = cli(
+        &rig,
+        &["consciousness", "restore", "ops/planner", "--from", &url(2)],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("agent ops/sre's consciousness, not ops/planner's")
+            && err.contains("seedFrom"),
+        "{err}"
+    );
+    std::fs::write(rig.object(&sre(), 3), b"\x1f\x8bnot gzip at all").unwrap();
+    let out = cli(&rig, &["consciousness", "show", "--from", &url(3)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("corrupt"), "{err}");
+    let out = cli(&rig, &["consciousness", "show", "--from", &url(9)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no archived checkpoint at {}", url(9))),
+        "{err}"
+    );
+    assert!(!err.contains(s3::SECRET_KEY));
+    assert_eq!(
+        agentfleet::store::snapshot(&rig.store, &sre())
+            .await
+            .unwrap()
+            .consciousness
+            .cycle,
+        1
+    );
+}
