@@ -619,9 +619,7 @@ async fn operators_read_and_restore_archived_checkpoints_from_a_terminal() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&format!("restored ops/sre to cycle 1 ("))
-    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("restored ops/sre to cycle 1 ("));
     let now = agentfleet::store::snapshot(&rig.store, &sre())
         .await
         .unwrap();
