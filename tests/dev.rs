@@ -1302,3 +1302,62 @@ async fn the_sample_sre_asks_before_it_deploys() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn with_an_archive_dev_remembers_across_restarts() {
+    agentfleet::install_crypto_provider();
+    let dir = std::env::temp_dir().join(format!("agentfleet-dev-archive-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let archive = format!("file://{}", dir.display());
+    let http = reqwest::Client::new();
+    let object = dir.join("default/assistant/1");
+    {
+        let dev = Dev::start_with(&["--archive", &archive]);
+        let muhammad = dev.token("default/family", "Muhammad");
+        dev.post(
+            &http,
+            &muhammad,
+            "family",
+            &json!({"text": "remember that the plumber comes at 9"}),
+        )
+        .await;
+        wait_for_message(&http, &dev, &muhammad, "family", |m| {
+            m["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Noted, Muhammad"))
+        })
+        .await;
+        let start = Instant::now();
+        while !object.is_file() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "not archived at {}",
+                object.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    } // dev is killed: its embedded store is gone
+    let dev = Dev::start_with(&["--archive", &archive]);
+    let muhammad = dev.token("default/family", "Muhammad");
+    dev.post(
+        &http,
+        &muhammad,
+        "family",
+        &json!({"text": "what do you remember?"}),
+    )
+    .await;
+    let answer = wait_for_message(&http, &dev, &muhammad, "family", |m| {
+        m["text"].as_str().is_some_and(|t| t.contains("I remember"))
+    })
+    .await;
+    assert_eq!(
+        answer["text"], "Muhammad, I remember: the plumber comes at 9.",
+        "recovered from {archive}"
+    );
+    assert!(
+        dir.join("default/assistant/2").is_file(),
+        "the new cycle archived too"
+    );
+    drop(dev);
+    let _ = std::fs::remove_dir_all(&dir);
+}
