@@ -3,9 +3,12 @@
 //! A real `redis-server`, the release `agentfleet worker` binary, and an instant local
 //! OpenAI-compatible model (the in-process mock server: answers at once with one
 //! `send_message`, then a final text). The agent's consciousness is pre-filled with 200
-//! messages and its window keeps it around that size (sliding, ~3000 tokens). Measures, one message at a time: human message posted → the agent's reply
-//! appears in the space (p50/p90/p99/max), cycles per second back to back, and the worker's
-//! resident memory when idle.
+//! messages and its window keeps it around that size (sliding, ~3000 tokens). Measures, one
+//! message at a time: human message posted → the agent's reply appears in the space
+//! (p50/p90/p99/max), cycles per second back to back, and the worker's resident memory when
+//! idle — twice in one sitting: without an archive, then with every checkpoint archived to a
+//! real S3-compatible server (s3s-fs, in this process) as it is committed. Messages follow each
+//! other at once, so the archiving of one cycle overlaps the next (what it costs shows).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
 
@@ -22,7 +25,7 @@ use agentfleet::model::Message;
 use agentfleet::store::{
     prelude::*, AgentKey, CycleCommit, LiveEvent, NewMessage, RedisStore, Sender,
 };
-use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
+use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer, S3Server};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -31,6 +34,25 @@ const WARMUP: usize = 100;
 
 #[tokio::main]
 async fn main() {
+    let off = run(None).await;
+    let s3 = S3Server::start("bench").unwrap();
+    let on = run(Some(&s3)).await;
+    println!(
+        "  archiving on vs off: p50 {:+.1}%, p99 {:+.1}%, cycles/s {:+.1}%",
+        (on.p50 / off.p50 - 1.0) * 100.0,
+        (on.p99 / off.p99 - 1.0) * 100.0,
+        (on.rate / off.rate - 1.0) * 100.0
+    );
+}
+
+/// What one run measured.
+struct Run {
+    p50: f64,
+    p99: f64,
+    rate: f64,
+}
+
+async fn run(archive: Option<&S3Server>) -> Run {
     let redis = RedisServer::start().unwrap();
     let store = RedisStore::new(&redis.url()).unwrap();
     let family = SpaceKey::new("bench", "family");
@@ -126,22 +148,25 @@ async fn main() {
     )
     .unwrap();
     let port = free_port().unwrap();
-    let worker = Kill(
-        Command::new(common::agentfleet_bin())
-            .args([
-                "worker",
-                "--agent",
-                manifest.to_str().unwrap(),
-                "--metrics-addr",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .env("AGENTFLEET_REDIS_URL", redis.url())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
+    let mut command = Command::new(common::agentfleet_bin());
+    command
+        .args([
+            "worker",
+            "--agent",
+            manifest.to_str().unwrap(),
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("AGENTFLEET_REDIS_URL", redis.url())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(s3) = archive {
+        command
+            .envs(s3.env())
+            .env("AGENTFLEET_ARCHIVE_URL", s3.url("worker-bench"));
+    }
+    let worker = Kill(command.spawn().unwrap());
     let pid = worker.0.id();
     // Idle: lease taken, sleeping on the inbox.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -198,7 +223,20 @@ async fn main() {
     let cycles = end.cycle - 50;
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    println!("agentfleet worker benchmark ({ITERATIONS} messages after {WARMUP} warm-up, 200-message consciousness at start, instant local model over HTTP)");
+    let archived = match archive {
+        Some(_) => {
+            let seen = store.observe(std::slice::from_ref(&agent)).await.unwrap();
+            let a = seen[0].archive.clone().unwrap();
+            format!(
+                "archiving every checkpoint to S3 (last archived: cycle {} of {}, {})",
+                a.cycle.unwrap_or(0),
+                end.cycle,
+                a.reason
+            )
+        }
+        None => "no archive".to_string(),
+    };
+    println!("agentfleet worker benchmark ({ITERATIONS} messages after {WARMUP} warm-up, 200-message consciousness at start, instant local model over HTTP, {archived})");
     println!("  message posted → agent's reply in the space: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         ms(pct(&latencies, 0.50)), ms(pct(&latencies, 0.90)), ms(pct(&latencies, 0.99)), ms(*latencies.last().unwrap()));
     println!(
@@ -218,4 +256,9 @@ async fn main() {
         busy_rss as f64 / 1024.0
     );
     let _ = std::fs::remove_dir_all(&dir);
+    Run {
+        p50: ms(pct(&latencies, 0.50)),
+        p99: ms(pct(&latencies, 0.99)),
+        rate: ITERATIONS as f64 / elapsed.as_secs_f64(),
+    }
 }

@@ -205,7 +205,7 @@ async fn after_flushall_a_restarted_worker_recovers_the_last_archived_checkpoint
     let rig = Rig::start("dr").await;
     let manifest = rig.manifest(
         "sre",
-        "    windowTokens: 100000\n    archive: {keepLast: 5, keepDays: 0}",
+        "    windowTokens: 100000\n    archive: {keepLast: 5, keepDays: 0, intervalSeconds: 0}",
     );
     let mut worker = rig.worker(&manifest);
     // Cycle 1 keeps a memory; then 19 more cycles.
@@ -395,7 +395,7 @@ async fn an_archive_that_goes_away_fails_no_cycle_and_catches_up_when_it_is_back
 #[tokio::test(flavor = "multi_thread")]
 async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     let rig = Rig::start("restore").await;
-    let plain = "    archive: {keepLast: 20}";
+    let plain = "    archive: {keepLast: 20, intervalSeconds: 0}";
     let manifest = rig.manifest("sre", plain);
     let worker = rig.worker(&manifest);
     for i in 1..=5u64 {
@@ -541,6 +541,36 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_agent_has_its_newest_checkpoint_written_once_an_interval() {
+    let rig = Rig::start("busy").await;
+    let manifest = rig.manifest("sre", "    archive: {keepLast: 100, intervalSeconds: 2}");
+    let _worker = rig.worker(&manifest);
+    assert_eq!(rig.cycle(&sre(), "first", "one").await, 1);
+    rig.until("cycle 1 archived at once", &sre(), |o| {
+        o.archive.as_ref().and_then(|a| a.cycle) == Some(1)
+    })
+    .await;
+    let burst = Instant::now();
+    for i in 2..=11 {
+        assert_eq!(rig.cycle(&sre(), &format!("burst {i}"), "ok").await, i);
+    }
+    assert!(
+        burst.elapsed() < Duration::from_secs(2),
+        "the burst took {:?}",
+        burst.elapsed()
+    );
+    rig.until("the newest archived", &sre(), |o| {
+        o.archive.as_ref().and_then(|a| a.cycle) == Some(11)
+    })
+    .await;
+    let written = rig.archived(&sre());
+    assert!(
+        written.len() <= 3 && written.first() == Some(&1) && written.last() == Some(&11),
+        "ten cycles within one interval are written at most twice after the first: {written:?}"
+    );
+}
+
 /// `agentfleet consciousness` with `--from URL`, as an operator runs it.
 fn cli(rig: &Rig, args: &[&str]) -> std::process::Output {
     std::process::Command::new(BIN)
@@ -554,7 +584,7 @@ fn cli(rig: &Rig, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread")]
 async fn operators_read_and_restore_archived_checkpoints_from_a_terminal() {
     let rig = Rig::start("cli").await;
-    let manifest = rig.manifest("sre", "    archive: {keepLast: 20}");
+    let manifest = rig.manifest("sre", "    archive: {keepLast: 20, intervalSeconds: 0}");
     let mut worker = rig.worker(&manifest);
     rig.model.push(MockTurn::tools(&[(
         "set_memories",

@@ -149,7 +149,9 @@ impl Document {
             body: &body,
         };
         let json = serde_json::to_vec(&envelope).map_err(|e| corrupt(e.to_string()))?;
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        // The fast level: a window of model messages shrinks several times over at it, and
+        // archiving takes CPU beside the agent's cycles.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&json)
             .and_then(|()| gz.finish())
             .map_err(|e| corrupt(format!("compressing: {e}")))

@@ -113,6 +113,13 @@ pub struct ArchiveSpec {
     #[serde(default = "default_keep_days")]
     #[schemars(range(min = 0, max = 3650))]
     pub keep_days: u32,
+
+    /// Seconds between two writes at most: an agent that commits faster has its newest
+    /// checkpoint written once per interval (the first after a quiet spell at once); 0 writes
+    /// every checkpoint.
+    #[serde(default = "default_interval_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub interval_seconds: u32,
 }
 
 impl Default for ArchiveSpec {
@@ -122,8 +129,13 @@ impl Default for ArchiveSpec {
             prefix: None,
             keep_last: default_keep_last(),
             keep_days: default_keep_days(),
+            interval_seconds: default_interval_seconds(),
         }
     }
+}
+
+fn default_interval_seconds() -> u32 {
+    1
 }
 
 fn yes() -> bool {

@@ -126,14 +126,20 @@ pub async fn all_notes(
     std::collections::BTreeMap<NoteKind, std::collections::BTreeMap<String, String>>,
     StoreError,
 > {
-    let mut notes = std::collections::BTreeMap::new();
-    for kind in [NoteKind::Memories, NoteKind::Goals, NoteKind::Plans] {
-        let entries = store.notes(agent, kind).await?;
-        if !entries.is_empty() {
-            notes.insert(kind, entries);
-        }
-    }
-    Ok(notes)
+    // The three reads go out together (one round trip on a multiplexed connection).
+    let (memories, goals, plans) = futures::join!(
+        store.notes(agent, NoteKind::Memories),
+        store.notes(agent, NoteKind::Goals),
+        store.notes(agent, NoteKind::Plans),
+    );
+    Ok([
+        (NoteKind::Memories, memories?),
+        (NoteKind::Goals, goals?),
+        (NoteKind::Plans, plans?),
+    ]
+    .into_iter()
+    .filter(|(_, entries)| !entries.is_empty())
+    .collect())
 }
 
 /// The store's traits, so that one `use crate::store::prelude::*;` brings every method of a

@@ -26,6 +26,8 @@ pub struct Archiver {
     archive: Archive,
     keep_last: u32,
     keep_days: u32,
+    /// The least time between two writes.
+    interval: Duration,
     /// Bumped when the consciousness changed (a commit, a restore).
     version: watch::Sender<u64>,
     /// The cycle and digest last archived, and its URL.
@@ -39,6 +41,7 @@ impl Archiver {
             archive,
             keep_last: spec.keep_last.max(1),
             keep_days: spec.keep_days,
+            interval: Duration::from_secs(spec.interval_seconds.into()),
             version: watch::channel(0).0,
             last: std::sync::Mutex::new(None),
         }
@@ -104,6 +107,7 @@ pub(super) async fn run(agentlet: Arc<Agentlet>, lease: Lease, mut stop: watch::
     let mut known: Option<Vec<Listed>> = None;
     let mut retry = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
     let mut failing: Option<&'static str> = None;
+    let mut written: Option<Instant> = None;
     loop {
         let stopped = tokio::select! {
             changed = version.changed() => if changed.is_err() { return } else { false },
@@ -112,6 +116,20 @@ pub(super) async fn run(agentlet: Arc<Agentlet>, lease: Lease, mut stop: watch::
         if stopped {
             break;
         }
+        // A busy agent: the newest checkpoint once per interval.
+        let due = written.map_or(Duration::ZERO, |w| {
+            archiver.interval.saturating_sub(w.elapsed())
+        });
+        if !due.is_zero() {
+            let stopped = tokio::select! {
+                _ = tokio::time::sleep(due) => false,
+                _ = stop.wait_for(|v| *v) => true,
+            };
+            if stopped {
+                break;
+            }
+        }
+        written = Some(Instant::now());
         loop {
             match archive_once(&agentlet, archiver, &lease, &mut known).await {
                 Ok(()) => {
