@@ -150,6 +150,14 @@ impl Agentlet {
         self.archiver = archive
             .for_agent(spec)
             .map(|a| crate::worker::archiver::Archiver::new(a, spec));
+        if self.archiver.is_some() {
+            let [ns, agent] = self.labels();
+            for outcome in ["ok", "error"] {
+                self.metrics
+                    .archive_writes
+                    .with_label_values(&[ns, agent, outcome]);
+            }
+        }
         self
     }
 
