@@ -166,6 +166,20 @@ impl Rig {
         cycles
     }
 
+    /// Waits until the bucket holds exactly `cycles` of `agent` (old ones are removed just
+    /// after the new one is reported).
+    async fn until_archived(&self, agent: &AgentKey, cycles: &[u64]) {
+        let start = Instant::now();
+        while self.archived(agent) != cycles {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{:?} archived, not {cycles:?}",
+                self.archived(agent)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn object(&self, agent: &AgentKey, cycle: u64) -> std::path::PathBuf {
         self.s3
             .bucket_dir()
@@ -249,11 +263,7 @@ async fn after_flushall_a_restarted_worker_recovers_the_last_archived_checkpoint
         report.url.as_deref(),
         Some(format!("s3://fleet/{ARCHIVE}/ops/sre/20").as_str())
     );
-    assert_eq!(
-        rig.archived(&sre()),
-        [16, 17, 18, 19, 20],
-        "retention: the last five"
-    );
+    rig.until_archived(&sre(), &[16, 17, 18, 19, 20]).await; // retention: the last five
     let before = agentfleet::store::snapshot(&rig.store, &sre())
         .await
         .unwrap();
@@ -389,7 +399,7 @@ async fn an_archive_that_goes_away_fails_no_cycle_and_catches_up_when_it_is_back
         })
         .await;
     }
-    assert_eq!(rig.archived(&sre()), [5, 6, 7]);
+    rig.until_archived(&sre(), &[5, 6, 7]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -446,6 +456,10 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         4,
         "applied once"
     );
+    rig.until("cycle 4 archived", &sre(), |o| {
+        o.archive.as_ref().and_then(|a| a.cycle) == Some(4)
+    })
+    .await;
     drop(worker);
 
     // A fork: a new agent starts from sre's latest archived checkpoint; sre is untouched.

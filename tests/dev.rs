@@ -1303,6 +1303,19 @@ async fn the_sample_sre_asks_before_it_deploys() {
     .await;
 }
 
+/// Waits up to 20 s for `path` to be a file (an archived checkpoint).
+async fn until_file(path: &std::path::Path) {
+    let start = Instant::now();
+    while !path.is_file() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not archived at {}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn with_an_archive_dev_remembers_across_restarts() {
     agentfleet::install_crypto_provider();
@@ -1327,15 +1340,7 @@ async fn with_an_archive_dev_remembers_across_restarts() {
                 .is_some_and(|t| t.starts_with("Noted, Muhammad"))
         })
         .await;
-        let start = Instant::now();
-        while !object.is_file() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "not archived at {}",
-                object.display()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_file(&object).await;
     } // dev is killed: its embedded store is gone
     let dev = Dev::start_with(&["--archive", &archive]);
     let muhammad = dev.token("default/family", "Muhammad");
@@ -1354,10 +1359,7 @@ async fn with_an_archive_dev_remembers_across_restarts() {
         answer["text"], "Muhammad, I remember: the plumber comes at 9.",
         "recovered from {archive}"
     );
-    assert!(
-        dir.join("default/assistant/2").is_file(),
-        "the new cycle archived too"
-    );
+    until_file(&dir.join("default/assistant/2")).await; // the new cycle archived too
     drop(dev);
     let _ = std::fs::remove_dir_all(&dir);
 }
