@@ -180,6 +180,40 @@ macro_rules! configured {
     }};
 }
 
+/// What `url` names: the URL parsed, its kind of store and the prefix inside the store;
+/// refused unless it is an archive this build opens (`s3://`, `s3a://`, `gs://`, `az://`,
+/// `azure://`, `abfs://`, `abfss://`, an object store's `https://` URL, `file:///DIR`).
+fn parse(url: &str) -> Result<(Url, ObjectStoreScheme, Path), ArchiveError> {
+    let invalid = |why: String| ArchiveError::InvalidUrl {
+        url: url.to_string(),
+        why,
+    };
+    let parsed = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+    let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
+    match scheme {
+        ObjectStoreScheme::Local if !url.starts_with("file:///") => {
+            return Err(invalid("a directory must be an absolute path".into()))
+        }
+        ObjectStoreScheme::Local
+        | ObjectStoreScheme::AmazonS3
+        | ObjectStoreScheme::GoogleCloudStorage
+        | ObjectStoreScheme::MicrosoftAzure => {}
+        other => {
+            return Err(invalid(format!(
+                "{other:?} is not an archive; use s3://, gs://, az:// or file:///"
+            )))
+        }
+    }
+    let prefix = Path::parse(path).map_err(|e| invalid(e.to_string()))?;
+    Ok((parsed, scheme, prefix))
+}
+
+/// Whether `url` names an archive: what [`Archive::open`] accepts, checked without opening
+/// it (no environment, no client).
+pub fn check_url(url: &str) -> Result<(), ArchiveError> {
+    parse(url).map(|_| ())
+}
+
 impl Archive {
     /// Opens the archive at `url` (`s3://BUCKET/PREFIX`, `gs://…`, `az://…`, `file:///DIR`),
     /// configured from this process's environment as each store documents it.
@@ -195,21 +229,13 @@ impl Archive {
             url: url.to_string(),
             why,
         };
-        let parsed = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
-        let (scheme, path) =
-            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
-        let prefix = Path::parse(path).map_err(|e| invalid(e.to_string()))?;
+        let (parsed, scheme, prefix) = parse(url)?;
         let redactor = secret_values(env);
         let built = |r: Result<Arc<dyn ObjectStore>, object_store::Error>| {
             r.map_err(|e| invalid(redactor.redact(&e.to_string())))
         };
         let store: Arc<dyn ObjectStore> = match scheme {
-            ObjectStoreScheme::Local => {
-                if !url.starts_with("file:///") {
-                    return Err(invalid("a directory must be an absolute path".into()));
-                }
-                Arc::new(object_store::local::LocalFileSystem::new())
-            }
+            ObjectStoreScheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
             ObjectStoreScheme::AmazonS3 => built(
                 configured!(object_store::aws::AmazonS3Builder::new(), env, parsed)
                     .build()
@@ -233,11 +259,7 @@ impl Archive {
                 .build()
                 .map(|s| Arc::new(s) as _),
             )?,
-            other => {
-                return Err(invalid(format!(
-                    "{other:?} is not an archive; use s3://, gs://, az:// or file:///"
-                )))
-            }
+            other => return Err(invalid(format!("{other:?} is not an archive"))),
         };
         let root = match scheme {
             ObjectStoreScheme::Local => "file://".to_string(),
@@ -254,6 +276,12 @@ impl Archive {
             redactor,
             env: Arc::new(env.to_vec()),
         })
+    }
+
+    /// The credential and endpoint variables it was opened with: what another process needs in
+    /// its environment to open the same archive (secrets among them: never log them).
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
     }
 
     /// The archive's URL (no credentials: they come from the environment).
@@ -291,6 +319,11 @@ impl Archive {
 
     fn path(&self, agent: &AgentKey, cycle: u64) -> Path {
         self.agent_dir(agent).join(cycle.to_string())
+    }
+
+    /// The URL under which `agent`'s checkpoints are (`…/NAMESPACE/AGENT`).
+    pub fn agent_url(&self, agent: &AgentKey) -> String {
+        self.object_url(&self.agent_dir(agent))
     }
 
     /// The URL of `agent`'s checkpoint after `cycle`.

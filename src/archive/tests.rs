@@ -182,3 +182,34 @@ fn urls_that_name_no_archive_are_refused() {
         assert_eq!(err.reason(), "InvalidArchiveUrl", "{url}: {err}");
     }
 }
+
+#[test]
+fn check_url_accepts_what_open_accepts() {
+    for url in [
+        "s3://bucket/prefix",
+        "s3a://bucket/prefix",
+        "gs://bucket/prefix",
+        "az://container/prefix",
+        "azure://container/prefix",
+        "abfs://container@account.dfs.core.windows.net/prefix",
+        "abfss://container@account.dfs.core.windows.net/prefix",
+        "file:///var/lib/agentfleet/checkpoints",
+    ] {
+        assert!(check_url(url).is_ok(), "{url}: {:?}", check_url(url));
+    }
+    for url in [
+        "redis://x/",
+        "memory:ops/sre#cycle=3",
+        "file:relative/dir",
+        "not a url",
+        "https://example.com/x",
+    ] {
+        let err = check_url(url).unwrap_err();
+        assert_eq!(err.reason(), "InvalidArchiveUrl", "{url}: {err}");
+        assert!(Archive::open_with(url, &[]).is_err(), "{url}");
+    }
+    // What it accepts, open opens (a directory and S3 need nothing from the environment).
+    for url in ["s3://bucket/prefix", "file:///tmp/x"] {
+        Archive::open_with(url, &[]).unwrap();
+    }
+}

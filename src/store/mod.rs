@@ -64,7 +64,7 @@ pub use self::leases::Leases;
 pub use self::memory::MemoryStore;
 pub use self::messages::Messages;
 pub use self::notes::{NoteKind, Notes};
-pub use self::observe::Observe;
+pub use self::observe::{checkpoint_ref_cycle, Observe};
 pub use self::redis::{redact_url, RedisStore};
 pub use self::spaces::Spaces;
 pub use self::types::*;

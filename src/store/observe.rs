@@ -53,3 +53,44 @@ pub trait Observe: Send + Sync {
     /// [`Observe::purge_agent`] cannot run.
     fn agent_data(&self, agent: &AgentKey) -> String;
 }
+
+/// The cycle a data plane's checkpoint reference names (what [`Observe::checkpoint_ref`] gives:
+/// `redis:KEY#cycle=N`, `memory:AGENT#cycle=N`); `None` for anything else.
+pub fn checkpoint_ref_cycle(reference: &str) -> Option<u64> {
+    let rest = reference
+        .strip_prefix("redis:")
+        .or_else(|| reference.strip_prefix("memory:"))?;
+    let (at, cycle) = rest.rsplit_once("#cycle=")?;
+    if at.is_empty() || !cycle.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    cycle.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{MemoryStore, RedisStore};
+
+    #[test]
+    fn both_stores_references_name_their_cycle() {
+        let agent = AgentKey::new("ops", "sre");
+        let redis = RedisStore::new("redis://127.0.0.1:1/").unwrap();
+        for reference in [
+            redis.checkpoint_ref(&agent, 40),
+            MemoryStore::new().checkpoint_ref(&agent, 40),
+        ] {
+            assert_eq!(checkpoint_ref_cycle(&reference), Some(40), "{reference}");
+        }
+        for other in [
+            "s3://bucket/ops/sre/40",
+            "redis:#cycle=4",
+            "redis:k#cycle=",
+            "redis:k#cycle=+4",
+            "memory:ops/sre",
+            "cycle:40",
+        ] {
+            assert_eq!(checkpoint_ref_cycle(other), None, "{other}");
+        }
+    }
+}
