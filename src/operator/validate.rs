@@ -1,5 +1,6 @@
 //! What the schema cannot refuse in an Agent's spec: rules across fields (tool names against
-//! each other, phases against the tools, URL placeholders against the input schema). The
+//! each other, phases against the tools, URL placeholders against the input schema, the
+//! checkpoint a restore or a fork names). The
 //! reconcile turns the problems into `Ready=False (InvalidSpec)` and leaves the worker as it
 //! was; `agentfleet dev` refuses to start with them.
 
@@ -7,7 +8,10 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::crd::{AgentSpec, BuiltinTool, HttpToolSpec, McpServerSpec, ModelProvider, ToolsSpec};
+use crate::crd::{
+    AgentSpec, BuiltinTool, ConsciousnessSpec, HttpToolSpec, McpServerSpec, ModelProvider,
+    ToolsSpec,
+};
 
 /// The longest Agent name: children are named `<agent>-worker` and labelled with the name,
 /// and label values hold at most 63 characters.
@@ -64,7 +68,54 @@ pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
             ));
         }
     }
+    consciousness(name, &spec.consciousness, &mut problems);
     problems
+}
+
+/// The checkpoint `restore` names (exactly one of a cycle and a reference: an archive's URL
+/// or the data plane's own), the Agent `seedFrom` copies (another one, by a valid name), and
+/// an archive prefix that stays inside the archive.
+fn consciousness(name: &str, spec: &ConsciousnessSpec, problems: &mut Vec<String>) {
+    if let Some(restore) = &spec.restore {
+        match (restore.cycle, restore.storage_ref.as_deref()) {
+            (Some(_), Some(_)) | (None, None) => problems
+                .push("consciousness.restore: give exactly one of cycle and storageRef".into()),
+            (None, Some(reference)) => {
+                if let (Err(e), None) = (
+                    crate::archive::check_url(reference),
+                    crate::store::checkpoint_ref_cycle(reference),
+                ) {
+                    let why = match e {
+                        crate::archive::ArchiveError::InvalidUrl { why, .. } => why,
+                        other => other.to_string(),
+                    };
+                    problems.push(format!(
+                        "consciousness.restore.storageRef {:?} is neither an archived checkpoint's URL (s3://, gs://, az://, file:///…: {why}) nor the data plane's checkpoint reference (redis:…#cycle=N, as status.checkpoint.storageRef shows it)",
+                        crate::names::shorten(reference)
+                    ));
+                }
+            }
+            (Some(_), None) => {}
+        }
+    }
+    if let Some(seed) = &spec.seed_from {
+        if let Some(p) = crate::names::object_name_problem(&seed.agent) {
+            problems.push(format!("consciousness.seedFrom.agent: {p}"));
+        } else if seed.agent == name {
+            problems.push(format!(
+                "consciousness.seedFrom.agent {:?} is this Agent: a fork copies another Agent's checkpoint (use restore to roll back)",
+                seed.agent
+            ));
+        }
+    }
+    if let Some(prefix) = &spec.archive.prefix {
+        if prefix.split('/').any(|segment| segment == "..") {
+            problems.push(format!(
+                "consciousness.archive.prefix {:?} has a '..' segment: a prefix stays inside the archive",
+                crate::names::shorten(prefix)
+            ));
+        }
+    }
 }
 
 /// Every name the model calls a tool by is one tool's: HTTP and interactive tools unique and
@@ -408,6 +459,74 @@ mod tests {
         ] {
             let p = http("http://t", schema);
             assert!(p.iter().any(|x| x.contains(want)), "{schema}: {p:?}");
+        }
+    }
+
+    /// The problems of an agent `a` with this `consciousness` (a YAML flow mapping).
+    fn with_consciousness(consciousness: &str) -> Vec<String> {
+        validate(
+            "a",
+            &spec(&format!(
+                "{{model: {{provider: scripted, name: x}}, consciousness: {consciousness}}}"
+            )),
+        )
+    }
+
+    #[test]
+    fn a_restore_names_one_checkpoint_an_archive_or_the_data_plane_holds() {
+        for ok in [
+            "{restore: {cycle: 40}}",
+            "{restore: {storageRef: \"s3://bucket/prod/ops/a/40\"}}",
+            "{restore: {storageRef: \"gs://bucket/ops/a/40\"}}",
+            "{restore: {storageRef: \"az://container/ops/a/40\"}}",
+            "{restore: {storageRef: \"file:///var/lib/checkpoints/ops/a/40\"}}",
+            "{restore: {storageRef: \"redis:agentfleet:{agent:ops/a}:checkpoints#cycle=40\"}}",
+            "{restore: {storageRef: \"memory:ops/a#cycle=40\"}}",
+            "{seedFrom: {agent: sre}, archive: {prefix: team-a/checkpoints}}",
+            "{seedFrom: {agent: sre, cycle: 3}}",
+        ] {
+            assert_eq!(with_consciousness(ok), Vec::<String>::new(), "{ok}");
+        }
+        for (bad, says) in [
+            (
+                "{restore: {cycle: 4, storageRef: \"s3://b/x\"}}",
+                "consciousness.restore: give exactly one of cycle and storageRef",
+            ),
+            (
+                "{restore: {}}",
+                "consciousness.restore: give exactly one of cycle and storageRef",
+            ),
+            (
+                "{restore: {storageRef: \"https://example.com/x\"}}",
+                "consciousness.restore.storageRef \"https://example.com/x\" is neither an archived checkpoint's URL",
+            ),
+            (
+                "{restore: {storageRef: \"file:relative/40\"}}",
+                "a directory must be an absolute path",
+            ),
+            (
+                "{restore: {storageRef: \"redis:k#cycle=forty\"}}",
+                "nor the data plane's checkpoint reference (redis:…#cycle=N",
+            ),
+            (
+                "{seedFrom: {agent: Not_An_Agent}}",
+                "consciousness.seedFrom.agent: \"Not_An_Agent\" is not a valid name",
+            ),
+            (
+                "{seedFrom: {agent: a}}",
+                "consciousness.seedFrom.agent \"a\" is this Agent",
+            ),
+            (
+                "{archive: {prefix: team-a/../team-b}}",
+                "consciousness.archive.prefix \"team-a/../team-b\" has a '..' segment",
+            ),
+            ("{archive: {prefix: ..}}", "has a '..' segment"),
+        ] {
+            let p = with_consciousness(bad);
+            assert!(
+                p.len() == 1 && p[0].contains(says),
+                "{bad}: want {says:?}, got {p:?}"
+            );
         }
     }
 
