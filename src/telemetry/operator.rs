@@ -44,6 +44,13 @@ pub struct OperatorMetrics {
     /// How long each agent has been thinking without committing a cycle, as of the last
     /// sweep (0 when it is not thinking).
     pub thinking_seconds: GaugeVec,
+    /// Committed cycles of each agent whose checkpoint is not in the archive yet (its cycles
+    /// minus the newest archived cycle), as of the last sweep; only for agents whose worker
+    /// reports archiving.
+    pub archive_lag: IntGaugeVec,
+    /// 1 while the worker's last attempt to archive a checkpoint failed
+    /// (`CheckpointArchived=False`), else 0; only for agents whose worker reports archiving.
+    pub archive_failing: IntGaugeVec,
     /// 1 while this process reaches the data plane, else 0 (kept by
     /// [`super::data_plane::watch_data_plane`]).
     pub data_plane_up: IntGauge,
@@ -160,6 +167,20 @@ impl OperatorMetrics {
             ),
             &["namespace", "agent"],
         )?;
+        let archive_lag = IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_archive_lag_cycles",
+                "Committed cycles whose checkpoint is not in the archive yet (object storage), as of the last sweep.",
+            ),
+            &["namespace", "agent"],
+        )?;
+        let archive_failing = IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_archive_failing",
+                "1 while the worker's last attempt to archive a checkpoint failed (CheckpointArchived=False), else 0.",
+            ),
+            &["namespace", "agent"],
+        )?;
         let data_plane_up = super::data_plane::gauge()?;
 
         for controller in CONTROLLERS {
@@ -197,6 +218,8 @@ impl OperatorMetrics {
         registry.register(Box::new(pending_calls.clone()))?;
         registry.register(Box::new(inbox_depth.clone()))?;
         registry.register(Box::new(thinking_seconds.clone()))?;
+        registry.register(Box::new(archive_lag.clone()))?;
+        registry.register(Box::new(archive_failing.clone()))?;
         registry.register(Box::new(data_plane_up.clone()))?;
         Ok(Self {
             registry: registry.clone(),
@@ -215,6 +238,8 @@ impl OperatorMetrics {
             pending_calls,
             inbox_depth,
             thinking_seconds,
+            archive_lag,
+            archive_failing,
             data_plane_up,
         })
     }

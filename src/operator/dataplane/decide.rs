@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::crd::{AgentSpec, ScalingSpec};
+use crate::crd::{AgentSpec, ConsciousnessSpec, PendingRestore, ScalingSpec};
 use crate::store::AgentObservation;
 
 /// What to do with an agent's replicas.
@@ -13,10 +13,13 @@ use crate::store::AgentObservation;
 pub enum Decision {
     /// Leave them.
     Hold,
-    /// Start a worker: events wait (or `minReplicas` is 1).
+    /// Start a worker: events wait (or `minReplicas` is 1, or the spec asks for a restore).
     Up {
         /// Events waiting.
         waiting: u64,
+        /// Nothing waits, but the spec asks for a restore or a seed that only a worker
+        /// applies.
+        restore: bool,
     },
     /// Stop the worker: idle long enough, nothing waiting, nothing in flight.
     Down {
@@ -36,11 +39,28 @@ impl Decision {
     }
 }
 
+/// The restore or seed `spec` asks for that the data plane shows not applied (the one rule:
+/// [`ConsciousnessSpec::pending`]); a request whose last attempt failed is not asked again.
+pub fn restore_pending<'a>(
+    spec: &'a ConsciousnessSpec,
+    seen: &AgentObservation,
+) -> Option<PendingRestore<'a>> {
+    let failed = seen
+        .restore
+        .as_ref()
+        .filter(|r| !r.ok)
+        .and_then(|r| r.request.as_deref());
+    spec.pending(seen.restored.as_deref(), seen.cycles, failed)
+}
+
 /// Decides an agent's replicas from its scaling spec, the replicas asked for now, what the
-/// data plane shows, and how long it has been idle (`None`: not idle).
+/// data plane shows, and how long it has been idle (`None`: not idle). A restore or seed the
+/// spec asks for and the data plane has not applied is work for a worker (it applies it as
+/// it starts), unless a cycle waits for a human: nothing goes on before the answer.
 pub fn decide(
     scaling: &ScalingSpec,
     paused: bool,
+    consciousness: &ConsciousnessSpec,
     replicas: i32,
     seen: &AgentObservation,
     idle: Option<Duration>,
@@ -48,10 +68,13 @@ pub fn decide(
     if scaling.external || paused {
         return Decision::Hold;
     }
+    let busy = seen.busy();
+    let restore = !seen.paused && restore_pending(consciousness, seen).is_some();
     if replicas < 1 {
-        return if seen.busy() || scaling.min_replicas >= 1 {
+        return if busy || restore || scaling.min_replicas >= 1 {
             Decision::Up {
                 waiting: seen.waiting,
+                restore: restore && !busy,
             }
         } else {
             Decision::Hold
@@ -60,7 +83,8 @@ pub fn decide(
     match idle {
         Some(idle)
             if scaling.min_replicas == 0
-                && !seen.busy()
+                && !busy
+                && !restore
                 && idle >= Duration::from_secs(scaling.idle_seconds.into()) =>
         {
             Decision::Down { idle }
@@ -103,68 +127,101 @@ mod tests {
 
     const LONG: Option<Duration> = Some(Duration::from_secs(301));
 
+    /// A consciousness spec that asks for nothing.
+    fn none() -> ConsciousnessSpec {
+        ConsciousnessSpec::default()
+    }
+
     #[test]
     fn scale_decisions() {
         let zero = scaling("{}");
         let quiet = seen(0, 0, false);
         // Up as soon as something waits; never while nothing does.
         assert_eq!(
-            decide(&zero, false, 0, &seen(3, 0, false), None),
-            Decision::Up { waiting: 3 }
+            decide(&zero, false, &none(), 0, &seen(3, 0, false), None),
+            Decision::Up {
+                waiting: 3,
+                restore: false
+            }
         );
-        assert_eq!(decide(&zero, false, 0, &quiet, LONG), Decision::Hold);
+        assert_eq!(
+            decide(&zero, false, &none(), 0, &quiet, LONG),
+            Decision::Hold
+        );
         // A cycle in flight on a scaled-down agent (its pod died mid-cycle) brings it back.
         assert_eq!(
-            decide(&zero, false, 0, &seen(0, 2, true), None),
-            Decision::Up { waiting: 0 }
+            decide(&zero, false, &none(), 0, &seen(0, 2, true), None),
+            Decision::Up {
+                waiting: 0,
+                restore: false
+            }
         );
         // Down only after idleSeconds with an empty inbox and nothing in flight.
         assert_eq!(
-            decide(&zero, false, 1, &quiet, LONG),
+            decide(&zero, false, &none(), 1, &quiet, LONG),
             Decision::Down {
                 idle: Duration::from_secs(301)
             }
         );
         assert_eq!(
-            decide(&zero, false, 1, &quiet, Some(Duration::from_secs(299))),
+            decide(
+                &zero,
+                false,
+                &none(),
+                1,
+                &quiet,
+                Some(Duration::from_secs(299))
+            ),
             Decision::Hold
         );
-        assert_eq!(decide(&zero, false, 1, &quiet, None), Decision::Hold);
         assert_eq!(
-            decide(&zero, false, 1, &seen(1, 0, false), LONG),
+            decide(&zero, false, &none(), 1, &quiet, None),
             Decision::Hold
         );
         assert_eq!(
-            decide(&zero, false, 1, &seen(0, 1, false), LONG),
+            decide(&zero, false, &none(), 1, &seen(1, 0, false), LONG),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(&zero, false, &none(), 1, &seen(0, 1, false), LONG),
             Decision::Hold,
             "a long cycle is never cut off"
         );
         assert_eq!(
-            decide(&zero, false, 1, &seen(0, 0, true), LONG),
+            decide(&zero, false, &none(), 1, &seen(0, 0, true), LONG),
             Decision::Hold
         );
         let short = scaling("{idleSeconds: 0}");
         assert_eq!(
-            decide(&short, false, 1, &quiet, Some(Duration::ZERO)),
+            decide(&short, false, &none(), 1, &quiet, Some(Duration::ZERO)),
             Decision::Down {
                 idle: Duration::ZERO
             }
         );
         // Always on, external and paused.
         let always = scaling("{minReplicas: 1}");
-        assert_eq!(decide(&always, false, 1, &quiet, LONG), Decision::Hold);
         assert_eq!(
-            decide(&always, false, 0, &quiet, None),
-            Decision::Up { waiting: 0 }
+            decide(&always, false, &none(), 1, &quiet, LONG),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(&always, false, &none(), 0, &quiet, None),
+            Decision::Up {
+                waiting: 0,
+                restore: false
+            }
         );
         let external = scaling("{external: true}");
         assert_eq!(
-            decide(&external, false, 0, &seen(5, 0, false), None),
+            decide(&external, false, &none(), 0, &seen(5, 0, false), None),
             Decision::Hold
         );
-        assert_eq!(decide(&external, false, 1, &quiet, LONG), Decision::Hold);
         assert_eq!(
-            decide(&zero, true, 0, &seen(5, 0, false), None),
+            decide(&external, false, &none(), 1, &quiet, LONG),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(&zero, true, &none(), 0, &seen(5, 0, false), None),
             Decision::Hold,
             "paused holds at zero"
         );
@@ -179,13 +236,13 @@ mod tests {
         };
         let long = Some(Duration::from_secs(61));
         assert_eq!(
-            decide(&zero, false, 1, &paused, long),
+            decide(&zero, false, &none(), 1, &paused, long),
             Decision::Down {
                 idle: Duration::from_secs(61)
             }
         );
         assert_eq!(
-            decide(&zero, false, 0, &paused, None),
+            decide(&zero, false, &none(), 0, &paused, None),
             Decision::Hold,
             "not woken"
         );
@@ -194,15 +251,21 @@ mod tests {
             waiting: 1,
             ..paused.clone()
         };
-        assert_eq!(decide(&zero, false, 0, &meanwhile, None), Decision::Hold);
+        assert_eq!(
+            decide(&zero, false, &none(), 0, &meanwhile, None),
+            Decision::Hold
+        );
         // The answer ends the pause: woken.
         let answered = AgentObservation {
             paused: false,
             ..meanwhile
         };
         assert_eq!(
-            decide(&zero, false, 0, &answered, None),
-            Decision::Up { waiting: 1 }
+            decide(&zero, false, &none(), 0, &answered, None),
+            Decision::Up {
+                waiting: 1,
+                restore: false
+            }
         );
         // A call's time is up: the worker comes back to tell the model.
         let call = crate::store::HumanCall::new(
@@ -224,16 +287,127 @@ mod tests {
             ..paused
         };
         let before = waiting_on.at(call.record.expires_ms - 1);
-        assert_eq!(decide(&zero, false, 0, &before, None), Decision::Hold);
+        assert_eq!(
+            decide(&zero, false, &none(), 0, &before, None),
+            Decision::Hold
+        );
         let due = waiting_on.at(call.record.expires_ms);
         assert_eq!(
-            decide(&zero, false, 0, &due, None),
-            Decision::Up { waiting: 0 }
+            decide(&zero, false, &none(), 0, &due, None),
+            Decision::Up {
+                waiting: 0,
+                restore: false
+            }
         );
         // Not paused, the same events in flight keep it up.
         assert_eq!(
-            decide(&zero, false, 1, &seen(0, 2, false), long),
+            decide(&zero, false, &none(), 1, &seen(0, 2, false), long),
             Decision::Hold
+        );
+    }
+
+    #[test]
+    fn a_restore_or_seed_not_applied_wakes_the_worker_until_it_is() {
+        let zero = scaling("{}");
+        let restore: ConsciousnessSpec = serde_yaml::from_str("{restore: {cycle: 40}}").unwrap();
+        let quiet = AgentObservation {
+            cycles: 50,
+            ..seen(0, 0, false)
+        };
+        let wake = Decision::Up {
+            waiting: 0,
+            restore: true,
+        };
+        assert_eq!(decide(&zero, false, &restore, 0, &quiet, None), wake);
+        assert_eq!(
+            decide(&zero, false, &restore, 1, &quiet, LONG),
+            Decision::Hold,
+            "not scaled down before the worker applied it"
+        );
+        // Events waiting explain the wake themselves.
+        assert_eq!(
+            decide(&zero, false, &restore, 0, &seen(2, 0, false), None),
+            Decision::Up {
+                waiting: 2,
+                restore: false
+            }
+        );
+        // Applied: nothing to do, and the idle worker goes.
+        let applied = AgentObservation {
+            restored: Some("cycle:40".into()),
+            ..quiet.clone()
+        };
+        assert_eq!(
+            decide(&zero, false, &restore, 0, &applied, None),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(&zero, false, &restore, 1, &applied, LONG),
+            Decision::Down {
+                idle: Duration::from_secs(301)
+            }
+        );
+        // Its last attempt failed: not asked again (a new spec asks again).
+        let failed = AgentObservation {
+            restore: Some(crate::store::RestoreReport {
+                ok: false,
+                reason: "CheckpointNotFound".into(),
+                message: "no archived checkpoint of cycle 40".into(),
+                since_ms: 1,
+                request: Some("cycle:40".into()),
+                applied: None,
+            }),
+            ..quiet.clone()
+        };
+        assert_eq!(
+            decide(&zero, false, &restore, 0, &failed, None),
+            Decision::Hold
+        );
+        let again: ConsciousnessSpec = serde_yaml::from_str("{restore: {cycle: 39}}").unwrap();
+        assert_eq!(decide(&zero, false, &again, 0, &failed, None), wake);
+        // An earlier restore that succeeded is no failure of this one.
+        let succeeded = AgentObservation {
+            restore: Some(crate::store::RestoreReport {
+                ok: true,
+                ..failed.restore.clone().unwrap()
+            }),
+            ..quiet.clone()
+        };
+        assert_eq!(decide(&zero, false, &restore, 0, &succeeded, None), wake);
+        // A cycle waiting for a human: nothing goes on before the answer.
+        let paused = AgentObservation {
+            paused: true,
+            in_flight: 1,
+            ..quiet.clone()
+        };
+        assert_eq!(
+            decide(&zero, false, &restore, 0, &paused, None),
+            Decision::Hold
+        );
+        // Held at zero, or scaled by someone else: never.
+        assert_eq!(
+            decide(&zero, true, &restore, 0, &quiet, None),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(
+                &scaling("{external: true}"),
+                false,
+                &restore,
+                0,
+                &quiet,
+                None
+            ),
+            Decision::Hold
+        );
+        // A seed, only while the agent has no consciousness of its own.
+        let seed: ConsciousnessSpec = serde_yaml::from_str("{seedFrom: {agent: sre}}").unwrap();
+        let empty = seen(0, 0, false);
+        assert_eq!(decide(&zero, false, &seed, 0, &empty, None), wake);
+        assert_eq!(
+            decide(&zero, false, &seed, 0, &quiet, None),
+            Decision::Hold,
+            "it has cycles of its own"
         );
     }
 

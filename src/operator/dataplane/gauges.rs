@@ -1,7 +1,9 @@
 //! The fleet's gauges from a look at every agent's data plane: agents by phase
 //! (`agentfleet_agents`), and per agent its inbox depth (`agentfleet_inbox_depth`), the calls
-//! waiting for a human (`agentfleet_pending_calls`) and how long it has been thinking without
-//! committing a cycle (`agentfleet_agent_thinking_seconds`).
+//! waiting for a human (`agentfleet_pending_calls`), how long it has been thinking without
+//! committing a cycle (`agentfleet_agent_thinking_seconds`), and, once its worker reports
+//! archiving, the cycles not archived yet (`agentfleet_archive_lag_cycles`) and whether
+//! archiving fails (`agentfleet_archive_failing`).
 //!
 //! One home for both who set them: the operator's sweep ([`super::Scaler`]) and `agentfleet
 //! dev` ([`watch_fleet`], the same observations of a fleet that nothing scales).
@@ -85,6 +87,20 @@ impl Gauges {
             Some(t) => self.thinking.insert(key.clone(), t),
             None => self.thinking.remove(key),
         };
+        match &seen.archive {
+            Some(a) => {
+                let lag = seen.cycles.saturating_sub(a.cycle.unwrap_or(0));
+                metrics
+                    .archive_lag
+                    .with_label_values(&labels)
+                    .set(i64::try_from(lag).unwrap_or(i64::MAX));
+                metrics
+                    .archive_failing
+                    .with_label_values(&labels)
+                    .set(i64::from(!a.ok));
+            }
+            None => remove_archive(metrics, &labels),
+        }
         self.shown.insert(key.clone());
     }
 
@@ -113,10 +129,17 @@ impl Gauges {
             let _ = metrics.inbox_depth.remove_label_values(&labels);
             let _ = metrics.pending_calls.remove_label_values(&labels);
             let _ = metrics.thinking_seconds.remove_label_values(&labels);
+            remove_archive(metrics, &labels);
             self.thinking.remove(&key);
             self.shown.remove(&key);
         }
     }
+}
+
+/// Removes an agent's archive gauges (its worker reports no archiving, or it is gone).
+fn remove_archive(metrics: &OperatorMetrics, labels: &[&str; 2]) {
+    let _ = metrics.archive_lag.remove_label_values(labels);
+    let _ = metrics.archive_failing.remove_label_values(labels);
 }
 
 /// Keeps the gauges of a fleet that nothing scales (`agentfleet dev`): looks at `agents`
@@ -255,6 +278,63 @@ mod tests {
             value(&m, "agentfleet_pending_calls"),
             ["agent=a,namespace=ns 0"]
         );
+    }
+
+    #[test]
+    fn archive_lag_once_the_worker_reports_archiving() {
+        let m = OperatorMetrics::new().unwrap();
+        let mut g = Gauges::default();
+        let a = AgentKey::new("ns", "a");
+        let b = AgentKey::new("ns", "b");
+        let mut archiving = seen(false, 12);
+        archiving.archive = Some(crate::store::ArchiveReport {
+            cycle: Some(9),
+            url: Some("s3://fleet/ns/a/9".into()),
+            ok: true,
+            reason: "Archived".into(),
+            message: String::new(),
+            since_ms: 0,
+        });
+        g.agent(&m, &a, &archiving, 1_000);
+        g.agent(&m, &b, &seen(false, 30), 1_000);
+        assert_eq!(
+            value(&m, "agentfleet_archive_lag_cycles"),
+            ["agent=a,namespace=ns 3"],
+            "b reports no archiving: no series"
+        );
+        assert_eq!(
+            value(&m, "agentfleet_archive_failing"),
+            ["agent=a,namespace=ns 0"]
+        );
+        // The store is away: nothing archived yet, and failing.
+        let report = archiving.archive.as_mut().unwrap();
+        report.cycle = None;
+        report.ok = false;
+        report.reason = "StoreUnreachable".into();
+        g.agent(&m, &a, &archiving, 2_000);
+        assert_eq!(
+            value(&m, "agentfleet_archive_lag_cycles"),
+            ["agent=a,namespace=ns 12"]
+        );
+        assert_eq!(
+            value(&m, "agentfleet_archive_failing"),
+            ["agent=a,namespace=ns 1"]
+        );
+        // A restore to an older cycle than the newest archived one is no negative lag.
+        let report = archiving.archive.as_mut().unwrap();
+        report.cycle = Some(40);
+        g.agent(&m, &a, &archiving, 3_000);
+        assert_eq!(
+            value(&m, "agentfleet_archive_lag_cycles"),
+            ["agent=a,namespace=ns 0"]
+        );
+        // The report goes (or the agent): so do its series.
+        g.agent(&m, &a, &seen(false, 12), 4_000);
+        assert!(value(&m, "agentfleet_archive_lag_cycles").is_empty());
+        g.agent(&m, &a, &archiving, 5_000);
+        g.fleet(&m, &HashMap::new(), &HashSet::from([&b]));
+        assert!(value(&m, "agentfleet_archive_lag_cycles").is_empty());
+        assert!(value(&m, "agentfleet_archive_failing").is_empty());
     }
 
     #[tokio::test]

@@ -37,8 +37,8 @@ use self::cluster::{Cluster, Notice};
 use self::decide::{decide, replicas_to_apply, Decision};
 use self::gauges::Gauges;
 use self::plans::Firing;
-use crate::crd::{AgentPhase, AgentSpec, AgentStatus, PlanSpec, ScalingSpec};
-use crate::operator::status::{data_part, data_status, find, notice, phase, time_of};
+use crate::crd::{AgentPhase, AgentSpec, AgentStatus, ConsciousnessSpec, PlanSpec, ScalingSpec};
+use crate::operator::status::{data_notice, data_part, data_status, find, phase, time_of};
 use crate::store::{now_ms, AgentKey, AgentObservation, Store};
 use crate::telemetry::OperatorMetrics;
 
@@ -84,6 +84,8 @@ struct Entry {
     object: ObjectReference,
     scaling: ScalingSpec,
     paused: bool,
+    /// What the spec asks of the consciousness (a restore or a seed wakes the worker).
+    consciousness: ConsciousnessSpec,
     plans: Vec<PlanSpec>,
     failed: bool,
     /// Replicas asked for (the Deployment's own count with external scaling).
@@ -214,6 +216,7 @@ impl Scaler {
                 object: t.object.clone(),
                 scaling: spec.scaling.clone(),
                 paused: spec.paused,
+                consciousness: spec.consciousness.clone(),
                 plans: Vec::new(),
                 failed: t.failed,
                 // First sight: what was applied; afterwards the scaler's own count, unless
@@ -229,6 +232,7 @@ impl Scaler {
             e.object = t.object;
             e.scaling = spec.scaling.clone();
             e.paused = spec.paused;
+            e.consciousness = spec.consciousness.clone();
             e.plans = spec.plans.clone();
             e.failed = t.failed;
             e.available = t.available;
@@ -355,7 +359,10 @@ impl Scaler {
                     &deps,
                     agent.clone(),
                     0,
-                    Decision::Up { waiting: 0 },
+                    Decision::Up {
+                        waiting: 0,
+                        restore: false,
+                    },
                     object,
                     Trigger::Wake,
                 )
@@ -416,6 +423,15 @@ impl Scaler {
                 "ScaledDown",
                 format!(
                     "worker scaled {from} → 0 after {idle}s idle: empty inbox, nothing in flight"
+                ),
+            )
+        } else if let Decision::Up { restore: true, .. } = decision {
+            info!(%agent, trigger = trigger.as_str(), "scaled up to restore");
+            (
+                "ScaledUp",
+                format!(
+                    "worker scaled {from} → 1 by the {}: the spec asks for a consciousness restore or seed that is not applied yet",
+                    trigger.as_str()
                 ),
             )
         } else {
@@ -514,7 +530,7 @@ impl Scaler {
                 Duration::from_millis(u64::try_from(now - from).unwrap_or(0))
             });
             let replicas = e.replicas.unwrap_or(0);
-            let decision = decide(&e.scaling, e.paused, replicas, o, idle);
+            let decision = decide(&e.scaling, e.paused, &e.consciousness, replicas, o, idle);
             if let Some(to) = decision.replicas() {
                 e.replicas = Some(to);
                 if to == 1 {
@@ -546,7 +562,7 @@ impl Scaler {
             // Events for what the worker reports that changed (a problem is a Warning).
             for c in &status.conditions {
                 let before = find(&e.conditions, &c.type_);
-                if let Some(kind) = notice(before, c, c.status == "False") {
+                if let Some(kind) = data_notice(before, c) {
                     let notice = Notice {
                         kind,
                         reason: c.reason.clone(),

@@ -555,3 +555,5 @@ async fn what_an_agent_waits_on_a_human_for_is_in_its_status_and_a_gauge() {
         1
     );
 }
+
+mod consciousness;

@@ -1,9 +1,10 @@
 //! The Agent's status, assembled. The reconcile and the data-plane loop own disjoint status
 //! fields, each written under its own server-side apply field manager: the reconcile writes
 //! its conditions, available replicas and the configuration hash ([`reconcile_part`]); the loop
-//! writes phase, replicas, inbox depth, cycles, tokens, last cycle time, the checkpoint, the
-//! tools and the conditions of what the worker reports, `ModelAvailable` and `ToolsReady`
-//! ([`data_part`], built from the data plane by [`data_status`]).
+//! writes phase, replicas, inbox depth, cycles, tokens, last cycle time, the checkpoint, where
+//! the consciousness was restored from, the tools and the conditions of what the worker
+//! reports, `ModelAvailable`, `ToolsReady`, `CheckpointArchived` and `Restored` ([`data_part`],
+//! built from the data plane by [`data_status`]).
 //!
 //! Conditions are merged with the previous set ([`merge`]), so `lastTransitionTime` only moves
 //! when a condition's status flips, and nothing here changes from one pass to the next unless
@@ -13,11 +14,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
-use crate::crd::{AgentPhase, AgentStatus, CheckpointStatus, PendingCallStatus};
+use crate::crd::{AgentPhase, AgentStatus, PendingCallStatus};
 use crate::store::AgentObservation;
 
+mod consciousness;
 mod tools;
 
+use self::consciousness::{archived_condition, checkpoint, restored_condition, restored_from};
+pub use self::consciousness::{CHECKPOINT_ARCHIVED, RESTORED};
 use self::tools::shown_tools;
 pub use self::tools::{tools_condition, TOOLS_READY};
 
@@ -123,6 +127,27 @@ pub fn notice(before: Option<&Condition>, after: &Condition, warning: bool) -> O
     }
 }
 
+/// The Event a change of a condition from the data plane deserves: as [`notice`], a Warning
+/// when it is `False`; and every new `Restored` — the first seen, or one of a later time than
+/// before — since each restore, fork or recovery is something that happened, not only a
+/// state.
+pub fn data_notice(before: Option<&Condition>, after: &Condition) -> Option<EventType> {
+    let warning = after.status == "False";
+    if after.type_ == RESTORED {
+        let new = before.is_none_or(|b| {
+            b.last_transition_time != after.last_transition_time
+                || b.status != after.status
+                || b.reason != after.reason
+        });
+        return new.then_some(if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        });
+    }
+    notice(before, after, warning)
+}
+
 /// The previous condition of a type, if any.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
@@ -151,7 +176,7 @@ pub fn phase(
 
 /// Whether a condition is written by this loop (from the data plane) rather than the reconcile.
 fn data_condition(c: &Condition) -> bool {
-    c.type_ == MODEL_AVAILABLE || c.type_ == TOOLS_READY
+    [MODEL_AVAILABLE, TOOLS_READY, CHECKPOINT_ARCHIVED, RESTORED].contains(&c.type_.as_str())
 }
 
 /// The status fields the reconcile owns.
@@ -218,8 +243,9 @@ pub fn time(ms: i64) -> Option<Time> {
     Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
 }
 
-/// The data-plane status of an agent; `checkpoint_ref` names where the checkpoint of a cycle
-/// is kept (the store says, see [`crate::store::Observe::checkpoint_ref`]). `previous` are the
+/// The data-plane status of an agent; `checkpoint_ref` names where the data plane keeps the
+/// checkpoint of a cycle (the store says, see [`crate::store::Observe::checkpoint_ref`]; the
+/// archived object's URL is shown instead once that cycle is archived). `previous` are the
 /// conditions last computed, so that `ToolsReady` keeps its `lastTransitionTime` until its
 /// status flips (then it is `now`).
 pub fn data_status(
@@ -244,15 +270,8 @@ pub fn data_status(
         cycles: Some(seen.cycles),
         tokens_used: Some(seen.tokens_used),
         last_cycle_time: seen.last_cycle_ms.and_then(time),
-        checkpoint: seen.checkpoint.as_ref().map(|c| CheckpointStatus {
-            cycle: c.cycle,
-            storage_ref: checkpoint_ref(c.cycle),
-            digest: c.digest.clone(),
-            messages: c.messages,
-            tokens: c.tokens,
-            time: time(c.time_ms),
-            archived_cycle: None,
-        }),
+        checkpoint: checkpoint(seen, checkpoint_ref),
+        restored_from: restored_from(seen),
         tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
         pending_calls: seen
             .pending
@@ -266,7 +285,12 @@ pub fn data_status(
                 expires: time(c.record.expires_ms),
             })
             .collect(),
-        conditions: model_condition(seen).into_iter().chain(tools).collect(),
+        conditions: model_condition(seen)
+            .into_iter()
+            .chain(tools)
+            .chain(archived_condition(seen))
+            .chain(restored_condition(seen))
+            .collect(),
         ..AgentStatus::default()
     }
 }
@@ -361,12 +385,14 @@ mod tests {
                 {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
                 {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
                 {"type": "ToolsConfigured", "status": "True", "reason": "SecretsFound", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
-                {"type": "ToolsReady", "status": "True", "reason": "AllReady", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
+                {"type": "ToolsReady", "status": "True", "reason": "AllReady", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "CheckpointArchived", "status": "True", "reason": "Archived", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "Restored", "status": "True", "reason": "Seeded", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
             ],
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
-            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50, "archivedCycle": 6},
-            "restoredFrom": {"reason": "Recovery", "storageRef": "s3://b/p/ops/sre/6", "cycle": 6, "digest": "sha256:x"},
+            "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50, "archivedCycle": 7},
+            "restoredFrom": {"reason": "Seed", "storageRef": "s3://b/ops/sre/3", "cycle": 3, "digest": "sha256:y"},
             "tools": [{"name": "skip", "source": "builtin", "ready": true}],
             "pendingCalls": [{"tool": "restart", "callId": "ops.sre.0123", "kind": "approval"}]
         }))
@@ -405,7 +431,15 @@ mod tests {
             ["Ready", "ToolsConfigured"],
             "conditions: one writer per type"
         );
-        assert_eq!(types(&d), ["ModelAvailable", "ToolsReady"]);
+        assert_eq!(
+            types(&d),
+            [
+                "ModelAvailable",
+                "ToolsReady",
+                "CheckpointArchived",
+                "Restored"
+            ]
+        );
         // Every field of the status is in the sample above: a new field must be given a writer.
         let sample = serde_json::to_value(&s).unwrap();
         let fields = sample.as_object().unwrap().len();
@@ -497,5 +531,114 @@ mod tests {
             "2026-11-18T11:06:40Z",
             "to the second, as the API server keeps it"
         );
+    }
+
+    fn condition(type_: &str, status: &str, reason: &str, second: i64) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::from_second(second).unwrap()),
+        }
+    }
+
+    #[test]
+    fn data_plane_events_problems_recoveries_and_every_restore() {
+        use kube::runtime::events::EventType::{Normal, Warning};
+        let archived = |status, reason, t| condition(CHECKPOINT_ARCHIVED, status, reason, t);
+        let ok = archived("True", "Archived", 100);
+        let down = archived("False", "StoreUnreachable", 200);
+        assert_eq!(data_notice(None, &ok), None, "first seen, no problem");
+        assert_eq!(data_notice(Some(&ok), &ok), None);
+        assert_eq!(data_notice(Some(&ok), &down), Some(Warning));
+        assert_eq!(data_notice(None, &down), Some(Warning));
+        assert_eq!(data_notice(Some(&down), &down), None, "once");
+        assert_eq!(
+            data_notice(Some(&down), &archived("True", "Archived", 300)),
+            Some(Normal),
+            "recovered"
+        );
+        // Each restore is news, also the first, also one like the last but later.
+        let restored = |status, reason, t| condition(RESTORED, status, reason, t);
+        let first = restored("True", "Recovered", 100);
+        assert_eq!(data_notice(None, &first), Some(Normal));
+        assert_eq!(data_notice(Some(&first), &first), None, "the same one");
+        let again = restored("True", "Recovered", 500);
+        assert_eq!(data_notice(Some(&first), &again), Some(Normal));
+        let refused = restored("False", "CheckpointCorrupt", 600);
+        assert_eq!(data_notice(Some(&again), &refused), Some(Warning));
+        assert_eq!(data_notice(None, &refused), Some(Warning));
+        assert_eq!(data_notice(Some(&refused), &refused), None);
+    }
+
+    #[test]
+    fn data_status_shows_the_archive_and_the_last_restore() {
+        let key = AgentKey::new("fam", "assistant");
+        let mut o = AgentObservation {
+            cycles: 7,
+            checkpoint: Some(crate::store::Checkpoint {
+                cycle: 7,
+                start: 0,
+                end: 14,
+                summary_cycle: None,
+                digest: "sha256:ab".into(),
+                messages: 14,
+                tokens: 900,
+                time_ms: 1_795_000_000_123,
+            }),
+            ..AgentObservation::default()
+        };
+        let types = |s: &AgentStatus| -> Vec<String> {
+            s.conditions.iter().map(|c| c.type_.clone()).collect()
+        };
+        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
+        assert_eq!(types(&s), [TOOLS_READY], "nothing reported: no condition");
+        assert_eq!(s.restored_from, None);
+        o.archive = Some(crate::store::ArchiveReport {
+            cycle: Some(7),
+            url: Some("s3://fleet/fam/assistant/7".into()),
+            ok: true,
+            reason: "Archived".into(),
+            message: "cycle 7 archived".into(),
+            since_ms: 1_795_000_000_500,
+        });
+        o.restore = Some(crate::store::RestoreReport {
+            ok: true,
+            reason: "Recovered".into(),
+            message: "the data plane had no consciousness; recovered cycle 5 from the archive"
+                .into(),
+            since_ms: 1_795_000_000_200,
+            request: None,
+            applied: Some(crate::crd::RestoredFromStatus {
+                reason: "Recovery".into(),
+                storage_ref: "s3://fleet/fam/assistant/5".into(),
+                cycle: 5,
+                digest: "sha256:cd".into(),
+                request: None,
+                time: None,
+            }),
+        });
+        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
+        assert_eq!(
+            types(&s),
+            [TOOLS_READY, CHECKPOINT_ARCHIVED, RESTORED],
+            "in a fixed order"
+        );
+        let cp = s.checkpoint.as_ref().unwrap();
+        assert_eq!(
+            (cp.storage_ref.as_str(), cp.archived_cycle),
+            ("s3://fleet/fam/assistant/7", Some(7))
+        );
+        assert_eq!(s.restored_from.as_ref().unwrap().cycle, 5);
+        assert_eq!(
+            s,
+            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
+            "the same on every pass"
+        );
+        // Written by the loop, not the reconcile.
+        assert_eq!(data_part(&s), s);
+        assert_eq!(reconcile_part(&s).restored_from, None);
     }
 }

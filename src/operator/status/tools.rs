@@ -11,7 +11,7 @@ pub const TOOLS_READY: &str = "ToolsReady";
 /// The longest text of one tool's `lastError` shown in status.
 const MAX_TOOL_ERROR: usize = 512;
 /// The longest condition message.
-const MAX_MESSAGE: usize = 1024;
+pub(super) const MAX_MESSAGE: usize = 1024;
 
 /// The most tools `status.tools` lists (a server may offer thousands; the status must stay
 /// far below the API server's object size limit).
@@ -46,7 +46,7 @@ pub(super) fn shown_tools(reported: &[ToolStatus]) -> Vec<ToolStatus> {
 }
 
 /// `text`, at most `max` characters of it (an ellipsis says it was cut).
-fn cut(text: &str, max: usize) -> String {
+pub(super) fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }
