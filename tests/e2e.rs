@@ -152,6 +152,7 @@ async fn operator_on_a_real_api_server() {
                 callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
                 log_format: agentfleet::telemetry::LogFormat::Json,
                 otlp_endpoint: None,
+                archive: None,
             },
             instance: Some("e2e".into()),
             tuning: Tuning {
@@ -159,6 +160,7 @@ async fn operator_on_a_real_api_server() {
                 status_interval: Duration::from_secs(1),
                 cleanup_timeout: Duration::from_secs(60),
             },
+            archive: None,
         },
         Arc::new(Health::default()),
         async move {

@@ -405,6 +405,7 @@ fn the_chart_renders_monitoring_only_when_asked_and_its_rule_passes_promtool() {
         callback_url: None,
         log_format: agentfleet::telemetry::LogFormat::Json,
         otlp_endpoint: None,
+        archive: None,
     };
     let worker = agentfleet::operator::build::deployment(&agent, &owner, &defaults, "h", Some(1));
     let template = worker.spec.unwrap().template;

@@ -102,7 +102,7 @@ fn worker_pod_security() -> k8s_openapi::api::core::v1::PodSecurityContext {
     let deployment = agentfleet::operator::build::deployment(
         &agent,
         &Default::default(),
-        &args.worker_defaults(),
+        &args.worker_defaults(None),
         "hash",
         Some(1),
     );

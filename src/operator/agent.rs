@@ -2,9 +2,10 @@
 //! status (phase, conditions).
 //!
 //! Stages: validate ([`super::validate`]) → check the Secrets of the model and the tools
-//! ([`super::conditions`]) → build (pure, [`super::build`]) → apply
-//! (server-side, one field manager) → status (written only when it changed) → events for
-//! what changed.
+//! ([`super::conditions`]) → build (pure, [`super::build`]) → apply (server-side, one field
+//! manager: the Secrets beside the worker, the ConfigMap, the Deployment) → status (written
+//! only when it changed) → events for what changed. A deleted Agent's data-plane state and
+//! archived checkpoints are removed by [`cleanup`], under a finalizer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::{info, instrument, warn};
 
-use super::build::{self, RedisUrlSource, FIELD_MANAGER};
+use super::build::{self, FIELD_MANAGER};
 use super::conditions::{check_model, check_tools, failed, ready_condition, worker_condition};
 use super::context::{Context, Error};
 use super::dataplane::Tracked;
@@ -76,10 +77,11 @@ pub async fn run(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Error> 
 }
 
 /// A deleted Agent: removes its data-plane state (inbox, consciousness, checkpoints, memories,
-/// goals, plans, lease, registration), or with `consciousness.retainOnDelete` only its
-/// registration. An unreachable data plane holds the deletion for at most the cleanup timeout
-/// (a `DataPlaneCleanup` condition says why); after it the Agent goes and a Warning Event
-/// names the state left behind.
+/// goals, plans, lease, registration) and its archived checkpoints, or with
+/// `consciousness.retainOnDelete` only its registration. A data plane or an archive that
+/// cannot be reached holds the deletion for at most the cleanup timeout (a `DataPlaneCleanup`
+/// condition says why); after it the Agent goes and a Warning Event names what is left
+/// behind.
 #[instrument(skip_all, fields(agent = %agent.name_any(), namespace = agent.namespace().unwrap_or_default()))]
 pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = agent
@@ -88,33 +90,67 @@ pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Err
     let name = agent.name_any();
     let key = AgentKey::new(ns.clone(), name.clone());
     let retain = agent.spec.consciousness.retain_on_delete;
-    let attempt = async {
-        if retain {
-            ctx.store.unregister_agent(&key).await.map(|_| ())
-        } else {
-            ctx.store.purge_agent(&key).await
+    let archive = ctx
+        .archive
+        .as_ref()
+        .and_then(|a| a.for_agent(&agent.spec.consciousness.archive));
+    let data_plane = async {
+        let attempt = async {
+            if retain {
+                ctx.store.unregister_agent(&key).await.map(|_| ())
+            } else {
+                ctx.store.purge_agent(&key).await
+            }
+        };
+        match tokio::time::timeout(CLEANUP_ATTEMPT, attempt).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!(
+                "the data plane did not answer within {}s",
+                CLEANUP_ATTEMPT.as_secs()
+            )),
         }
     };
-    let failure = match tokio::time::timeout(CLEANUP_ATTEMPT, attempt).await {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(_) => Some(format!(
-            "the data plane did not answer within {}s",
-            CLEANUP_ATTEMPT.as_secs()
-        )),
+    let archived = async {
+        let archive = archive.as_ref().filter(|_| !retain)?;
+        Some(
+            match tokio::time::timeout(CLEANUP_ATTEMPT, archive.purge(&key)).await {
+                Ok(Ok(n)) => Ok(n),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!(
+                    "object storage did not answer within {}s",
+                    CLEANUP_ATTEMPT.as_secs()
+                )),
+            },
+        )
     };
-    let Some(failure) = failure else {
+    let (data_plane, archived) = tokio::join!(data_plane, archived);
+    let archive_url = archive.as_ref().map(|a| a.agent_url(&key));
+    let archive_failure = match (&archived, &archive_url) {
+        (Some(Err(e)), Some(url)) => Some((url.as_str(), e.as_str())),
+        _ => None,
+    };
+    if data_plane.is_none() && archive_failure.is_none() {
         ctx.scaler.forget(&key);
         let (reason, note) = if retain {
+            let kept = archive_url
+                .map(|url| format!(", and its archived checkpoints at {url},"))
+                .unwrap_or_default();
             (
                 "DataPlaneRetained",
-                format!("consciousness, inbox and checkpoints of {key} kept (consciousness.retainOnDelete)"),
+                format!("consciousness, inbox and checkpoints of {key}{kept} kept (consciousness.retainOnDelete)"),
             )
         } else {
+            let removed = match (&archived, &archive_url) {
+                (Some(Ok(n)), Some(url)) => {
+                    format!(", and its {n} archived checkpoint(s) at {url},")
+                }
+                _ => String::new(),
+            };
             (
                 "DataPlaneRemoved",
                 format!(
-                    "inbox, consciousness, checkpoints, memories, goals and plans of {key} removed"
+                    "inbox, consciousness, checkpoints, memories, goals and plans of {key}{removed} removed"
                 ),
             )
         };
@@ -122,7 +158,21 @@ pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Err
         ctx.publish(&*agent, EventType::Normal, reason, "Delete", note)
             .await;
         return Ok(Action::await_change());
-    };
+    }
+    // What could not be removed, and what that leaves behind.
+    let mut failures = Vec::new();
+    let mut left = Vec::new();
+    if let Some(failure) = &data_plane {
+        failures.push(format!("cannot remove the data-plane state: {failure}"));
+        left.push(ctx.store.agent_data(&key));
+    }
+    if let Some((url, failure)) = archive_failure {
+        failures.push(format!(
+            "cannot remove the archived checkpoints at {url}: {failure}"
+        ));
+        left.push(format!("the archived checkpoints at {url}"));
+    }
+    let failure = failures.join("; ");
     let since = agent
         .metadata
         .deletion_timestamp
@@ -132,28 +182,33 @@ pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Err
     let limit = ctx.scaler.tuning.cleanup_timeout;
     if waited.as_secs() >= i64::try_from(limit.as_secs()).unwrap_or(i64::MAX) {
         ctx.scaler.forget(&key);
-        warn!(%key, error = %failure, "giving up removing the agent's data-plane state");
+        warn!(%key, error = %failure, "giving up removing the agent's state");
         ctx.publish(
             &*agent,
             EventType::Warning,
             "DataPlaneCleanupAbandoned",
             "Delete",
             format!(
-                "gave up removing the data-plane state after {}s ({failure}); {} are left behind",
+                "gave up removing the agent's state after {}s ({failure}); {} are left behind",
                 limit.as_secs(),
-                ctx.store.agent_data(&key)
+                left.join(" and ")
             ),
         )
         .await;
         return Ok(Action::await_change());
     }
     let message = format!(
-        "cannot remove the data-plane state: {failure}; retrying for up to {}s after deletion, then the Agent is deleted and the state left behind",
+        "{failure}; retrying for up to {}s after deletion, then the Agent is deleted and the state left behind",
         limit.as_secs()
     );
+    let reason = if data_plane.is_some() {
+        "DataPlaneUnreachable"
+    } else {
+        "ArchiveUnreachable"
+    };
     let previous = agent.status.clone().unwrap_or_default();
     let mut own = status::reconcile_part(&previous);
-    let cond = Cond::fail(DATA_PLANE_CLEANUP, "DataPlaneUnreachable", message.clone());
+    let cond = Cond::fail(DATA_PLANE_CLEANUP, reason, message.clone());
     own.conditions = status::merge(
         &previous.conditions,
         std::slice::from_ref(&cond),
@@ -164,7 +219,7 @@ pub async fn cleanup(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, Err
         ctx.publish(
             &*agent,
             EventType::Warning,
-            "DataPlaneUnreachable",
+            reason,
             "Delete",
             message.clone(),
         )
@@ -225,22 +280,21 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         let manifest = build::render_manifest(&agent)?;
         let hash = build::config_hash(&manifest, &ctx.worker, &agent.spec.tools.secrets());
         let cm = build::configmap(&agent, &owner, &manifest);
-        let redis = match &ctx.worker.redis {
-            RedisUrlSource::Managed(url) => {
-                let secret = build::redis_secret(&agent, &owner, url);
-                apply(&secrets, &secret).await?.map(|_| ())
+        // The Secrets beside the worker first (the managed Redis URL, the archive), then the
+        // ConfigMap.
+        let mut applied = Ok(());
+        for secret in build::worker_secrets(&agent, &owner, &ctx.worker) {
+            if let Err(rejected) = apply(&secrets, &secret).await? {
+                // Never a value: only what the API server said about the Secret.
+                applied = Err(format!("Secret {} rejected: {rejected}", secret.name_any()));
+                break;
             }
-            _ => Ok(()),
-        };
-        let applied = match redis {
+        }
+        let applied = match applied {
             Ok(()) => apply(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &cm)
                 .await?
                 .map_err(|rejected| format!("ConfigMap rejected: {rejected}")),
-            // Never the URL: only what the API server said about the Secret.
-            Err(rejected) => Err(format!(
-                "Secret {} rejected: {rejected}",
-                build::redis_secret_name(&name)
-            )),
+            Err(rejected) => Err(rejected),
         };
         match applied {
             Err(rejected) => Cond::fail(WORKER_AVAILABLE, "WorkerRejected", rejected),

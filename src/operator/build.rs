@@ -1,5 +1,9 @@
 //! Pure builders: from an Agent to the objects the operator applies. No client, no I/O; unit
-//! tested from YAML fixtures.
+//! tested from YAML fixtures. The workers' archive Secret is built in `archive`.
+
+mod archive;
+
+pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
 
 use std::collections::BTreeMap;
 
@@ -69,6 +73,9 @@ pub struct WorkerDefaults {
     /// Where the workers export traces (`OTEL_EXPORTER_OTLP_ENDPOINT`, unless an Agent sets
     /// its own in `spec.worker.env`); none: no traces.
     pub otlp_endpoint: Option<String>,
+    /// The archive of checkpoints (`--archive`), given to every worker in a Secret beside it
+    /// ([`archive_secret`]); none: the workers archive nothing.
+    pub archive: Option<WorkerArchive>,
 }
 
 /// Where a worker's Redis URL comes from.
@@ -138,6 +145,24 @@ pub fn redis_secret(agent: &Agent, owner: &OwnerReference, url: &str) -> Secret 
         type_: Some("Opaque".into()),
         ..Secret::default()
     }
+}
+
+/// The Secrets the operator writes beside the worker of `agent` (owned by it): the managed
+/// Redis URL and the archive's environment, as the operator's configuration has them.
+pub fn worker_secrets(
+    agent: &Agent,
+    owner: &OwnerReference,
+    defaults: &WorkerDefaults,
+) -> Vec<Secret> {
+    let redis = match &defaults.redis {
+        RedisUrlSource::Managed(url) => Some(redis_secret(agent, owner, url)),
+        _ => None,
+    };
+    let archive = defaults
+        .archive
+        .as_ref()
+        .map(|a| archive_secret(agent, owner, a));
+    redis.into_iter().chain(archive).collect()
 }
 
 /// `--log-format`'s value for `format`.
@@ -212,8 +237,9 @@ pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
 }
 
 /// A short, stable hash of a rendered manifest and what else shapes the pod: the worker
-/// defaults and the names of the Secrets mounted in it (never their values: a changed value
-/// reaches the worker in place, through the mounted files).
+/// defaults (the archive's environment as a digest: a new value is only read at the worker's
+/// start, so it must roll the pod) and the names of the Secrets mounted in it (never their
+/// values: a changed value reaches the worker in place, through the mounted files).
 pub fn config_hash(manifest: &str, defaults: &WorkerDefaults, secrets: &[&str]) -> String {
     let mut h = Sha256::new();
     h.update(manifest.as_bytes());
@@ -229,6 +255,10 @@ pub fn config_hash(manifest: &str, defaults: &WorkerDefaults, secrets: &[&str]) 
             .unwrap_or_default()
             .as_bytes(),
     );
+    if let Some(archive) = &defaults.archive {
+        h.update(b"\0");
+        h.update(archive.fingerprint().as_bytes());
+    }
     for name in secrets {
         h.update(b"\0secret:");
         h.update(name.as_bytes());
@@ -333,8 +363,9 @@ fn default_resources() -> ResourceRequirements {
 
 /// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent/agent.yaml`,
 /// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
-/// filesystem, no service-account token, the model key from the Agent's Secret, and each
-/// Secret of the tools' `headersFrom` mounted read-only at `/etc/agentfleet/secrets/NAME`.
+/// filesystem, no service-account token, the model key from the Agent's Secret, each
+/// Secret of the tools' `headersFrom` mounted read-only at `/etc/agentfleet/secrets/NAME`, and
+/// with an archive its Secret's variables as environment.
 pub fn deployment(
     agent: &Agent,
     owner: &OwnerReference,
@@ -413,6 +444,10 @@ pub fn deployment(
             format!("0.0.0.0:{WORKER_METRICS_PORT}"),
         ]),
         env: Some(env),
+        env_from: defaults
+            .archive
+            .as_ref()
+            .map(|_| vec![archive::archive_env_from(&name)]),
         ports: Some(vec![ContainerPort {
             name: Some("metrics".into()),
             container_port: WORKER_METRICS_PORT,
@@ -541,12 +576,12 @@ mod tests {
     use super::*;
     use kube::Resource;
 
-    fn fixture(name: &str) -> Agent {
+    pub(super) fn fixture(name: &str) -> Agent {
         let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
         serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
     }
 
-    fn defaults() -> WorkerDefaults {
+    pub(super) fn defaults() -> WorkerDefaults {
         WorkerDefaults {
             image: "ghcr.io/agentfleet/agentfleet:0.1.0".into(),
             image_pull_policy: None,
@@ -554,11 +589,12 @@ mod tests {
             callback_url: None,
             log_format: LogFormat::Json,
             otlp_endpoint: None,
+            archive: None,
         }
     }
 
     /// The Secret and key env var `var` of the worker container reads, asserting it is not inline.
-    fn secret_ref(deploy: &Deployment, var: &str) -> (String, String) {
+    pub(super) fn secret_ref(deploy: &Deployment, var: &str) -> (String, String) {
         let c = &deploy
             .spec
             .as_ref()
@@ -644,7 +680,7 @@ mod tests {
         assert_ne!(before, config_hash("m", &d, &[]));
     }
 
-    fn owner(agent: &Agent) -> OwnerReference {
+    pub(super) fn owner(agent: &Agent) -> OwnerReference {
         agent.controller_owner_ref(&()).unwrap()
     }
 

@@ -15,6 +15,7 @@ use tracing::warn;
 
 use super::build::WorkerDefaults;
 use super::dataplane::{Scaler, Tuning};
+use crate::archive::Archive;
 use crate::crd::{Agent, Space};
 use crate::store::{Store, StoreError};
 use crate::telemetry::OperatorMetrics;
@@ -88,6 +89,8 @@ pub struct Config {
     pub instance: Option<String>,
     /// Sweep, status and cleanup timing.
     pub tuning: Tuning,
+    /// The archive of checkpoints (`--archive`), whose objects of a deleted Agent go with it.
+    pub archive: Option<Archive>,
 }
 
 /// Shared by every reconcile.
@@ -108,6 +111,8 @@ pub struct Context {
     pub spaces: Cache<Space>,
     /// Scaling, data-plane status and plans (the loop runs beside the controllers).
     pub scaler: Arc<Scaler>,
+    /// The archive of checkpoints (`--archive`), if any.
+    pub archive: Option<Archive>,
     failures: Mutex<HashMap<String, u32>>,
     applied: Mutex<HashMap<String, String>>,
     caches_ready: watch::Sender<bool>,
@@ -127,6 +132,7 @@ impl Context {
             worker,
             instance,
             tuning,
+            archive,
         } = config;
         let reporter = Reporter {
             controller: "agentfleet-operator".into(),
@@ -141,6 +147,7 @@ impl Context {
             agents,
             spaces,
             scaler: Arc::new(Scaler::new(tuning)),
+            archive,
             failures: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             caches_ready: watch::Sender::new(false),

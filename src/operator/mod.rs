@@ -33,11 +33,12 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use self::build::{RedisUrlSource, WorkerDefaults};
+use self::build::{RedisUrlSource, WorkerArchive, WorkerDefaults};
 use self::context::Config;
 use self::controllers::run_controllers;
 use self::dataplane::Tuning;
 use self::health::Health;
+use crate::archive::Archive;
 use crate::store::{RedisStore, Store};
 use crate::telemetry::{self, LogFormat, OperatorMetrics};
 
@@ -121,15 +122,24 @@ pub struct Args {
     /// Least seconds between two status writes of one agent.
     #[arg(long, env = "AGENTFLEET_STATUS_INTERVAL_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub status_interval_seconds: u64,
+    /// Object storage that keeps every agent's checkpoints beyond the data plane
+    /// (`s3://BUCKET/PREFIX`, `gs://…`, `az://…`, `file:///DIR`), reached with the store's
+    /// standard environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`: credentials, endpoint, region).
+    /// The URL and those variables are given to every worker in a Secret beside it
+    /// (`AGENT-worker-archive`); a deleted Agent's archived checkpoints are removed with its
+    /// data (unless `retainOnDelete`). Unset: no archive.
+    #[arg(long, env = crate::archive::URL_ENV)]
+    pub archive: Option<String>,
     /// Seconds a deleted Agent waits for an unreachable data plane before it is deleted anyway.
     #[arg(long, env = "AGENTFLEET_CLEANUP_TIMEOUT_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub cleanup_timeout_seconds: u64,
 }
 
 impl Args {
-    /// What every worker gets from these flags: image, pull policy, and the data plane's URL —
-    /// from a Secret, or inline (the operator's own unless `--worker-redis` names another).
-    pub fn worker_defaults(&self) -> WorkerDefaults {
+    /// What every worker gets from these flags: image, pull policy, the data plane's URL —
+    /// from a Secret, or inline (the operator's own unless `--worker-redis` names another) —
+    /// and `archive`, the archive opened from `--archive`.
+    pub fn worker_defaults(&self, archive: Option<&Archive>) -> WorkerDefaults {
         let redis = match (&self.worker_redis_secret, &self.worker_redis) {
             (Some(name), _) => RedisUrlSource::Secret {
                 name: name.clone(),
@@ -156,7 +166,22 @@ impl Args {
             callback_url: self.gateway_url.clone(),
             log_format: self.worker_log_format,
             otlp_endpoint: self.worker_otlp_endpoint.clone(),
+            archive: self
+                .archive
+                .as_deref()
+                .zip(archive)
+                .map(|(url, archive)| WorkerArchive::new(url, archive)),
         }
+    }
+
+    /// The archive of `--archive`, opened with this process's environment (none without
+    /// it); a URL that names no archive is an error.
+    pub fn open_archive(&self) -> anyhow::Result<Option<Archive>> {
+        self.archive
+            .as_deref()
+            .map(Archive::open)
+            .transpose()
+            .context("--archive (AGENTFLEET_ARCHIVE_URL)")
     }
 
     /// The data-plane loop's timing from these flags.
@@ -187,6 +212,10 @@ fn gateway_url(s: &str) -> Result<String, String> {
 
 /// `agentfleet operator`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let archive = args.open_archive()?;
+    if let Some(a) = &archive {
+        info!(archive = %a.url(), "checkpoints are archived");
+    }
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
@@ -243,7 +272,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     health.set_leader(true);
     metrics.leader.set(1);
 
-    let worker = args.worker_defaults();
+    let worker = args.worker_defaults(archive.as_ref());
     // Stop the controllers on shutdown, or as soon as leadership is lost.
     let lost = Arc::new(AtomicBool::new(false));
     let stop = {
@@ -265,6 +294,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             worker,
             instance: Some(identity.clone()),
             tuning: args.tuning(),
+            archive,
         },
         health.clone(),
         stop,

@@ -321,7 +321,7 @@ async fn api_server_outage_is_an_error_for_backoff() {
 }
 
 /// Whether a JSON patch removes the (only) finalizer.
-fn removes_finalizer(patch: &Value) -> bool {
+pub(super) fn removes_finalizer(patch: &Value) -> bool {
     patch.as_array().is_some_and(|ops| {
         ops.iter()
             .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0")
@@ -329,7 +329,7 @@ fn removes_finalizer(patch: &Value) -> bool {
 }
 
 /// The echo agent, deleted `ago` seconds ago, still held by the finalizer.
-fn deleted_agent(extra_spec: &str, ago: i64) -> Agent {
+pub(super) fn deleted_agent(extra_spec: &str, ago: i64) -> Agent {
     let mut a = agent_yaml(extra_spec);
     a.metadata.finalizers = Some(vec![agent::FINALIZER.into()]);
     let since =
@@ -401,12 +401,12 @@ async fn retain_on_delete_keeps_the_state_and_only_unregisters() {
 fn unreachable_harness() -> Harness {
     let port = crate::testing::free_port().unwrap();
     let store = crate::store::RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
-    context_on(vec![], vec![lobby(true)], true, Some(Arc::new(store)))
+    context_on(vec![], vec![lobby(true)], true, Some(Arc::new(store)), None)
 }
 
 /// What deleting the echo agent asks of the API server: an Event, then the finalizer's
 /// removal when it is `finished`, else the status with the cleanup condition.
-fn deletion_script(finished: bool) -> Vec<Expect> {
+pub(super) fn deletion_script(finished: bool) -> Vec<Expect> {
     let then = if finished {
         "/agents/echo?"
     } else {

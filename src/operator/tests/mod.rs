@@ -3,6 +3,7 @@
 //! and fixtures are here; the tests, by controller, in `agents.rs` and `spaces.rs`.
 
 mod agents;
+mod archive;
 mod spaces;
 mod tools;
 
@@ -17,7 +18,7 @@ use kube::runtime::watcher;
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::build::{RedisUrlSource, WorkerDefaults};
+use super::build::{RedisUrlSource, WorkerArchive, WorkerDefaults};
 use super::context::{Config, Context, Error};
 use super::dataplane::Tuning;
 use super::{agent, space};
@@ -143,15 +144,17 @@ pub(super) struct Harness {
 /// A context over the given objects, its API client answered by the returned handle. The
 /// caches are synced (and the gate open) only when `synced`.
 pub(super) fn context(agents: Vec<Agent>, spaces: Vec<Space>, synced: bool) -> Harness {
-    context_on(agents, spaces, synced, None)
+    context_on(agents, spaces, synced, None, None)
 }
 
-/// [`context`] on `data_plane` instead of the harness' memory store.
+/// [`context`] on `data_plane` instead of the harness' memory store, and with `archive` (as
+/// `--archive` gives it) when given.
 fn context_on(
     agents: Vec<Agent>,
     spaces: Vec<Space>,
     synced: bool,
     data_plane: Option<Arc<dyn Store>>,
+    archive: Option<crate::archive::Archive>,
 ) -> Harness {
     let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (agents, aw) = cache(agents);
@@ -169,9 +172,11 @@ fn context_on(
                 callback_url: Some("http://gateway.agentfleet.svc:80".into()),
                 log_format: crate::telemetry::LogFormat::Json,
                 otlp_endpoint: None,
+                archive: archive.as_ref().map(|a| WorkerArchive::new(&a.url(), a)),
             },
             instance: Some("test".into()),
             tuning: Tuning::default(),
+            archive,
         },
         agents,
         spaces,

@@ -393,7 +393,7 @@ fn the_gateway_url_flag_reaches_the_worker_defaults() {
     let parse = |extra: &[&str]| {
         let mut argv = vec!["operator", "--redis", "redis://r:6379/"];
         argv.extend(extra);
-        Cli::try_parse_from(argv).map(|c| c.args.worker_defaults().callback_url)
+        Cli::try_parse_from(argv).map(|c| c.args.worker_defaults(None).callback_url)
     };
     assert_eq!(parse(&[]).unwrap(), None);
     assert_eq!(

@@ -1,0 +1,183 @@
+//! The workers' archive: the operator's `--archive` URL and the store's credential and
+//! endpoint variables it was opened with, written into a Secret beside each worker
+//! (`AGENT-worker-archive`, owned by the Agent) and loaded whole into the worker's
+//! environment (`envFrom`), never into the Deployment or the ConfigMap.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvFromSource, Secret, SecretEnvSource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
+use sha2::{Digest, Sha256};
+
+use super::child_meta;
+use crate::archive::{Archive, URL_ENV};
+use crate::crd::Agent;
+
+/// What every worker gets of the operator's archive: the variables of its environment that
+/// open it (`AGENTFLEET_ARCHIVE_URL` and the store's `AWS_*`, `GOOGLE_*`, `AZURE_*`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct WorkerArchive {
+    /// Variable → value, the URL's included (values are secrets: never shown).
+    env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for WorkerArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The names only: the values hold credentials.
+        f.debug_struct("WorkerArchive")
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl WorkerArchive {
+    /// The archive at `url`, as `archive` was opened from it (with its environment).
+    pub fn new(url: &str, archive: &Archive) -> Self {
+        let mut env: BTreeMap<String, String> = archive.env().iter().cloned().collect();
+        env.insert(URL_ENV.into(), url.into());
+        Self { env }
+    }
+
+    /// What changes the workers' pods when it changes: a digest of every variable and
+    /// value, so that new credentials roll the workers (the configuration hash is shown in
+    /// the status: never a value).
+    pub(super) fn fingerprint(&self) -> String {
+        let mut h = Sha256::new();
+        for (k, v) in &self.env {
+            h.update(k.as_bytes());
+            h.update(b"=");
+            h.update(v.as_bytes());
+            h.update(b"\0");
+        }
+        format!("archive:{}", crate::hex(&h.finalize()))
+    }
+}
+
+/// Name of the Secret holding a worker's archive environment.
+pub fn archive_secret_name(agent: &str) -> String {
+    format!("{agent}-worker-archive")
+}
+
+/// The Secret holding the worker's archive environment, one key per variable, owned by the
+/// Agent so that it goes with it.
+pub fn archive_secret(agent: &Agent, owner: &OwnerReference, archive: &WorkerArchive) -> Secret {
+    Secret {
+        metadata: child_meta(agent, archive_secret_name(&agent.name_any()), owner),
+        data: Some(
+            archive
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    }
+}
+
+/// The worker's environment from that Secret (required: a pod without it does not start).
+pub(super) fn archive_env_from(agent: &str) -> EnvFromSource {
+    EnvFromSource {
+        secret_ref: Some(SecretEnvSource {
+            name: archive_secret_name(agent),
+            optional: Some(false),
+        }),
+        ..EnvFromSource::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{defaults, fixture, owner};
+    use super::super::{config_hash, configmap, deployment, render_manifest, worker_secrets};
+    use super::*;
+
+    const SECRET: &str = "archive-secret-9d8c7b6a";
+
+    fn archive(secret: &str) -> WorkerArchive {
+        let env = [
+            ("AWS_ACCESS_KEY_ID", "AKIAFLEET"),
+            ("AWS_SECRET_ACCESS_KEY", secret),
+            ("AWS_ENDPOINT_URL", "http://minio.storage:9000"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let opened = Archive::open_with("s3://fleet/prod", &env).unwrap();
+        WorkerArchive::new("s3://fleet/prod", &opened)
+    }
+
+    #[test]
+    fn the_archive_reaches_the_worker_through_its_own_secret_only() {
+        let agent = fixture("agent-scripted.yaml");
+        let name = agent.name_any();
+        let mut d = defaults();
+        d.archive = Some(archive(SECRET));
+        let secrets = worker_secrets(&agent, &owner(&agent), &d);
+        assert_eq!(
+            secrets.len(),
+            1,
+            "no managed Redis here: the archive's only"
+        );
+        let secret = &secrets[0];
+        assert_eq!(secret.metadata.name, Some(archive_secret_name(&name)));
+        assert_eq!(secret.metadata.name.as_deref(), Some("echo-worker-archive"));
+        assert_eq!(secret.metadata.namespace, agent.namespace());
+        assert_eq!(
+            secret.metadata.owner_references.as_ref().unwrap()[0].name,
+            name
+        );
+        let data = secret.data.as_ref().unwrap();
+        let value = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+        assert_eq!(value(URL_ENV), "s3://fleet/prod");
+        assert_eq!(value("AWS_SECRET_ACCESS_KEY"), SECRET);
+        assert_eq!(value("AWS_ENDPOINT_URL"), "http://minio.storage:9000");
+        assert_eq!(data.len(), 4);
+
+        let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
+        let c = &deploy
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        let from = c.env_from.as_ref().unwrap();
+        assert_eq!(from.len(), 1);
+        let source = from[0].secret_ref.as_ref().unwrap();
+        assert_eq!(
+            (source.name.as_str(), source.optional),
+            ("echo-worker-archive", Some(false))
+        );
+        // Nothing of it in the Deployment, the ConfigMap, the hash's input or a debug line.
+        let manifest = render_manifest(&agent).unwrap();
+        let shown = format!(
+            "{}{}{:?}{}",
+            serde_json::to_string(&deploy).unwrap(),
+            serde_json::to_string(&configmap(&agent, &owner(&agent), &manifest)).unwrap(),
+            d,
+            d.archive.as_ref().unwrap().fingerprint(),
+        );
+        for leak in [SECRET, "AKIAFLEET", "minio.storage"] {
+            assert!(!shown.contains(leak), "{leak} in {shown}");
+        }
+        // New credentials roll the workers; the same ones do not.
+        let h = config_hash("m", &d, &[]);
+        assert_eq!(h, config_hash("m", &d, &[]));
+        assert_ne!(h, config_hash("m", &defaults(), &[]), "archive on");
+        let mut rotated = d.clone();
+        rotated.archive = Some(archive("rotated-0f1e2d"));
+        assert_ne!(h, config_hash("m", &rotated, &[]));
+    }
+
+    #[test]
+    fn without_an_archive_the_worker_has_no_archive_environment() {
+        let agent = fixture("agent-scripted.yaml");
+        assert!(worker_secrets(&agent, &owner(&agent), &defaults()).is_empty());
+        let deploy = deployment(&agent, &owner(&agent), &defaults(), "h", Some(1));
+        let c = &deploy.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(c.env_from, None);
+        assert!(c.env.iter().flatten().all(|e| e.name != URL_ENV));
+    }
+}
