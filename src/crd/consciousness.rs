@@ -93,7 +93,10 @@ pub enum Compaction {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ArchiveSpec {
-    /// Archive this agent's checkpoints (when an archive is configured).
+    /// Archive this agent's checkpoints (when an archive is configured). `false`: nothing of
+    /// this agent is written to the archive, recovered from it, or removed from it when the
+    /// Agent is deleted (the worker still gets the archive's address, so `restore.storageRef`
+    /// and `seedFrom` can read archived checkpoints).
     #[serde(default = "yes")]
     pub enabled: bool,
 
