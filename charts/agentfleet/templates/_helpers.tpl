@@ -78,3 +78,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ required "redis.url is required when redis.deploy is false and redis.existingSecret is empty" .Values.redis.url | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The Secret of the archive's credentials loaded into the operator: yours, the chart's (from archive.credentials), or none. */}}
+{{- define "agentfleet.archiveSecret" -}}
+{{- if .Values.archive.url -}}
+{{- if .Values.archive.existingSecret -}}
+{{- .Values.archive.existingSecret -}}
+{{- else if .Values.archive.credentials -}}
+{{- printf "%s-archive" (include "agentfleet.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator writes Secrets beside each worker: the chart's Redis URL, the archive's environment. */}}
+{{- define "agentfleet.writesWorkerSecrets" -}}
+{{- if or (include "agentfleet.workerRedisManaged" .) .Values.archive.url -}}true{{- end -}}
+{{- end -}}
