@@ -5,11 +5,13 @@
 //!   the loop sets that agent's worker Deployment to 1 replica at once — one API call, no poll.
 //! - **Sweep** (every `--sweep-seconds`, and early when a plan is due): one pipelined Redis
 //!   round trip reads every agent's inbox depth, in-flight events, activity, counters, latest
-//!   checkpoint, plans, model health and tools. From it the loop scales up what has work (the
-//!   fallback for a missed wake signal), scales down what has been idle for `idleSeconds` with
-//!   an empty inbox and nothing in flight, fires due plans, and writes the data-plane status
-//!   fields (with `status.tools` and `ToolsReady`) — only when they changed, and at most once
-//!   per `--status-interval-seconds` per agent.
+//!   checkpoint, plans, model health, tools, and how archiving and restoring went. From it the
+//!   loop scales up what has work (the fallback for a missed wake signal; a restore or seed
+//!   the spec asks for and the data plane has not applied is work too), scales down what has
+//!   been idle for `idleSeconds` with an empty inbox and nothing in flight, fires due plans,
+//!   and writes the data-plane status fields (with `status.tools`, `ToolsReady`,
+//!   `CheckpointArchived`, `Restored` and `restoredFrom`) — only when they changed, and at
+//!   most once per `--status-interval-seconds` per agent.
 //!
 //! Which status fields are the loop's and which the reconcile's: [`crate::operator::status`].
 //! Deciding is pure ([`mod@decide`]); acting goes through [`Cluster`], so the loop is tested
