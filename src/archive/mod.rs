@@ -464,4 +464,4 @@ pub fn expect(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,7 +4,8 @@ use super::*;
 use crate::store::{Consciousness, Snapshot};
 use crate::testing::{s3, S3Server};
 
-fn doc(agent: &AgentKey, cycle: u64) -> Document {
+/// A small document of `agent` after `cycle` (also the operator's tests' archived checkpoint).
+pub(crate) fn doc(agent: &AgentKey, cycle: u64) -> Document {
     Document {
         agent: agent.clone(),
         generation: 1,

@@ -593,9 +593,9 @@ mod tests {
         }
     }
 
-    /// The Secret and key env var `var` of the worker container reads, asserting it is not inline.
-    pub(super) fn secret_ref(deploy: &Deployment, var: &str) -> (String, String) {
-        let c = &deploy
+    /// The worker container of `deploy`.
+    pub(super) fn worker_container(deploy: &Deployment) -> &Container {
+        &deploy
             .spec
             .as_ref()
             .unwrap()
@@ -603,8 +603,12 @@ mod tests {
             .spec
             .as_ref()
             .unwrap()
-            .containers[0];
-        let env = c
+            .containers[0]
+    }
+
+    /// The Secret and key env var `var` of the worker container reads, asserting it is not inline.
+    pub(super) fn secret_ref(deploy: &Deployment, var: &str) -> (String, String) {
+        let env = worker_container(deploy)
             .env
             .as_ref()
             .unwrap()

@@ -89,7 +89,7 @@ pub(super) fn archive_env_from(agent: &str) -> EnvFromSource {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{defaults, fixture, owner};
+    use super::super::tests::{defaults, fixture, owner, worker_container};
     use super::super::{config_hash, configmap, deployment, render_manifest, worker_secrets};
     use super::*;
 
@@ -134,16 +134,7 @@ mod tests {
         assert_eq!(data.len(), 4);
 
         let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
-        let c = &deploy
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0];
-        let from = c.env_from.as_ref().unwrap();
+        let from = worker_container(&deploy).env_from.as_ref().unwrap();
         assert_eq!(from.len(), 1);
         let source = from[0].secret_ref.as_ref().unwrap();
         assert_eq!(
@@ -176,7 +167,7 @@ mod tests {
         let agent = fixture("agent-scripted.yaml");
         assert!(worker_secrets(&agent, &owner(&agent), &defaults()).is_empty());
         let deploy = deployment(&agent, &owner(&agent), &defaults(), "h", Some(1));
-        let c = &deploy.spec.unwrap().template.spec.unwrap().containers[0];
+        let c = worker_container(&deploy);
         assert_eq!(c.env_from, None);
         assert!(c.env.iter().flatten().all(|e| e.name != URL_ENV));
     }

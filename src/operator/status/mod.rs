@@ -493,6 +493,20 @@ mod tests {
         assert_eq!(model(&o)[0].reason, "Unknown");
     }
 
+    /// The checkpoint after cycle 7: 14 messages, 900 tokens.
+    fn checkpoint7() -> crate::store::Checkpoint {
+        crate::store::Checkpoint {
+            cycle: 7,
+            start: 0,
+            end: 14,
+            summary_cycle: None,
+            digest: "sha256:ab".into(),
+            messages: 14,
+            tokens: 900,
+            time_ms: 1_795_000_000_123,
+        }
+    }
+
     #[test]
     fn data_status_carries_the_checkpoint() {
         let key = AgentKey::new("fam", "assistant");
@@ -501,16 +515,7 @@ mod tests {
             cycles: 7,
             tokens_used: 1234,
             last_cycle_ms: Some(1_795_000_000_123),
-            checkpoint: Some(crate::store::Checkpoint {
-                cycle: 7,
-                start: 0,
-                end: 14,
-                summary_cycle: None,
-                digest: "sha256:ab".into(),
-                messages: 14,
-                tokens: 900,
-                time_ms: 1_795_000_000_123,
-            }),
+            checkpoint: Some(checkpoint7()),
             ..AgentObservation::default()
         };
         let s = data_status(false, Some(0), 0, &o, &[], t0(), redis_ref(&key));
@@ -578,16 +583,7 @@ mod tests {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation {
             cycles: 7,
-            checkpoint: Some(crate::store::Checkpoint {
-                cycle: 7,
-                start: 0,
-                end: 14,
-                summary_cycle: None,
-                digest: "sha256:ab".into(),
-                messages: 14,
-                tokens: 900,
-                time_ms: 1_795_000_000_123,
-            }),
+            checkpoint: Some(checkpoint7()),
             ..AgentObservation::default()
         };
         let types = |s: &AgentStatus| -> Vec<String> {

@@ -8,9 +8,9 @@ use http::Method;
 
 use super::agents::{deleted_agent, deletion_script, removes_finalizer};
 use super::{agent_yaml, condition, context_on, expect, lobby, Harness};
-use crate::archive::{Archive, Document};
+use crate::archive::Archive;
 use crate::operator::agent;
-use crate::store::{AgentKey, Consciousness, Snapshot};
+use crate::store::AgentKey;
 use crate::testing::{s3, S3Server};
 
 /// A harness whose operator has the archive `prod` of `server`.
@@ -99,21 +99,10 @@ async fn the_archive_reaches_each_worker_in_a_secret_beside_it_and_nowhere_else(
 /// Archives checkpoints of `agent` after `cycles` in `archive`.
 async fn put(archive: &Archive, agent: &AgentKey, cycles: &[u64]) {
     for &cycle in cycles {
-        let doc = Document {
-            agent: agent.clone(),
-            generation: 1,
-            snapshot: Snapshot {
-                consciousness: Consciousness {
-                    cycle,
-                    messages: vec![r#"{"role":"user","content":"hi"}"#.into()],
-                    tokens: 3,
-                    digest: format!("sha256:{}", "0".repeat(64)),
-                    ..Consciousness::default()
-                },
-                notes: Default::default(),
-            },
-        };
-        archive.put(&doc).await.unwrap();
+        archive
+            .put(&crate::archive::tests::doc(agent, cycle))
+            .await
+            .unwrap();
     }
 }
 

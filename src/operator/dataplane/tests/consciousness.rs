@@ -7,9 +7,7 @@ use std::time::Duration;
 use super::{fast, spec, start, track, until, Call};
 use crate::crd::{AgentStatus, RestoredFromStatus};
 use crate::operator::status::{find, CHECKPOINT_ARCHIVED, RESTORED};
-use crate::store::{
-    now_ms, AgentKey, ArchiveReport, Consciousness, MemoryStore, RestoreReport, Snapshot, Store,
-};
+use crate::store::{now_ms, AgentKey, ArchiveReport, MemoryStore, RestoreReport, Store};
 
 fn events(calls: &[Call]) -> Vec<(bool, String, String)> {
     calls
@@ -104,16 +102,7 @@ async fn checkpointed(store: &dyn Store, agent: &AgentKey, cycle: u64) {
         .await
         .unwrap()
         .unwrap();
-    let snapshot = Snapshot {
-        consciousness: Consciousness {
-            cycle,
-            messages: vec![r#"{"role":"user","content":"hi"}"#.into()],
-            tokens: 3,
-            digest: format!("sha256:{}", "a".repeat(64)),
-            ..Consciousness::default()
-        },
-        notes: Default::default(),
-    };
+    let snapshot = crate::archive::tests::doc(agent, cycle).snapshot;
     store
         .replace_consciousness(agent, &lease, &snapshot)
         .await
@@ -228,7 +217,7 @@ async fn what_the_worker_reports_of_the_archive_reaches_status_events_and_gauges
         reason: "Recovery".into(),
         storage_ref: "s3://fleet/prod/ops/sre/7".into(),
         cycle: 7,
-        digest: format!("sha256:{}", "a".repeat(64)),
+        digest: format!("sha256:{}", "0".repeat(64)),
         request: None,
         time: None,
     };
