@@ -99,6 +99,9 @@ async fn operator_on_a_real_api_server() {
     let client = client().await;
     let redis = RedisServer::start().unwrap();
     let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    // The archive: a real S3-compatible server, given to the operator as `--archive` would.
+    let s3 = agentfleet::testing::S3Server::start("fleet").unwrap();
+    let archive = agentfleet::archive::Archive::open_with(&s3.url("e2e"), &s3.env()).unwrap();
 
     eprintln!("step: CRDs");
     agentfleet::testing::install_crds(&client, MANAGER)
@@ -152,7 +155,10 @@ async fn operator_on_a_real_api_server() {
                 callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
                 log_format: agentfleet::telemetry::LogFormat::Json,
                 otlp_endpoint: None,
-                archive: None,
+                archive: Some(agentfleet::operator::build::WorkerArchive::new(
+                    &archive.url(),
+                    &archive,
+                )),
             },
             instance: Some("e2e".into()),
             tuning: Tuning {
@@ -160,7 +166,7 @@ async fn operator_on_a_real_api_server() {
                 status_interval: Duration::from_secs(1),
                 cleanup_timeout: Duration::from_secs(60),
             },
-            archive: None,
+            archive: Some(archive.clone()),
         },
         Arc::new(Health::default()),
         async move {
@@ -572,6 +578,7 @@ async fn operator_on_a_real_api_server() {
     .await;
 
     scale_from_zero_and_back(&client, &ns, &store).await;
+    archive_on_a_real_api_server(&client, &ns, &store, &archive).await;
 
     eprintln!("step: deleting an Agent removes its data-plane state, then its children");
     let keyed_key = agentfleet::store::AgentKey::new(ns.clone(), "keyed");
@@ -661,6 +668,315 @@ async fn operator_on_a_real_api_server() {
         .await
         .expect("controllers stop on shutdown")
         .unwrap();
+}
+
+/// The archive: the Secret beside the worker (owned, loaded with `envFrom`, its values nowhere
+/// else); what a worker reports (written to the data plane here: no kubelet runs workers) in
+/// `status.checkpoint`, `restoredFrom`, `CheckpointArchived` and `Restored` as the real API
+/// server takes them, with Events; a restore that names two checkpoints refused; a restore
+/// asked for waking the agent at zero; deleting the Agent purging its archived checkpoints.
+async fn archive_on_a_real_api_server(
+    client: &Client,
+    ns: &str,
+    store: &Arc<RedisStore>,
+    archive: &agentfleet::archive::Archive,
+) {
+    use agentfleet::store::{AgentKey, ArchiveReport, Consciousness, RestoreReport, Snapshot};
+
+    eprintln!("step: the archive");
+    let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let keeper = |consciousness: &str| {
+        format!("{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: keeper}}, spec: {{model: {{provider: scripted, name: keeper}}, spaces: [family], scaling: {{idleSeconds: 1}}, consciousness: {consciousness}}}}}")
+    };
+    apply_yaml(&agents, &keeper("{}")).await;
+    let secret = eventually(
+        "keeper: the archive's Secret beside its worker, loaded whole",
+        Duration::from_secs(20),
+        || {
+            let secrets = secrets.clone();
+            let deployments = deployments.clone();
+            async move {
+                let s = secrets.get_opt("keeper-worker-archive").await.ok()??;
+                let d = deployments.get_opt("keeper-worker").await.ok()??;
+                let from = d.spec?.template.spec?.containers[0].env_from.clone()?;
+                (from[0].secret_ref.as_ref()?.name == "keeper-worker-archive").then_some(s)
+            }
+        },
+    )
+    .await;
+    assert_eq!(secret.owner_references()[0].kind, "Agent");
+    let data = secret.data.unwrap();
+    assert_eq!(
+        data["AGENTFLEET_ARCHIVE_URL"].0,
+        archive.url().as_bytes().to_vec()
+    );
+    assert_eq!(
+        data["AWS_SECRET_ACCESS_KEY"].0,
+        agentfleet::testing::s3::SECRET_KEY.as_bytes().to_vec()
+    );
+
+    // What a worker reports: a checkpoint archived, a recovery.
+    let key = AgentKey::new(ns, "keeper");
+    let lease = store
+        .acquire_lease(&key, "e2e", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let snapshot = Snapshot {
+        consciousness: Consciousness {
+            cycle: 3,
+            messages: vec![r#"{"role":"user","content":"remember the milk"}"#.into()],
+            tokens: 5,
+            digest: format!("sha256:{}", "0".repeat(64)),
+            ..Consciousness::default()
+        },
+        notes: Default::default(),
+    };
+    store
+        .replace_consciousness(&key, &lease, &snapshot)
+        .await
+        .unwrap();
+    store.release_lease(&key, &lease).await.unwrap();
+    let url = archive
+        .put(&agentfleet::archive::Document {
+            agent: key.clone(),
+            generation: 1,
+            snapshot,
+        })
+        .await
+        .unwrap();
+    let now = agentfleet::store::now_ms();
+    store
+        .set_archive_report(
+            &key,
+            &ArchiveReport {
+                cycle: Some(3),
+                url: Some(url.clone()),
+                ok: true,
+                reason: "Archived".into(),
+                message: "cycle 3 archived".into(),
+                since_ms: now,
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .set_restore_report(
+            &key,
+            &RestoreReport {
+                ok: true,
+                reason: "Recovered".into(),
+                message: format!(
+                    "the data plane had no consciousness: recovered cycle 3 from {url}"
+                ),
+                since_ms: now,
+                request: None,
+                applied: Some(agentfleet::crd::RestoredFromStatus {
+                    reason: "Recovery".into(),
+                    storage_ref: url.clone(),
+                    cycle: 3,
+                    digest: format!("sha256:{}", "0".repeat(64)),
+                    request: None,
+                    time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::now(),
+                    )),
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    let status = eventually(
+        "keeper: the archived checkpoint, restoredFrom and both conditions in status",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            let url = url.clone();
+            async move {
+                let a = agents.get("keeper").await.ok()?;
+                let s = a.status.clone()?;
+                let cp = s.checkpoint.as_ref()?;
+                (cp.storage_ref == url
+                    && cp.archived_cycle == Some(3)
+                    && s.restored_from.as_ref()?.storage_ref == url
+                    && condition(&a, "CheckpointArchived")? == ("True".into(), "Archived".into())
+                    && condition(&a, "Restored")? == ("True".into(), "Recovered".into()))
+                    .then_some(s)
+            }
+        },
+    )
+    .await;
+    assert_eq!(status.restored_from.unwrap().reason, "Recovery");
+    let event = |reason: &'static str, type_: &'static str| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.type_.as_deref() == Some(type_)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("keeper")
+                })
+                .then_some(())
+        }
+    };
+    eventually(
+        "keeper: a Normal Event Recovered",
+        Duration::from_secs(10),
+        || event("Recovered", "Normal"),
+    )
+    .await;
+
+    // The store goes away: False, and a Warning.
+    store
+        .set_archive_report(
+            &key,
+            &ArchiveReport {
+                cycle: Some(3),
+                url: Some(url.clone()),
+                ok: false,
+                reason: "StoreUnreachable".into(),
+                message: "object storage: connection refused".into(),
+                since_ms: now + 5_000,
+            },
+        )
+        .await
+        .unwrap();
+    eventually(
+        "keeper: CheckpointArchived False StoreUnreachable, a Warning",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            let warned = event("StoreUnreachable", "Warning");
+            async move {
+                let a = agents.get("keeper").await.ok()?;
+                warned.await?;
+                (condition(&a, "CheckpointArchived")?
+                    == ("False".into(), "StoreUnreachable".into()))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // A restore that names two checkpoints: refused, the worker left as it was.
+    apply_yaml(
+        &agents,
+        &keeper(&format!("{{restore: {{cycle: 3, storageRef: \"{url}\"}}}}")),
+    )
+    .await;
+    eventually(
+        "keeper: Ready False InvalidSpec for a restore of two checkpoints",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("keeper").await.ok()?;
+                (condition(&a, "Ready")? == ("False".into(), "InvalidSpec".into())).then_some(())
+            }
+        },
+    )
+    .await;
+    // One checkpoint: the agent at zero is woken to apply it.
+    apply_yaml(&agents, &keeper("{restore: {cycle: 3}}")).await;
+    eventually(
+        "keeper: woken for the restore",
+        Duration::from_secs(20),
+        || {
+            let deployments = deployments.clone();
+            async move { (replicas(&deployments, "keeper-worker").await == Some(1)).then_some(()) }
+        },
+    )
+    .await;
+    eventually(
+        "keeper: a ScaledUp event saying why",
+        Duration::from_secs(10),
+        || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|e| {
+                        e.reason.as_deref() == Some("ScaledUp")
+                            && e.note.as_deref().is_some_and(|n| n.contains("restore"))
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                == Some("keeper")
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    // The worker reports it refused (no kubelet here): back to zero once idle.
+    store
+        .set_restore_report(
+            &key,
+            &RestoreReport {
+                ok: false,
+                reason: "CheckpointNotFound".into(),
+                message: "no checkpoint of cycle 3".into(),
+                since_ms: now + 9_000,
+                request: Some("cycle:3".into()),
+                applied: None,
+            },
+        )
+        .await
+        .unwrap();
+    eventually(
+        "keeper: Restored False, back to zero",
+        Duration::from_secs(30),
+        || {
+            let agents = agents.clone();
+            let deployments = deployments.clone();
+            async move {
+                let a = agents.get("keeper").await.ok()?;
+                (condition(&a, "Restored")? == ("False".into(), "CheckpointNotFound".into())
+                    && replicas(&deployments, "keeper-worker").await == Some(0))
+                .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // Nothing of the credentials in what the operator wrote.
+    let cm = serde_json::to_string(
+        &Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get("keeper-agent")
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let shown = format!(
+        "{cm}{}{}{}",
+        serde_json::to_string(&deployments.get("keeper-worker").await.unwrap()).unwrap(),
+        serde_json::to_string(&agents.get("keeper").await.unwrap()).unwrap(),
+        serde_json::to_string(&events.list(&ListParams::default()).await.unwrap().items).unwrap(),
+    );
+    assert!(!shown.contains(agentfleet::testing::s3::SECRET_KEY));
+
+    // Deleting the Agent purges its archived checkpoints.
+    agents
+        .delete("keeper", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "keeper gone, its archived checkpoints with it",
+        Duration::from_secs(60),
+        || {
+            let agents = agents.clone();
+            let key = key.clone();
+            async move {
+                let gone = agents.get_opt("keeper").await.ok()?.is_none();
+                (gone && archive.list(&key).await.ok()?.is_empty()).then_some(())
+            }
+        },
+    )
+    .await;
+    eprintln!("  ok: the archive's Secret, status, conditions, Events, wake and purge");
 }
 
 /// Tools: a `headersFrom` Secret that does not exist is `ToolsConfigured=False SecretNotFound`
@@ -1216,6 +1532,15 @@ async fn the_chart_installs_on_a_real_api_server() {
         "networkPolicy.enabled=true",
         "--set",
         "networkPolicy.agentNamespaces={default}",
+        // An archive, its credentials in a Secret of the chart, the workers' egress to it.
+        "--set",
+        "archive.url=s3://fleet/e2e",
+        "--set",
+        "archive.credentials.AWS_ACCESS_KEY_ID=e2e-access",
+        "--set",
+        "archive.credentials.AWS_SECRET_ACCESS_KEY=e2e-chart-secret",
+        "--set",
+        "networkPolicy.archiveEgress[0].ports[0].port=443",
     ];
     eprintln!("step: helm install into {ns}");
     helm(&[&["install", "af", chart, "--create-namespace"][..], &values].concat());
@@ -1246,6 +1571,12 @@ async fn the_chart_installs_on_a_real_api_server() {
         api.get(name).await.unwrap();
         eprintln!("  ok: {kind} {name}");
     }
+    let archive = secrets.get("af-agentfleet-archive").await.unwrap();
+    assert_eq!(
+        archive.data.unwrap()["AWS_SECRET_ACCESS_KEY"].0,
+        b"e2e-chart-secret".to_vec()
+    );
+    eprintln!("  ok: Secret af-agentfleet-archive");
     eprintln!("step: helm upgrade keeps the Redis password");
     helm(&[&["upgrade", "af", chart][..], &values].concat());
     assert_eq!(password().await, first, "the password changed on upgrade");
