@@ -216,6 +216,9 @@ struct RenderedMeta<'a> {
     name: &'a str,
     namespace: &'a str,
     uid: &'a str,
+    /// The spec's generation (archived with each checkpoint); it moves only with the spec.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation: Option<i64>,
 }
 
 /// The Agent manifest the worker reads: apiVersion, kind, identity and the spec with every
@@ -231,6 +234,7 @@ pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
             name: &name,
             namespace: &namespace,
             uid: &uid,
+            generation: agent.metadata.generation,
         },
         spec: &agent.spec,
     })

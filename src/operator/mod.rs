@@ -122,14 +122,11 @@ pub struct Args {
     /// Least seconds between two status writes of one agent.
     #[arg(long, env = "AGENTFLEET_STATUS_INTERVAL_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub status_interval_seconds: u64,
-    /// Object storage that keeps every agent's checkpoints beyond the data plane
-    /// (`s3://BUCKET/PREFIX`, `gs://…`, `az://…`, `file:///DIR`), reached with the store's
-    /// standard environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`: credentials, endpoint, region).
-    /// The URL and those variables are given to every worker in a Secret beside it
-    /// (`AGENT-worker-archive`); a deleted Agent's archived checkpoints are removed with its
-    /// data (unless `retainOnDelete`). Unset: no archive.
-    #[arg(long, env = crate::archive::URL_ENV)]
-    pub archive: Option<String>,
+    /// Where checkpoints are archived: the URL and the store's variables are given to every
+    /// worker in a Secret beside it (`AGENT-worker-archive`), and a deleted Agent's archived
+    /// checkpoints are removed with its data (unless `retainOnDelete`). Unset: no archive.
+    #[command(flatten)]
+    pub archive: crate::archive::ArchiveFlag,
     /// Seconds a deleted Agent waits for an unreachable data plane before it is deleted anyway.
     #[arg(long, env = "AGENTFLEET_CLEANUP_TIMEOUT_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub cleanup_timeout_seconds: u64,
@@ -168,6 +165,7 @@ impl Args {
             otlp_endpoint: self.worker_otlp_endpoint.clone(),
             archive: self
                 .archive
+                .url
                 .as_deref()
                 .zip(archive)
                 .map(|(url, archive)| WorkerArchive::new(url, archive)),
@@ -178,9 +176,7 @@ impl Args {
     /// it); a URL that names no archive is an error.
     pub fn open_archive(&self) -> anyhow::Result<Option<Archive>> {
         self.archive
-            .as_deref()
-            .map(Archive::open)
-            .transpose()
+            .open()
             .context("--archive (AGENTFLEET_ARCHIVE_URL)")
     }
 

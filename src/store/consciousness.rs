@@ -54,16 +54,6 @@ pub trait ConsciousnessLog: Send + Sync {
     async fn forget_restore(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
 }
 
-/// The cycle of a checkpoint reference of the data plane (`redis:KEY#cycle=N` of the Redis
-/// store, `memory:AGENT#cycle=N` of the embedded one; see `Observe::checkpoint_ref`); `None`
-/// for anything else (an archive's URL).
-pub fn retained_cycle(reference: &str) -> Option<u64> {
-    if !(reference.starts_with("redis:") || reference.starts_with("memory:")) {
-        return None;
-    }
-    reference.rsplit_once("#cycle=")?.1.parse().ok()
-}
-
 /// The checkpoint a replaced consciousness starts from (written at `time_ms`).
 pub(super) fn replaced_checkpoint(c: &Consciousness, time_ms: i64) -> Checkpoint {
     Checkpoint {

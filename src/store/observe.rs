@@ -34,6 +34,9 @@ pub trait Observe: Send + Sync {
         report: &ArchiveReport,
     ) -> Result<(), StoreError>;
 
+    /// Forgets how archiving went (the agent's checkpoints are no longer archived).
+    async fn forget_archive_report(&self, agent: &AgentKey) -> Result<(), StoreError>;
+
     /// Records the agent's last restore, fork or recovery and how the last attempt went.
     async fn set_restore_report(
         &self,

@@ -1204,8 +1204,11 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
     };
     store.set_restore_report(&a, &restore).await.unwrap();
     let seen = observed(store, &a).await;
-    assert_eq!(seen.archive, Some(report));
+    assert_eq!(seen.archive, Some(report.clone()));
     assert_eq!(seen.restore, Some(restore));
+    store.forget_archive_report(&a).await.unwrap();
+    assert_eq!(observed(store, &a).await.archive, None);
+    store.set_archive_report(&a, &report).await.unwrap();
     store.purge_agent(&a).await.unwrap();
     let gone = observed(store, &a).await;
     assert_eq!((gone.archive, gone.restore), (None, None));

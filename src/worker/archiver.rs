@@ -97,6 +97,7 @@ impl std::fmt::Display for Failure {
 /// `stop`; then archives what is left, for at most [`FLUSH`].
 pub(super) async fn run(agentlet: Arc<Agentlet>, lease: Lease, mut stop: watch::Receiver<bool>) {
     let Some(archiver) = agentlet.archiver() else {
+        forget_report(&agentlet).await;
         return;
     };
     let mut version = archiver.version.subscribe();
@@ -315,6 +316,24 @@ async fn known_archived(agentlet: &Agentlet, archiver: &Archiver) {
     if let Ok(c) = agentlet.store.consciousness(&agentlet.key).await {
         if c.cycle == cycle {
             archiver.mark(cycle, &c.digest, &url);
+        }
+    }
+}
+
+/// An agent whose checkpoints are not archived (any more) has no archive report: the status
+/// says nothing about an archive rather than something stale.
+async fn forget_report(agentlet: &Agentlet) {
+    let seen = agentlet
+        .store
+        .observe(std::slice::from_ref(&agentlet.key))
+        .await;
+    if seen
+        .ok()
+        .and_then(|mut s| s.pop())
+        .is_some_and(|o| o.archive.is_some())
+    {
+        if let Err(e) = agentlet.store.forget_archive_report(&agentlet.key).await {
+            debug!(agent = %agentlet.key, error = %e, "stale archive report not removed");
         }
     }
 }

@@ -174,13 +174,14 @@ impl Agentlet {
 
     /// Finds and verifies the checkpoint a pending restore or seed asks for.
     async fn source(&self, pending: &PendingRestore<'_>) -> Result<Source, Refusal> {
+        // This agent's own checkpoints: where they are archived (its prefix), or nowhere.
         let archive = self.archiver().map(|a| a.archive());
         match pending {
             PendingRestore::Restore(r) => match (&r.storage_ref, r.cycle) {
-                (Some(url), _) => match crate::store::retained_cycle(url) {
+                (Some(url), _) => match crate::store::checkpoint_ref_cycle(url) {
                     Some(cycle) => Ok(Source::Retained(cycle)),
                     None => {
-                        let doc = match archive {
+                        let doc = match self.archive() {
                             Some(a) => a.fetch(url).await?,
                             None => archive::fetch(url).await?,
                         };
@@ -205,7 +206,8 @@ impl Agentlet {
             },
             PendingRestore::Seed(s) => {
                 let from = AgentKey::new(self.key.namespace.clone(), s.agent.clone());
-                let Some(a) = archive else {
+                // The source's checkpoints, under the archive's own prefix.
+                let Some(a) = self.archive() else {
                     return Err(Refusal::NotFound(format!(
                         "seeding from agent {from} needs the archive (--archive)"
                     )));

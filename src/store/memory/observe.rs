@@ -78,6 +78,11 @@ impl Observe for MemoryStore {
         Ok(())
     }
 
+    async fn forget_archive_report(&self, agent: &AgentKey) -> Result<(), StoreError> {
+        self.agent(agent, |a| a.archive = None);
+        Ok(())
+    }
+
     async fn set_restore_report(
         &self,
         agent: &AgentKey,

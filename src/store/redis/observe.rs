@@ -156,6 +156,13 @@ impl Observe for RedisStore {
             .map_err(redis_err("record archive report"))
     }
 
+    async fn forget_archive_report(&self, agent: &AgentKey) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.del(AgentKeys::new(agent).archive())
+            .await
+            .map_err(redis_err("forget archive report"))
+    }
+
     async fn set_restore_report(
         &self,
         agent: &AgentKey,

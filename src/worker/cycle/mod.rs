@@ -101,6 +101,9 @@ pub struct Agentlet {
     pub(crate) gate: tokio::sync::Mutex<()>,
     /// Where its checkpoints are archived, if anywhere.
     archiver: Option<crate::worker::archiver::Archiver>,
+    /// The archive as given (its own prefix), to read other agents' checkpoints from (a
+    /// fork), even when this agent's are not archived.
+    archive: Option<crate::archive::Archive>,
 }
 
 /// The consciousness as committed under one lease, with its messages parsed.
@@ -132,6 +135,7 @@ impl Agentlet {
             toolbox: Toolbox::new(agent_builtin, Vec::new()),
             gate: tokio::sync::Mutex::new(()),
             archiver: None,
+            archive: None,
         };
         zero_counters(&this.metrics, &this.key, this.enabled());
         this
@@ -150,6 +154,7 @@ impl Agentlet {
         self.archiver = archive
             .for_agent(spec)
             .map(|a| crate::worker::archiver::Archiver::new(a, spec));
+        self.archive = Some(archive.clone());
         if self.archiver.is_some() {
             let [ns, agent] = self.labels();
             for outcome in ["ok", "error"] {
@@ -164,6 +169,12 @@ impl Agentlet {
     /// Where its checkpoints are archived, if anywhere.
     pub fn archiver(&self) -> Option<&crate::worker::archiver::Archiver> {
         self.archiver.as_ref()
+    }
+
+    /// The archive as given (its own prefix), also when this agent's checkpoints are not
+    /// archived: where other agents' checkpoints are read from.
+    pub fn archive(&self) -> Option<&crate::archive::Archive> {
+        self.archive.as_ref()
     }
 
     /// The consciousness this worker committed under `lease`, if it has it.
