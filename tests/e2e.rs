@@ -911,36 +911,77 @@ async fn archive_on_a_real_api_server(
         },
     )
     .await;
-    // The worker reports it refused (no kubelet here): back to zero once idle.
+    // The pod a kubelet would start: the worker binary with the rendered manifest of the
+    // ConfigMap and the variables of the archive's Secret, on the same Redis. Meanwhile the
+    // agent had gone on to cycle 5 (another window); the restore takes it back to cycle 3.
+    let lease = store
+        .acquire_lease(&key, "e2e", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut later = Snapshot {
+        consciousness: Consciousness {
+            cycle: 5,
+            messages: vec![r#"{"role":"user","content":"forget the milk"}"#.into()],
+            tokens: 5,
+            digest: format!("sha256:{}", "5".repeat(64)),
+            ..Consciousness::default()
+        },
+        notes: Default::default(),
+    };
+    later.consciousness.restored = None;
     store
-        .set_restore_report(
-            &key,
-            &RestoreReport {
-                ok: false,
-                reason: "CheckpointNotFound".into(),
-                message: "no checkpoint of cycle 3".into(),
-                since_ms: now + 9_000,
-                request: Some("cycle:3".into()),
-                applied: None,
-            },
-        )
+        .replace_consciousness(&key, &lease, &later)
         .await
         .unwrap();
-    eventually(
-        "keeper: Restored False, back to zero",
+    store.release_lease(&key, &lease).await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let pod = Pod::start(&configmaps, &secrets, "keeper").await;
+    let status = eventually(
+        "keeper: restored from the archive by its worker, restoredFrom and Restored in status",
         Duration::from_secs(30),
         || {
             let agents = agents.clone();
-            let deployments = deployments.clone();
             async move {
-                let a = agents.get("keeper").await.ok()?;
-                (condition(&a, "Restored")? == ("False".into(), "CheckpointNotFound".into())
-                    && replicas(&deployments, "keeper-worker").await == Some(0))
-                .then_some(())
+                let s = agents.get("keeper").await.ok()?.status?;
+                let from = s.restored_from.clone()?;
+                (from.request.as_deref() == Some("cycle:3")).then_some(s)
             }
         },
     )
     .await;
+    let from = status.restored_from.clone().unwrap();
+    assert_eq!(
+        (from.reason.as_str(), from.cycle, from.storage_ref.as_str()),
+        ("Restore", 3, url.as_str())
+    );
+    let restored = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Restored")
+        .unwrap();
+    assert_eq!(
+        (restored.status.as_str(), restored.reason.as_str()),
+        ("True", "Restored"),
+        "{restored:?}"
+    );
+    let now_c = store.consciousness(&key).await.unwrap();
+    assert_eq!(now_c.cycle, 3);
+    assert!(now_c.messages[0].contains("remember the milk"), "{now_c:?}");
+    eprintln!(
+        "  ok: spec.consciousness.restore {{cycle: 3}} applied by the worker: {}",
+        restored.message
+    );
+    eventually(
+        "keeper: back to zero once idle",
+        Duration::from_secs(30),
+        || {
+            let deployments = deployments.clone();
+            async move { (replicas(&deployments, "keeper-worker").await == Some(0)).then_some(()) }
+        },
+    )
+    .await;
+    drop(pod); // the kubelet stops the pod scaled away
 
     // Nothing of the credentials in what the operator wrote.
     let cm = serde_json::to_string(
@@ -1586,4 +1627,61 @@ async fn the_chart_installs_on_a_real_api_server() {
         .delete(&ns, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// A worker process standing in for the pod a kubelet would start: the Agent manifest of its
+/// ConfigMap, the variables of its archive Secret, the Redis URL of the operator's managed
+/// Secret; killed when dropped.
+struct Pod {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+}
+
+impl Pod {
+    async fn start(configmaps: &Api<ConfigMap>, secrets: &Api<Secret>, agent: &str) -> Pod {
+        let data = |s: Secret| -> Vec<(String, String)> {
+            s.data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
+                .collect()
+        };
+        let redis = data(secrets.get(&format!("{agent}-worker-redis")).await.unwrap());
+        let redis_url = redis
+            .iter()
+            .find(|(k, _)| k == agentfleet::operator::build::REDIS_SECRET_KEY)
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        let cm = configmaps.get(&format!("{agent}-agent")).await.unwrap();
+        let manifest = cm.data.unwrap()["agent.yaml"].clone();
+        let dir =
+            std::env::temp_dir().join(format!("agentfleet-e2e-pod-{agent}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("agent.yaml"), manifest).unwrap();
+        let env = data(
+            secrets
+                .get(&format!("{agent}-worker-archive"))
+                .await
+                .unwrap(),
+        );
+        let child = agentfleet::testing::worker_command(
+            env!("CARGO_BIN_EXE_agentfleet"),
+            &dir.join("agent.yaml"),
+            &redis_url,
+        )
+        .unwrap()
+        .envs(env)
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+        Pod { child, dir }
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -125,7 +125,7 @@ impl RedisUrlSource {
 }
 
 /// Key of the Redis URL in a managed worker Secret.
-const REDIS_SECRET_KEY: &str = "url";
+pub const REDIS_SECRET_KEY: &str = "url";
 
 /// Name of the Secret holding a worker's Redis URL when the operator manages it.
 pub fn redis_secret_name(agent: &str) -> String {

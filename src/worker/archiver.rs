@@ -32,6 +32,9 @@ pub struct Archiver {
     version: watch::Sender<u64>,
     /// The cycle and digest last archived, and its URL.
     last: std::sync::Mutex<Option<(u64, String, String)>>,
+    /// Whether archiving works, and since when (a report's `since_ms` moves only when that
+    /// flips, as a condition's `lastTransitionTime`).
+    state: std::sync::Mutex<Option<(bool, i64)>>,
 }
 
 impl Archiver {
@@ -44,6 +47,7 @@ impl Archiver {
             interval: Duration::from_secs(spec.interval_seconds.into()),
             version: watch::channel(0).0,
             last: std::sync::Mutex::new(None),
+            state: std::sync::Mutex::new(None),
         }
     }
 
@@ -66,6 +70,21 @@ impl Archiver {
 
     fn last(&self) -> Option<(u64, String, String)> {
         self.last.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// Since when archiving has been `ok` (or not): now when that just changed.
+    fn since(&self, ok: bool) -> i64 {
+        let now = now_ms();
+        let Ok(mut state) = self.state.lock() else {
+            return now;
+        };
+        match *state {
+            Some((was, since)) if was == ok => since,
+            _ => {
+                *state = Some((ok, now));
+                now
+            }
+        }
     }
 }
 
@@ -249,7 +268,7 @@ pub(super) async fn archived(
             ok: true,
             reason: "Archived".into(),
             message: format!("cycle {cycle} is archived at {url}"),
-            since_ms: now_ms(),
+            since_ms: archiver.since(true),
         },
     )
     .await;
@@ -348,7 +367,7 @@ async fn report_failure(agentlet: &Agentlet, archiver: &Archiver, e: &Failure) {
             ok: false,
             reason: e.reason().into(),
             message: format!("checkpoints are not archived: {e}; retrying with backoff"),
-            since_ms: now_ms(),
+            since_ms: archiver.since(false),
         },
     )
     .await;
