@@ -447,6 +447,23 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         .unwrap();
     assert_eq!(essence(&now), essence(&at_2.snapshot));
     assert_eq!(seen.cycles, 2);
+    // The restored state is archived again (with the request it applied): the newest archived
+    // object is what the agent is now, should Redis be lost before its next cycle.
+    let archive =
+        agentfleet::archive::Archive::open_with(&rig.s3.url(ARCHIVE), &rig.s3.env()).unwrap();
+    let start = Instant::now();
+    loop {
+        let newest = archive.latest(&sre()).await.unwrap().unwrap().cycle;
+        let doc = archive.get(&sre(), 2).await.unwrap();
+        if newest == 2 && doc.snapshot.consciousness.restored.as_deref() == Some("cycle:2") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "newest {newest}: {doc:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Life goes on from there; a restarted worker does not roll it back again.
     assert_eq!(rig.cycle(&sre(), "step 3 again", "redone").await, 3);
     drop(worker);

@@ -283,8 +283,11 @@ impl Agentlet {
             }
         };
         self.forget_cache().await;
+        // A recovery took the newest archived checkpoint: it is archived as it is. A restore or a
+        // fork is written again, so that the newest archived object is what the agent is now
+        // (with the request it applied), should the data plane be lost before its next cycle.
         if let Some(archiver) = self.archiver() {
-            if own {
+            if own && reason == "Recovery" {
                 super::archiver::archived(self, archiver, cp.cycle, &cp.digest, &url).await;
             } else {
                 archiver.changed();
