@@ -224,6 +224,8 @@ struct MockState {
     turns: std::sync::Mutex<std::collections::VecDeque<MockTurn>>,
     requests: std::sync::Mutex<Vec<serde_json::Value>>,
     responder: Option<Box<Responder>>,
+    /// `usage.prompt_tokens_details.cached_tokens` of every answer (0: not reported).
+    cached: std::sync::atomic::AtomicU32,
 }
 
 /// An OpenAI-compatible chat completions server on a free loopback port, playing scripted
@@ -257,6 +259,7 @@ impl MockModel {
             turns: std::sync::Mutex::new(turns.into()),
             requests: std::sync::Mutex::new(Vec::new()),
             responder,
+            cached: std::sync::atomic::AtomicU32::new(0),
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(mock_completions))
@@ -302,6 +305,14 @@ impl MockModel {
             .unwrap_or_default()
     }
 
+    /// From now on every answer reports `cached` of its prompt tokens as read from the
+    /// provider's cache (`usage.prompt_tokens_details.cached_tokens`).
+    pub fn report_cached_tokens(&self, cached: u32) {
+        self.state
+            .cached
+            .store(cached, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Queues more turns.
     pub fn push(&self, turn: MockTurn) {
         if let Ok(mut t) = self.state.turns.lock() {
@@ -326,6 +337,7 @@ async fn mock_completions(
     if let Ok(mut r) = state.requests.lock() {
         r.push(request.clone());
     }
+    let cached = state.cached.load(std::sync::atomic::Ordering::Relaxed);
     let queued = state.turns.lock().ok().and_then(|mut t| t.pop_front());
     let mut turn = match (queued, &state.responder) {
         (Some(t), _) => t,
@@ -349,7 +361,7 @@ async fn mock_completions(
             tool_calls,
             usage,
         } => {
-            let sse = sse_body(text.as_deref(), &tool_calls, usage);
+            let sse = sse_body(text.as_deref(), &tool_calls, usage, cached);
             (
                 [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
                 sse,
@@ -359,7 +371,12 @@ async fn mock_completions(
     }
 }
 
-fn sse_body(text: Option<&str>, tool_calls: &[(String, String)], usage: (u32, u32)) -> String {
+fn sse_body(
+    text: Option<&str>,
+    tool_calls: &[(String, String)],
+    usage: (u32, u32),
+    cached: u32,
+) -> String {
     let chunk = |delta: serde_json::Value, finish: Option<&str>| {
         serde_json::json!({
             "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": "mock",
@@ -403,6 +420,11 @@ fn sse_body(text: Option<&str>, tool_calls: &[(String, String)], usage: (u32, u3
         "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": "mock", "choices": [],
         "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
     }));
+    if cached > 0 {
+        if let Some(u) = events.last_mut().and_then(|e| e.get_mut("usage")) {
+            u["prompt_tokens_details"] = serde_json::json!({"cached_tokens": cached});
+        }
+    }
     let mut out = String::new();
     for e in events {
         out.push_str("data: ");

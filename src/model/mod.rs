@@ -108,10 +108,44 @@ pub struct Request {
 /// Tokens a call used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, all of them (including those read from or written to the provider's
+    /// prompt cache).
     pub input: u64,
     /// Completion tokens.
     pub output: u64,
+    /// Of `input`, the tokens the provider read from its prompt cache (billed at a fraction).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read: u64,
+    /// Of `input`, the tokens the provider wrote to its prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+    }
+}
+
+impl Usage {
+    /// Tokens of each direction of `agentfleet_model_tokens_total`, disjoint: `input` (prompt
+    /// tokens billed in full), `cache_read`, `cache_write`, `output`.
+    pub fn by_direction(&self) -> [(&'static str, u64); 4] {
+        let cached = self.cache_read + self.cache_write;
+        [
+            ("input", self.input.saturating_sub(cached)),
+            ("cache_read", self.cache_read),
+            ("cache_write", self.cache_write),
+            ("output", self.output),
+        ]
+    }
 }
 
 /// What the model produced in one call.
@@ -310,7 +344,9 @@ pub fn from_spec(
 ) -> Result<Box<dyn Model>, ModelError> {
     Ok(match spec.provider {
         ModelProvider::Scripted => Box::new(scripted::Scripted::new(agent_name)),
-        ModelProvider::Openai => Box::new(openai::OpenAi::new(spec, api_key)?),
+        ModelProvider::Openai => {
+            Box::new(openai::OpenAi::new(spec, api_key)?.with_cache_key(agent_name))
+        }
         ModelProvider::Anthropic => {
             return Err(ModelError::new(Failure::Refused, ANTHROPIC_UNAVAILABLE))
         }

@@ -41,6 +41,8 @@ pub struct OpenAi {
     backoff: Duration,
     /// The API key (and any password in the URL), kept out of every error.
     redactor: Redactor,
+    /// `prompt_cache_key`: the agent's identity.
+    cache_key: Option<String>,
 }
 
 impl OpenAi {
@@ -76,12 +78,20 @@ impl OpenAi {
             max_tokens: spec.max_output_tokens,
             temperature: spec.temperature,
             backoff: Duration::from_millis(500),
+            cache_key: None,
         })
     }
 
     /// An error whose text has every known secret masked (an endpoint may echo the key).
     fn error(&self, failure: Failure, detail: String) -> ModelError {
         ModelError::new(failure, self.redactor.redact(&detail))
+    }
+
+    /// Sends `key` as `prompt_cache_key` (the agent's identity), so that the provider routes
+    /// the agent's requests to where their shared prefix is cached.
+    pub fn with_cache_key(mut self, key: &str) -> Self {
+        self.cache_key = Some(key.to_string());
+        self
     }
 
     /// Sets the first retry delay (doubling after each failure).
@@ -131,6 +141,7 @@ impl OpenAi {
             temperature: self.temperature.map(|t| t as f32),
             tools: (!tools.is_empty()).then_some(tools),
             tool_choice,
+            prompt_cache_key: self.cache_key.clone(),
             ..Default::default()
         }
     }
@@ -258,6 +269,7 @@ impl Model for OpenAi {
                         turn.usage = Usage {
                             input: request.estimate_tokens(),
                             output: turn.message().estimate_tokens(),
+                            ..Usage::default()
                         };
                     }
                     return Ok(turn);
@@ -337,6 +349,11 @@ impl Accumulator {
             self.usage = Usage {
                 input: u64::from(u.prompt_tokens),
                 output: u64::from(u.completion_tokens),
+                cache_read: u
+                    .prompt_tokens_details
+                    .and_then(|d| d.cached_tokens)
+                    .map_or(0, u64::from),
+                cache_write: 0,
             };
         }
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
@@ -456,7 +473,10 @@ mod tests {
         }])
         .await
         .unwrap();
-        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-test-secret".into())).unwrap();
+        mock.report_cached_tokens(256);
+        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-test-secret".into()))
+            .unwrap()
+            .with_cache_key("assistant");
         let mut deltas = Vec::new();
         let turn = model
             .complete(&request(), &mut |d| deltas.push(d))
@@ -472,8 +492,19 @@ mod tests {
             turn.usage,
             Usage {
                 input: 321,
-                output: 45
+                output: 45,
+                cache_read: 256,
+                cache_write: 0,
             }
+        );
+        assert_eq!(
+            turn.usage.by_direction(),
+            [
+                ("input", 65),
+                ("cache_read", 256),
+                ("cache_write", 0),
+                ("output", 45)
+            ]
         );
         assert_eq!(turn.finish_reason, Some(FinishReason::ToolCalls));
         let streamed: String = deltas
@@ -497,6 +528,7 @@ mod tests {
         assert_eq!(sent["model"], "mock-1");
         assert_eq!(sent["stream"], true);
         assert_eq!(sent["stream_options"]["include_usage"], true);
+        assert_eq!(sent["prompt_cache_key"], "assistant");
         assert_eq!(sent["max_completion_tokens"], 256);
         assert_eq!(sent["tool_choice"], "required");
         assert_eq!(sent["tools"][0]["function"]["name"], "send_message");

@@ -344,7 +344,11 @@ impl Model for Scripted {
             FinishReason::ToolCalls
         });
         Ok(Turn {
-            usage: Usage { input, output },
+            usage: Usage {
+                input,
+                output,
+                ..Usage::default()
+            },
             finish_reason,
             ..turn
         })

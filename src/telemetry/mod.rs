@@ -104,7 +104,8 @@ pub struct WorkerMetrics {
     pub cycle_duration: HistogramVec,
     /// Event enqueued → first model request of its cycle.
     pub wake_latency: HistogramVec,
-    /// Model tokens by direction (`input`, `output`).
+    /// Model tokens by direction: `input` (prompt tokens billed in full), `cache_read` and
+    /// `cache_write` (prompt tokens read from or written to the provider's cache), `output`.
     pub tokens: IntCounterVec,
     /// Tool calls by tool and outcome (`ok`, `error`).
     pub tool_calls: IntCounterVec,
@@ -167,7 +168,7 @@ impl WorkerMetrics {
         let tokens = IntCounterVec::new(
             Opts::new(
                 "agentfleet_model_tokens_total",
-                "Model tokens, by direction.",
+                "Model tokens, by direction: input (prompt tokens billed in full), cache_read and cache_write (prompt tokens read from or written to the provider's prompt cache), output.",
             ),
             &["namespace", "agent", "direction"],
         )?;

@@ -108,8 +108,7 @@ impl Cycle<'_> {
                     .summarize(previous.as_deref(), dropped)
                     .await
                     .map(|(summary, usage)| {
-                        self.used.input += usage.input;
-                        self.used.output += usage.output;
+                        self.used += usage;
                         Some(summary)
                     }),
             };

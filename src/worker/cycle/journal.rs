@@ -158,8 +158,7 @@ pub(super) fn resume(raw: &[String]) -> Option<Resumed> {
                 message,
                 usage,
             } => {
-                out.used.input += usage.input;
-                out.used.output += usage.output;
+                out.used += usage;
                 let calls = match &message {
                     Message::Assistant { tool_calls, .. } => tool_calls.clone(),
                     _ => Vec::new(),
@@ -292,6 +291,7 @@ mod tests {
             usage: Usage {
                 input: 100,
                 output: 10,
+                ..Usage::default()
             },
         }
     }
@@ -341,7 +341,8 @@ mod tests {
             r.used,
             Usage {
                 input: 100,
-                output: 10
+                output: 10,
+                ..Usage::default()
             }
         );
         assert_eq!(

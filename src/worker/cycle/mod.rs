@@ -268,7 +268,7 @@ fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool
     for result in Outcome::LABELS {
         metrics.cycles.with_label_values(&[ns, agent, result]);
     }
-    for direction in ["input", "output"] {
+    for (direction, _) in crate::model::Usage::default().by_direction() {
         metrics.tokens.with_label_values(&[ns, agent, direction]);
     }
     metrics.compactions.with_label_values(&[ns, agent]);

@@ -181,15 +181,14 @@ impl Cycle<'_> {
             .await;
         trace::step_ended(&span, &turn, first_chunk);
         let turn = turn?;
-        self.used.input += turn.usage.input;
-        self.used.output += turn.usage.output;
-        let tokens = &agentlet.metrics.tokens;
-        tokens
-            .with_label_values(&[ns, agent, "input"])
-            .inc_by(turn.usage.input);
-        tokens
-            .with_label_values(&[ns, agent, "output"])
-            .inc_by(turn.usage.output);
+        self.used += turn.usage;
+        for (direction, n) in turn.usage.by_direction() {
+            agentlet
+                .metrics
+                .tokens
+                .with_label_values(&[ns, agent, direction])
+                .inc_by(n);
+        }
         Ok(turn)
     }
 

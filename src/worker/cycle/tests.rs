@@ -83,6 +83,7 @@ fn text(text: &str) -> Turn {
         usage: Usage {
             input: 10,
             output: 1,
+            ..Usage::default()
         },
         finish_reason: None,
     }
@@ -104,6 +105,7 @@ fn calls(calls: &[(&str, Value)]) -> Turn {
         usage: Usage {
             input: 10,
             output: 5,
+            ..Usage::default()
         },
         finish_reason: None,
     }
@@ -476,6 +478,7 @@ async fn the_token_budget_and_max_steps_stop_the_loop() {
     costly.usage = Usage {
         input: 900,
         output: 100,
+        ..Usage::default()
     };
     let r = rig("  cycle: {tokenBudget: 1000}", vec![Ok(costly)]).await;
     let Outcome::Completed(checkpoint) = r.cycle("hi").await else {
@@ -624,6 +627,7 @@ async fn compaction_summarizes_what_drops_out_and_counts_its_tokens() {
         usage: Usage {
             input: 100,
             output: 7,
+            ..Usage::default()
         },
         finish_reason: None,
     };
@@ -1072,5 +1076,43 @@ async fn an_interactive_tools_answer_is_its_result() {
     assert_eq!(
         told,
         json!({"answer": {"confirmed": true}, "by": "Dana"}).to_string()
+    );
+}
+
+#[tokio::test]
+async fn tokens_are_counted_by_direction_with_what_the_cache_served() {
+    let mut cached = read();
+    cached.usage = Usage {
+        input: 1000,
+        output: 40,
+        cache_read: 900,
+        cache_write: 0,
+    };
+    let mut written = text("done");
+    written.usage = Usage {
+        input: 1100,
+        output: 10,
+        cache_read: 0,
+        cache_write: 1000,
+    };
+    let r = rig("", vec![Ok(cached), Ok(written)]).await;
+    assert!(matches!(r.cycle("hi").await, Outcome::Completed(_)));
+    let counted = |direction: &str| {
+        r.agentlet
+            .metrics
+            .tokens
+            .with_label_values(&[NS, "assistant", direction])
+            .get()
+    };
+    assert_eq!(
+        ["input", "cache_read", "cache_write", "output"].map(counted),
+        [100 + 100, 900, 1000, 50],
+        "disjoint: their sum is every token used"
+    );
+    let c = r.store.consciousness(&r.agentlet.key).await.unwrap();
+    assert_eq!(
+        c.tokens_used,
+        2100 + 50,
+        "prompt and completion tokens, cached or not"
     );
 }
