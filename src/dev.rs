@@ -800,20 +800,21 @@ mod tests {
     }
 
     #[test]
-    fn anthropic_is_refused_as_the_operator_refuses_it() {
+    fn anthropic_needs_its_key_like_any_public_endpoint() {
         let d = tempdir("anthropic");
         write(
             &d,
             "a.yaml",
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: anthropic, name: claude}}\n",
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let manifests = load_dir(&d, "default").unwrap();
+        let missing = missing_keys(&manifests.agents, None);
+        assert_eq!(missing.len(), 1, "{missing:?}");
         assert!(
-            err.contains(
-                "Agent a: model.provider: the anthropic provider is not available in this build"
-            ),
-            "{err}"
+            missing[0].contains("AGENTFLEET_MODEL_API_KEY"),
+            "{missing:?}"
         );
+        assert!(missing_keys(&manifests.agents, Some("sk-ant")).is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }
 

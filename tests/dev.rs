@@ -1053,7 +1053,7 @@ fn dev_refuses_what_kubectl_apply_would_refuse_and_prints_no_banner() {
         (
             vec![agent("fine", "{provider: anthropic, name: claude}")],
             &[][..],
-            "the anthropic provider is not available in this build",
+            "AGENTFLEET_MODEL_API_KEY",
         ),
     ] {
         for f in std::fs::read_dir(&dir).unwrap() {

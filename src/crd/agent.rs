@@ -89,9 +89,8 @@ pub struct AgentSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ModelSpec {
     /// Who serves the model: `openai` (any OpenAI-compatible endpoint such as vLLM, Ollama or
-    /// LiteLLM), or `scripted` (a built-in deterministic model for demos and tests that needs
-    /// no network and no key). `anthropic` is reserved: this build refuses it as an invalid
-    /// spec (reach Anthropic models through an OpenAI-compatible gateway).
+    /// LiteLLM), `anthropic` (Anthropic's Messages API, with prompt caching), or `scripted` (a
+    /// built-in deterministic model for demos and tests that needs no network and no key).
     pub provider: ModelProvider,
 
     /// The model's name as the provider knows it (for example `gpt-4o-mini` or
@@ -123,13 +122,12 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    /// Whether calling the model needs an API key: `anthropic`, and `openai` at its public
-    /// endpoint (no `baseUrl`); a `baseUrl` may be a local server that takes none.
+    /// Whether calling the model needs an API key: `openai` and `anthropic` at their public
+    /// endpoints (no `baseUrl`); a `baseUrl` may be a local server or a proxy that takes none.
     pub fn needs_api_key(&self) -> bool {
         match self.provider {
             ModelProvider::Scripted => false,
-            ModelProvider::Openai => self.base_url.is_none(),
-            ModelProvider::Anthropic => true,
+            ModelProvider::Openai | ModelProvider::Anthropic => self.base_url.is_none(),
         }
     }
 }

@@ -1,7 +1,10 @@
 //! Models: the provider trait, the message types consciousness is made of, and the
-//! providers (`openai` for any OpenAI-compatible endpoint, `scripted` for demos and tests).
+//! providers (`openai` for any OpenAI-compatible endpoint, `anthropic` for Anthropic's
+//! Messages API, `scripted` for demos and tests).
 
+pub mod anthropic;
 pub mod format;
+mod http;
 pub mod openai;
 pub mod scripted;
 mod tokens;
@@ -188,6 +191,18 @@ impl FinishReason {
 }
 
 impl Turn {
+    /// The turn, with estimated token counts when the endpoint reported none.
+    pub fn or_estimated(mut self, request: &Request) -> Turn {
+        if self.usage == Usage::default() {
+            self.usage = Usage {
+                input: request.estimate_tokens(),
+                output: self.message().estimate_tokens(),
+                ..Usage::default()
+            };
+        }
+        self
+    }
+
     /// The turn as an assistant message.
     pub fn message(&self) -> Message {
         Message::Assistant {
@@ -332,10 +347,6 @@ pub trait Model: Send + Sync {
     ) -> Result<Turn, ModelError>;
 }
 
-/// Why an Agent with `provider: anthropic` cannot run (the operator and `dev` refuse it as an
-/// invalid spec, see [`crate::operator::agent::validate`]).
-pub const ANTHROPIC_UNAVAILABLE: &str = "the anthropic provider is not available in this build; use an OpenAI-compatible gateway (provider: openai)";
-
 /// The model an Agent's spec names. `api_key` comes from `AGENTFLEET_MODEL_API_KEY`.
 pub fn from_spec(
     spec: &ModelSpec,
@@ -347,8 +358,6 @@ pub fn from_spec(
         ModelProvider::Openai => {
             Box::new(openai::OpenAi::new(spec, api_key)?.with_cache_key(agent_name))
         }
-        ModelProvider::Anthropic => {
-            return Err(ModelError::new(Failure::Refused, ANTHROPIC_UNAVAILABLE))
-        }
+        ModelProvider::Anthropic => Box::new(anthropic::Anthropic::new(spec, api_key)?),
     })
 }

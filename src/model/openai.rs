@@ -16,7 +16,6 @@ use async_openai::types::chat::{
 };
 use async_trait::async_trait;
 use futures::StreamExt;
-use tracing::warn;
 
 use super::{
     Delta, Failure, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn,
@@ -27,8 +26,6 @@ use crate::secrets::Redactor;
 
 /// The public endpoint when an Agent names no `baseUrl`.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-/// Attempts per call for transient errors (the first try included).
-const ATTEMPTS: u32 = 4;
 
 /// An OpenAI-compatible provider.
 pub struct OpenAi {
@@ -176,24 +173,14 @@ impl OpenAi {
         })?;
         let status = resp.status();
         if !status.is_success() {
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(|s| Duration::from_secs(s.min(30)));
+            let retry_after = super::http::retry_after(resp.headers());
             let text = resp.text().await.unwrap_or_default();
             let detail = serde_json::from_str::<serde_json::Value>(&text)
                 .ok()
                 .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
                 .unwrap_or_else(|| text.chars().take(300).collect());
             let msg = format!("{} answered {status}: {detail}", self.url);
-            let failure = match status.as_u16() {
-                401 | 403 => Failure::Unauthorized,
-                429 => Failure::RateLimited,
-                s if s >= 500 => Failure::ServerError,
-                _ => Failure::Refused,
-            };
+            let failure = super::http::failure_for(status.as_u16());
             return Err((self.error(failure, msg), retry_after));
         }
         let mut stream = resp.bytes_stream();
@@ -260,28 +247,14 @@ impl Model for OpenAi {
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<Turn, ModelError> {
         let body = self.body(request);
-        let mut delay = self.backoff;
-        let mut attempt = 1;
+        let mut retries = super::http::Retries::new(self.backoff);
         loop {
             match self.attempt(&body, on_delta).await {
-                Ok(mut turn) => {
-                    if turn.usage == Usage::default() {
-                        turn.usage = Usage {
-                            input: request.estimate_tokens(),
-                            output: turn.message().estimate_tokens(),
-                            ..Usage::default()
-                        };
-                    }
-                    return Ok(turn);
-                }
-                Err((e, retry_after)) if e.is_transient() && attempt < ATTEMPTS => {
-                    let wait = retry_after.unwrap_or(delay);
-                    warn!(attempt, retry_in = ?wait, error = %e, "model call failed; retrying");
-                    tokio::time::sleep(wait).await;
-                    delay *= 2;
-                    attempt += 1;
-                }
-                Err((e, _)) => return Err(e),
+                Ok(turn) => return Ok(turn.or_estimated(request)),
+                Err((e, retry_after)) => match retries.after(&e, retry_after) {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => return Err(e),
+                },
             }
         }
     }

@@ -9,8 +9,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::crd::{
-    AgentSpec, BuiltinTool, ConsciousnessSpec, HttpToolSpec, McpServerSpec, ModelProvider,
-    ToolsSpec,
+    AgentSpec, BuiltinTool, ConsciousnessSpec, HttpToolSpec, McpServerSpec, ToolsSpec,
 };
 
 /// The longest Agent name: children are named `<agent>-worker` and labelled with the name,
@@ -23,12 +22,6 @@ pub const MCP_SEPARATOR: &str = "__";
 /// Problems with a spec that the schema cannot refuse.
 pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
     let mut problems = Vec::new();
-    if spec.model.provider == ModelProvider::Anthropic {
-        problems.push(format!(
-            "model.provider: {}",
-            crate::model::ANTHROPIC_UNAVAILABLE
-        ));
-    }
     if name.len() > MAX_NAME_LEN {
         problems.push(format!(
             "name is {} characters; at most {MAX_NAME_LEN} fit in the worker's labels",
@@ -331,13 +324,9 @@ mod tests {
     }
 
     #[test]
-    fn anthropic_is_not_available_in_this_build() {
+    fn anthropic_is_a_provider() {
         let p = validate("a", &spec("{model: {provider: anthropic, name: claude}}"));
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(
-            p[0].starts_with("model.provider: the anthropic provider is not available"),
-            "{p:?}"
-        );
+        assert!(p.is_empty(), "{p:?}");
     }
 
     /// An agent with the given `tools` and `cycle` (YAML flow mappings).

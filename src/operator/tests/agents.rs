@@ -198,13 +198,14 @@ async fn a_public_endpoint_without_a_key_is_refused_before_any_call() {
 }
 
 #[tokio::test]
-async fn anthropic_is_an_invalid_spec_in_this_build() {
+async fn a_spec_the_schema_cannot_refuse_is_an_invalid_spec() {
     let mut h = harness(vec![], vec![lobby(true)]);
     let mut agent = agent_yaml("");
     agent.spec.model = serde_yaml::from_str(
         "{provider: anthropic, name: claude, apiKeySecretRef: {name: llm, key: api-key}}",
     )
     .unwrap();
+    agent.spec.consciousness.restore = Some(agentfleet_restore());
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llm", "namespace": "default"},
                         "data": {"api-key": "c2stc2VjcmV0LXZhbHVl"}});
     let (result, bodies) = h
@@ -224,7 +225,15 @@ async fn anthropic_is_an_invalid_spec_in_this_build() {
     assert!(ready["message"]
         .as_str()
         .unwrap()
-        .contains("the anthropic provider is not available in this build"));
+        .contains("consciousness.restore: give exactly one of cycle and storageRef"));
+}
+
+/// A restore that names two checkpoints (the schema takes it; the rules do not).
+fn agentfleet_restore() -> crate::crd::RestoreSpec {
+    crate::crd::RestoreSpec {
+        cycle: Some(3),
+        storage_ref: Some("s3://b/p/default/echo/3".into()),
+    }
 }
 
 #[tokio::test]
