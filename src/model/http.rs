@@ -6,6 +6,120 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::{Failure, ModelError};
+use crate::secrets::Redactor;
+
+/// A provider's way to its endpoint: the HTTP client, the key (none when empty), and what
+/// keeps secrets out of its errors (the key and any password in the base URL).
+pub struct Endpoint {
+    pub http: reqwest::Client,
+    pub api_key: Option<String>,
+    pub redactor: Redactor,
+}
+
+impl Endpoint {
+    /// The endpoint at `base` with `api_key`.
+    pub fn new(base: &str, api_key: Option<String>) -> Result<Self, ModelError> {
+        crate::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(120))
+            .build()
+            .map_err(|e| {
+                ModelError::new(
+                    Failure::BadResponse,
+                    format!("building the HTTP client: {e}"),
+                )
+            })?;
+        let api_key = api_key.filter(|k| !k.is_empty());
+        let url_password = reqwest::Url::parse(base)
+            .ok()
+            .and_then(|u| u.password().map(str::to_string));
+        Ok(Self {
+            redactor: Redactor::new(api_key.iter().chain(url_password.iter())),
+            http,
+            api_key,
+        })
+    }
+
+    /// An error whose text has every known secret masked (an endpoint may echo the key).
+    pub fn error(&self, failure: Failure, detail: String) -> ModelError {
+        ModelError::new(failure, self.redactor.redact(&detail))
+    }
+
+    /// Sends `req` to `url`: the answer when its status is a success, else the error (with
+    /// the answer's `Retry-After`).
+    pub async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<reqwest::Response, (ModelError, Option<Duration>)> {
+        let resp = req.send().await.map_err(|e| {
+            let detail = crate::report::chain(&e.without_url());
+            (
+                self.error(Failure::Unreachable, format!("calling {url}: {detail}")),
+                None,
+            )
+        })?;
+        if resp.status().is_success() {
+            Ok(resp)
+        } else {
+            Err(self.refusal(resp, url).await)
+        }
+    }
+
+    /// Feeds the `data:` payload of each line of a server-sent event stream to `on_data`
+    /// until it has the answer (`Some`); `None` when the stream ended first.
+    pub async fn each_data<T>(
+        &self,
+        resp: reqwest::Response,
+        mut on_data: impl FnMut(&str) -> Result<Option<T>, (ModelError, Option<Duration>)>,
+    ) -> Result<Option<T>, (ModelError, Option<Duration>)> {
+        use futures::StreamExt as _;
+        let mut stream = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                let detail = crate::report::chain(&e.without_url());
+                (
+                    self.error(
+                        Failure::Unreachable,
+                        format!("reading the stream: {detail}"),
+                    ),
+                    None,
+                )
+            })?;
+            buf.extend_from_slice(&chunk);
+            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                let line = String::from_utf8_lossy(&line);
+                if let Some(data) = line.trim().strip_prefix("data:").map(str::trim) {
+                    if let Some(answer) = on_data(data)? {
+                        return Ok(Some(answer));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The error of an answer with an error status from `url` (its own `error.message` when
+    /// it has one), and its `Retry-After`.
+    pub async fn refusal(
+        &self,
+        resp: reqwest::Response,
+        url: &str,
+    ) -> (ModelError, Option<Duration>) {
+        let status = resp.status();
+        let wait = retry_after(resp.headers());
+        let text = resp.text().await.unwrap_or_default();
+        let detail = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+            .unwrap_or_else(|| text.chars().take(300).collect());
+        let msg = format!("{url} answered {status}: {detail}");
+        (self.error(failure_for(status.as_u16()), msg), wait)
+    }
+}
 
 /// Attempts per call for transient errors (the first try included).
 pub const ATTEMPTS: u32 = 4;

@@ -15,29 +15,26 @@ use async_openai::types::chat::{
     FunctionObject, ToolChoiceOptions,
 };
 use async_trait::async_trait;
-use futures::StreamExt;
 
+use super::http::Endpoint;
 use super::{
     Delta, Failure, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn,
     Usage,
 };
 use crate::crd::ModelSpec;
-use crate::secrets::Redactor;
 
 /// The public endpoint when an Agent names no `baseUrl`.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// An OpenAI-compatible provider.
 pub struct OpenAi {
-    http: reqwest::Client,
+    /// The client, the key, and what keeps secrets out of errors.
+    endpoint: Endpoint,
     url: String,
     model: String,
-    api_key: Option<String>,
     max_tokens: u32,
     temperature: Option<f64>,
     backoff: Duration,
-    /// The API key (and any password in the URL), kept out of every error.
-    redactor: Redactor,
     /// `prompt_cache_key`: the agent's identity.
     cache_key: Option<String>,
 }
@@ -45,33 +42,15 @@ pub struct OpenAi {
 impl OpenAi {
     /// A provider for the Agent's model spec.
     pub fn new(spec: &ModelSpec, api_key: Option<String>) -> Result<Self, ModelError> {
-        crate::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(Duration::from_secs(120))
-            .build()
-            .map_err(|e| {
-                ModelError::new(
-                    Failure::BadResponse,
-                    format!("building the HTTP client: {e}"),
-                )
-            })?;
         let base = spec
             .base_url
             .as_deref()
             .unwrap_or(DEFAULT_BASE_URL)
             .trim_end_matches('/');
-        let api_key = api_key.filter(|k| !k.is_empty());
-        let url_password = reqwest::Url::parse(base)
-            .ok()
-            .and_then(|u| u.password().map(str::to_string));
-        let redactor = Redactor::new(api_key.iter().chain(url_password.iter()));
         Ok(Self {
-            redactor,
-            http,
+            endpoint: Endpoint::new(base, api_key)?,
             url: format!("{base}/chat/completions"),
             model: spec.name.clone(),
-            api_key,
             max_tokens: spec.max_output_tokens,
             temperature: spec.temperature,
             backoff: Duration::from_millis(500),
@@ -79,9 +58,8 @@ impl OpenAi {
         })
     }
 
-    /// An error whose text has every known secret masked (an endpoint may echo the key).
     fn error(&self, failure: Failure, detail: String) -> ModelError {
-        ModelError::new(failure, self.redactor.redact(&detail))
+        self.endpoint.error(failure, detail)
     }
 
     /// Sends `key` as `prompt_cache_key` (the agent's identity), so that the provider routes
@@ -155,57 +133,21 @@ impl OpenAi {
             )
         })?;
         let mut req = self
+            .endpoint
             .http
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(json);
-        if let Some(key) = &self.api_key {
+        if let Some(key) = &self.endpoint.api_key {
             req = req.bearer_auth(key);
         }
-        let resp = req.send().await.map_err(|e| {
-            (
-                self.error(
-                    Failure::Unreachable,
-                    format!("calling {}: {}", self.url, without_url(e)),
-                ),
-                None,
-            )
-        })?;
-        let status = resp.status();
-        if !status.is_success() {
-            let retry_after = super::http::retry_after(resp.headers());
-            let text = resp.text().await.unwrap_or_default();
-            let detail = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-                .unwrap_or_else(|| text.chars().take(300).collect());
-            let msg = format!("{} answered {status}: {detail}", self.url);
-            let failure = super::http::failure_for(status.as_u16());
-            return Err((self.error(failure, msg), retry_after));
-        }
-        let mut stream = resp.bytes_stream();
+        let resp = self.endpoint.send(req, &self.url).await?;
         let mut acc = Accumulator::default();
-        let mut buf: Vec<u8> = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                (
-                    self.error(
-                        Failure::Unreachable,
-                        format!("reading the stream: {}", without_url(e)),
-                    ),
-                    None,
-                )
-            })?;
-            buf.extend_from_slice(&chunk);
-            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=pos).collect();
-                let line = String::from_utf8_lossy(&line);
-                let line = line.trim();
-                let Some(data) = line.strip_prefix("data:").map(str::trim) else {
-                    continue;
-                };
+        let done = self
+            .endpoint
+            .each_data(resp, |data| {
                 if data == "[DONE]" {
-                    return Ok(acc.finish());
+                    return Ok(Some(()));
                 }
                 let chunk: CreateChatCompletionStreamResponse = serde_json::from_str(data)
                     .map_err(|e| {
@@ -218,9 +160,10 @@ impl OpenAi {
                         )
                     })?;
                 acc.add(chunk, on_delta);
-            }
-        }
-        if acc.seen_any {
+                Ok(None)
+            })
+            .await?;
+        if done.is_some() || acc.seen_any {
             Ok(acc.finish())
         } else {
             Err((
@@ -232,11 +175,6 @@ impl OpenAi {
             ))
         }
     }
-}
-
-/// A reqwest error's text without the URL (which the caller names once).
-fn without_url(e: reqwest::Error) -> String {
-    crate::report::chain(&e.without_url())
 }
 
 #[async_trait]

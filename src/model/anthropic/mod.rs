@@ -9,13 +9,11 @@ mod wire;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 
 use self::wire::{BlockDelta, Body, Event, StartBlock, WireUsage};
-use super::http::{failure_for, retry_after, Retries};
+use super::http::{Endpoint, Retries};
 use super::{Delta, Failure, FinishReason, Model, ModelError, Request, ToolCall, Turn, Usage};
 use crate::crd::ModelSpec;
-use crate::secrets::Redactor;
 
 /// The public endpoint when an Agent names no `baseUrl`.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -24,25 +22,18 @@ pub const API_VERSION: &str = "2023-06-01";
 
 /// The Anthropic provider.
 pub struct Anthropic {
-    http: reqwest::Client,
+    /// The client, the key, and what keeps secrets out of errors.
+    endpoint: Endpoint,
     url: String,
     model: String,
-    api_key: Option<String>,
     max_tokens: u32,
     temperature: Option<f64>,
     backoff: Duration,
-    redactor: Redactor,
 }
 
 impl Anthropic {
     /// A provider for the Agent's model spec (`baseUrl` with or without `/v1`).
     pub fn new(spec: &ModelSpec, api_key: Option<String>) -> Result<Self, ModelError> {
-        crate::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(Duration::from_secs(120))
-            .build()
-            .map_err(|e| ModelError::new(Failure::Refused, format!("HTTP client: {e}")))?;
         let base = spec
             .base_url
             .as_deref()
@@ -52,16 +43,10 @@ impl Anthropic {
             Some(root) => format!("{root}/v1/messages"),
             None => format!("{base}/v1/messages"),
         };
-        let api_key = api_key.filter(|k| !k.is_empty());
-        let url_password = reqwest::Url::parse(base)
-            .ok()
-            .and_then(|u| u.password().map(str::to_string));
         Ok(Self {
-            redactor: Redactor::new(api_key.iter().chain(url_password.iter())),
-            http,
+            endpoint: Endpoint::new(base, api_key)?,
             url,
             model: spec.name.clone(),
-            api_key,
             max_tokens: spec.max_output_tokens,
             temperature: spec.temperature,
             backoff: Duration::from_millis(500),
@@ -74,9 +59,8 @@ impl Anthropic {
         self
     }
 
-    /// An error whose text has every known secret masked (an endpoint may echo the key).
     fn error(&self, failure: Failure, detail: String) -> ModelError {
-        ModelError::new(failure, self.redactor.redact(&detail))
+        self.endpoint.error(failure, detail)
     }
 
     async fn attempt(
@@ -85,55 +69,19 @@ impl Anthropic {
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<Turn, (ModelError, Option<Duration>)> {
         let mut req = self
+            .endpoint
             .http
             .post(&self.url)
             .header("anthropic-version", API_VERSION)
             .json(body);
-        if let Some(key) = &self.api_key {
+        if let Some(key) = &self.endpoint.api_key {
             req = req.header("x-api-key", key);
         }
-        let resp = req.send().await.map_err(|e| {
-            let detail = crate::report::chain(&e.without_url());
-            (
-                self.error(
-                    Failure::Unreachable,
-                    format!("calling {}: {detail}", self.url),
-                ),
-                None,
-            )
-        })?;
-        let status = resp.status();
-        if !status.is_success() {
-            let wait = retry_after(resp.headers());
-            let text = resp.text().await.unwrap_or_default();
-            let detail = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-                .unwrap_or_else(|| text.chars().take(300).collect());
-            let msg = format!("{} answered {status}: {detail}", self.url);
-            return Err((self.error(failure_for(status.as_u16()), msg), wait));
-        }
-        let mut stream = resp.bytes_stream();
+        let resp = self.endpoint.send(req, &self.url).await?;
         let mut acc = Accumulator::default();
-        let mut buf: Vec<u8> = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                let detail = crate::report::chain(&e.without_url());
-                (
-                    self.error(
-                        Failure::Unreachable,
-                        format!("reading the stream: {detail}"),
-                    ),
-                    None,
-                )
-            })?;
-            buf.extend_from_slice(&chunk);
-            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=pos).collect();
-                let line = String::from_utf8_lossy(&line);
-                let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else {
-                    continue;
-                };
+        let answer = self
+            .endpoint
+            .each_data(resp, |data| {
                 let event: Event = serde_json::from_str(data).map_err(|e| {
                     (
                         self.error(
@@ -156,20 +104,26 @@ impl Anthropic {
                             "{} failed mid-stream: {} ({})",
                             self.url, error.message, error.kind
                         );
-                        return Err((self.error(failure, msg), None));
+                        Err((self.error(failure, msg), None))
                     }
-                    Event::MessageStop => return Ok(acc.finish()),
-                    other => acc.add(other, on_delta),
+                    Event::MessageStop => Ok(Some(())),
+                    other => {
+                        acc.add(other, on_delta);
+                        Ok(None)
+                    }
                 }
-            }
+            })
+            .await?;
+        match answer {
+            Some(()) => Ok(acc.finish()),
+            None => Err((
+                self.error(
+                    Failure::Unreachable,
+                    format!("{} closed the stream before message_stop", self.url),
+                ),
+                None,
+            )),
         }
-        Err((
-            self.error(
-                Failure::Unreachable,
-                format!("{} closed the stream before message_stop", self.url),
-            ),
-            None,
-        ))
     }
 }
 
