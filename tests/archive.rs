@@ -166,6 +166,19 @@ impl Rig {
         cycles
     }
 
+    /// Waits until the worker reports `agent`'s checkpoint of `cycle` archived.
+    async fn until_archived_cycle(
+        &self,
+        what: &str,
+        agent: &AgentKey,
+        cycle: u64,
+    ) -> AgentObservation {
+        self.until(what, agent, |o| {
+            o.archive.as_ref().and_then(|a| a.cycle) == Some(cycle)
+        })
+        .await
+    }
+
     /// Waits until the bucket holds exactly `cycles` of `agent` (old ones are removed just
     /// after the new one is reported).
     async fn until_archived(&self, agent: &AgentKey, cycles: &[u64]) {
@@ -244,10 +257,8 @@ async fn after_flushall_a_restarted_worker_recovers_the_last_archived_checkpoint
             i
         );
         let committed = Instant::now();
-        rig.until("the checkpoint archived", &sre(), |o| {
-            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
-        })
-        .await;
+        rig.until_archived_cycle("the checkpoint archived", &sre(), i)
+            .await;
         lag_ms.push(committed.elapsed().as_secs_f64() * 1000.0);
     }
     lag_ms.sort_by(f64::total_cmp);
@@ -340,10 +351,8 @@ async fn after_flushall_a_restarted_worker_recovers_the_last_archived_checkpoint
         "{request}"
     );
     assert!(request.contains("Dana is on call this week"), "{request}");
-    rig.until("cycle 21 archived", &sre(), |o| {
-        o.archive.as_ref().and_then(|a| a.cycle) == Some(21)
-    })
-    .await;
+    rig.until_archived_cycle("cycle 21 archived", &sre(), 21)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -394,10 +403,7 @@ async fn an_archive_that_goes_away_fails_no_cycle_and_catches_up_when_it_is_back
     assert_eq!(rig.archived(&sre()), [1, 4]);
     for i in 5..=7 {
         rig.cycle(&sre(), &format!("ping {i}"), "pong").await;
-        rig.until("archived", &sre(), |o| {
-            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
-        })
-        .await;
+        rig.until_archived_cycle("archived", &sre(), i).await;
     }
     rig.until_archived(&sre(), &[5, 6, 7]).await;
 }
@@ -411,10 +417,7 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     for i in 1..=5u64 {
         rig.cycle(&sre(), &format!("step {i}"), &format!("done {i}"))
             .await;
-        rig.until("archived", &sre(), |o| {
-            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
-        })
-        .await;
+        rig.until_archived_cycle("archived", &sre(), i).await;
     }
     let at_2 = agentfleet::archive::Archive::open_with(&rig.s3.url(ARCHIVE), &rig.s3.env())
         .unwrap()
@@ -473,10 +476,8 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         4,
         "applied once"
     );
-    rig.until("cycle 4 archived", &sre(), |o| {
-        o.archive.as_ref().and_then(|a| a.cycle) == Some(4)
-    })
-    .await;
+    rig.until_archived_cycle("cycle 4 archived", &sre(), 4)
+        .await;
     drop(worker);
 
     // A fork: a new agent starts from sre's latest archived checkpoint; sre is untouched.
@@ -510,10 +511,8 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         object_before,
         "the source's archive untouched"
     );
-    rig.until("the fork archived", &sre2, |o| {
-        o.archive.as_ref().and_then(|a| a.cycle) == Some(4)
-    })
-    .await;
+    rig.until_archived_cycle("the fork archived", &sre2, 4)
+        .await;
     drop(forked);
 
     // A corrupt object (one flipped byte) is refused with a clear reason; nothing changes.
@@ -578,10 +577,8 @@ async fn a_busy_agent_has_its_newest_checkpoint_written_once_an_interval() {
     let manifest = rig.manifest("sre", "    archive: {keepLast: 100, intervalSeconds: 2}");
     let _worker = rig.worker(&manifest);
     assert_eq!(rig.cycle(&sre(), "first", "one").await, 1);
-    rig.until("cycle 1 archived at once", &sre(), |o| {
-        o.archive.as_ref().and_then(|a| a.cycle) == Some(1)
-    })
-    .await;
+    rig.until_archived_cycle("cycle 1 archived at once", &sre(), 1)
+        .await;
     let burst = Instant::now();
     for i in 2..=11 {
         assert_eq!(rig.cycle(&sre(), &format!("burst {i}"), "ok").await, i);
@@ -591,10 +588,8 @@ async fn a_busy_agent_has_its_newest_checkpoint_written_once_an_interval() {
         "the burst took {:?}",
         burst.elapsed()
     );
-    rig.until("the newest archived", &sre(), |o| {
-        o.archive.as_ref().and_then(|a| a.cycle) == Some(11)
-    })
-    .await;
+    rig.until_archived_cycle("the newest archived", &sre(), 11)
+        .await;
     let written = rig.archived(&sre());
     assert!(
         written.len() <= 3 && written.first() == Some(&1) && written.last() == Some(&11),
@@ -628,10 +623,7 @@ async fn operators_read_and_restore_archived_checkpoints_from_a_terminal() {
             &format!("step {i} done"),
         )
         .await;
-        rig.until("archived", &sre(), |o| {
-            o.archive.as_ref().and_then(|a| a.cycle) == Some(i)
-        })
-        .await;
+        rig.until_archived_cycle("archived", &sre(), i).await;
     }
     let url = |cycle: u64| format!("s3://fleet/{ARCHIVE}/ops/sre/{cycle}");
 
