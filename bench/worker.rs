@@ -134,18 +134,12 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
         200
     );
 
-    // Like a real model: answer the inbox once, then end the cycle (a transient inbox preview
-    // at the end of a later step is not a new question).
+    // Like a real model: answer the inbox once, then end the cycle (the fresh context after
+    // the conversation, with any preview of waiting events, is not a new question).
     let model = MockModel::responding(|req| {
-        let msgs = req["messages"].as_array().unwrap();
-        let replied = msgs
+        let replied = agentfleet::testing::conversation(req)
             .iter()
             .rev()
-            .filter(|m| {
-                !m["content"]
-                    .as_str()
-                    .is_some_and(|c| c.starts_with("[INBOX PREVIEW"))
-            })
             .take_while(|m| m["role"] != "user")
             .any(|m| m["role"] == "tool");
         if replied {

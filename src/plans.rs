@@ -288,7 +288,7 @@ pub async fn run(
     }
 }
 
-/// One line of the system prompt about a plan.
+/// One line of the fresh context about a plan.
 pub fn describe(plan: &PlanSpec, source: Source, mark: Option<i64>, now_ms: i64) -> String {
     let when = match (&plan.schedule, &plan.at) {
         (Some(s), _) => format!("{s} ({})", plan.time_zone.as_deref().unwrap_or("UTC")),

@@ -177,6 +177,32 @@ pub fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free port: {e}"))
 }
 
+/// The conversation of a chat completions request body as [`MockModel`] received it: its
+/// messages without the fresh context the worker sends last (see `Request::context`).
+pub fn conversation(request: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut messages = request["messages"].as_array().cloned().unwrap_or_default();
+    if messages.last().is_some_and(|m| {
+        m["role"] == "user"
+            && m["content"]
+                .as_str()
+                .is_some_and(crate::model::format::is_context)
+    }) {
+        messages.pop();
+    }
+    messages
+}
+
+/// The fresh context of a chat completions request body (its last message), if it has one.
+pub fn context_of(request: &serde_json::Value) -> Option<String> {
+    request["messages"]
+        .as_array()?
+        .last()
+        .filter(|m| m["role"] == "user")?["content"]
+        .as_str()
+        .filter(|c| crate::model::format::is_context(c))
+        .map(str::to_string)
+}
+
 /// One scripted answer of [`MockModel`].
 #[derive(Clone, Debug)]
 pub enum MockTurn {

@@ -15,7 +15,7 @@ use agentfleet::testing::SseReader;
 
 #[path = "support/dev.rs"]
 mod support;
-use support::{bin, lines, Dev};
+use support::{bin, lines, openai, Dev, ManifestDir};
 
 /// The value of `agentfleet_cycles_total` for an agent of `default` and a result.
 fn cycles(metrics: &str, agent: &str, result: &str) -> u64 {
@@ -200,42 +200,6 @@ async fn dev_runs_the_samples_and_agents_answer_over_the_gateway() {
     })
     .await;
     assert_eq!(announced["sender"]["id"], "reviewer");
-}
-
-/// A directory of manifests for one test, removed when dropped: a Space with the human
-/// Husam, and agents in it, each given by its name and its `spec` lines besides `spaces`.
-struct ManifestDir(std::path::PathBuf);
-
-impl ManifestDir {
-    fn new(tag: &str, space: &str, agents: &[(&str, String)]) -> Self {
-        let dir = std::env::temp_dir().join(format!("agentfleet-dev-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut yaml = format!(
-            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {{name: {space}}}\nspec:\n  members: [{{id: husam, name: Husam}}]\n"
-        );
-        for (name, spec) in agents {
-            yaml.push_str(&format!(
-                "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}}}\nspec:\n  spaces: [{space}]\n{spec}\n"
-            ));
-        }
-        std::fs::write(dir.join(format!("{space}.yaml")), yaml).unwrap();
-        Self(dir)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for ManifestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The `model` line of an Agent on an OpenAI-compatible server.
-fn openai(base_url: &str) -> String {
-    format!("  model: {{provider: openai, name: mock, baseUrl: '{base_url}'}}")
 }
 
 /// Waits up to 20 s for a message of `space` (as `token`) that `matches`.
@@ -600,16 +564,14 @@ async fn agents_answering_each_other_stop_at_the_loop_guard() {
             "pong"
         };
         let other = if me == "ping" { "pong" } else { "ping" };
-        let last = req["messages"].as_array().unwrap().last().unwrap();
+        // The last message of the conversation; the fresh context after it (with any preview
+        // of what arrived mid-cycle) is not a request.
+        let conversation = agentfleet::testing::conversation(req);
+        let last = conversation.last().unwrap();
         if last["role"] != "user" {
             return MockTurn::text("done");
         }
         let inbox = last["content"].as_str().unwrap_or("");
-        // A preview of what arrived mid-cycle is not to be answered now (as it says); a model
-        // that did answer it would post twice per cycle and the chain would branch.
-        if inbox.starts_with("[INBOX PREVIEW") {
-            return MockTurn::text("done");
-        }
         let addressed =
             inbox.contains(&format!("(to {me})")) || (me == "ping" && inbox.contains("Husam:"));
         if !addressed {
@@ -1157,7 +1119,8 @@ async fn an_interactive_tool_pauses_the_cycle_until_a_human_answers() {
     agentfleet::install_crypto_provider();
     let model = agentfleet::testing::MockModel::responding(|req| {
         use agentfleet::testing::MockTurn;
-        let last = req["messages"].as_array().unwrap().last().unwrap();
+        let conversation = agentfleet::testing::conversation(req);
+        let last = conversation.last().unwrap();
         if last["role"] == "tool" {
             let answer = last["content"].as_str().unwrap_or_default().to_string();
             if !answer.contains("confirmed") {

@@ -854,9 +854,7 @@ spec:
     worker.stop().await;
     let requests = model.requests();
     assert_eq!(requests.len(), 3);
-    let inbox = requests[2]["messages"]
-        .as_array()
-        .unwrap()
+    let inbox = agentfleet::testing::conversation(&requests[2])
         .iter()
         .rev()
         .find(|m| m["role"] == "user")

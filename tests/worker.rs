@@ -163,14 +163,21 @@ fn send(space: &str, text: &str) -> MockTurn {
 }
 
 fn last_user_text(request: &Value) -> String {
-    request["messages"]
-        .as_array()
-        .unwrap()
+    agentfleet::testing::conversation(request)
         .iter()
         .rev()
         .find(|m| m["role"] == "user")
         .map(|m| m["content"].as_str().unwrap_or("").to_string())
         .unwrap_or_default()
+}
+
+/// The role of the conversation's last message (the fresh context after it is not one).
+fn last_role(request: &Value) -> String {
+    agentfleet::testing::conversation(request)
+        .last()
+        .and_then(|m| m["role"].as_str())
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[tokio::test]
@@ -219,9 +226,10 @@ async fn three_quick_messages_are_handled_in_one_cycle() {
         system.contains("You are assistant") && system.contains("You help the family."),
         "{system}"
     );
+    let context = agentfleet::testing::context_of(&requests[0]).unwrap();
     assert!(
-        system.contains("- [Family] space \"family\" — agents: assistant; humans: Husam, Ahmad"),
-        "{system}"
+        context.contains("- [Family] space \"family\" — agents: assistant; humans: Husam, Ahmad"),
+        "{context}"
     );
     let said = messages(r.store.as_ref(), "family").await;
     assert_eq!(said.len(), 4);
@@ -245,8 +253,7 @@ async fn the_hotel_conversation_continues_from_consciousness() {
     let r = rig().await;
     space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
     let mock = MockModel::responding(|req| {
-        let msgs = req["messages"].as_array().unwrap();
-        if msgs.last().unwrap()["role"] == "tool" {
+        if last_role(req) == "tool" {
             return MockTurn::text("Sent.");
         }
         let inbox = last_user_text(req);
@@ -371,7 +378,7 @@ async fn two_workers_of_one_agent_never_both_think() {
     let r = rig().await;
     space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
     let mock = MockModel::responding(|req| {
-        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+        if last_role(req) == "tool" {
             MockTurn::text("ok")
         } else {
             send("family", "hello")
@@ -467,9 +474,8 @@ async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once() {
         last_user_text(resumed).contains("What is the answer?"),
         "the redelivered event was processed"
     );
-    let roles: Vec<&str> = resumed["messages"]
-        .as_array()
-        .unwrap()
+    let conversation = agentfleet::testing::conversation(resumed);
+    let roles: Vec<&str> = conversation
         .iter()
         .map(|m| m["role"].as_str().unwrap())
         .collect();
@@ -490,7 +496,7 @@ async fn memories_survive_compaction_and_restart() {
                 "SUMMARY: Husam shared the wifi password and chatted about the weekend.",
             );
         }
-        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+        if last_role(req) == "tool" {
             return MockTurn::text("ok");
         }
         let inbox = last_user_text(req);
@@ -554,7 +560,7 @@ async fn memories_survive_compaction_and_restart() {
 
     // Restart: a fresh worker process on the same data plane.
     let mock2 = MockModel::responding(|req| {
-        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+        if last_role(req) == "tool" {
             MockTurn::text("ok")
         } else {
             send("family", "It's hunter2.")
@@ -577,8 +583,8 @@ async fn memories_survive_compaction_and_restart() {
     until_cycle(&r.store, &b, 8).await;
     w.stop().await;
     let first = &mock2.requests()[0];
-    let system = first["messages"][0]["content"].as_str().unwrap();
-    assert!(system.contains("Memories:\n- wifi: hunter2"), "{system}");
+    let context = agentfleet::testing::context_of(first).unwrap();
+    assert!(context.contains("Memories:\n- wifi: hunter2"), "{context}");
     assert!(first["messages"][1]["content"]
         .as_str()
         .unwrap()
@@ -593,7 +599,7 @@ async fn a_thousand_cycles_keep_the_prompt_bounded() {
         if req.get("tools").is_none() {
             return MockTurn::text("SUMMARY: many small talks with Husam.");
         }
-        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+        if last_role(req) == "tool" {
             return MockTurn::text("ok");
         }
         send("family", "Noted, thanks for the update!")
@@ -906,7 +912,7 @@ async fn a_failed_summary_keeps_the_whole_window() {
                 MockTurn::Status(401, "summaries are refused today".into())
             };
         }
-        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+        if last_role(req) == "tool" {
             return MockTurn::text("ok");
         }
         send(
@@ -1062,7 +1068,7 @@ async fn the_worker_rides_out_a_redis_restart() {
     let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
     space(store.as_ref(), "family", &["assistant"], &["Husam"]).await;
     let mock = MockModel::responding(|req| {
-        if req["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+        if last_role(req) == "tool" {
             MockTurn::text("ok")
         } else {
             send("family", &format!("answering: {}", last_user_text(req)))

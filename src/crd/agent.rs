@@ -34,9 +34,10 @@ pub struct AgentSpec {
     /// The language model this agent thinks with.
     pub model: ModelSpec,
 
-    /// The author's part of the system prompt: who the agent is and how it behaves. The rest
-    /// of the system prompt (identity, spaces and their members, memories, goals, time) is
-    /// rebuilt fresh by the worker for every cycle.
+    /// The author's part of the system prompt: who the agent is and how it behaves. The worker
+    /// adds the agent's identity and how it works; what changes (the time, spaces and their
+    /// members, memories, goals, plans) comes fresh every cycle after the conversation, so
+    /// that the system prompt stays in the providers' prompt caches.
     #[serde(default)]
     pub instructions: String,
 

@@ -1,5 +1,5 @@
 //! The text formats the worker writes into prompts: inbox lines, the mid-cycle preview and the
-//! space and memory lines of the system prompt. Formatters and parsers live together so that
+//! space and memory lines of the fresh context. Formatters and parsers live together so that
 //! what one writes the other reads (the scripted model reads what a real model reads).
 //!
 //! Every formatter takes arbitrary text (any Unicode, control characters included) and keeps
@@ -196,12 +196,20 @@ pub fn preview(lines: &[InboxLine], total: u64) -> String {
     out
 }
 
+/// The first line of a request's fresh context (its last message; never stored).
+pub const CONTEXT_HEADING: &str = "[CONTEXT as this cycle began; not a message]";
+
+/// Whether a user message is a request's fresh context.
+pub fn is_context(message: &str) -> bool {
+    message.starts_with(CONTEXT_HEADING)
+}
+
 /// Whether a user message is a mid-cycle preview.
 pub fn is_preview(message: &str) -> bool {
     message.starts_with(PREVIEW_HEADING)
 }
 
-/// A space of the system prompt: `- [Display] space "name" — agents: a, b; humans: X, Y`.
+/// A space of the fresh context: `- [Display] space "name" — agents: a, b; humans: X, Y`.
 pub fn space_line(display: &str, name: &str, agents: &[&str], humans: &[&str]) -> String {
     let list = |v: &[&str]| {
         if v.is_empty() {
@@ -219,7 +227,7 @@ pub fn space_line(display: &str, name: &str, agents: &[&str], humans: &[&str]) -
     )
 }
 
-/// The names of the spaces a system prompt lists, in order.
+/// The names of the spaces a fresh context lists, in order.
 pub fn space_names(system: &str) -> Vec<String> {
     system
         .lines()
@@ -232,7 +240,7 @@ pub fn space_names(system: &str) -> Vec<String> {
         .collect()
 }
 
-/// The agents of the space a system prompt lists under `[display]` (or `space "display"`).
+/// The agents of the space a fresh context lists under `[display]` (or `space "display"`).
 pub fn space_agents(system: &str, space: &str) -> Option<Vec<String>> {
     let by_display = format!("- [{space}] ");
     let by_name = format!("space \"{space}\" ");
@@ -248,12 +256,12 @@ pub fn space_agents(system: &str, space: &str) -> Option<Vec<String>> {
     })
 }
 
-/// A memory of the system prompt: `- key: value`, under a line `Memories:`.
+/// A memory of the fresh context: `- key: value`, under a line `Memories:`.
 pub fn memory_line(key: &str, value: &str) -> String {
     format!("- {}: {}", label(key), value.replace(['\n', '\r'], " "))
 }
 
-/// The memories a system prompt lists (the `- key: value` lines after `Memories:`).
+/// The memories a fresh context lists (the `- key: value` lines after `Memories:`).
 pub fn parse_memories(system: &str) -> Vec<(String, String)> {
     system
         .lines()

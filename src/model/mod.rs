@@ -98,10 +98,14 @@ pub enum ToolChoice {
 /// One model call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
-    /// The system prompt (rebuilt every cycle; never stored).
+    /// The system prompt: stable from cycle to cycle (never stored).
     pub system: String,
     /// The conversation.
     pub messages: Vec<Message>,
+    /// What is fresh for this step and never stored (the time, spaces, memories, goals,
+    /// plans, a preview of waiting events): providers send it after the conversation, as its
+    /// last user message, so that everything before it stays a cacheable prefix. Empty: none.
+    pub context: String,
     /// Tools available this step.
     pub tools: Vec<ToolSpec>,
     /// Tool choice this step.

@@ -83,6 +83,9 @@ impl OpenAi {
             },
         )];
         messages.extend(request.messages.iter().map(wire_message));
+        if !request.context.is_empty() {
+            messages.push(wire_message(&Message::user(request.context.clone())));
+        }
         let tools: Vec<ChatCompletionTools> = request
             .tools
             .iter()
@@ -363,6 +366,7 @@ mod tests {
                     content: "[]".into(),
                 },
             ],
+            context: "[CONTEXT …]\nCurrent time: 2026-11-23T10:00:00Z".into(),
             tools: vec![ToolSpec {
                 name: "send_message".into(),
                 description: "Post a message.".into(),
@@ -449,9 +453,14 @@ mod tests {
             .iter()
             .map(|m| m["role"].as_str().unwrap())
             .collect();
-        assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
         assert_eq!(sent["messages"][2]["tool_calls"][0]["id"], "c1");
         assert_eq!(sent["messages"][3]["tool_call_id"], "c1");
+        // The fresh context is the last message, after everything a cache can keep.
+        assert_eq!(
+            sent["messages"][4]["content"],
+            "[CONTEXT …]\nCurrent time: 2026-11-23T10:00:00Z"
+        );
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! The `scripted` provider: a deterministic model for demos and tests. No network, no key;
-//! it reads the same system prompt and inbox message a real model gets, and follows the
+//! it reads the same fresh context and inbox message a real model gets, and follows the
 //! seeds' rules the way a well-behaved model would.
 //!
 //! For each inbox line addressed to it it answers in that space with `send_message`. A line
@@ -7,7 +7,7 @@
 //! in the text, or when it is the only agent of the space. Agents are answered only when they
 //! mention it, so two scripted agents never talk in circles. The answer is:
 //! - `remember <fact>` → stores the fact with `set_memories` and confirms;
-//! - a text asking what it remembers → lists its memories from the system prompt;
+//! - a text asking what it remembers → lists its memories from the fresh context;
 //! - `deploy SERVICE VERSION`, when it has an interactive `confirm_deployment` tool (the
 //!   seeds' "Interactive Tool Pause") → asks the space to confirm with it, and once a human
 //!   answered says in that space whether it deploys;
@@ -24,9 +24,7 @@
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::format::{
-    is_preview, parse_inbox, parse_memories, space_agents, space_names, InboxLine, Source,
-};
+use super::format::{parse_inbox, parse_memories, space_agents, space_names, InboxLine, Source};
 use super::{
     Delta, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, ToolSpec, Turn,
     Usage,
@@ -45,14 +43,14 @@ impl Scripted {
         }
     }
 
-    fn addressed(&self, system: &str, line: &InboxLine) -> bool {
+    fn addressed(&self, context: &str, line: &InboxLine) -> bool {
         let Source::Space(space) = &line.source else {
             return false;
         };
         if let Some(m) = &line.mention {
             return *m == self.name;
         }
-        let agents = space_agents(system, space).unwrap_or_default();
+        let agents = space_agents(context, space).unwrap_or_default();
         if agents.contains(&line.sender) {
             // An agent's message is answered only when it mentions this agent.
             return false;
@@ -66,9 +64,9 @@ impl Scripted {
         named || (agents.len() == 1 && agents[0] == self.name)
     }
 
-    fn plan(&self, system: &str, inbox: &str, tools: &[ToolSpec]) -> Vec<ToolCall> {
+    fn plan(&self, context: &str, inbox: &str, tools: &[ToolSpec]) -> Vec<ToolCall> {
         let mut calls = Vec::new();
-        let first_space = space_names(system).into_iter().next();
+        let first_space = space_names(context).into_iter().next();
         for line in parse_inbox(inbox) {
             let announce = match line.source {
                 Source::Plan => Some(format!("It is time ({}): {}", line.sender, line.text)),
@@ -89,7 +87,7 @@ impl Scripted {
             let Source::Space(space) = &line.source else {
                 continue;
             };
-            if line.sender == self.name || !self.addressed(system, &line) {
+            if line.sender == self.name || !self.addressed(context, &line) {
                 continue;
             }
             if let Some((service, version)) = deploy_request(&line.text)
@@ -104,7 +102,7 @@ impl Scripted {
                 continue;
             }
             let reply = if let Some(fact) = remember_request(&line.text) {
-                let key = format!("note-{}", calls.len() + parse_memories(system).len() + 1);
+                let key = format!("note-{}", calls.len() + parse_memories(context).len() + 1);
                 calls.push(call(
                     calls.len(),
                     "set_memories",
@@ -112,7 +110,7 @@ impl Scripted {
                 ));
                 format!("Noted, {}: I will remember that {fact}.", line.sender)
             } else if line.text.to_lowercase().contains("what do you remember") {
-                let memories = parse_memories(system);
+                let memories = parse_memories(context);
                 if memories.is_empty() {
                     format!("{}, I have nothing stored yet.", line.sender)
                 } else {
@@ -156,7 +154,7 @@ fn deploy_request(text: &str) -> Option<(String, String)> {
 
 /// After a step that asked `confirm_deployment`: what to say in the space the deployment was
 /// asked in, once each answer is in (`None` for any other step).
-fn confirmed(system: &str, messages: &[Message]) -> Option<Vec<ToolCall>> {
+fn confirmed(context: &str, messages: &[Message]) -> Option<Vec<ToolCall>> {
     let (at, asked) = messages
         .iter()
         .enumerate()
@@ -170,7 +168,7 @@ fn confirmed(system: &str, messages: &[Message]) -> Option<Vec<ToolCall>> {
         .iter()
         .rev()
         .find_map(|m| match m {
-            Message::User { content } if !is_preview(content) => parse_inbox(content)
+            Message::User { content } => parse_inbox(content)
                 .into_iter()
                 .filter(|l| deploy_request(&l.text).is_some())
                 .find_map(|l| match l.source {
@@ -179,7 +177,7 @@ fn confirmed(system: &str, messages: &[Message]) -> Option<Vec<ToolCall>> {
                 }),
             _ => None,
         })
-        .or_else(|| space_names(system).into_iter().next())?;
+        .or_else(|| space_names(context).into_iter().next())?;
     let calls: Vec<ToolCall> = asked
         .iter()
         .filter(|c| c.name == CONFIRM_DEPLOYMENT)
@@ -294,11 +292,8 @@ impl Model for Scripted {
         request: &Request,
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<Turn, ModelError> {
-        // The last message that asks for something: the preview is information only.
-        let last = request.messages.iter().rev().find(|m| match m {
-            Message::User { content } => !is_preview(content),
-            _ => true,
-        });
+        // The fresh context (and any preview in it) is information only, not a request.
+        let last = request.messages.last();
         let turn = match last {
             // A request that may not call tools (compaction's summary).
             Some(Message::User { content })
@@ -310,10 +305,10 @@ impl Model for Scripted {
                 }
             }
             Some(Message::User { content }) => Turn {
-                tool_calls: self.plan(&request.system, content, &request.tools),
+                tool_calls: self.plan(&request.context, content, &request.tools),
                 ..Turn::default()
             },
-            Some(Message::Tool { .. }) => match confirmed(&request.system, &request.messages) {
+            Some(Message::Tool { .. }) => match confirmed(&request.context, &request.messages) {
                 Some(tool_calls) => Turn {
                     tool_calls,
                     ..Turn::default()
@@ -370,10 +365,11 @@ mod tests {
         serde_json::from_str(&turn.tool_calls[i].arguments).unwrap()
     }
 
-    fn request(system: String, messages: Vec<Message>) -> Request {
+    fn request(context: String, messages: Vec<Message>) -> Request {
         Request {
-            system,
+            system: "You are reviewer.".into(),
             messages,
+            context,
             tools: Vec::new(),
             tool_choice: ToolChoice::Auto,
         }
@@ -385,9 +381,10 @@ mod tests {
         (turn, deltas)
     }
 
-    fn system() -> String {
+    fn context() -> String {
         format!(
-            "You are reviewer.\nSpaces:\n{}\n{}\n",
+            "{}\nSpaces you are a member of:\n{}\n{}\n",
+            crate::model::format::CONTEXT_HEADING,
             space_line(
                 "Engineering",
                 "engineering",
@@ -407,7 +404,7 @@ mod tests {
             inbox_line("Family", "Husam", "dinner at 8"),
         ]
         .join("\n");
-        let (turn, deltas) = run(&m, &request(system(), vec![Message::user(inbox)])).await;
+        let (turn, deltas) = run(&m, &request(context(), vec![Message::user(inbox)])).await;
         let names: Vec<&str> = turn.tool_calls.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["send_message", "send_message"]);
         let first: serde_json::Value = serde_json::from_str(&turn.tool_calls[0].arguments).unwrap();
@@ -432,7 +429,7 @@ mod tests {
         assert!(turn.usage.input > 0 && turn.usage.output > 0);
 
         let not_me = inbox_line("Engineering", "Husam", "oncall, restart the API");
-        let (turn, _) = run(&m, &request(system(), vec![Message::user(not_me)])).await;
+        let (turn, _) = run(&m, &request(context(), vec![Message::user(not_me)])).await;
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.tool_calls[0].name, "skip");
     }
@@ -447,9 +444,9 @@ mod tests {
         };
         let asking = Message::user(inbox_line("Family", "Husam", "deploy api 1.2, please"));
         // Without the tool it is just a message.
-        let (turn, _) = run(&m, &request(system(), vec![asking.clone()])).await;
+        let (turn, _) = run(&m, &request(context(), vec![asking.clone()])).await;
         assert_eq!(turn.tool_calls[0].name, "send_message");
-        let mut req = request(system(), vec![asking]);
+        let mut req = request(context(), vec![asking]);
         req.tools = vec![confirm];
         let (turn, _) = run(&m, &req).await;
         assert_eq!(turn.tool_calls.len(), 1);
@@ -464,7 +461,7 @@ mod tests {
                 tool_call_id: turn.tool_calls[0].id.clone(),
                 content: result.to_string(),
             });
-            request(system(), messages)
+            request(context(), messages)
         };
         let yes = answered(json!({"answer": {"confirmed": true}, "by": "Husam"}));
         let (said, _) = run(&m, &yes).await;
@@ -492,7 +489,7 @@ mod tests {
             tool_call_id: said.tool_calls[0].id.clone(),
             content: "{}".into(),
         });
-        let (end, _) = run(&m, &request(system(), after)).await;
+        let (end, _) = run(&m, &request(context(), after)).await;
         assert_eq!(end.text.as_deref(), Some("Done."));
     }
 
@@ -502,7 +499,7 @@ mod tests {
         let (turn, _) = run(
             &m,
             &request(
-                system(),
+                context(),
                 vec![Message::user(inbox_line(
                     "Family",
                     "Husam",
@@ -516,7 +513,7 @@ mod tests {
         assert_eq!(args["memories"]["note-1"], "the wifi password is hunter2");
         let with_memory = format!(
             "{}Memories:\n{}\n",
-            system(),
+            context(),
             memory_line("note-1", "the wifi password is hunter2")
         );
         let (turn, _) = run(
@@ -552,7 +549,7 @@ mod tests {
                 content: "{}".into(),
             },
         ];
-        let (turn, _) = run(&m, &request(system(), msgs)).await;
+        let (turn, _) = run(&m, &request(context(), msgs)).await;
         assert!(turn.tool_calls.is_empty());
         assert_eq!(turn.text.as_deref(), Some("Done."));
     }
@@ -563,7 +560,7 @@ mod tests {
         // the original (this panicked).
         let m = Scripted::new("reviewer");
         let inbox = inbox_line("Family", "Husam", "İ remember that €");
-        let (turn, _) = run(&m, &request(system(), vec![Message::user(inbox)])).await;
+        let (turn, _) = run(&m, &request(context(), vec![Message::user(inbox)])).await;
         assert_eq!(turn.tool_calls[0].name, "set_memories");
         assert_eq!(args(&turn, 0)["memories"]["note-1"], "€");
         assert_eq!(remember_request("REMEMBER THAT x"), Some("x".into()));
@@ -583,12 +580,12 @@ mod tests {
                 tool_call_id: "call_0".into(),
                 content: "{}".into(),
             },
-            Message::user(crate::model::format::preview(
-                &[InboxLine::space("Family", "Husam", "quick message 2")],
-                1,
-            )),
         ];
-        let (turn, _) = run(&m, &request(system(), msgs)).await;
+        let preview = crate::model::format::preview(
+            &[InboxLine::space("Family", "Husam", "quick message 2")],
+            1,
+        );
+        let (turn, _) = run(&m, &request(format!("{}\n{preview}", context()), msgs)).await;
         assert!(turn.tool_calls.is_empty(), "{turn:?}");
         assert_eq!(turn.text.as_deref(), Some("Done."));
     }
@@ -599,11 +596,11 @@ mod tests {
         let inbox = InboxLine::space("Engineering", "Husam", "please look at PR 12")
             .to(Some("reviewer"))
             .render();
-        let (turn, _) = run(&m, &request(system(), vec![Message::user(inbox.clone())])).await;
+        let (turn, _) = run(&m, &request(context(), vec![Message::user(inbox.clone())])).await;
         assert_eq!(turn.tool_calls[0].name, "send_message");
         assert_eq!(args(&turn, 0)["space"], "Engineering");
         let oncall = Scripted::new("oncall");
-        let (turn, _) = run(&oncall, &request(system(), vec![Message::user(inbox)])).await;
+        let (turn, _) = run(&oncall, &request(context(), vec![Message::user(inbox)])).await;
         assert_eq!(turn.tool_calls[0].name, "skip");
     }
 
@@ -616,12 +613,12 @@ mod tests {
             "oncall",
             "Husam, you said: \"reviewer and oncall, please both say hi\"",
         );
-        let (turn, _) = run(&m, &request(system(), vec![Message::user(quoted)])).await;
+        let (turn, _) = run(&m, &request(context(), vec![Message::user(quoted)])).await;
         assert_eq!(turn.tool_calls[0].name, "skip");
         let asked = InboxLine::space("Engineering", "oncall", "can you review?")
             .to(Some("reviewer"))
             .render();
-        let (turn, _) = run(&m, &request(system(), vec![Message::user(asked)])).await;
+        let (turn, _) = run(&m, &request(context(), vec![Message::user(asked)])).await;
         assert_eq!(turn.tool_calls[0].name, "send_message");
     }
 
@@ -638,7 +635,7 @@ mod tests {
             }
             .render()
         );
-        let (turn, _) = run(&m, &request(system(), vec![Message::user(inbox)])).await;
+        let (turn, _) = run(&m, &request(context(), vec![Message::user(inbox)])).await;
         assert_eq!(turn.tool_calls[0].name, "send_message");
         assert_eq!(args(&turn, 0)["space"], "engineering");
         assert_eq!(args(&turn, 0)["text"], "dev reports: deploy finished");
@@ -651,7 +648,8 @@ mod tests {
             Some("before"),
             &[Message::user(inbox_line("Family", "Husam", "dinner at 8"))],
         );
-        let mut req = request(system, vec![Message::user(text)]);
+        let mut req = request(String::new(), vec![Message::user(text)]);
+        req.system = system;
         req.tool_choice = ToolChoice::None;
         let (turn, _) = run(&m, &req).await;
         assert!(turn.tool_calls.is_empty());
@@ -676,10 +674,11 @@ mod tests {
             inbox.push(raw.clone());
             let inbox = inbox.join("\n");
             let tools = crate::worker::tools::specs(&crate::crd::BuiltinTool::all());
-            let mut req = request(system(), vec![Message::user(inbox.clone())]);
+            let mut req = request(context(), vec![Message::user(inbox.clone())]);
             req.tools = tools;
             let summary_req = |system, text| {
-                let mut r = request(system, vec![Message::user(text)]);
+                let mut r = request(String::new(), vec![Message::user(text)]);
+                r.system = system;
                 r.tool_choice = ToolChoice::None;
                 r
             };

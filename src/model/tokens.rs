@@ -41,10 +41,11 @@ impl Message {
 }
 
 impl Request {
-    /// The estimated prompt tokens of the request: the system prompt and every message (the
-    /// tools' schemas are not counted).
+    /// The estimated prompt tokens of the request: the system prompt, every message and the
+    /// context (the tools' schemas are not counted).
     pub fn estimate_tokens(&self) -> u64 {
         estimate_tokens(&self.system)
+            + estimate_tokens(&self.context)
             + self
                 .messages
                 .iter()
@@ -88,13 +89,14 @@ mod tests {
     }
 
     #[test]
-    fn a_request_counts_its_system_prompt_and_messages() {
+    fn a_request_counts_its_system_prompt_messages_and_context() {
         let request = Request {
             system: "x".repeat(40),
             messages: vec![Message::user("abcd"), Message::user("")],
+            context: "y".repeat(8),
             tools: Vec::new(),
             tool_choice: ToolChoice::Auto,
         };
-        assert_eq!(request.estimate_tokens(), 10 + 5 + 4);
+        assert_eq!(request.estimate_tokens(), 10 + 2 + 5 + 4);
     }
 }

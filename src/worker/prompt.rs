@@ -1,5 +1,8 @@
-//! The system prompt, rebuilt fresh for every cycle from the manifest and the data plane.
-//! It is never stored in consciousness (seed 002: fresh context is never copied into history).
+//! What a request says besides the conversation, laid out so that providers can cache it:
+//! the system prompt is stable (identity, instructions, how the agent works: nothing that
+//! changes between cycles), and the fresh context (the time, the spaces and their members,
+//! memories, goals, plans) comes after the conversation, rebuilt for every cycle. Neither is
+//! ever stored in consciousness (seed 002: fresh context is never copied into history).
 
 use std::collections::BTreeMap;
 
@@ -8,7 +11,7 @@ use crate::model::format::{self, memory_line, space_line, InboxLine};
 use crate::plans::{self, Source};
 use crate::store::{EventKind, Goal, InboxEvent, Memories, SpaceRecord};
 
-/// What the prompt is built from.
+/// What the fresh context is built from.
 pub struct PromptInput<'a> {
     /// The agent's manifest.
     pub agent: &'a Agent,
@@ -30,13 +33,14 @@ pub struct PromptInput<'a> {
 const HOW_YOU_WORK: &str = "\
 How you work:
 - You wake when events arrive in your inbox; they come as one message, one line each: [Space] Sender: \"text\". A line [Space] Sender (to NAME): \"text\" is addressed to the agent NAME: if NAME is you, answer it. Events from outside your spaces start with (service), (plan) or (tool result); answer those in the space they concern.
+- The last message of every request, headed [CONTEXT …], is not from anyone: it is what was true as this cycle began (the time, your spaces and their members, your memories, goals and plans).
 - Everything you want others to see goes through send_message (to a space you are a member of). Text you write outside tool calls is private reasoning: nobody sees it.
 - You remember this conversation across cycles. Use set_memories and set_goals for what must outlive it, and set_plans to get back to something at a later time.
 - In spaces with several agents and humans you will receive many messages that are not directed at you and are better handled by someone else. If after reading the inbox events you determine that the message is not addressed to you (by name, role, or context), another agent or human is better suited to respond, or you have nothing useful to contribute, call skip() immediately. Do NOT send any messages first.";
 
-/// Builds the system prompt.
-pub fn system_prompt(input: &PromptInput<'_>) -> String {
-    let agent = input.agent;
+/// The system prompt: the same for every cycle of an agent until its manifest changes, so
+/// that it stays in the providers' prompt caches.
+pub fn system_prompt(agent: &Agent) -> String {
     let name = agent.metadata.name.as_deref().unwrap_or("agent");
     let ns = agent.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = format!("You are {name}, an agent of namespace {ns}.\n");
@@ -45,10 +49,20 @@ pub fn system_prompt(input: &PromptInput<'_>) -> String {
         out.push_str(agent.spec.instructions.trim());
         out.push('\n');
     }
-    out.push_str(&format!(
-        "\nCurrent time: {}\n",
+    out.push('\n');
+    out.push_str(HOW_YOU_WORK);
+    out.push('\n');
+    out
+}
+
+/// The fresh context of a cycle (the last message of its requests, never stored).
+pub fn context(input: &PromptInput<'_>) -> String {
+    let agent = input.agent;
+    let mut out = format!(
+        "{}\nCurrent time: {}\n",
+        format::CONTEXT_HEADING,
         plans::rfc3339(input.now_ms)
-    ));
+    );
     out.push_str("\nSpaces you are a member of:\n");
     if input.spaces.is_empty() {
         out.push_str("(none)\n");
@@ -101,9 +115,6 @@ pub fn system_prompt(input: &PromptInput<'_>) -> String {
         out.push_str(&plans::describe(p, source, mark, input.now_ms));
         out.push('\n');
     }
-    out.push('\n');
-    out.push_str(HOW_YOU_WORK);
-    out.push('\n');
     out
 }
 

@@ -164,3 +164,39 @@ impl Dev {
             .clone()
     }
 }
+
+/// A directory of manifests for one test, removed when dropped: a Space with the human
+/// Husam, and agents in it, each given by its name and its `spec` lines besides `spaces`.
+pub struct ManifestDir(pub std::path::PathBuf);
+
+impl ManifestDir {
+    pub fn new(tag: &str, space: &str, agents: &[(&str, String)]) -> Self {
+        let dir = std::env::temp_dir().join(format!("agentfleet-dev-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut yaml = format!(
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {{name: {space}}}\nspec:\n  members: [{{id: husam, name: Husam}}]\n"
+        );
+        for (name, spec) in agents {
+            yaml.push_str(&format!(
+                "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}}}\nspec:\n  spaces: [{space}]\n{spec}\n"
+            ));
+        }
+        std::fs::write(dir.join(format!("{space}.yaml")), yaml).unwrap();
+        Self(dir)
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for ManifestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `model` line of an Agent on an OpenAI-compatible server.
+pub fn openai(base_url: &str) -> String {
+    format!("  model: {{provider: openai, name: mock, baseUrl: '{base_url}'}}")
+}

@@ -146,6 +146,7 @@ fn request() -> Request {
             },
             Message::user("[new events since this cycle began]\n[Family] Husam: \"still there?\""),
         ],
+        context: "[CONTEXT …]\nCurrent time: 2026-11-23T10:00:00Z".into(),
         tools: vec![
             ToolSpec {
                 name: "read_messages".into(),
@@ -248,6 +249,12 @@ async fn streams_text_and_tool_use_with_cached_tokens_and_sends_cache_breakpoint
     );
     assert_eq!(last[1]["type"], "text");
     assert_eq!(last[1]["cache_control"], json!({"type": "ephemeral"}));
+    // The fresh context comes after the conversation's breakpoint, outside the cache.
+    assert_eq!(
+        last[2],
+        json!({"type": "text", "text": "[CONTEXT …]\nCurrent time: 2026-11-23T10:00:00Z"})
+    );
+    assert_eq!(last.as_array().unwrap().len(), 3);
 }
 
 #[tokio::test]

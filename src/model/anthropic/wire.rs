@@ -101,9 +101,23 @@ impl Body {
         if let Some(last) = tools.last_mut() {
             last.cache_control = Some(EPHEMERAL);
         }
+        // The conversation is cached up to its end; the context after it is fresh.
         let mut messages = messages(&request.messages);
         if let Some(block) = messages.last_mut().and_then(|m| m.content.last_mut()) {
             block.mark();
+        }
+        if !request.context.is_empty() {
+            let context = Block::Text {
+                text: request.context.clone(),
+                cache_control: None,
+            };
+            match messages.last_mut() {
+                Some(last) if last.role == "user" => last.content.push(context),
+                _ => messages.push(WireMessage {
+                    role: "user",
+                    content: vec![context],
+                }),
+            }
         }
         let tool_choice = (!tools.is_empty()).then(|| match request.tool_choice {
             ToolChoice::Auto => serde_json::json!({"type": "auto"}),

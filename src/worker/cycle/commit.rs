@@ -150,6 +150,7 @@ impl Agentlet {
         let request = Request {
             system,
             messages: vec![Message::user(text)],
+            context: String::new(),
             tools: Vec::new(),
             tool_choice: ToolChoice::None,
         };

@@ -298,10 +298,12 @@ struct Cycle<'a> {
     /// The consciousness the cycle started from, and its messages.
     consciousness: Consciousness,
     history: Vec<Message>,
-    /// The fresh context: the agent's spaces as the cycle started, the system prompt, the
-    /// summary of what was compacted away (as the conversation's first message).
+    /// The agent's spaces as the cycle started, the stable system prompt, the fresh context
+    /// (the last message of every request, never stored), the summary of what was compacted
+    /// away (as the conversation's first message).
     spaces: Vec<(String, Option<SpaceRecord>)>,
     system: String,
+    context: String,
     summary: Option<Message>,
     /// The agent's tools, in their stable order (a step offers them or its phase's part).
     tools: Vec<ToolSpec>,

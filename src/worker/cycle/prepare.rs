@@ -1,7 +1,7 @@
 //! Before the first step (seed 000; DESIGN "The think cycle" 1–2): the consciousness (from
 //! the cache when it is this lease's), the fresh context read from the data plane (spaces,
-//! memories, goals, plans) and the system prompt built from it, and the drained events as one
-//! inbox message.
+//! memories, goals, plans) and the stable system prompt, and the drained events as one inbox
+//! message.
 
 use std::time::Instant;
 
@@ -34,7 +34,7 @@ impl<'a> Cycle<'a> {
             store.plan_marks(key),
             store.journal(key)
         )?;
-        let system = prompt::system_prompt(&PromptInput {
+        let context = prompt::context(&PromptInput {
             agent: &agentlet.agent,
             spaces: &spaces,
             memories: &memories,
@@ -43,6 +43,7 @@ impl<'a> Cycle<'a> {
             plan_marks: &plan_marks,
             now_ms: k8s_openapi::jiff::Timestamp::now().as_millisecond(),
         });
+        let system = prompt::system_prompt(&agentlet.agent);
         let summary = consciousness
             .summary
             .as_ref()
@@ -63,6 +64,7 @@ impl<'a> Cycle<'a> {
             history,
             spaces,
             system,
+            context,
             summary,
             tools: agentlet.toolbox().specs(),
             batch: batch_id(events),

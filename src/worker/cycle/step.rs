@@ -76,7 +76,7 @@ impl Cycle<'_> {
     /// events are taken in flight and injected into the cycle's messages (and its replies
     /// are one deeper than the deepest of them); returns a transient preview of what waits
     /// in the inbox, which is shown to this step only and never remembered.
-    async fn look(&mut self, step: u32) -> Result<Option<Message>, StoreError> {
+    async fn look(&mut self, step: u32) -> Result<Option<String>, StoreError> {
         let mode = self.agentlet.agent.spec.cycle.mid_cycle_inbox;
         if step == 0 || mode == MidCycleInbox::Off {
             return Ok(None);
@@ -105,16 +105,14 @@ impl Cycle<'_> {
             self.new.push(Message::user(message));
         }
         Ok((look.waiting > 0 && !look.preview.is_empty()).then(|| {
-            Message::user(
-                self.agentlet
-                    .toolbox()
-                    .masks()
-                    .redact(&prompt::preview_message(
-                        &self.spaces,
-                        &look.preview,
-                        look.waiting,
-                    )),
-            )
+            self.agentlet
+                .toolbox()
+                .masks()
+                .redact(&prompt::preview_message(
+                    &self.spaces,
+                    &look.preview,
+                    look.waiting,
+                ))
         }))
     }
 
@@ -139,10 +137,16 @@ impl Cycle<'_> {
         self.new.push(Message::user(message));
     }
 
-    /// The request of a step: the stable system prompt, the conversation (summary, history,
-    /// this cycle's messages, the preview) and the tools the step's phase offers.
-    fn request(&self, step: u32, preview: Option<Message>) -> Request {
+    /// The request of a step: the tools the step's phase offers and the stable system prompt,
+    /// the conversation (summary, history, this cycle's messages: it only grows between
+    /// compactions), then what is fresh (the context and any preview). So each request
+    /// begins with the whole of the one before, as the providers' prompt caches want.
+    fn request(&self, step: u32, preview: Option<String>) -> Request {
         let (tools, tool_choice) = gates::offer(&self.agentlet.agent.spec.cycle, step, &self.tools);
+        let context = match preview {
+            Some(p) => format!("{}\n{p}", self.context),
+            None => self.context.clone(),
+        };
         Request {
             system: self.system.clone(),
             messages: self
@@ -151,8 +155,8 @@ impl Cycle<'_> {
                 .chain(&self.history)
                 .chain(&self.new)
                 .cloned()
-                .chain(preview)
                 .collect(),
+            context,
             tools,
             tool_choice,
         }

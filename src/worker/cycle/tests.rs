@@ -451,15 +451,20 @@ async fn the_preview_is_shown_to_the_step_and_never_remembered() {
         Outcome::Completed(_)
     ));
     let requests = r.requests();
-    let Some(Message::User { content: preview }) = requests[1].messages.last() else {
-        panic!("no preview")
-    };
+    // The preview comes with the fresh context, after the conversation.
+    let context = &requests[1].context;
+    let (fresh, preview) = context.split_once("[INBOX PREVIEW").unwrap();
+    assert!(fresh.starts_with(crate::model::format::CONTEXT_HEADING));
     assert!(preview.contains("second"), "{preview}");
-    assert!(!r
-        .remembered()
-        .await
+    assert!(matches!(
+        requests[1].messages.last(),
+        Some(Message::Tool { .. })
+    ));
+    let stored = r.store.consciousness(&r.agentlet.key).await.unwrap();
+    assert!(!stored
+        .messages
         .iter()
-        .any(|m| m == requests[1].messages.last().unwrap()));
+        .any(|m| m.contains("INBOX PREVIEW") || m.contains("[CONTEXT")));
     let waiting = r.store.inbox_depth(&r.agentlet.key).await.unwrap();
     assert_eq!(waiting, 1, "it waits for the next cycle");
 
@@ -468,8 +473,8 @@ async fn the_preview_is_shown_to_the_step_and_never_remembered() {
     let events = off.drain().await;
     off.say("second", false, 0).await;
     off.agentlet.cycle(&off.lease, &events).await.unwrap();
-    let last = off.requests()[1].messages.last().cloned();
-    assert!(matches!(last, Some(Message::Tool { .. })), "{last:?}");
+    let context = &off.requests()[1].context;
+    assert!(!context.contains("INBOX PREVIEW"), "{context}");
 }
 
 #[tokio::test]

@@ -57,7 +57,7 @@ pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
                     json!({"type": "object", "properties": {"reason": {"type": "string", "description": "Brief reason (internal log only)."}}}),
                 ),
                 BuiltinTool::SetMemories => (
-                    "Store facts you keep across cycles (they appear in your system prompt).",
+                    "Store facts you keep across cycles (they appear in your context at every cycle).",
                     json!({"type": "object", "properties": {"memories": {"type": "object", "additionalProperties": {"type": "string"},
                         "description": "key → fact"}}, "required": ["memories"]}),
                 ),

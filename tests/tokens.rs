@@ -1,0 +1,116 @@
+//! Every token counts (issue 17), as a user meets it in `agentfleet dev`: what the model
+//! server receives, cycle after cycle.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use agentfleet::testing::{conversation, MockModel, MockTurn};
+
+#[path = "support/dev.rs"]
+mod support;
+use support::{openai, Dev, ManifestDir};
+
+/// A request as a provider's prompt cache sees it: the tools, then every message in order
+/// (the fresh context last), each as the exact JSON that was sent.
+fn prompt(request: &Value) -> String {
+    let mut out = request["tools"].to_string();
+    for m in request["messages"].as_array().unwrap() {
+        out.push_str(&m.to_string());
+    }
+    out
+}
+
+/// How many leading bytes two prompts share.
+fn shared(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
+/// The scenario of issue 17: an `openai` agent in `dev`, one message after another, and a
+/// memory set every third cycle (so the fresh context changes as it does in use). Every
+/// cycle's first request (after the first cycle) begins with at least 95% of its bytes
+/// exactly as the previous cycle's last request did: only the new turn and the fresh
+/// context after the conversation are new. (Before, the system prompt carried the time and
+/// the memories, and the share fell from 94% to 40% over 12 cycles.)
+#[tokio::test]
+async fn each_cycle_repeats_the_previous_requests_prefix() {
+    agentfleet::install_crypto_provider();
+    let model = MockModel::responding(|req| {
+        let conversation = conversation(req);
+        let last = conversation.last().unwrap();
+        if last["role"] != "user" {
+            return MockTurn::text("Done.");
+        }
+        let text = last["content"].as_str().unwrap_or_default();
+        let n = text
+            .split("message ")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("0")
+            .to_string();
+        let mut calls = vec![(
+            "send_message",
+            json!({"space": "desk", "text": format!("Husam, noted message {n}.")}),
+        )];
+        if n.parse::<u32>().unwrap_or(0) % 3 == 0 {
+            calls.push((
+                "set_memories",
+                json!({"memories": {format!("fact-{n}"): format!("message {n} matters")}}),
+            ));
+        }
+        MockTurn::tools(&calls)
+    })
+    .await
+    .unwrap();
+    let dir = ManifestDir::new("prefix", "desk", &[("clerk", openai(&model.base_url))]);
+    let dev = Dev::start_in(dir.path(), &[]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/desk", "Husam");
+    let cycles = 12;
+    for i in 1..=cycles {
+        let posted = dev
+            .post(
+                &http,
+                &husam,
+                "desk",
+                &json!({"text": format!("This is message {i}")}),
+            )
+            .await;
+        assert_eq!(posted.status(), 201);
+        // Each cycle is two requests (the calls, then "Done."); the next message waits for
+        // the cycle's end, so that it begins a cycle of its own.
+        let start = Instant::now();
+        while model.request_count() < 2 * i {
+            assert!(start.elapsed() < Duration::from_secs(20), "cycle {i}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2 * cycles, "one cycle per message");
+    let mut shares = Vec::new();
+    for cycle in 1..cycles {
+        let previous = prompt(&requests[2 * cycle - 1]);
+        let first = prompt(&requests[2 * cycle]);
+        let share = shared(&previous, &first) as f64 / first.len() as f64;
+        shares.push((cycle + 1, first.len(), (share * 1000.0).round() / 10.0));
+    }
+    eprintln!("(cycle, prompt bytes, % shared with the previous cycle's last request): {shares:?}");
+    for (cycle, _, share) in &shares {
+        assert!(*share >= 95.0, "cycle {cycle}: {shares:?}");
+    }
+    // The memories are in the fresh context the model gets, never in the stable prefix (as
+    // the cycle began: fact-12 was set in the last cycle itself).
+    let last = requests.last().unwrap();
+    assert!(
+        agentfleet::testing::context_of(last)
+            .unwrap()
+            .contains("- fact-9: message 9 matters"),
+        "{last}"
+    );
+    assert!(!last["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("fact-"));
+}
