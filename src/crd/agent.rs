@@ -75,6 +75,10 @@ pub struct AgentSpec {
     #[schemars(length(max = 100))]
     pub plans: Vec<PlanSpec>,
 
+    /// Tokens the agent may spend per UTC day and per UTC month; see `BudgetExhausted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::BudgetSpec>,
+
     /// The worker pod that runs the agent.
     #[serde(default)]
     pub worker: WorkerSpec,
@@ -430,6 +434,11 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_used: Option<u64>,
 
+    /// Model tokens by direction and by budget period, counted at every model call (also of
+    /// cycles that skip or fail), as the worker records them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokensStatus>,
+
     /// The latest consciousness checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointStatus>,
@@ -510,6 +519,24 @@ impl AgentPhase {
             AgentPhase::Failed => "Failed",
         }
     }
+}
+
+/// Model tokens by direction and by budget period (`status.tokens`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokensStatus {
+    /// Prompt tokens billed in full, over the agent's life.
+    pub input: u64,
+    /// Prompt tokens the provider read from its prompt cache (billed at a fraction).
+    pub cache_read: u64,
+    /// Prompt tokens the provider wrote to its prompt cache.
+    pub cache_write: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Every token of this UTC day (what `budget.tokensPerDay` counts).
+    pub today: u64,
+    /// Every token of this UTC month (what `budget.tokensPerMonth` counts).
+    pub this_month: u64,
 }
 
 /// Metadata of a consciousness checkpoint (the content itself lives in the data plane).

@@ -4,12 +4,14 @@
 //! and the YAML in `crds/` is generated from these types (`agentfleet crd`).
 
 mod agent;
+mod budget;
 mod consciousness;
 mod space;
 mod tools;
 pub mod validate;
 
 pub use agent::*;
+pub use budget::*;
 pub use consciousness::*;
 pub use space::*;
 pub use tools::*;

@@ -50,6 +50,7 @@ mod notes;
 mod observe;
 mod redis;
 mod spaces;
+mod tokens;
 mod types;
 
 pub use self::calls::{
@@ -67,6 +68,7 @@ pub use self::notes::{NoteKind, Notes};
 pub use self::observe::{checkpoint_ref_cycle, Observe};
 pub use self::redis::{redact_url, RedisStore};
 pub use self::spaces::Spaces;
+pub use self::tokens::TokenSpend;
 pub use self::types::*;
 
 /// Pub/sub channel of wake signals (payload: the agent's `NS/NAME`).

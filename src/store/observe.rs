@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, AgentObservation, ArchiveReport, ModelHealth, RestoreReport, StoreError};
+use super::{
+    AgentKey, AgentObservation, ArchiveReport, ModelHealth, RestoreReport, StoreError, TokenSpend,
+};
 use crate::crd::ToolStatus;
 
 /// The operator's view of the data plane.
@@ -43,6 +45,16 @@ pub trait Observe: Send + Sync {
         agent: &AgentKey,
         report: &RestoreReport,
     ) -> Result<(), StoreError>;
+
+    /// Counts the tokens of model calls (`usage`, made in `periods`) and returns what the agent
+    /// has spent: a period's count starts again when the period rolls over. Zero usage only
+    /// reads (and rolls the periods over).
+    async fn record_tokens(
+        &self,
+        agent: &AgentKey,
+        periods: &crate::crd::Periods,
+        usage: &crate::model::Usage,
+    ) -> Result<TokenSpend, StoreError>;
 
     /// Removes everything the data plane holds of an agent: inbox, queues, consciousness,
     /// checkpoints, memories, goals, plans, lease, registration.

@@ -1619,6 +1619,14 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
             .unwrap();
         let memories: Memories = [("k".to_string(), "v".to_string())].into();
         store.set_memories(k, &lease, &memories).await.unwrap();
+        let used = crate::model::Usage {
+            input: 10,
+            ..Default::default()
+        };
+        store
+            .record_tokens(k, &crate::crd::Periods::at(now_ms()), &used)
+            .await
+            .unwrap();
         store.set_plans(k, &lease, &[plan("p")]).await.unwrap();
         store.push_event(k, &event("e2", "waiting")).await.unwrap();
     }
@@ -2100,6 +2108,71 @@ impl Drop for ClusterNode {
     }
 }
 
+async fn tokens_are_counted_by_direction_and_period(store: &dyn Store) {
+    use crate::crd::{Periods, Spent};
+    use crate::model::Usage;
+    let a = AgentKey::new("fam", "spender");
+    assert_eq!(
+        observed(store, &a).await.tokens,
+        None,
+        "nothing before a call"
+    );
+    let day1 = Periods::at(1_795_400_000_000);
+    let call = Usage {
+        input: 1000,
+        output: 40,
+        cache_read: 700,
+        cache_write: 200,
+    };
+    store.record_tokens(&a, &day1, &call).await.unwrap();
+    let t = store.record_tokens(&a, &day1, &call).await.unwrap();
+    assert_eq!(
+        (t.input, t.cache_read, t.cache_write, t.output),
+        (200, 1400, 400, 80)
+    );
+    assert_eq!(
+        t.spent(&day1),
+        Spent {
+            day: 2080,
+            month: 2080
+        }
+    );
+    assert_eq!(observed(store, &a).await.tokens, Some(t.clone()));
+    // The next UTC day starts from 0; the month and the totals go on.
+    let day2 = Periods::at(1_795_400_000_000 + 86_400_000);
+    let read = store
+        .record_tokens(&a, &day2, &Usage::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        read.spent(&day2),
+        Spent {
+            day: 0,
+            month: 2080
+        }
+    );
+    let t = store.record_tokens(&a, &day2, &call).await.unwrap();
+    assert_eq!(
+        t.spent(&day2),
+        Spent {
+            day: 1040,
+            month: 3120
+        }
+    );
+    assert_eq!(t.input, 300);
+    // A month later both start again.
+    let next_month = Periods::at(1_795_400_000_000 + 31 * 86_400_000);
+    let t = store.record_tokens(&a, &next_month, &call).await.unwrap();
+    assert_eq!(
+        t.spent(&next_month),
+        Spent {
+            day: 1040,
+            month: 1040
+        }
+    );
+    assert_eq!(t.output, 160);
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?; faults: $($faulty:ident),* $(,)?) => {
         mod memory {
@@ -2187,6 +2260,7 @@ suite!(
     plans_fire_once_per_due_time,
     agent_plans_are_kept_and_fenced,
     purging_an_agent_forgets_everything,
+    tokens_are_counted_by_direction_and_period,
     async_calls_take_one_result_with_their_token,
     human_calls_take_one_answer_without_a_token,
     a_paused_cycle_waits_for_its_answer,

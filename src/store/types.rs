@@ -598,6 +598,8 @@ pub struct AgentObservation {
     pub archive: Option<ArchiveReport>,
     /// The last restore, fork or recovery, once a worker has done one (or tried).
     pub restore: Option<RestoreReport>,
+    /// The tokens spent, once a model was called.
+    pub tokens: Option<super::TokenSpend>,
 }
 
 impl AgentObservation {

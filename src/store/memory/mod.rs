@@ -91,6 +91,8 @@ struct AgentState {
     archive: Option<super::ArchiveReport>,
     /// The last restore, fork or recovery, as the worker reports it.
     restore: Option<super::RestoreReport>,
+    /// The tokens spent, once a model was called.
+    spend: Option<super::TokenSpend>,
 }
 
 impl AgentState {

@@ -6,7 +6,7 @@ use super::MemoryStore;
 use crate::store::notes::readable_plans;
 use crate::store::{
     AgentKey, AgentObservation, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
-    StoreError,
+    StoreError, TokenSpend,
 };
 
 #[async_trait]
@@ -45,6 +45,7 @@ impl Observe for MemoryStore {
                         pending: a.human_calls(),
                         archive: a.archive.clone(),
                         restore: a.restore.clone(),
+                        tokens: a.spend.clone(),
                     },
                 })
                 .collect()
@@ -90,6 +91,19 @@ impl Observe for MemoryStore {
     ) -> Result<(), StoreError> {
         self.agent(agent, |a| a.restore = Some(report.clone()));
         Ok(())
+    }
+
+    async fn record_tokens(
+        &self,
+        agent: &AgentKey,
+        periods: &crate::crd::Periods,
+        usage: &crate::model::Usage,
+    ) -> Result<TokenSpend, StoreError> {
+        Ok(self.agent(agent, |a| {
+            let t = a.spend.get_or_insert_with(TokenSpend::default);
+            t.add(periods, usage);
+            t.clone()
+        }))
     }
 
     async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {

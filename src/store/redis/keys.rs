@@ -29,6 +29,7 @@
 //! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
 //! | `agentfleet:{agent:NS/NAME}:archive` | string | how archiving goes (JSON `ArchiveReport`, written by the worker) |
 //! | `agentfleet:{agent:NS/NAME}:restore` | string | the last restore, fork or recovery (JSON `RestoreReport`, written by the worker) |
+//! | `agentfleet:{agent:NS/NAME}:tokens` | hash | tokens of every model call: `input cacheRead cacheWrite output` over the agent's life, `day dayTokens month monthTokens` in the budget periods of the last call |
 //! | `agentfleet:{agent:NS/NAME}:callsforget` | sorted set | call ids by when they are forgotten (ms): a registration removes those past |
 //! | `agentfleet:spaces` | set | `NS/NAME` of every space with membership |
 //! | `agentfleet:agents` | set | `NS/NAME` of every Agent the operator reconciles |
@@ -73,6 +74,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "callsforget",
     "archive",
     "restore",
+    "tokens",
 ];
 
 /// The keys of one agent, all under its hash tag `{agent:NS/NAME}`.
@@ -184,6 +186,11 @@ impl AgentKeys {
     /// The last restore, fork or recovery, as the worker reports it (JSON).
     pub(super) fn restore_report(&self) -> String {
         self.key("restore")
+    }
+
+    /// The tokens spent, by direction and budget period.
+    pub(super) fn tokens(&self) -> String {
+        self.key("tokens")
     }
 
     /// The journal of the cycle under way.

@@ -10,7 +10,7 @@ use super::{redis_err, to_json, RedisStore};
 use crate::store::notes::readable_plans;
 use crate::store::{
     AgentKey, AgentObservation, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
-    StoreError,
+    StoreError, TokenSpend,
 };
 
 #[async_trait]
@@ -48,7 +48,8 @@ impl Observe for RedisStore {
                 .get(a.tools())
                 .hgetall(a.calls())
                 .get(a.archive())
-                .get(a.restore_report());
+                .get(a.restore_report())
+                .hgetall(a.tokens());
         }
         let mut conn = self.conns.shared().await?;
         let values: Vec<redis::Value> = pipe
@@ -70,7 +71,7 @@ impl Observe for RedisStore {
             Vec<(String, String)>,
         );
         values
-            .chunks(14)
+            .chunks(15)
             .map(|chunk| {
                 let decode = |e: redis::ParsingError| StoreError::Redis {
                     op: "observe agents",
@@ -78,9 +79,12 @@ impl Observe for RedisStore {
                 };
                 let row: Row = redis::from_redis_value(redis::Value::Array(chunk[..12].to_vec()))
                     .map_err(decode)?;
-                let (archive, restore): (Option<String>, Option<String>) =
-                    redis::from_redis_value(redis::Value::Array(chunk[12..].to_vec()))
-                        .map_err(decode)?;
+                let (archive, restore, tokens): (
+                    Option<String>,
+                    Option<String>,
+                    std::collections::HashMap<String, String>,
+                ) = redis::from_redis_value(redis::Value::Array(chunk[12..].to_vec()))
+                    .map_err(decode)?;
                 let (
                     inbox,
                     urgent,
@@ -115,6 +119,7 @@ impl Observe for RedisStore {
                     pending: super::calls::waiting_for_humans(&calls),
                     archive: archive.and_then(|a| serde_json::from_str(&a).ok()),
                     restore: restore.and_then(|r| serde_json::from_str(&r).ok()),
+                    tokens: (!tokens.is_empty()).then(|| TokenSpend::from_fields(&tokens)),
                 })
             })
             .collect()
@@ -173,6 +178,16 @@ impl Observe for RedisStore {
         conn.set(AgentKeys::new(agent).restore_report(), json)
             .await
             .map_err(redis_err("record restore report"))
+    }
+
+    async fn record_tokens(
+        &self,
+        agent: &AgentKey,
+        periods: &crate::crd::Periods,
+        usage: &crate::model::Usage,
+    ) -> Result<TokenSpend, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        super::scripts::record_tokens(&mut conn, &AgentKeys::new(agent), periods, usage).await
     }
 
     async fn purge_agent(&self, agent: &AgentKey) -> Result<(), StoreError> {

@@ -52,8 +52,33 @@ static REGISTER_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[include_str!("lua/register_call.lua")]));
 static COMPLETE_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/complete_call.lua")]));
+static TOKENS: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/tokens.lua")]));
 static JOURNAL: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/journal.lua")]));
+
+/// `tokens.lua`: counts `usage` of calls made in `periods` and returns the record.
+/// KEYS: tokens. ARGV: day, month, then the tokens by direction (input billed in full, cache
+/// read, cache write, output).
+pub(super) async fn record_tokens(
+    conn: &mut ConnectionManager,
+    agent: &AgentKeys,
+    periods: &crate::crd::Periods,
+    usage: &crate::model::Usage,
+) -> Result<crate::store::TokenSpend, StoreError> {
+    let mut invocation = TOKENS.prepare_invoke();
+    invocation
+        .key(agent.tokens())
+        .arg(&periods.day)
+        .arg(&periods.month);
+    for (_, n) in usage.by_direction() {
+        invocation.arg(n);
+    }
+    let fields: std::collections::HashMap<String, String> = invocation
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("record tokens"))?;
+    Ok(crate::store::TokenSpend::from_fields(&fields))
+}
 
 /// Where `post.lua` puts the new message's id in the templates it fills.
 pub(super) const ID_PLACEHOLDER: &str = "@@agentfleet-message-id@@";
