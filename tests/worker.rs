@@ -1113,3 +1113,114 @@ async fn the_worker_rides_out_a_redis_restart() {
         .unwrap()
         .unwrap();
 }
+
+/// `spec.budget`: every model call is counted as it returns; the cycle that reaches the day's
+/// budget ends cleanly at that step (committed, its reply posted), and no later cycle starts:
+/// the next message waits in the inbox, with no model call. A worker with a raised budget (the
+/// operator rolls the pod on a spec change) answers it. Spend from an earlier UTC day does
+/// not count.
+#[tokio::test]
+async fn a_spent_budget_stops_the_model_calls_and_events_wait() {
+    let r = rig().await;
+    space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
+    // Every call reports 100 prompt tokens (60 of them read from the cache) and 10 or 20
+    // output tokens.
+    let mock = MockModel::responding(|req| {
+        if last_role(req) == "tool" {
+            MockTurn::text("Sent.")
+        } else {
+            send("family", "On it.")
+        }
+    })
+    .await
+    .unwrap();
+    mock.report_cached_tokens(60);
+    let a = agentlet(
+        r.store.clone(),
+        manifest(
+            "assistant",
+            &["family"],
+            &mock.base_url,
+            "  budget: {tokensPerDay: 300}",
+        ),
+    );
+    let w = start(a.clone(), "w1", Duration::from_secs(5));
+    say(r.store.as_ref(), "family", "Husam", "first").await;
+    until_cycle(&r.store, &a, 1).await;
+    assert_eq!(mock.request_count(), 2, "a tool step and a final step");
+    // 230 spent: the next cycle's first step reaches 350 and ends it there.
+    say(r.store.as_ref(), "family", "Husam", "second").await;
+    until_cycle(&r.store, &a, 2).await;
+    assert_eq!(mock.request_count(), 3, "the cycle ended at the limit");
+    let c = r.store.consciousness(&a.key).await.unwrap();
+    assert!(
+        c.messages.last().unwrap().contains("\"role\":\"tool\""),
+        "it ended after its tool call, cleanly committed: {:?}",
+        c.messages.last()
+    );
+    let said = messages(r.store.as_ref(), "family").await;
+    assert_eq!(said.last().unwrap().text, "On it.");
+    // Spent: the third message waits, and the model hears nothing.
+    say(r.store.as_ref(), "family", "Husam", "third").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        mock.request_count(),
+        3,
+        "no model call once the budget is spent"
+    );
+    let seen = r.store.observe(std::slice::from_ref(&a.key)).await.unwrap();
+    assert_eq!(seen[0].waiting, 1, "the event waits in the inbox");
+    assert_eq!(seen[0].in_flight, 0);
+    let tokens = seen[0].tokens.clone().unwrap();
+    assert_eq!(
+        (tokens.input, tokens.cache_read, tokens.output),
+        (3 * 40, 3 * 60, 20 + 10 + 20)
+    );
+    let today = agentfleet::crd::Periods::at(agentfleet::store::now_ms());
+    assert_eq!(tokens.spent(&today).day, 350);
+    w.stop().await;
+
+    // A raised budget: a new worker answers the waiting message.
+    let raised = agentlet(
+        r.store.clone(),
+        manifest(
+            "assistant",
+            &["family"],
+            &mock.base_url,
+            "  budget: {tokensPerDay: 10000, tokensPerMonth: 20000}",
+        ),
+    );
+    let w = start(raised.clone(), "w2", Duration::from_secs(5));
+    until_cycle(&r.store, &raised, 3).await;
+    w.stop().await;
+    assert!(last_user_text(&mock.requests()[3]).contains("third"));
+
+    // A day's spend of an earlier day does not count: a worker with a small budget answers.
+    let seen = r.store.observe(std::slice::from_ref(&a.key)).await.unwrap();
+    assert_eq!(seen[0].tokens.as_ref().unwrap().day_tokens, 580);
+    let mut conn = redis::Client::open(r._redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("agentfleet:{agent:fam/assistant}:tokens")
+        .arg("day")
+        .arg("2020-01-01")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let small = agentlet(
+        r.store.clone(),
+        manifest(
+            "assistant",
+            &["family"],
+            &mock.base_url,
+            "  budget: {tokensPerDay: 300}",
+        ),
+    );
+    let w = start(small.clone(), "w3", Duration::from_secs(5));
+    say(r.store.as_ref(), "family", "Husam", "fourth").await;
+    until_cycle(&r.store, &small, 4).await;
+    w.stop().await;
+}

@@ -8,6 +8,7 @@
 //! agent cannot work while it cannot.
 
 pub mod archiver;
+mod budget;
 pub mod compaction;
 pub mod cycle;
 mod health;
@@ -331,6 +332,8 @@ async fn process(
     // flight, after it.
     let mut settle = true;
     let mut settle_after_cycle = false;
+    // The spent budget last announced.
+    let mut announced = None;
     loop {
         health.beat();
         if *shutdown.borrow() {
@@ -381,6 +384,28 @@ async fn process(
                     }
                     continue;
                 }
+            }
+        }
+        // A spent budget: no cycle until it rolls over; the events wait where they are.
+        match agentlet.budget_before_cycle().await {
+            Ok(None) => {}
+            Ok(Some(spent)) => {
+                budget::announce(agentlet, &spent, &mut announced);
+                tokio::select! {
+                    _ = tokio::time::sleep(budget::wait_for_roll_over(&spent, WAIT)) => {}
+                    _ = shutdown.wait_for(|v| *v) => return Ok(()),
+                    _ = lost.wait_for(|v| *v) => {}
+                }
+                continue;
+            }
+            Err(e) => {
+                let wait = store_backoff.take();
+                warn!(agent = %key, error = %e, retry_in = ?wait, "cannot read what the agent spent; retrying");
+                health.set_problem(format!("data plane: {e}"));
+                if !pause(wait, shutdown).await {
+                    return Ok(());
+                }
+                continue;
             }
         }
         let waited = tokio::select! {

@@ -355,6 +355,7 @@ pub(super) mod tests {
             a.calls_forget(),
             a.archive(),
             a.restore_report(),
+            a.tokens(),
         ];
         let all = a.all();
         for k in &named {

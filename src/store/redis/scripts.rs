@@ -52,11 +52,11 @@ static REGISTER_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[include_str!("lua/register_call.lua")]));
 static COMPLETE_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/complete_call.lua")]));
-static TOKENS: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/tokens.lua")]));
+static TOKENS: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/record_tokens.lua")]));
 static JOURNAL: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/journal.lua")]));
 
-/// `tokens.lua`: counts `usage` of calls made in `periods` and returns the record.
+/// `record_tokens.lua`: counts `usage` of calls made in `periods` and returns the record.
 /// KEYS: tokens. ARGV: day, month, then the tokens by direction (input billed in full, cache
 /// read, cache write, output).
 pub(super) async fn record_tokens(
@@ -608,6 +608,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 18);
+        assert_eq!(scripts, 19);
     }
 }

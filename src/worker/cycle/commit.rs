@@ -101,17 +101,17 @@ impl Cycle<'_> {
         let dropped = &all[..usize::try_from(start - first)
             .unwrap_or(all.len())
             .min(all.len())];
-        let summary =
-            match spec.compaction {
-                Compaction::SlidingWindow => Ok(None),
-                Compaction::Summarize => agentlet
-                    .summarize(previous.as_deref(), dropped)
-                    .await
-                    .map(|(summary, usage)| {
-                        self.used += usage;
-                        Some(summary)
-                    }),
-            };
+        let summary = match spec.compaction {
+            Compaction::SlidingWindow => Ok(None),
+            Compaction::Summarize => match agentlet.summarize(previous.as_deref(), dropped).await {
+                Ok((summary, usage)) => {
+                    self.used += usage;
+                    agentlet.count_tokens(&usage).await;
+                    Ok(Some(summary))
+                }
+                Err(e) => Err(e),
+            },
+        };
         let [ns, agent] = agentlet.labels();
         match summary {
             Ok(summary) => {

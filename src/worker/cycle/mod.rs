@@ -104,6 +104,8 @@ pub struct Agentlet {
     /// The archive as given (its own prefix), to read other agents' checkpoints from (a
     /// fork), even when this agent's are not archived.
     archive: Option<crate::archive::Archive>,
+    /// What the agent has spent, as the data plane last counted it.
+    pub(crate) spending: crate::worker::budget::Spending,
 }
 
 /// The consciousness as committed under one lease, with its messages parsed.
@@ -136,6 +138,7 @@ impl Agentlet {
             gate: tokio::sync::Mutex::new(()),
             archiver: None,
             archive: None,
+            spending: Default::default(),
         };
         zero_counters(&this.metrics, &this.key, this.enabled());
         this

@@ -2,7 +2,8 @@
 //! before each step a look at the inbox (urgent events injected and remembered, a transient
 //! preview of the rest) and the phase's tools; then the model call, streaming; then the tool
 //! calls, whose results feed the next step. It stops when the model answers without tool
-//! calls, at `maxSteps`, past the token budget, or after a tool that ends the cycle.
+//! calls, at `maxSteps`, past the cycle's or the agent's token budget, or after a tool that
+//! ends the cycle.
 
 use tracing::Instrument;
 
@@ -42,7 +43,7 @@ impl Cycle<'_> {
             };
             // Events that came meanwhile get a step even so: ending now would acknowledge
             // them unanswered.
-            if (ended || self.over_budget()) && self.late.is_none() {
+            if (ended || self.over_budget().await) && self.late.is_none() {
                 return Ok(End::Done);
             }
         }
@@ -65,8 +66,11 @@ impl Cycle<'_> {
             match self.act(step, &turn, &request.tools).await? {
                 Flow::Pause { until_ms } => return Ok(End::Paused { until_ms }),
                 Flow::End => return Ok(End::Done),
-                Flow::Go if self.over_budget() => return Ok(End::Done),
-                Flow::Go => {}
+                Flow::Go => {
+                    if self.over_budget().await {
+                        return Ok(End::Done);
+                    }
+                }
             }
         }
         Ok(End::Done)
@@ -186,6 +190,7 @@ impl Cycle<'_> {
         trace::step_ended(&span, &turn, first_chunk);
         let turn = turn?;
         self.used += turn.usage;
+        agentlet.count_tokens(&turn.usage).await;
         for (direction, n) in turn.usage.by_direction() {
             agentlet
                 .metrics
@@ -196,8 +201,10 @@ impl Cycle<'_> {
         Ok(turn)
     }
 
-    /// Whether the cycle has spent its token budget (`cycle.tokenBudget`).
-    fn over_budget(&self) -> bool {
+    /// Whether the cycle has spent its token budget (`cycle.tokenBudget`), or the agent a
+    /// period's (`spec.budget`).
+    async fn over_budget(&self) -> bool {
         self.used.input + self.used.output >= self.agentlet.agent.spec.cycle.token_budget
+            || self.agentlet.budget_spent().await.is_some()
     }
 }
