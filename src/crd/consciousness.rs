@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConsciousnessSpec {
-    /// Size of the remembered conversation, in tokens; older messages are compacted when a
-    /// cycle's commit goes over it.
+    /// Size of the remembered conversation, in tokens; when a cycle's commit goes over it,
+    /// the oldest messages are compacted until it is under half of it (so that compaction,
+    /// which changes the prompt's cached prefix, is rare).
     #[serde(default = "default_window_tokens")]
     #[schemars(range(min = 1000))]
     pub window_tokens: u64,

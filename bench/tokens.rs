@@ -1,0 +1,241 @@
+//! Token benchmark: `cargo bench --bench tokens`.
+//!
+//! What a living agent's prompts cost once a provider caches repeated prefixes. A real
+//! `redis-server`, the release `agentfleet worker` binary and a local OpenAI-compatible model
+//! server that records every request. The agent starts with a 200-message consciousness (its
+//! window, sliding at 3,000 estimated tokens, keeps it about that size: compaction drops a
+//! quarter now and then) and handles 100 messages one after another; every tenth cycle it
+//! stores a memory, as agents do. Each request is priced as a provider with automatic prefix
+//! caching bills it (OpenAI's rule: the longest prefix, tools first, shared with one of the
+//! previous requests, counted in 128-token steps from 1,024 tokens; 4 bytes a token), with
+//! cache reads at 10% of the input price (Anthropic's ratio). Printed: prompt tokens per cycle,
+//! the share served from the cache, and the billed-equivalent input tokens per cycle.
+//!
+//! Run the same file against an older build to compare (copy it into that checkout).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentfleet::crd::MemberKind;
+use agentfleet::membership::SpaceKey;
+use agentfleet::model::Message;
+use agentfleet::store::{prelude::*, AgentKey, CycleCommit, NewMessage, RedisStore, Sender};
+use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
+use common::Kill;
+use serde_json::{json, Value};
+
+const CYCLES: usize = 100;
+const TOKEN_BYTES: usize = 4;
+const CACHE_MINIMUM: usize = 1024;
+const CACHE_STEP: usize = 128;
+const CACHE_READ_PRICE: f64 = 0.1;
+
+#[tokio::main]
+async fn main() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    let family = SpaceKey::new("bench", "family");
+    store
+        .apply_space(&family, &space_record("Family", &["assistant"], &["Husam"]))
+        .await
+        .unwrap();
+    let agent = AgentKey::new("bench", "assistant");
+    prefill(&store, &agent).await;
+
+    let model = MockModel::responding(|req| {
+        let conversation = conversation(req);
+        let last = conversation.last().unwrap();
+        if req.get("tools").is_none() {
+            return MockTurn::text("Earlier: weekend plans were discussed.");
+        }
+        if last["role"] != "user" {
+            return MockTurn::text("Done.");
+        }
+        let text = last["content"].as_str().unwrap_or_default();
+        let n: usize = text
+            .split("message ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let mut calls = vec![(
+            "send_message",
+            json!({"text": format!("Noted, Husam: message {n} is in hand.")}),
+        )];
+        if n % 10 == 0 {
+            calls.push((
+                "set_memories",
+                json!({"memories": {format!("fact-{n}"): format!("message {n} asked for a follow-up")}}),
+            ));
+        }
+        MockTurn::tools(&calls)
+    })
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("agentfleet-bench-tokens-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("assistant.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: bench}}\nspec:\n  model: {{provider: openai, name: instant, baseUrl: \"{}\"}}\n  instructions: You help the family plan their weeks. Be brief and concrete.\n  spaces: [family]\n  consciousness: {{windowTokens: 3000, keepRecentMessages: 12, compaction: slidingWindow}}\n",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(common::agentfleet_bin());
+    command
+        .args([
+            "worker",
+            "--agent",
+            manifest.to_str().unwrap(),
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", free_port().unwrap()),
+        ])
+        .env("AGENTFLEET_REDIS_URL", redis.url())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let _worker = Kill(command.spawn().unwrap());
+
+    let human = Sender {
+        id: "husam".into(),
+        name: "Husam".into(),
+        kind: Some(MemberKind::Human),
+    };
+    for i in 1..=CYCLES {
+        let before = store.consciousness(&agent).await.unwrap().cycle;
+        store
+            .post_message(
+                &family,
+                &NewMessage {
+                    sender: human.clone(),
+                    text: format!("This is message {i} about the weekend plans"),
+                    mention: None,
+                    idempotency_key: None,
+                    urgent: false,
+                    depth: 0,
+                },
+            )
+            .await
+            .unwrap();
+        let start = Instant::now();
+        while store.consciousness(&agent).await.unwrap().cycle == before {
+            assert!(start.elapsed() < Duration::from_secs(20), "cycle {i}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    let requests = model.requests();
+    let prompts: Vec<String> = requests.iter().map(prompt).collect();
+    let (mut all, mut cached) = (0usize, 0usize);
+    for (i, p) in prompts.iter().enumerate() {
+        let shared = prompts[i.saturating_sub(4)..i]
+            .iter()
+            .map(|q| common_prefix(p, q))
+            .max()
+            .unwrap_or(0)
+            / TOKEN_BYTES;
+        all += p.len() / TOKEN_BYTES;
+        if shared >= CACHE_MINIMUM {
+            cached += shared / CACHE_STEP * CACHE_STEP;
+        }
+    }
+    let billed = (all - cached) as f64 + cached as f64 * CACHE_READ_PRICE;
+    let compactions = requests.iter().filter(|r| r.get("tools").is_none()).count();
+    println!(
+        "agentfleet token benchmark ({CYCLES} cycles, 200-message consciousness at start, window 3,000 tokens sliding, {} requests{})",
+        requests.len(),
+        if compactions > 0 { format!(", {compactions} summaries") } else { String::new() }
+    );
+    println!(
+        "  prompt tokens per cycle: {:.0}; served from the provider's cache: {:.1}%",
+        all as f64 / CYCLES as f64,
+        cached as f64 * 100.0 / all as f64
+    );
+    println!(
+        "  billed-equivalent input tokens per cycle (cache reads at 10%): {:.0}",
+        billed / CYCLES as f64
+    );
+}
+
+/// A 200-message consciousness: 50 earlier cycles of four messages each.
+async fn prefill(store: &RedisStore, agent: &AgentKey) {
+    let lease = store
+        .acquire_lease(agent, "prefill", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..50 {
+        let msgs = [
+            Message::user(format!(
+                "[Family] Husam: \"earlier message {i} about the weekend plans\""
+            )),
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![agentfleet::model::ToolCall {
+                    id: format!("c{i}"),
+                    name: "send_message".into(),
+                    arguments: json!({"text": format!("reply {i}")}).to_string(),
+                }],
+            },
+            Message::Tool {
+                tool_call_id: format!("c{i}"),
+                content: json!({"success": true}).to_string(),
+            },
+            Message::Assistant {
+                content: Some("Done.".into()),
+                tool_calls: vec![],
+            },
+        ];
+        store
+            .commit_cycle(
+                agent,
+                &lease,
+                &CycleCommit {
+                    new_messages: msgs
+                        .iter()
+                        .map(|m| serde_json::to_string(m).unwrap())
+                        .collect(),
+                    compaction: None,
+                    tokens: 0,
+                    cycle_tokens: 0,
+                    checkpoints_retained: 10,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store.release_lease(agent, &lease).await.unwrap();
+}
+
+/// A request's messages without a fresh context sent last (a message that starts with
+/// `[CONTEXT`), so that the same model answers builds with and without one alike.
+fn conversation(request: &Value) -> Vec<Value> {
+    let mut messages = request["messages"].as_array().cloned().unwrap_or_default();
+    if messages.last().is_some_and(|m| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("[CONTEXT"))
+    }) {
+        messages.pop();
+    }
+    messages
+}
+
+/// A request as a provider's prompt cache sees it: the tools, then every message in order.
+fn prompt(request: &Value) -> String {
+    let mut out = request["tools"].to_string();
+    for m in request["messages"].as_array().unwrap() {
+        out.push_str(&m.to_string());
+    }
+    out
+}
+
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
