@@ -1160,8 +1160,31 @@ async fn a_spent_budget_stops_the_model_calls_and_events_wait() {
     );
     let said = messages(r.store.as_ref(), "family").await;
     assert_eq!(said.last().unwrap().text, "On it.");
-    // Spent: the third message waits, and the model hears nothing.
+    // Spent: the third message waits, the model hears nothing, and the space is told why.
+    let mut live = r
+        .store
+        .subscribe_live(&SpaceKey::new(NS, "family"))
+        .await
+        .unwrap();
     say(r.store.as_ref(), "family", "Husam", "third").await;
+    let told = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(agentfleet::store::LiveEvent::Activity {
+                activity, detail, ..
+            }) = futures::StreamExt::next(&mut live).await
+            {
+                if activity == "error" {
+                    return detail.unwrap_or_default();
+                }
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        told.contains("350 of the daily budget of 300 tokens spent") && told.contains("T00:00:00Z"),
+        "{told}"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         mock.request_count(),

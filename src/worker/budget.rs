@@ -57,18 +57,53 @@ impl Agentlet {
     }
 }
 
+/// How often a worker whose budget is spent looks at its inbox (to say why it does not
+/// answer what arrives) and at the clock.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
 /// How long to wait before looking at a spent budget again: until it rolls over, at most
-/// `longest` (so that shutdown and a lost lease are noticed).
-pub(crate) fn wait_for_roll_over(spent: &Exhausted, longest: Duration) -> Duration {
+/// [`LOOK_EVERY`].
+pub(crate) fn wait_for_roll_over(spent: &Exhausted) -> Duration {
     let left = u64::try_from(spent.until_ms.saturating_sub(now_ms())).unwrap_or(0);
-    Duration::from_millis(left).min(longest)
+    Duration::from_millis(left).min(LOOK_EVERY)
 }
 
-/// Logs that the agent stopped calling the model, once per spent period.
-pub(crate) fn announce(agent: &Agentlet, spent: &Exhausted, last: &mut Option<(String, i64)>) {
-    let this = (spent.period.to_string(), spent.until_ms);
-    if last.as_ref() != Some(&this) {
-        info!(agent = %agent.key, reason = spent.reason(), "{}", spent.message());
-        *last = Some(this);
+/// What a worker whose budget is spent has told so far.
+#[derive(Default)]
+pub(crate) struct Told {
+    /// The spent period last logged (`period`, until when).
+    period: Option<(&'static str, i64)>,
+    /// The events waiting when the agent's spaces were last told.
+    waiting: Option<u64>,
+}
+
+impl Agentlet {
+    /// Says that the budget is spent: in the log once per spent period, and in the agent's
+    /// spaces (an `error` activity: `chat` shows "! NAME cannot answer: …") when it is first
+    /// seen and whenever more events arrive meanwhile, so that whoever wrote knows why no
+    /// answer comes and until when.
+    pub(crate) async fn tell_spent(&self, spent: &Exhausted, told: &mut Told) {
+        let period = (spent.period, spent.until_ms);
+        if told.period != Some(period) {
+            info!(agent = %self.key, reason = spent.reason(), "{}", spent.message());
+            told.period = Some(period);
+            told.waiting = None;
+        }
+        let waiting = match self.store.inbox_depth(&self.key).await {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(agent = %self.key, error = %e, "cannot count the waiting events");
+                return;
+            }
+        };
+        if told.waiting.is_some_and(|before| waiting <= before) {
+            told.waiting = Some(waiting);
+            return;
+        }
+        told.waiting = Some(waiting);
+        for space in &self.agent.spec.spaces {
+            self.publish_activity(Some(space), "error", None, Some(spent.message()))
+                .await;
+        }
     }
 }

@@ -332,8 +332,8 @@ async fn process(
     // flight, after it.
     let mut settle = true;
     let mut settle_after_cycle = false;
-    // The spent budget last announced.
-    let mut announced = None;
+    // What was said of a spent budget.
+    let mut told = budget::Told::default();
     loop {
         health.beat();
         if *shutdown.borrow() {
@@ -390,9 +390,9 @@ async fn process(
         match agentlet.budget_before_cycle().await {
             Ok(None) => {}
             Ok(Some(spent)) => {
-                budget::announce(agentlet, &spent, &mut announced);
+                agentlet.tell_spent(&spent, &mut told).await;
                 tokio::select! {
-                    _ = tokio::time::sleep(budget::wait_for_roll_over(&spent, WAIT)) => {}
+                    _ = tokio::time::sleep(budget::wait_for_roll_over(&spent)) => {}
                     _ = shutdown.wait_for(|v| *v) => return Ok(()),
                     _ = lost.wait_for(|v| *v) => {}
                 }
