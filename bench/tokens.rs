@@ -66,7 +66,7 @@ async fn main() {
             "send_message",
             json!({"text": format!("Noted, Husam: message {n} is in hand.")}),
         )];
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             calls.push((
                 "set_memories",
                 json!({"memories": {format!("fact-{n}"): format!("message {n} asked for a follow-up")}}),
