@@ -22,8 +22,7 @@ use std::time::{Duration, Instant};
 
 use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
-use agentfleet::model::Message;
-use agentfleet::store::{prelude::*, AgentKey, CycleCommit, NewMessage, RedisStore, Sender};
+use agentfleet::store::{prelude::*, AgentKey, NewMessage, RedisStore, Sender};
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
 use common::Kill;
 use serde_json::{json, Value};
@@ -44,7 +43,7 @@ async fn main() {
         .await
         .unwrap();
     let agent = AgentKey::new("bench", "assistant");
-    prefill(&store, &agent).await;
+    common::prefill(&store, &agent).await;
 
     let model = MockModel::responding(|req| {
         let conversation = conversation(req);
@@ -161,56 +160,6 @@ async fn main() {
         "  billed-equivalent input tokens per cycle (cache reads at 10%): {:.0}",
         billed / CYCLES as f64
     );
-}
-
-/// A 200-message consciousness: 50 earlier cycles of four messages each.
-async fn prefill(store: &RedisStore, agent: &AgentKey) {
-    let lease = store
-        .acquire_lease(agent, "prefill", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    for i in 0..50 {
-        let msgs = [
-            Message::user(format!(
-                "[Family] Husam: \"earlier message {i} about the weekend plans\""
-            )),
-            Message::Assistant {
-                content: None,
-                tool_calls: vec![agentfleet::model::ToolCall {
-                    id: format!("c{i}"),
-                    name: "send_message".into(),
-                    arguments: json!({"text": format!("reply {i}")}).to_string(),
-                }],
-            },
-            Message::Tool {
-                tool_call_id: format!("c{i}"),
-                content: json!({"success": true}).to_string(),
-            },
-            Message::Assistant {
-                content: Some("Done.".into()),
-                tool_calls: vec![],
-            },
-        ];
-        store
-            .commit_cycle(
-                agent,
-                &lease,
-                &CycleCommit {
-                    new_messages: msgs
-                        .iter()
-                        .map(|m| serde_json::to_string(m).unwrap())
-                        .collect(),
-                    compaction: None,
-                    tokens: 0,
-                    cycle_tokens: 0,
-                    checkpoints_retained: 10,
-                },
-            )
-            .await
-            .unwrap();
-    }
-    store.release_lease(agent, &lease).await.unwrap();
 }
 
 /// A request's messages without a fresh context sent last (a message that starts with

@@ -21,10 +21,7 @@ use std::time::{Duration, Instant};
 
 use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
-use agentfleet::model::Message;
-use agentfleet::store::{
-    prelude::*, AgentKey, CycleCommit, LiveEvent, NewMessage, RedisStore, Sender,
-};
+use agentfleet::store::{prelude::*, AgentKey, LiveEvent, NewMessage, RedisStore, Sender};
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer, S3Server};
 use futures::StreamExt;
 use serde_json::json;
@@ -83,52 +80,7 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
 
     // A 200-message consciousness.
     let agent = AgentKey::new("bench", "assistant");
-    let lease = store
-        .acquire_lease(&agent, "prefill", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    for i in 0..50 {
-        let msgs = [
-            Message::user(format!(
-                "[Family] Husam: \"message {i} about the weekend plans\""
-            )),
-            Message::Assistant {
-                content: None,
-                tool_calls: vec![agentfleet::model::ToolCall {
-                    id: format!("c{i}"),
-                    name: "send_message".into(),
-                    arguments: json!({"text": format!("reply {i}")}).to_string(),
-                }],
-            },
-            Message::Tool {
-                tool_call_id: format!("c{i}"),
-                content: json!({"success": true}).to_string(),
-            },
-            Message::Assistant {
-                content: Some("Done.".into()),
-                tool_calls: vec![],
-            },
-        ];
-        store
-            .commit_cycle(
-                &agent,
-                &lease,
-                &CycleCommit {
-                    new_messages: msgs
-                        .iter()
-                        .map(|m| serde_json::to_string(m).unwrap())
-                        .collect(),
-                    compaction: None,
-                    tokens: 0,
-                    cycle_tokens: 0,
-                    checkpoints_retained: 10,
-                },
-            )
-            .await
-            .unwrap();
-    }
-    store.release_lease(&agent, &lease).await.unwrap();
+    common::prefill(&store, &agent).await;
     assert_eq!(
         store.consciousness(&agent).await.unwrap().messages.len(),
         200

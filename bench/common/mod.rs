@@ -2,6 +2,9 @@
 #![allow(dead_code)] // each benchmark uses what it needs
 
 use std::process::Child;
+
+use agentfleet::store::{prelude::*, AgentKey, RedisStore};
+use serde_json::json;
 use std::time::Duration;
 
 /// Kills and reaps a child process when dropped.
@@ -39,4 +42,55 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
 pub fn agentfleet_bin() -> String {
     std::env::var("AGENTFLEET_BENCH_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentfleet").to_string())
+}
+
+/// A 200-message consciousness for `agent`: 50 earlier cycles of four messages each (a
+/// message, a `send_message` call, its result, "Done.").
+pub async fn prefill(store: &RedisStore, agent: &AgentKey) {
+    let lease = store
+        .acquire_lease(agent, "prefill", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..50 {
+        let msgs = [
+            agentfleet::model::Message::user(format!(
+                "[Family] Husam: \"earlier message {i} about the weekend plans\""
+            )),
+            agentfleet::model::Message::Assistant {
+                content: None,
+                tool_calls: vec![agentfleet::model::ToolCall {
+                    id: format!("c{i}"),
+                    name: "send_message".into(),
+                    arguments: json!({"text": format!("reply {i}")}).to_string(),
+                }],
+            },
+            agentfleet::model::Message::Tool {
+                tool_call_id: format!("c{i}"),
+                content: json!({"success": true}).to_string(),
+            },
+            agentfleet::model::Message::Assistant {
+                content: Some("Done.".into()),
+                tool_calls: vec![],
+            },
+        ];
+        store
+            .commit_cycle(
+                agent,
+                &lease,
+                &agentfleet::store::CycleCommit {
+                    new_messages: msgs
+                        .iter()
+                        .map(|m| serde_json::to_string(m).unwrap())
+                        .collect(),
+                    compaction: None,
+                    tokens: 0,
+                    cycle_tokens: 0,
+                    checkpoints_retained: 10,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store.release_lease(agent, &lease).await.unwrap();
 }
