@@ -431,7 +431,11 @@ impl Dev {
             // Plans fire into the inbox as the operator would fire them (a paused agent's
             // queue until it is resumed).
             plans.push((key.clone(), agent.spec.plans.clone()));
-            watched.push((key.clone(), if agent.spec.paused { 0 } else { 1 }));
+            watched.push((
+                key.clone(),
+                if agent.spec.paused { 0 } else { 1 },
+                agent.spec.budget.clone(),
+            ));
             if agent.spec.paused {
                 info!(agent = %key, "paused; not started");
                 continue;

@@ -25,6 +25,7 @@ use super::{ConsciousnessSpec, ToolsSpec};
     printcolumn = r#"{"name":"Inbox","type":"integer","jsonPath":".status.inboxDepth"}"#,
     printcolumn = r#"{"name":"Cycles","type":"integer","jsonPath":".status.cycles"}"#,
     printcolumn = r#"{"name":"Checkpoint","type":"integer","jsonPath":".status.checkpoint.cycle"}"#,
+    printcolumn = r#"{"name":"Budget","type":"string","jsonPath":".status.conditions[?(@.type==\"BudgetExhausted\")].reason"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Tools","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"ToolsReady\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#

@@ -51,6 +51,12 @@ pub struct OperatorMetrics {
     /// 1 while the worker's last attempt to archive a checkpoint failed
     /// (`CheckpointArchived=False`), else 0; only for agents whose worker reports archiving.
     pub archive_failing: IntGaugeVec,
+    /// 1 while a token budget of the agent is spent (`BudgetExhausted=True`), else 0; only for
+    /// agents with `spec.budget`.
+    pub budget_exhausted: IntGaugeVec,
+    /// Tokens left in the agent's budget of each `period` (`day`, `month`), as of the last
+    /// sweep; only for the periods its `spec.budget` sets.
+    pub budget_remaining: IntGaugeVec,
     /// 1 while this process reaches the data plane, else 0 (kept by
     /// [`super::data_plane::watch_data_plane`]).
     pub data_plane_up: IntGauge,
@@ -181,6 +187,20 @@ impl OperatorMetrics {
             ),
             &["namespace", "agent"],
         )?;
+        let budget_exhausted = IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_budget_exhausted",
+                "1 while a token budget of the agent (spec.budget) is spent and it calls no model, else 0.",
+            ),
+            &["namespace", "agent"],
+        )?;
+        let budget_remaining = IntGaugeVec::new(
+            Opts::new(
+                "agentfleet_budget_remaining_tokens",
+                "Tokens left in the agent's budget of the UTC day or month (spec.budget), as of the last sweep.",
+            ),
+            &["namespace", "agent", "period"],
+        )?;
         let data_plane_up = super::data_plane::gauge()?;
 
         for controller in CONTROLLERS {
@@ -193,7 +213,7 @@ impl OperatorMetrics {
                 scale_decisions.with_label_values(&[direction, trigger]);
             }
         }
-        for outcome in ["scaled", "already_up", "held", "unknown"] {
+        for outcome in ["scaled", "already_up", "held", "budget_spent", "unknown"] {
             wakes.with_label_values(&[outcome]);
         }
         for result in ["ok", "error"] {
@@ -220,6 +240,8 @@ impl OperatorMetrics {
         registry.register(Box::new(thinking_seconds.clone()))?;
         registry.register(Box::new(archive_lag.clone()))?;
         registry.register(Box::new(archive_failing.clone()))?;
+        registry.register(Box::new(budget_exhausted.clone()))?;
+        registry.register(Box::new(budget_remaining.clone()))?;
         registry.register(Box::new(data_plane_up.clone()))?;
         Ok(Self {
             registry: registry.clone(),
@@ -240,6 +262,8 @@ impl OperatorMetrics {
             thinking_seconds,
             archive_lag,
             archive_failing,
+            budget_exhausted,
+            budget_remaining,
             data_plane_up,
         })
     }

@@ -53,10 +53,18 @@ pub fn restore_pending<'a>(
     spec.pending(seen.restored.as_deref(), seen.cycles, failed)
 }
 
+/// Whether an agent has work for a worker: [`AgentObservation::busy`], except that events
+/// waiting for an agent whose token budget is spent are none (it calls no model until the
+/// budget rolls over); a cycle under way still is.
+pub fn has_work(seen: &AgentObservation, budget_spent: bool) -> bool {
+    seen.thinking || (seen.busy() && !budget_spent)
+}
+
 /// Decides an agent's replicas from its scaling spec, the replicas asked for now, what the
 /// data plane shows, and how long it has been idle (`None`: not idle). A restore or seed the
 /// spec asks for and the data plane has not applied is work for a worker (it applies it as
-/// it starts), unless a cycle waits for a human: nothing goes on before the answer.
+/// it starts), unless a cycle waits for a human: nothing goes on before the answer. What is
+/// work: [`has_work`].
 pub fn decide(
     scaling: &ScalingSpec,
     paused: bool,
@@ -64,11 +72,12 @@ pub fn decide(
     replicas: i32,
     seen: &AgentObservation,
     idle: Option<Duration>,
+    budget_spent: bool,
 ) -> Decision {
     if scaling.external || paused {
         return Decision::Hold;
     }
-    let busy = seen.busy();
+    let busy = has_work(seen, budget_spent);
     let restore = !seen.paused && restore_pending(consciousness, seen).is_some();
     if replicas < 1 {
         return if busy || restore || scaling.min_replicas >= 1 {
@@ -133,24 +142,55 @@ mod tests {
     }
 
     #[test]
+    fn a_spent_budget_is_no_work_for_a_worker() {
+        let zero = scaling("{}");
+        let waiting = seen(3, 0, false);
+        assert_eq!(
+            decide(&zero, false, &none(), 0, &waiting, None, true),
+            Decision::Hold,
+            "events wait without waking a worker that could call no model"
+        );
+        assert_eq!(
+            decide(&zero, false, &none(), 1, &waiting, LONG, true),
+            Decision::Down {
+                idle: Duration::from_secs(301)
+            },
+            "a worker kept idle by a spent budget goes after idleSeconds"
+        );
+        assert_eq!(
+            decide(&zero, false, &none(), 1, &seen(3, 2, true), LONG, true),
+            Decision::Hold,
+            "the cycle under way ends first"
+        );
+        // The budget rolled over or was raised: the waiting events are work again.
+        assert_eq!(
+            decide(&zero, false, &none(), 0, &waiting, None, false),
+            Decision::Up {
+                waiting: 3,
+                restore: false
+            }
+        );
+    }
+
+    #[test]
     fn scale_decisions() {
         let zero = scaling("{}");
         let quiet = seen(0, 0, false);
         // Up as soon as something waits; never while nothing does.
         assert_eq!(
-            decide(&zero, false, &none(), 0, &seen(3, 0, false), None),
+            decide(&zero, false, &none(), 0, &seen(3, 0, false), None, false),
             Decision::Up {
                 waiting: 3,
                 restore: false
             }
         );
         assert_eq!(
-            decide(&zero, false, &none(), 0, &quiet, LONG),
+            decide(&zero, false, &none(), 0, &quiet, LONG, false),
             Decision::Hold
         );
         // A cycle in flight on a scaled-down agent (its pod died mid-cycle) brings it back.
         assert_eq!(
-            decide(&zero, false, &none(), 0, &seen(0, 2, true), None),
+            decide(&zero, false, &none(), 0, &seen(0, 2, true), None, false),
             Decision::Up {
                 waiting: 0,
                 restore: false
@@ -158,7 +198,7 @@ mod tests {
         );
         // Down only after idleSeconds with an empty inbox and nothing in flight.
         assert_eq!(
-            decide(&zero, false, &none(), 1, &quiet, LONG),
+            decide(&zero, false, &none(), 1, &quiet, LONG, false),
             Decision::Down {
                 idle: Duration::from_secs(301)
             }
@@ -170,30 +210,39 @@ mod tests {
                 &none(),
                 1,
                 &quiet,
-                Some(Duration::from_secs(299))
+                Some(Duration::from_secs(299)),
+                false
             ),
             Decision::Hold
         );
         assert_eq!(
-            decide(&zero, false, &none(), 1, &quiet, None),
+            decide(&zero, false, &none(), 1, &quiet, None, false),
             Decision::Hold
         );
         assert_eq!(
-            decide(&zero, false, &none(), 1, &seen(1, 0, false), LONG),
+            decide(&zero, false, &none(), 1, &seen(1, 0, false), LONG, false),
             Decision::Hold
         );
         assert_eq!(
-            decide(&zero, false, &none(), 1, &seen(0, 1, false), LONG),
+            decide(&zero, false, &none(), 1, &seen(0, 1, false), LONG, false),
             Decision::Hold,
             "a long cycle is never cut off"
         );
         assert_eq!(
-            decide(&zero, false, &none(), 1, &seen(0, 0, true), LONG),
+            decide(&zero, false, &none(), 1, &seen(0, 0, true), LONG, false),
             Decision::Hold
         );
         let short = scaling("{idleSeconds: 0}");
         assert_eq!(
-            decide(&short, false, &none(), 1, &quiet, Some(Duration::ZERO)),
+            decide(
+                &short,
+                false,
+                &none(),
+                1,
+                &quiet,
+                Some(Duration::ZERO),
+                false
+            ),
             Decision::Down {
                 idle: Duration::ZERO
             }
@@ -201,11 +250,11 @@ mod tests {
         // Always on, external and paused.
         let always = scaling("{minReplicas: 1}");
         assert_eq!(
-            decide(&always, false, &none(), 1, &quiet, LONG),
+            decide(&always, false, &none(), 1, &quiet, LONG, false),
             Decision::Hold
         );
         assert_eq!(
-            decide(&always, false, &none(), 0, &quiet, None),
+            decide(&always, false, &none(), 0, &quiet, None, false),
             Decision::Up {
                 waiting: 0,
                 restore: false
@@ -213,15 +262,23 @@ mod tests {
         );
         let external = scaling("{external: true}");
         assert_eq!(
-            decide(&external, false, &none(), 0, &seen(5, 0, false), None),
+            decide(
+                &external,
+                false,
+                &none(),
+                0,
+                &seen(5, 0, false),
+                None,
+                false
+            ),
             Decision::Hold
         );
         assert_eq!(
-            decide(&external, false, &none(), 1, &quiet, LONG),
+            decide(&external, false, &none(), 1, &quiet, LONG, false),
             Decision::Hold
         );
         assert_eq!(
-            decide(&zero, true, &none(), 0, &seen(5, 0, false), None),
+            decide(&zero, true, &none(), 0, &seen(5, 0, false), None, false),
             Decision::Hold,
             "paused holds at zero"
         );
@@ -236,13 +293,13 @@ mod tests {
         };
         let long = Some(Duration::from_secs(61));
         assert_eq!(
-            decide(&zero, false, &none(), 1, &paused, long),
+            decide(&zero, false, &none(), 1, &paused, long, false),
             Decision::Down {
                 idle: Duration::from_secs(61)
             }
         );
         assert_eq!(
-            decide(&zero, false, &none(), 0, &paused, None),
+            decide(&zero, false, &none(), 0, &paused, None, false),
             Decision::Hold,
             "not woken"
         );
@@ -252,7 +309,7 @@ mod tests {
             ..paused.clone()
         };
         assert_eq!(
-            decide(&zero, false, &none(), 0, &meanwhile, None),
+            decide(&zero, false, &none(), 0, &meanwhile, None, false),
             Decision::Hold
         );
         // The answer ends the pause: woken.
@@ -261,7 +318,7 @@ mod tests {
             ..meanwhile
         };
         assert_eq!(
-            decide(&zero, false, &none(), 0, &answered, None),
+            decide(&zero, false, &none(), 0, &answered, None, false),
             Decision::Up {
                 waiting: 1,
                 restore: false
@@ -288,12 +345,12 @@ mod tests {
         };
         let before = waiting_on.at(call.record.expires_ms - 1);
         assert_eq!(
-            decide(&zero, false, &none(), 0, &before, None),
+            decide(&zero, false, &none(), 0, &before, None, false),
             Decision::Hold
         );
         let due = waiting_on.at(call.record.expires_ms);
         assert_eq!(
-            decide(&zero, false, &none(), 0, &due, None),
+            decide(&zero, false, &none(), 0, &due, None, false),
             Decision::Up {
                 waiting: 0,
                 restore: false
@@ -301,7 +358,7 @@ mod tests {
         );
         // Not paused, the same events in flight keep it up.
         assert_eq!(
-            decide(&zero, false, &none(), 1, &seen(0, 2, false), long),
+            decide(&zero, false, &none(), 1, &seen(0, 2, false), long, false),
             Decision::Hold
         );
     }
@@ -318,15 +375,15 @@ mod tests {
             waiting: 0,
             restore: true,
         };
-        assert_eq!(decide(&zero, false, &restore, 0, &quiet, None), wake);
+        assert_eq!(decide(&zero, false, &restore, 0, &quiet, None, false), wake);
         assert_eq!(
-            decide(&zero, false, &restore, 1, &quiet, LONG),
+            decide(&zero, false, &restore, 1, &quiet, LONG, false),
             Decision::Hold,
             "not scaled down before the worker applied it"
         );
         // Events waiting explain the wake themselves.
         assert_eq!(
-            decide(&zero, false, &restore, 0, &seen(2, 0, false), None),
+            decide(&zero, false, &restore, 0, &seen(2, 0, false), None, false),
             Decision::Up {
                 waiting: 2,
                 restore: false
@@ -338,11 +395,11 @@ mod tests {
             ..quiet.clone()
         };
         assert_eq!(
-            decide(&zero, false, &restore, 0, &applied, None),
+            decide(&zero, false, &restore, 0, &applied, None, false),
             Decision::Hold
         );
         assert_eq!(
-            decide(&zero, false, &restore, 1, &applied, LONG),
+            decide(&zero, false, &restore, 1, &applied, LONG, false),
             Decision::Down {
                 idle: Duration::from_secs(301)
             }
@@ -360,11 +417,11 @@ mod tests {
             ..quiet.clone()
         };
         assert_eq!(
-            decide(&zero, false, &restore, 0, &failed, None),
+            decide(&zero, false, &restore, 0, &failed, None, false),
             Decision::Hold
         );
         let again: ConsciousnessSpec = serde_yaml::from_str("{restore: {cycle: 39}}").unwrap();
-        assert_eq!(decide(&zero, false, &again, 0, &failed, None), wake);
+        assert_eq!(decide(&zero, false, &again, 0, &failed, None, false), wake);
         // An earlier restore that succeeded is no failure of this one.
         let succeeded = AgentObservation {
             restore: Some(crate::store::RestoreReport {
@@ -373,7 +430,10 @@ mod tests {
             }),
             ..quiet.clone()
         };
-        assert_eq!(decide(&zero, false, &restore, 0, &succeeded, None), wake);
+        assert_eq!(
+            decide(&zero, false, &restore, 0, &succeeded, None, false),
+            wake
+        );
         // A cycle waiting for a human: nothing goes on before the answer.
         let paused = AgentObservation {
             paused: true,
@@ -381,12 +441,12 @@ mod tests {
             ..quiet.clone()
         };
         assert_eq!(
-            decide(&zero, false, &restore, 0, &paused, None),
+            decide(&zero, false, &restore, 0, &paused, None, false),
             Decision::Hold
         );
         // Held at zero, or scaled by someone else: never.
         assert_eq!(
-            decide(&zero, true, &restore, 0, &quiet, None),
+            decide(&zero, true, &restore, 0, &quiet, None, false),
             Decision::Hold
         );
         assert_eq!(
@@ -396,16 +456,17 @@ mod tests {
                 &restore,
                 0,
                 &quiet,
-                None
+                None,
+                false
             ),
             Decision::Hold
         );
         // A seed, only while the agent has no consciousness of its own.
         let seed: ConsciousnessSpec = serde_yaml::from_str("{seedFrom: {agent: sre}}").unwrap();
         let empty = seen(0, 0, false);
-        assert_eq!(decide(&zero, false, &seed, 0, &empty, None), wake);
+        assert_eq!(decide(&zero, false, &seed, 0, &empty, None, false), wake);
         assert_eq!(
-            decide(&zero, false, &seed, 0, &quiet, None),
+            decide(&zero, false, &seed, 0, &quiet, None, false),
             Decision::Hold,
             "it has cycles of its own"
         );

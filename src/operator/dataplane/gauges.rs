@@ -3,7 +3,8 @@
 //! waiting for a human (`agentfleet_pending_calls`), how long it has been thinking without
 //! committing a cycle (`agentfleet_agent_thinking_seconds`), and, once its worker reports
 //! archiving, the cycles not archived yet (`agentfleet_archive_lag_cycles`) and whether
-//! archiving fails (`agentfleet_archive_failing`).
+//! archiving fails (`agentfleet_archive_failing`), and with a `spec.budget`, whether it is
+//! spent (`agentfleet_budget_exhausted`) and what is left (`agentfleet_budget_remaining_tokens`).
 //!
 //! One home for both who set them: the operator's sweep ([`super::Scaler`]) and `agentfleet
 //! dev` ([`watch_fleet`], the same observations of a fleet that nothing scales).
@@ -15,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::crd::AgentPhase;
-use crate::operator::status::phase;
+use crate::crd::{AgentPhase, BudgetSpec};
+use crate::operator::status::{phase, remaining, spent};
 use crate::store::{now_ms, AgentKey, AgentObservation, Store};
 use crate::telemetry::OperatorMetrics;
 
@@ -58,11 +59,12 @@ pub struct Gauges {
 }
 
 impl Gauges {
-    /// One agent seen at `now_ms`.
+    /// One agent (with its `spec.budget`) seen at `now_ms`.
     pub fn agent(
         &mut self,
         metrics: &OperatorMetrics,
         key: &AgentKey,
+        budget: Option<&BudgetSpec>,
         seen: &AgentObservation,
         now_ms: i64,
     ) {
@@ -101,6 +103,7 @@ impl Gauges {
             }
             None => remove_archive(metrics, &labels),
         }
+        budget_gauges(metrics, &labels, budget, seen, now_ms);
         self.shown.insert(key.clone());
     }
 
@@ -130,6 +133,7 @@ impl Gauges {
             let _ = metrics.pending_calls.remove_label_values(&labels);
             let _ = metrics.thinking_seconds.remove_label_values(&labels);
             remove_archive(metrics, &labels);
+            budget_gauges(metrics, &labels, None, &AgentObservation::default(), 0);
             self.thinking.remove(&key);
             self.shown.remove(&key);
         }
@@ -142,18 +146,59 @@ fn remove_archive(metrics: &OperatorMetrics, labels: &[&str; 2]) {
     let _ = metrics.archive_failing.remove_label_values(labels);
 }
 
+/// An agent's budget gauges: set for the periods its budget sets, removed for the others
+/// (and all of them without a budget).
+fn budget_gauges(
+    metrics: &OperatorMetrics,
+    labels: &[&str; 2],
+    budget: Option<&BudgetSpec>,
+    seen: &AgentObservation,
+    now_ms: i64,
+) {
+    let [ns, agent] = *labels;
+    let Some(budget) = budget.filter(|b| b.is_set()) else {
+        let _ = metrics.budget_exhausted.remove_label_values(labels);
+        for period in ["day", "month"] {
+            let _ = metrics
+                .budget_remaining
+                .remove_label_values(&[ns, agent, period]);
+        }
+        return;
+    };
+    metrics
+        .budget_exhausted
+        .with_label_values(labels)
+        .set(i64::from(spent(Some(budget), seen, now_ms).is_some()));
+    for (period, left) in ["day", "month"]
+        .into_iter()
+        .zip(remaining(budget, seen, now_ms))
+    {
+        match left {
+            Some(n) => metrics
+                .budget_remaining
+                .with_label_values(&[ns, agent, period])
+                .set(i64::try_from(n).unwrap_or(i64::MAX)),
+            None => {
+                let _ = metrics
+                    .budget_remaining
+                    .remove_label_values(&[ns, agent, period]);
+            }
+        }
+    }
+}
+
 /// Keeps the gauges of a fleet that nothing scales (`agentfleet dev`): looks at `agents`
 /// every `every` until `stop` turns true. Each agent comes with its replicas (1 running, 0
-/// paused), the phase is the operator's [`phase`] of that; a look that fails leaves the
+/// paused) and its `spec.budget`, the phase is the operator's [`phase`] of that; a look that fails leaves the
 /// gauges as they were (`agentfleet_data_plane_up` says why).
 pub async fn watch_fleet(
     store: Arc<dyn Store>,
-    agents: Vec<(AgentKey, i32)>,
+    agents: Vec<(AgentKey, i32, Option<BudgetSpec>)>,
     metrics: OperatorMetrics,
     every: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let keys: Vec<AgentKey> = agents.iter().map(|(k, _)| k.clone()).collect();
+    let keys: Vec<AgentKey> = agents.iter().map(|(k, _, _)| k.clone()).collect();
     let mut gauges = Gauges::default();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -171,8 +216,8 @@ pub async fn watch_fleet(
         };
         let now = now_ms();
         let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
-        for ((key, replicas), o) in agents.iter().zip(&seen) {
-            gauges.agent(&metrics, key, o, now);
+        for ((key, replicas, budget), o) in agents.iter().zip(&seen) {
+            gauges.agent(&metrics, key, budget.as_ref(), o, now);
             *phases
                 .entry(phase(false, Some(*replicas), 0, o))
                 .or_default() += 1;
@@ -244,9 +289,30 @@ mod tests {
         let b = AgentKey::new("ns", "b");
         let mut busy = seen(true, 1);
         busy.waiting = 7;
-        g.agent(&m, &a, &busy, 1_000);
-        g.agent(&m, &a, &busy, 31_000);
-        g.agent(&m, &b, &seen(false, 0), 31_000);
+        busy.tokens = Some(crate::store::TokenSpend {
+            day: "1970-01-01".into(),
+            day_tokens: 150,
+            month: "1970-01".into(),
+            month_tokens: 150,
+            ..Default::default()
+        });
+        let budget = BudgetSpec {
+            tokens_per_day: Some(100),
+            tokens_per_month: None,
+        };
+        g.agent(&m, &a, Some(&budget), &busy, 1_000);
+        g.agent(&m, &a, Some(&budget), &busy, 31_000);
+        g.agent(&m, &b, None, &seen(false, 0), 31_000);
+        assert_eq!(
+            value(&m, "agentfleet_budget_exhausted"),
+            ["agent=a,namespace=ns 1"],
+            "only for an agent with a budget"
+        );
+        assert_eq!(
+            value(&m, "agentfleet_budget_remaining_tokens"),
+            ["agent=a,namespace=ns,period=day 0"],
+            "only the periods it sets"
+        );
         let phases = HashMap::from([(AgentPhase::Thinking, 1), (AgentPhase::Sleeping, 1)]);
         g.fleet(&m, &phases, &HashSet::from([&a, &b]));
         assert_eq!(
@@ -268,7 +334,10 @@ mod tests {
             ]
         );
 
-        // `b` is deleted: the next full look does not see it.
+        // `b` is deleted: the next full look does not see it; `a` loses its budget.
+        g.agent(&m, &a, None, &busy, 31_000);
+        assert!(value(&m, "agentfleet_budget_exhausted").is_empty());
+        assert!(value(&m, "agentfleet_budget_remaining_tokens").is_empty());
         g.fleet(&m, &HashMap::new(), &HashSet::from([&a]));
         assert_eq!(
             value(&m, "agentfleet_inbox_depth"),
@@ -295,8 +364,8 @@ mod tests {
             message: String::new(),
             since_ms: 0,
         });
-        g.agent(&m, &a, &archiving, 1_000);
-        g.agent(&m, &b, &seen(false, 30), 1_000);
+        g.agent(&m, &a, None, &archiving, 1_000);
+        g.agent(&m, &b, None, &seen(false, 30), 1_000);
         assert_eq!(
             value(&m, "agentfleet_archive_lag_cycles"),
             ["agent=a,namespace=ns 3"],
@@ -311,7 +380,7 @@ mod tests {
         report.cycle = None;
         report.ok = false;
         report.reason = "StoreUnreachable".into();
-        g.agent(&m, &a, &archiving, 2_000);
+        g.agent(&m, &a, None, &archiving, 2_000);
         assert_eq!(
             value(&m, "agentfleet_archive_lag_cycles"),
             ["agent=a,namespace=ns 12"]
@@ -323,15 +392,15 @@ mod tests {
         // A restore to an older cycle than the newest archived one is no negative lag.
         let report = archiving.archive.as_mut().unwrap();
         report.cycle = Some(40);
-        g.agent(&m, &a, &archiving, 3_000);
+        g.agent(&m, &a, None, &archiving, 3_000);
         assert_eq!(
             value(&m, "agentfleet_archive_lag_cycles"),
             ["agent=a,namespace=ns 0"]
         );
         // The report goes (or the agent): so do its series.
-        g.agent(&m, &a, &seen(false, 12), 4_000);
+        g.agent(&m, &a, None, &seen(false, 12), 4_000);
         assert!(value(&m, "agentfleet_archive_lag_cycles").is_empty());
-        g.agent(&m, &a, &archiving, 5_000);
+        g.agent(&m, &a, None, &archiving, 5_000);
         g.fleet(&m, &HashMap::new(), &HashSet::from([&b]));
         assert!(value(&m, "agentfleet_archive_lag_cycles").is_empty());
         assert!(value(&m, "agentfleet_archive_failing").is_empty());
@@ -349,7 +418,7 @@ mod tests {
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(watch_fleet(
             store,
-            vec![(running, 1), (paused, 0)],
+            vec![(running, 1, None), (paused, 0, None)],
             m.clone(),
             Duration::from_millis(10),
             rx,

@@ -36,11 +36,13 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use self::cluster::{Cluster, Notice};
-use self::decide::{decide, replicas_to_apply, Decision};
+use self::decide::{decide, has_work, replicas_to_apply, Decision};
 use self::gauges::Gauges;
 use self::plans::Firing;
-use crate::crd::{AgentPhase, AgentSpec, AgentStatus, ConsciousnessSpec, PlanSpec, ScalingSpec};
-use crate::operator::status::{data_notice, data_part, data_status, find, phase, time_of};
+use crate::crd::{
+    AgentPhase, AgentSpec, AgentStatus, BudgetSpec, ConsciousnessSpec, PlanSpec, ScalingSpec,
+};
+use crate::operator::status::{data_notice, data_part, data_status, find, phase, spent, time_of};
 use crate::store::{now_ms, AgentKey, AgentObservation, Store};
 use crate::telemetry::OperatorMetrics;
 
@@ -88,6 +90,10 @@ struct Entry {
     paused: bool,
     /// What the spec asks of the consciousness (a restore or a seed wakes the worker).
     consciousness: ConsciousnessSpec,
+    /// Tokens the agent may spend (`spec.budget`).
+    budget: Option<BudgetSpec>,
+    /// Until when its budget is spent, as the last look saw it (ms): no wake before.
+    spent_until_ms: Option<i64>,
     plans: Vec<PlanSpec>,
     failed: bool,
     /// Replicas asked for (the Deployment's own count with external scaling).
@@ -219,6 +225,8 @@ impl Scaler {
                 scaling: spec.scaling.clone(),
                 paused: spec.paused,
                 consciousness: spec.consciousness.clone(),
+                budget: spec.budget.clone(),
+                spent_until_ms: None,
                 plans: Vec::new(),
                 failed: t.failed,
                 // First sight: what was applied; afterwards the scaler's own count, unless
@@ -235,6 +243,11 @@ impl Scaler {
             e.scaling = spec.scaling.clone();
             e.paused = spec.paused;
             e.consciousness = spec.consciousness.clone();
+            if e.budget != spec.budget {
+                // A raised (or removed) budget: the next look decides again.
+                e.spent_until_ms = None;
+            }
+            e.budget = spec.budget.clone();
             e.plans = spec.plans.clone();
             e.failed = t.failed;
             e.available = t.available;
@@ -337,6 +350,7 @@ impl Scaler {
             match entries.get_mut(&agent) {
                 None => Err("unknown"),
                 Some(e) if e.scaling.external || e.paused => Err("held"),
+                Some(e) if e.spent_until_ms.is_some_and(|t| t > now_ms()) => Err("budget_spent"),
                 Some(e) if e.replicas.unwrap_or(0) >= 1 => Err("already_up"),
                 Some(e) => {
                     e.replicas = Some(1);
@@ -519,10 +533,11 @@ impl Scaler {
             let Some(e) = entries.get_mut(key) else {
                 continue;
             };
-            gauges.agent(metrics, key, o, now);
+            gauges.agent(metrics, key, e.budget.as_ref(), o, now);
             let o = &o.at(now);
+            let spent = spent(e.budget.as_ref(), o, now);
             // Idle since the first quiet look, or the last cycle if later.
-            if o.busy() {
+            if has_work(o, spent.is_some()) {
                 e.idle_since_ms = None;
             } else if e.idle_since_ms.is_none() {
                 e.idle_since_ms = Some(now);
@@ -532,7 +547,20 @@ impl Scaler {
                 Duration::from_millis(u64::try_from(now - from).unwrap_or(0))
             });
             let replicas = e.replicas.unwrap_or(0);
-            let decision = decide(&e.scaling, e.paused, &e.consciousness, replicas, o, idle);
+            e.spent_until_ms = spent.as_ref().map(|s| s.until_ms);
+            if let Some(t) = e.spent_until_ms {
+                // Looked at again when the budget rolls over.
+                next_due = Some(next_due.map_or(t, |n| n.min(t)));
+            }
+            let decision = decide(
+                &e.scaling,
+                e.paused,
+                &e.consciousness,
+                replicas,
+                o,
+                idle,
+                spent.is_some(),
+            );
             if let Some(to) = decision.replicas() {
                 e.replicas = Some(to);
                 if to == 1 {
@@ -556,6 +584,7 @@ impl Scaler {
                 e.failed,
                 e.replicas,
                 e.available,
+                e.budget.as_ref(),
                 o,
                 &e.conditions,
                 time_of(now),

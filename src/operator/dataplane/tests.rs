@@ -557,3 +557,96 @@ async fn what_an_agent_waits_on_a_human_for_is_in_its_status_and_a_gauge() {
 }
 
 mod consciousness;
+
+/// `spec.budget`: the tokens the worker counted show in `status.tokens`; a spent budget is
+/// `BudgetExhausted=True` with one Warning Event, and its waiting events wake no worker (by
+/// wake signal or sweep); a raised budget makes them work again at once.
+#[tokio::test]
+async fn a_spent_budget_holds_the_worker_and_says_so() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let key = AgentKey::new("fam", "spender");
+    let periods = crate::crd::Periods::at(now_ms());
+    let used = crate::model::Usage {
+        input: 900,
+        output: 200,
+        cache_read: 600,
+        cache_write: 100,
+    };
+    store.record_tokens(&key, &periods, &used).await.unwrap();
+    let r = start(store.clone(), fast());
+    let small = spec("budget: {tokensPerDay: 1000, tokensPerMonth: 100000}");
+    track(&r, &key, &small, 0);
+    until("BudgetExhausted in the status", || {
+        r.cluster.statuses(&key).last().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "BudgetExhausted" && c.status == "True")
+        })
+    })
+    .await;
+    let status = r.cluster.statuses(&key).pop().unwrap();
+    let tokens = status.tokens.clone().unwrap();
+    assert_eq!(
+        (
+            tokens.input,
+            tokens.cache_read,
+            tokens.cache_write,
+            tokens.output
+        ),
+        (200, 600, 100, 200)
+    );
+    assert_eq!((tokens.today, tokens.this_month), (1100, 1100));
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "BudgetExhausted")
+        .unwrap();
+    assert_eq!(c.reason, "DailyBudgetSpent");
+    assert!(c
+        .message
+        .starts_with("1100 of the daily budget of 1000 tokens spent"));
+    // Events arrive: no wake, no sweep scales it up.
+    r.store.push_event(&key, &ev("e1")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(r.cluster.replicas().is_empty(), "{:?}", r.cluster.calls());
+    assert_eq!(
+        r.metrics.wakes.with_label_values(&["budget_spent"]).get(),
+        1
+    );
+    let warnings: Vec<Call> = r
+        .cluster
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, Call::Warning(reason, _) if reason == "DailyBudgetSpent"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one Warning Event: {warnings:?}");
+    let gauge = |g: &prometheus::IntGaugeVec, labels: &[&str]| g.with_label_values(labels).get();
+    assert_eq!(gauge(&r.metrics.budget_exhausted, &["fam", "spender"]), 1);
+    assert_eq!(
+        gauge(&r.metrics.budget_remaining, &["fam", "spender", "month"]),
+        98_900
+    );
+
+    // Raised: the waiting event is work again, and the condition says what is left.
+    track(&r, &key, &spec("budget: {tokensPerDay: 5000}"), 0);
+    until("scaled up", || r.cluster.replicas() == [(key.clone(), 1)]).await;
+    until("WithinBudget", || {
+        r.cluster.statuses(&key).last().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "BudgetExhausted"
+                    && c.status == "False"
+                    && c.message == "3900 tokens left today"
+            })
+        })
+    })
+    .await;
+    until("a Normal Event for the change back", || {
+        r.cluster
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::Event(reason, _) if reason == "WithinBudget"))
+    })
+    .await;
+    assert_eq!(gauge(&r.metrics.budget_exhausted, &["fam", "spender"]), 0);
+    r.stop().await;
+}

@@ -17,9 +17,12 @@ use kube::runtime::events::EventType;
 use crate::crd::{AgentPhase, AgentStatus, PendingCallStatus};
 use crate::store::AgentObservation;
 
+mod budget;
 mod consciousness;
 mod tools;
 
+use self::budget::budget_condition;
+pub use self::budget::{remaining, spent, BUDGET_EXHAUSTED};
 use self::consciousness::{archived_condition, checkpoint, restored_condition, restored_from};
 pub use self::consciousness::{CHECKPOINT_ARCHIVED, RESTORED};
 use self::tools::shown_tools;
@@ -132,7 +135,8 @@ pub fn notice(before: Option<&Condition>, after: &Condition, warning: bool) -> O
 /// before — since each restore, fork or recovery is something that happened, not only a
 /// state.
 pub fn data_notice(before: Option<&Condition>, after: &Condition) -> Option<EventType> {
-    let warning = after.status == "False";
+    // A spent budget is the problem `BudgetExhausted` says by being true.
+    let warning = (after.status == "False") != (after.type_ == BUDGET_EXHAUSTED);
     if after.type_ == RESTORED {
         let new = before.is_none_or(|b| {
             b.last_transition_time != after.last_transition_time
@@ -176,7 +180,14 @@ pub fn phase(
 
 /// Whether a condition is written by this loop (from the data plane) rather than the reconcile.
 fn data_condition(c: &Condition) -> bool {
-    [MODEL_AVAILABLE, TOOLS_READY, CHECKPOINT_ARCHIVED, RESTORED].contains(&c.type_.as_str())
+    [
+        MODEL_AVAILABLE,
+        TOOLS_READY,
+        CHECKPOINT_ARCHIVED,
+        RESTORED,
+        BUDGET_EXHAUSTED,
+    ]
+    .contains(&c.type_.as_str())
 }
 
 /// The status fields the reconcile owns.
@@ -204,6 +215,7 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
         cycles: s.cycles,
         last_cycle_time: s.last_cycle_time.clone(),
         tokens_used: s.tokens_used,
+        tokens: s.tokens.clone(),
         checkpoint: s.checkpoint.clone(),
         restored_from: s.restored_from.clone(),
         tools: s.tools.clone(),
@@ -243,15 +255,17 @@ pub fn time(ms: i64) -> Option<Time> {
     Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
 }
 
-/// The data-plane status of an agent; `checkpoint_ref` names where the data plane keeps the
+/// The data-plane status of an agent (`budget`: the spec's); `checkpoint_ref` names where the data plane keeps the
 /// checkpoint of a cycle (the store says, see [`crate::store::Observe::checkpoint_ref`]; the
 /// archived object's URL is shown instead once that cycle is archived). `previous` are the
 /// conditions last computed, so that `ToolsReady` keeps its `lastTransitionTime` until its
 /// status flips (then it is `now`).
+#[allow(clippy::too_many_arguments)] // each is one input of the status; a struct would only rename them
 pub fn data_status(
     failed: bool,
     replicas: Option<i32>,
     available: i32,
+    budget: Option<&crate::crd::BudgetSpec>,
     seen: &AgentObservation,
     previous: &[Condition],
     now: Timestamp,
@@ -269,6 +283,7 @@ pub fn data_status(
         inbox_depth: Some(i64::try_from(seen.waiting).unwrap_or(i64::MAX)),
         cycles: Some(seen.cycles),
         tokens_used: Some(seen.tokens_used),
+        tokens: budget::tokens(seen, now.as_millisecond()),
         last_cycle_time: seen.last_cycle_ms.and_then(time),
         checkpoint: checkpoint(seen, checkpoint_ref),
         restored_from: restored_from(seen),
@@ -290,6 +305,7 @@ pub fn data_status(
             .chain(tools)
             .chain(archived_condition(seen))
             .chain(restored_condition(seen))
+            .chain(budget_condition(budget, seen, previous, now))
             .collect(),
         ..AgentStatus::default()
     }
@@ -387,10 +403,12 @@ mod tests {
                 {"type": "ToolsConfigured", "status": "True", "reason": "SecretsFound", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
                 {"type": "ToolsReady", "status": "True", "reason": "AllReady", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
                 {"type": "CheckpointArchived", "status": "True", "reason": "Archived", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
-                {"type": "Restored", "status": "True", "reason": "Seeded", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
+                {"type": "Restored", "status": "True", "reason": "Seeded", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
+                {"type": "BudgetExhausted", "status": "False", "reason": "WithinBudget", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"}
             ],
             "availableReplicas": 1, "configHash": "h", "inboxDepth": 2, "cycles": 7,
             "lastCycleTime": "2026-11-23T10:00:00Z", "tokensUsed": 99,
+            "tokens": {"input": 10, "cacheRead": 80, "cacheWrite": 5, "output": 4, "today": 99, "thisMonth": 99},
             "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50, "archivedCycle": 7},
             "restoredFrom": {"reason": "Seed", "storageRef": "s3://b/ops/sre/3", "cycle": 3, "digest": "sha256:y"},
             "tools": [{"name": "skip", "source": "builtin", "ready": true}],
@@ -437,7 +455,8 @@ mod tests {
                 "ModelAvailable",
                 "ToolsReady",
                 "CheckpointArchived",
-                "Restored"
+                "Restored",
+                "BudgetExhausted"
             ]
         );
         // Every field of the status is in the sample above: a new field must be given a writer.
@@ -456,7 +475,7 @@ mod tests {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
         let model = |o: &AgentObservation| {
-            data_status(false, Some(1), 1, o, &[], t0(), redis_ref(&key))
+            data_status(false, Some(1), 1, None, o, &[], t0(), redis_ref(&key))
                 .conditions
                 .into_iter()
                 .filter(|c| c.type_ == MODEL_AVAILABLE)
@@ -485,8 +504,8 @@ mod tests {
             "2026-11-18T11:06:40Z"
         );
         assert_eq!(
-            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
-            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key)),
             "the same on every pass"
         );
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
@@ -518,7 +537,7 @@ mod tests {
             checkpoint: Some(checkpoint7()),
             ..AgentObservation::default()
         };
-        let s = data_status(false, Some(0), 0, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(false, Some(0), 0, None, &o, &[], t0(), redis_ref(&key));
         assert_eq!(s.phase, Some(AgentPhase::ScaledToZero));
         assert_eq!(
             (s.inbox_depth, s.cycles, s.tokens_used),
@@ -589,7 +608,7 @@ mod tests {
         let types = |s: &AgentStatus| -> Vec<String> {
             s.conditions.iter().map(|c| c.type_.clone()).collect()
         };
-        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key));
         assert_eq!(types(&s), [TOOLS_READY], "nothing reported: no condition");
         assert_eq!(s.restored_from, None);
         o.archive = Some(crate::store::ArchiveReport {
@@ -616,7 +635,7 @@ mod tests {
                 time: None,
             }),
         });
-        let s = data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key));
         assert_eq!(
             types(&s),
             [TOOLS_READY, CHECKPOINT_ARCHIVED, RESTORED],
@@ -630,7 +649,7 @@ mod tests {
         assert_eq!(s.restored_from.as_ref().unwrap().cycle, 5);
         assert_eq!(
             s,
-            data_status(false, Some(1), 1, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key)),
             "the same on every pass"
         );
         // Written by the loop, not the reconcile.
