@@ -123,7 +123,7 @@ fn every_alert_is_labelled_documented_and_unit_tested_firing_and_quiet() {
         }
     }
     let rules = alerts();
-    assert_eq!(rules.len(), 9, "the alerts of the README's list");
+    assert_eq!(rules.len(), 10, "the alerts of the README's list");
     for rule in &rules {
         let name = text(&rule["alert"]);
         assert!(
@@ -434,7 +434,7 @@ fn the_chart_renders_monitoring_only_when_asked_and_its_rule_passes_promtool() {
         yaml("config/prometheus/alerts.yaml")["groups"],
         "the chart's rules are config/prometheus/alerts.yaml"
     );
-    promtool_checks(rule, "default", 15);
+    promtool_checks(rule, "default", 16);
 
     // Thresholds from values, and per agent.
     let tuned = render(
@@ -461,7 +461,7 @@ fn the_chart_renders_monitoring_only_when_asked_and_its_rule_passes_promtool() {
         rule["groups"][1],
         yaml("config/prometheus/alerts.yaml")["groups"][1]
     );
-    promtool_checks(rule, "tuned", 16);
+    promtool_checks(rule, "tuned", 17);
 
     // The dashboards, labelled for Grafana's sidecar, are the JSON of config/grafana/.
     let maps = of_kind(&on, "ConfigMap");
@@ -820,7 +820,7 @@ async fn a_real_prometheus_scraping_dev_has_data_for_every_panel_variable_and_al
             .iter()
             .flat_map(|g| g["rules"].as_array().unwrap().clone())
             .collect();
-        if rules.len() == 15 && rules.iter().all(|r| r["health"] != "unknown") {
+        if rules.len() == 16 && rules.iter().all(|r| r["health"] != "unknown") {
             break rules;
         }
         assert!(Instant::now() < deadline, "rules not evaluated: {rules:?}");
