@@ -578,6 +578,7 @@ async fn operator_on_a_real_api_server() {
     .await;
 
     scale_from_zero_and_back(&client, &ns, &store).await;
+    budget_on_a_real_api_server(&client, &ns, &store).await;
     archive_on_a_real_api_server(&client, &ns, &store, &archive).await;
 
     eprintln!("step: deleting an Agent removes its data-plane state, then its children");
@@ -1316,6 +1317,160 @@ where
     let took = start.elapsed();
     eprintln!("  ok after {:>5} ms: {what}", took.as_millis());
     took
+}
+
+/// `spec.budget` as the API server takes it: the worker's counted tokens (written here as the
+/// worker would) spend the day's budget → `BudgetExhausted=True` with a Warning Event and the
+/// `BUDGET` column of `kubectl get agents`; a message for the agent wakes no worker; the budget
+/// raised → `WithinBudget` and the worker is scaled up for what waited.
+async fn budget_on_a_real_api_server(client: &Client, ns: &str, store: &Arc<RedisStore>) {
+    use agentfleet::store::{AgentKey, NewMessage, Sender};
+
+    eprintln!("step: a spent budget holds the agent, a raised one wakes it");
+    let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let manifest = |per_day: u64| {
+        format!("{{apiVersion: agentfleet.dev/v1alpha1, kind: Agent, metadata: {{name: spender}}, spec: {{model: {{provider: scripted, name: spender}}, spaces: [family], scaling: {{idleSeconds: 2}}, budget: {{tokensPerDay: {per_day}}}}}}}")
+    };
+    apply_yaml(&agents, &manifest(1000)).await;
+    eventually(
+        "spender: at 0, WithinBudget",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            let deployments = deployments.clone();
+            async move {
+                let a = agents.get("spender").await.ok()?;
+                (replicas(&deployments, "spender-worker").await == Some(0)
+                    && condition(&a, "BudgetExhausted")
+                        == Some(("False".into(), "WithinBudget".into())))
+                .then_some(())
+            }
+        },
+    )
+    .await;
+    let key = AgentKey::new(ns, "spender");
+    let periods = agentfleet::crd::Periods::at(agentfleet::store::now_ms());
+    let used = agentfleet::model::Usage {
+        input: 1100,
+        output: 100,
+        cache_read: 800,
+        cache_write: 0,
+    };
+    store.record_tokens(&key, &periods, &used).await.unwrap();
+    let spent = eventually(
+        "spender: BudgetExhausted True DailyBudgetSpent, status.tokens",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("spender").await.ok()?;
+                let tokens = a.status.as_ref()?.tokens.clone()?;
+                (condition(&a, "BudgetExhausted")
+                    == Some(("True".into(), "DailyBudgetSpent".into())))
+                .then_some(tokens)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        (spent.input, spent.cache_read, spent.output, spent.today),
+        (300, 800, 100, 1200)
+    );
+    eventually(
+        "a Warning event DailyBudgetSpent on spender",
+        Duration::from_secs(10),
+        || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .find(|e| {
+                        e.reason.as_deref() == Some("DailyBudgetSpent")
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                == Some("spender")
+                    })
+                    .map(|e| eprintln!("  event: {}", e.note.as_deref().unwrap_or_default()))
+            }
+        },
+    )
+    .await;
+    // `kubectl get agents`: the printer column as the API server serves it.
+    let kubeconfig = std::env::var("AGENTFLEET_E2E_KUBECONFIG").unwrap();
+    let table = std::process::Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            &kubeconfig,
+            "get",
+            "agents",
+            "spender",
+            "-n",
+            ns,
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    eprintln!("{table}");
+    let header = table.lines().next().unwrap_or_default();
+    assert!(header.contains("BUDGET"), "{table}");
+    assert!(table.contains("DailyBudgetSpent"), "{table}");
+
+    // A message for it waits; no worker is started for it.
+    let posted = store
+        .post_message(
+            &SpaceKey::new(ns, "family"),
+            &NewMessage {
+                sender: Sender {
+                    id: "husam".into(),
+                    name: "Husam".into(),
+                    kind: Some(agentfleet::crd::MemberKind::Human),
+                },
+                text: "spender, are you there?".into(),
+                mention: None,
+                idempotency_key: None,
+                urgent: false,
+                depth: 0,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(posted.delivered.contains(&"spender".to_string()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        replicas(&deployments, "spender-worker").await,
+        Some(0),
+        "no worker for a spent budget"
+    );
+
+    // Raised: the worker comes for what waited.
+    apply_yaml(&agents, &manifest(100_000)).await;
+    let took = time_until(
+        "budget raised → spender-worker replicas 1",
+        Duration::from_secs(10),
+        || async { replicas(&deployments, "spender-worker").await == Some(1) },
+    )
+    .await;
+    eprintln!("  raised → replicas 1 in {took:?}");
+    eventually(
+        "spender: WithinBudget again",
+        Duration::from_secs(20),
+        || {
+            let agents = agents.clone();
+            async move {
+                let a = agents.get("spender").await.ok()?;
+                (condition(&a, "BudgetExhausted") == Some(("False".into(), "WithinBudget".into())))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    agents
+        .delete("spender", &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
