@@ -68,6 +68,39 @@ where
     }
 }
 
+/// The first Event of `type_` (`Warning`, `Normal`) and `reason` about the object `name`.
+async fn find_event(events: &Api<Event>, type_: &str, reason: &str, name: &str) -> Option<Event> {
+    let list = events.list(&ListParams::default()).await.ok()?;
+    list.items.into_iter().find(|e| {
+        e.reason.as_deref() == Some(reason)
+            && e.type_.as_deref() == Some(type_)
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+    })
+}
+
+/// Husam posts `text` in the space `family` of `ns`.
+async fn husam_posts(store: &RedisStore, ns: &str, text: &str) -> agentfleet::store::Posted {
+    use agentfleet::store::{NewMessage, Sender};
+    store
+        .post_message(
+            &SpaceKey::new(ns, "family"),
+            &NewMessage {
+                sender: Sender {
+                    id: "husam".into(),
+                    name: "Husam".into(),
+                    kind: Some(agentfleet::crd::MemberKind::Human),
+                },
+                text: text.into(),
+                mention: None,
+                idempotency_key: None,
+                urgent: false,
+                depth: 0,
+            },
+        )
+        .await
+        .unwrap()
+}
+
 fn condition(agent: &Agent, type_: &str) -> Option<(String, String)> {
     agent
         .status
@@ -508,15 +541,9 @@ async fn operator_on_a_real_api_server() {
         || {
             let events = events.clone();
             async move {
-                let list = events.list(&ListParams::default()).await.ok()?;
-                list.items
-                    .iter()
-                    .any(|e| {
-                        e.reason.as_deref() == Some("SecretNotFound")
-                            && e.type_.as_deref() == Some("Warning")
-                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("keyed")
-                    })
-                    .then_some(())
+                find_event(&events, "Warning", "SecretNotFound", "keyed")
+                    .await
+                    .map(drop)
             }
         },
     )
@@ -1324,7 +1351,7 @@ where
 /// `BUDGET` column of `kubectl get agents`; a message for the agent wakes no worker; the budget
 /// raised → `WithinBudget` and the worker is scaled up for what waited.
 async fn budget_on_a_real_api_server(client: &Client, ns: &str, store: &Arc<RedisStore>) {
-    use agentfleet::store::{AgentKey, NewMessage, Sender};
+    use agentfleet::store::AgentKey;
 
     eprintln!("step: a spent budget holds the agent, a raised one wakes it");
     let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
@@ -1384,15 +1411,8 @@ async fn budget_on_a_real_api_server(client: &Client, ns: &str, store: &Arc<Redi
         || {
             let events = events.clone();
             async move {
-                let list = events.list(&ListParams::default()).await.ok()?;
-                list.items
-                    .iter()
-                    .find(|e| {
-                        e.reason.as_deref() == Some("DailyBudgetSpent")
-                            && e.type_.as_deref() == Some("Warning")
-                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                == Some("spender")
-                    })
+                find_event(&events, "Warning", "DailyBudgetSpent", "spender")
+                    .await
                     .map(|e| eprintln!("  event: {}", e.note.as_deref().unwrap_or_default()))
             }
         },
@@ -1419,24 +1439,7 @@ async fn budget_on_a_real_api_server(client: &Client, ns: &str, store: &Arc<Redi
     assert!(table.contains("DailyBudgetSpent"), "{table}");
 
     // A message for it waits; no worker is started for it.
-    let posted = store
-        .post_message(
-            &SpaceKey::new(ns, "family"),
-            &NewMessage {
-                sender: Sender {
-                    id: "husam".into(),
-                    name: "Husam".into(),
-                    kind: Some(agentfleet::crd::MemberKind::Human),
-                },
-                text: "spender, are you there?".into(),
-                mention: None,
-                idempotency_key: None,
-                urgent: false,
-                depth: 0,
-            },
-        )
-        .await
-        .unwrap();
+    let posted = husam_posts(store, ns, "spender, are you there?").await;
     assert!(posted.delivered.contains(&"spender".to_string()));
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
@@ -1482,7 +1485,7 @@ async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
 /// and goes back to zero after `idleSeconds`; its status shows cycles and the checkpoint.
 async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisStore>) {
     use agentfleet::crd::AgentPhase;
-    use agentfleet::store::{AgentKey, NewMessage, Sender};
+    use agentfleet::store::AgentKey;
 
     eprintln!("step: scale from zero on the first event, back to zero when idle");
     let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
@@ -1518,24 +1521,7 @@ async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisSt
     let key = AgentKey::new(ns, "sleeper");
     let mut wakes = Vec::new();
     for round in 0..5 {
-        let posted = store
-            .post_message(
-                &SpaceKey::new(ns, "family"),
-                &NewMessage {
-                    sender: Sender {
-                        id: "husam".into(),
-                        name: "Husam".into(),
-                        kind: Some(agentfleet::crd::MemberKind::Human),
-                    },
-                    text: format!("sleeper, are you there? ({round})"),
-                    mention: None,
-                    idempotency_key: None,
-                    urgent: false,
-                    depth: 0,
-                },
-            )
-            .await
-            .unwrap();
+        let posted = husam_posts(store, ns, &format!("sleeper, are you there? ({round})")).await;
         assert!(posted.delivered.contains(&"sleeper".to_string()));
         let took = time_until(
             "post → sleeper-worker replicas 1",
