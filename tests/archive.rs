@@ -429,9 +429,13 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     // Roll back by editing the spec (the pod rolls: a new worker).
     let manifest = rig.manifest("sre", &format!("{plain}\n    restore: {{cycle: 2}}"));
     let worker = rig.worker(&manifest);
+    // The consciousness is replaced first, then the report of it is written.
     let seen = rig
-        .until("the restore", &sre(), |o| {
+        .until("the restore and its report", &sre(), |o| {
             o.restored.as_deref() == Some("cycle:2")
+                && o.restore
+                    .as_ref()
+                    .is_some_and(|r| r.request.as_deref() == Some("cycle:2"))
         })
         .await;
     let restore = seen.restore.unwrap();
