@@ -4,8 +4,10 @@
 //! needs Redis fails with a clear message when `redis-server` is missing; it never skips.
 #![doc(hidden)]
 
+pub mod cluster;
 pub mod s3;
 
+pub use self::cluster::RedisCluster;
 pub use self::s3::S3Server;
 
 use std::net::TcpListener;

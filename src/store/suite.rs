@@ -1963,18 +1963,41 @@ impl Faults for MemoryStore {
 /// (WRONGTYPE) at its first command, before writing anything.
 struct RedisFaults(String);
 
+/// Faults on a real Redis Cluster, through a cluster client (the key's node answers).
+struct ClusterFaults(String);
+
+/// What both write to break an agent's inbox (its dedupe set replaced by a string), or to
+/// mend it.
+fn inbox_fault(agent: &AgentKey, broken: bool) -> ::redis::Cmd {
+    let ids = format!("agentfleet:{{agent:{agent}}}:ids");
+    if broken {
+        ::redis::Cmd::set(ids, "broken")
+    } else {
+        ::redis::Cmd::del(ids)
+    }
+}
+
 #[async_trait::async_trait]
 impl Faults for RedisFaults {
     async fn break_inbox(&self, agent: &AgentKey, broken: bool) {
-        use ::redis::AsyncCommands;
         let client = ::redis::Client::open(self.0.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let ids = format!("agentfleet:{{agent:{agent}}}:ids");
-        if broken {
-            conn.set::<_, _, ()>(ids, "broken").await.unwrap();
-        } else {
-            conn.del::<_, ()>(ids).await.unwrap();
-        }
+        inbox_fault(agent, broken)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+#[async_trait::async_trait]
+impl Faults for ClusterFaults {
+    async fn break_inbox(&self, agent: &AgentKey, broken: bool) {
+        let client = ::redis::cluster::ClusterClient::new(vec![self.0.as_str()]).unwrap();
+        let mut conn = client.get_async_connection().await.unwrap();
+        inbox_fault(agent, broken)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
     }
 }
 
@@ -2052,6 +2075,12 @@ impl ClusterNode {
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
+            ])
+            // The bus on a free port (by default the port + 10000, which another test may
+            // have been given).
+            .args([
+                "--cluster-port",
+                &crate::testing::free_port().unwrap().to_string(),
             ])
             .arg("--dir")
             .arg(&dir)
@@ -2207,6 +2236,30 @@ macro_rules! suite {
                     super::$faulty(&store, &super::RedisFaults(server.url())).await;
                 }
             )*
+        }
+        /// Every behaviour again on a real Redis Cluster (three primaries, three replicas),
+        /// the store given one node's URL: it finds the cluster and follows its slot map.
+        #[tokio::test]
+        async fn real_cluster_runs_every_behaviour() {
+            let cluster = crate::testing::RedisCluster::start().unwrap();
+            $(
+                cluster.flush();
+                eprintln!("on a real cluster: {}", stringify!($name));
+                $name(&RedisStore::new(&cluster.url()).unwrap()).await;
+            )*
+            $(
+                cluster.flush();
+                eprintln!("on a real cluster: {}", stringify!($faulty));
+                $faulty(
+                    &RedisStore::new(&cluster.url()).unwrap(),
+                    &ClusterFaults(cluster.url()),
+                )
+                .await;
+            )*
+            // Given as a list of seed nodes, too.
+            cluster.flush();
+            observation_reads_every_agent_at_once(&RedisStore::new(&cluster.seeds()).unwrap())
+                .await;
         }
         /// Every behaviour again on a Redis Cluster node: each step on one slot. One node for
         /// all (a node takes two seconds to accept writes), emptied before each behaviour.

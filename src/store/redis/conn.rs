@@ -1,13 +1,20 @@
 //! How the Redis store talks to Redis: one shared connection for every command, one
 //! connection per agent for its blocking wait, pub/sub connections for subscriptions; and the
 //! commit cache, what this process last committed per agent.
+//!
+//! One setting names one Redis or a Redis Cluster: a comma-separated list of URLs is a
+//! cluster's seed nodes, and a single URL is asked (`INFO cluster`) whether it is a cluster
+//! node. On a cluster every command goes through the cluster client, which follows the slot
+//! map (`MOVED`, `ASK`, failover); every step of the store already stays on one slot.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection, PubSub};
-use redis::AsyncConnectionConfig;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
 use super::redis_err;
@@ -16,6 +23,9 @@ use crate::store::{AgentKey, Checkpoint, StoreError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A blocking wait's connection on a cluster: longer than any wait the store asks for (the
+/// wait has its own timeout).
+const BLOCKING_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A poisoned lock only means a panic elsewhere; the maps stay usable (each change is one
 /// map operation).
@@ -23,57 +33,173 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A connection to one Redis or to a Redis Cluster (commands routed by their keys' slot).
+#[derive(Clone)]
+pub(super) enum Conn {
+    /// One Redis.
+    Single(ConnectionManager),
+    /// A blocking wait's own connection to one Redis.
+    Plain(redis::aio::MultiplexedConnection),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Whether this talks to a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Plain(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Plain(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Plain(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// The connections of one store.
 pub(super) struct Connections {
+    /// The first (or only) node.
     client: redis::Client,
-    shared: OnceCell<ConnectionManager>,
+    /// Every URL given: seed nodes of a cluster when more than one.
+    seeds: Vec<redis::ConnectionInfo>,
+    /// Set once known: whether it is a cluster.
+    cluster: OnceCell<Option<ClusterClient>>,
+    shared: OnceCell<Conn>,
     /// One connection per agent for blocking waits, which would stall a shared one.
-    blocking: Mutex<HashMap<AgentKey, MultiplexedConnection>>,
+    blocking: Mutex<HashMap<AgentKey, Conn>>,
 }
 
 impl Connections {
-    /// Connections to `client`'s Redis, made when first needed.
-    pub(super) fn new(client: redis::Client) -> Self {
+    /// Connections to the Redis (or cluster) of `seeds`, made when first needed.
+    pub(super) fn new(client: redis::Client, seeds: Vec<redis::ConnectionInfo>) -> Self {
         Self {
             client,
+            seeds,
+            cluster: OnceCell::new(),
             shared: OnceCell::new(),
             blocking: Mutex::new(HashMap::new()),
         }
     }
 
+    /// The cluster client when the store talks to a Redis Cluster: more than one seed, or a
+    /// single node that says it is a cluster node.
+    async fn cluster(&self) -> Result<Option<&ClusterClient>, StoreError> {
+        let found = self
+            .cluster
+            .get_or_try_init(|| async {
+                let clustered = self.seeds.len() > 1 || self.cluster_enabled().await?;
+                if !clustered {
+                    return Ok(None);
+                }
+                ClusterClient::builder(self.seeds.clone())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .retries(3)
+                    .build()
+                    .map(Some)
+                    .map_err(redis_err("connect"))
+            })
+            .await?;
+        Ok(found.as_ref())
+    }
+
+    /// Whether the first node is a cluster node (`cluster_enabled:1`).
+    async fn cluster_enabled(&self) -> Result<bool, StoreError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(redis_err("connect"))?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("connect"))?;
+        Ok(info.lines().any(|l| l.trim() == "cluster_enabled:1"))
+    }
+
     /// The shared connection (it reconnects by itself), with a response timeout.
-    pub(super) async fn shared(&self) -> Result<ConnectionManager, StoreError> {
+    pub(super) async fn shared(&self) -> Result<Conn, StoreError> {
         let conn = self
             .shared
             .get_or_try_init(|| async {
+                if let Some(cluster) = self.cluster().await? {
+                    return cluster
+                        .get_async_connection()
+                        .await
+                        .map(Conn::Cluster)
+                        .map_err(redis_err("connect"));
+                }
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
                     .set_number_of_retries(2);
                 ConnectionManager::new_with_config(self.client.clone(), config)
                     .await
+                    .map(Conn::Single)
                     .map_err(redis_err("connect"))
             })
             .await?;
         Ok(conn.clone())
     }
 
-    /// The agent's connection for blocking waits (no response timeout: the wait has its own).
-    pub(super) async fn blocking(
-        &self,
-        agent: &AgentKey,
-    ) -> Result<MultiplexedConnection, StoreError> {
+    /// The agent's connection for blocking waits (no response timeout on one Redis: the wait
+    /// has its own; a long one on a cluster).
+    pub(super) async fn blocking(&self, agent: &AgentKey) -> Result<Conn, StoreError> {
         if let Some(conn) = lock(&self.blocking).get(agent).cloned() {
             return Ok(conn);
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(None);
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(redis_err("connect"))?;
+        let conn = match self.cluster().await? {
+            Some(_) => ClusterClient::builder(self.seeds.clone())
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(BLOCKING_RESPONSE_TIMEOUT)
+                .retries(3)
+                .build()
+                .map_err(redis_err("connect"))?
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster)
+                .map_err(redis_err("connect"))?,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(None);
+                self.client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(Conn::Plain)
+                    .map_err(redis_err("connect"))?
+            }
+        };
         lock(&self.blocking).insert(agent.clone(), conn.clone());
         Ok(conn)
     }
@@ -83,7 +209,8 @@ impl Connections {
         lock(&self.blocking).remove(agent);
     }
 
-    /// A new pub/sub connection subscribed to `channel`; `op` names the step in errors.
+    /// A new pub/sub connection subscribed to `channel`; `op` names the step in errors. On a
+    /// cluster, a message published on any node reaches a subscriber of any node.
     pub(super) async fn subscribe(
         &self,
         channel: &str,

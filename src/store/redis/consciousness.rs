@@ -44,7 +44,7 @@ impl RedisStore {
         keys: &AgentKeys,
         agent: &AgentKey,
         lease: &Lease,
-    ) -> Result<redis::aio::ConnectionManager, StoreError> {
+    ) -> Result<super::conn::Conn, StoreError> {
         let mut conn = self.conns.shared().await?;
         let holder: Option<String> = conn
             .get(keys.lease())

@@ -40,13 +40,26 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// A store for the Redis at `url` (`redis://[:password@]host:port[/db]`). Nothing is
-    /// contacted until the first command.
+    /// A store for the Redis at `url` (`redis://[:password@]host:port[/db]`, `rediss://` for
+    /// TLS), or for a Redis Cluster: any one node's URL (the node says it is a cluster node),
+    /// or a comma-separated list of seed nodes. Nothing is contacted until the first command.
     pub fn new(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::InvalidUrl(format!("{} ({:?})", redact_url(url), e.kind())))?;
+        let invalid = |e: redis::RedisError| {
+            StoreError::InvalidUrl(format!("{} ({:?})", redact_url(url), e.kind()))
+        };
+        let seeds = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| redis::IntoConnectionInfo::into_connection_info(u).map_err(invalid))
+            .collect::<Result<Vec<_>, _>>()?;
+        let first = seeds
+            .first()
+            .cloned()
+            .ok_or_else(|| StoreError::InvalidUrl("no Redis URL given".into()))?;
+        let client = redis::Client::open(first).map_err(invalid)?;
         Ok(Self {
-            conns: Connections::new(client),
+            conns: Connections::new(client, seeds),
             committed: CommitCache::default(),
         })
     }

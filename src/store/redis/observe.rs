@@ -28,34 +28,31 @@ impl Observe for RedisStore {
         if agents.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for a in agents.iter().map(AgentKeys::new) {
-            pipe.llen(a.inbox())
-                .llen(a.urgent())
-                .llen(a.inflight())
-                .get(a.state())
-                .exists(a.lease())
-                .cmd("HMGET")
-                .arg(a.cmeta())
-                .arg("cycle")
-                .arg("tokensUsed")
-                .arg("lastCycleMs")
-                .arg("restored")
-                .lindex(a.checkpoints(), 0)
-                .hvals(a.notes(NoteKind::Plans))
-                .hgetall(a.plan_marks())
-                .get(a.model())
-                .get(a.tools())
-                .hgetall(a.calls())
-                .get(a.archive())
-                .get(a.restore_report())
-                .hgetall(a.tokens());
-        }
+        // One pipeline for every agent on one Redis; on a cluster, one per agent (each on its
+        // agent's slot), all sent at once: one round trip per node.
         let mut conn = self.conns.shared().await?;
-        let values: Vec<redis::Value> = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err("observe agents"))?;
+        let values: Vec<redis::Value> = if conn.is_cluster() {
+            let reads = agents.iter().map(|a| {
+                let mut conn = conn.clone();
+                let mut pipe = redis::pipe();
+                observe_agent(&mut pipe, &AgentKeys::new(a));
+                async move { pipe.query_async::<Vec<redis::Value>>(&mut conn).await }
+            });
+            futures::future::try_join_all(reads)
+                .await
+                .map_err(redis_err("observe agents"))?
+                .into_iter()
+                .flatten()
+                .collect()
+        } else {
+            let mut pipe = redis::pipe();
+            for a in agents.iter().map(AgentKeys::new) {
+                observe_agent(&mut pipe, &a);
+            }
+            pipe.query_async(&mut conn)
+                .await
+                .map_err(redis_err("observe agents"))?
+        };
         type Row = (
             u64,
             u64,
@@ -210,4 +207,28 @@ impl Observe for RedisStore {
     fn agent_data(&self, agent: &AgentKey) -> String {
         format!("the keys {} in Redis", AgentKeys::new(agent).pattern())
     }
+}
+
+/// The reads of one agent for [`Observe::observe`], all on its slot (15 replies).
+fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
+    pipe.llen(a.inbox())
+        .llen(a.urgent())
+        .llen(a.inflight())
+        .get(a.state())
+        .exists(a.lease())
+        .cmd("HMGET")
+        .arg(a.cmeta())
+        .arg("cycle")
+        .arg("tokensUsed")
+        .arg("lastCycleMs")
+        .arg("restored")
+        .lindex(a.checkpoints(), 0)
+        .hvals(a.notes(NoteKind::Plans))
+        .hgetall(a.plan_marks())
+        .get(a.model())
+        .get(a.tools())
+        .hgetall(a.calls())
+        .get(a.archive())
+        .get(a.restore_report())
+        .hgetall(a.tokens());
 }

@@ -11,7 +11,7 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
+use super::conn::Conn;
 use redis::Script;
 
 use super::keys::{AgentKeys, SpaceKeys};
@@ -60,7 +60,7 @@ static JOURNAL: LazyLock<Script> =
 /// KEYS: tokens. ARGV: day, month, then the tokens by direction (input billed in full, cache
 /// read, cache write, output).
 pub(super) async fn record_tokens(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     periods: &crate::crd::Periods,
     usage: &crate::model::Usage,
@@ -116,7 +116,7 @@ impl<'a> Event<'a> {
 /// KEYS: inbox, urgent, ids, state, lease. ARGV: id, JSON, urgent, time, [`SEEN_IDS`], the
 /// agent's `NS/NAME`, [`WAKE_CHANNEL`].
 pub(super) async fn push(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     event: &Event<'_>,
 ) -> Result<Pushed, StoreError> {
@@ -147,7 +147,7 @@ pub(super) async fn push(
 /// KEYS: planmarks, inbox, urgent, ids, state, lease. ARGV: plan id, due, has an event, then
 /// the event as [`push`] takes it.
 pub(super) async fn mark_plan(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     plan_id: &str,
     due_ms: i64,
@@ -228,7 +228,7 @@ pub(super) struct PostReply {
 /// live channel, event and live templates, keyed, watched, over depth, rate, depth and rate
 /// notices and their live templates, then the recipients.
 pub(super) async fn post(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     space: &SpaceKeys,
     post: &Post<'_>,
 ) -> Result<PostReply, StoreError> {
@@ -276,7 +276,7 @@ pub(super) async fn post(
 /// `acquire.lua`: takes `agent`'s lease for `holder`; the fencing token, or `None` while
 /// another holds it. KEYS: lease, fence. ARGV: holder, time to live.
 pub(super) async fn acquire(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     holder: &str,
     ttl_ms: u64,
@@ -294,7 +294,7 @@ pub(super) async fn acquire(
 /// `renew.lua`: extends the lease; `false` when it is no longer ours.
 /// KEYS: lease. ARGV: lease value, time to live.
 pub(super) async fn renew(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     ttl_ms: u64,
@@ -313,7 +313,7 @@ pub(super) async fn renew(
 /// KEYS: lease, inbox, urgent, inflight, state. ARGV: lease value, the agent's `NS/NAME`,
 /// [`WAKE_CHANNEL`].
 pub(super) async fn release(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
 ) -> Result<(), StoreError> {
@@ -335,7 +335,7 @@ pub(super) async fn release(
 /// `drain.lua` (fenced): moves the inbox in flight; every event in flight.
 /// KEYS: lease, inbox, inflight, state. ARGV: lease value.
 pub(super) async fn drain(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
 ) -> Result<Vec<InboxEvent>, StoreError> {
@@ -354,7 +354,7 @@ pub(super) async fn drain(
 /// `take_urgent.lua` (fenced): moves the urgent queue in flight and returns it.
 /// KEYS: lease, urgent, inflight. ARGV: lease value.
 pub(super) async fn take_urgent(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
 ) -> Result<Vec<InboxEvent>, StoreError> {
@@ -372,7 +372,7 @@ pub(super) async fn take_urgent(
 /// `mid_cycle.lua` (fenced): one look at the inbox between steps.
 /// KEYS: lease, urgent, inflight, inbox. ARGV: lease value, take urgent, preview limit.
 pub(super) async fn mid_cycle(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     take_urgent: bool,
@@ -399,7 +399,7 @@ pub(super) async fn mid_cycle(
 /// `ack.lua` (fenced): ends the cycle (and its journal).
 /// KEYS: lease, inflight, state, urgent, inbox, journal. ARGV: lease value.
 pub(super) async fn ack(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
 ) -> Result<(), StoreError> {
@@ -420,7 +420,7 @@ pub(super) async fn ack(
 /// since the drain (`false`); urgent events move back to the inbox. KEYS: lease, state,
 /// urgent, inbox. ARGV: lease.
 pub(super) async fn pause(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
 ) -> Result<bool, StoreError> {
@@ -447,7 +447,7 @@ pub(super) enum NotesWrite<'a> {
 /// `notes.lua` (fenced): writes one of `agent`'s note collections; how many entries were
 /// deleted. KEYS: lease, the collection. ARGV: lease value, `set` KEY TEXT… | `del` KEY….
 pub(super) async fn notes(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     kind: NoteKind,
@@ -478,7 +478,7 @@ pub(super) async fn notes(
 /// `register_call.lua`: registers `call` (and forgets the agent's calls whose time is over).
 /// KEYS: calls, calls by forget time. ARGV: call id, record JSON, forget time, now.
 pub(super) async fn register_call(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     id: &CallId,
     record: &CallRecord,
@@ -502,7 +502,7 @@ pub(super) async fn register_call(
 /// KEYS: calls, calls by forget time, inbox, urgent, ids, state, lease. ARGV: call id, token
 /// hash, now, then the event as [`push`] takes it.
 pub(super) async fn complete_call(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     call: &CallId,
     token_hash: &str,
@@ -544,7 +544,7 @@ pub(super) async fn complete_call(
 /// `journal.lua` (fenced): appends entries to the journal of the cycle under way.
 /// KEYS: lease, journal. ARGV: lease value, entries.
 pub(super) async fn journal(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     entries: &[String],

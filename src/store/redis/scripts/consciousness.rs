@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
+use super::super::conn::Conn;
 use redis::Script;
 
 use super::super::keys::AgentKeys;
@@ -38,7 +38,7 @@ impl From<StoreError> for CommitError {
 /// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, urgent, inbox.
 /// ARGV: lease value, the plan (JSON), the new messages.
 pub(in crate::store::redis) async fn commit(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     prev: &WindowState,
@@ -99,7 +99,7 @@ pub(in crate::store::redis) async fn commit(
 /// KEYS: lease, clog, cmeta, checkpoints, inflight, state, journal. ARGV: lease value, the
 /// plan (JSON).
 pub(in crate::store::redis) async fn restore(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     to: &Checkpoint,
@@ -164,7 +164,7 @@ fn checkpoints_json(
 /// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, journal, memories, goals,
 /// plans. ARGV: lease value, the plan (JSON), the messages.
 pub(in crate::store::redis) async fn replace(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     snapshot: &Snapshot,

@@ -1,0 +1,180 @@
+//! A real Redis Cluster for tests: three primaries and three replicas of Debian's
+//! `redis-server` on free loopback ports, joined by `redis-cli --cluster create`, removed when
+//! dropped. A primary can be killed to see a replica take over.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The nodes of a running cluster.
+pub struct RedisCluster {
+    nodes: Vec<Node>,
+    dir: PathBuf,
+}
+
+struct Node {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl RedisCluster {
+    /// Starts six nodes (three primaries, one replica each) and waits until every node sees
+    /// every slot served (`cluster_state:ok`).
+    pub fn start() -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "agentfleet-redis-cluster-{}-{}",
+            std::process::id(),
+            super::free_port()?
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut cluster = RedisCluster {
+            nodes: Vec::new(),
+            dir,
+        };
+        for _ in 0..6 {
+            let port = super::free_port()?;
+            let child = cluster.spawn(port)?;
+            cluster.nodes.push(Node {
+                child: Some(child),
+                port,
+            });
+        }
+        for node in &cluster.nodes {
+            wait_for(node.port, "PING", |r| r.contains("PONG"))?;
+        }
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .map_err(|e| {
+                format!("cannot run redis-cli ({e}); Debian: apt-get install -y redis-tools")
+            })?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        for node in &cluster.nodes {
+            wait_for(node.port, "CLUSTER INFO", |r| {
+                r.contains("cluster_state:ok")
+            })?;
+        }
+        Ok(cluster)
+    }
+
+    fn spawn(&self, port: u16) -> Result<Child, String> {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--cluster-node-timeout", "1000"])
+            // The cluster bus on a free port of its own (by default the port + 10000, which
+            // another test may have been given).
+            .args(["--cluster-port", &super::free_port()?.to_string()])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot start redis-server ({e}); Debian: apt-get install -y redis-server")
+            })
+    }
+
+    /// The URL of one node (any node serves as the store's URL: it says it is a cluster node).
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.nodes[0].port)
+    }
+
+    /// Every node's URL, comma-separated (the store's seed list form).
+    pub fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The ports of the nodes that are primaries now.
+    pub fn primaries(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .filter(|n| query(n.port, "ROLE").is_ok_and(|r| r.starts_with("master")))
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// Empties every primary (their replicas follow).
+    pub fn flush(&self) {
+        for port in self.primaries() {
+            let _ = query(port, "FLUSHALL");
+        }
+    }
+
+    /// Kills the primary on `port` (as `kill -9` would); its replica takes over once the
+    /// others agree it is gone (`cluster-node-timeout` 1 s).
+    pub fn kill(&mut self, port: u16) {
+        if let Some(node) = self.nodes.iter_mut().find(|n| n.port == port) {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Waits until every live node sees the cluster whole again (after a failover).
+    pub fn wait_ok(&self) -> Result<(), String> {
+        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            wait_for(node.port, "CLUSTER INFO", |r| {
+                r.contains("cluster_state:ok")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One command to the node on `port` through `redis-cli`, its reply as text.
+fn query(port: u16, command: &str) -> Result<String, String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(command.split_whitespace())
+        .output()
+        .map_err(|e| format!("redis-cli: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Waits up to 20 s for the node on `port` to answer `command` with what `ok` accepts.
+fn wait_for(port: u16, command: &str, ok: impl Fn(&str) -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = query(port, command).unwrap_or_default();
+        if ok(&reply) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("node {port}: no good answer to {command}: {reply}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
