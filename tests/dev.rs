@@ -446,22 +446,31 @@ async fn a_second_ctrl_c_stops_dev_at_once_during_a_cycle() {
 
 #[tokio::test]
 async fn dev_runs_on_redis_with_the_redis_flag() {
-    agentfleet::install_crypto_provider();
     let redis = agentfleet::testing::RedisServer::start().unwrap();
-    let dev = Dev::start_with(&["--redis", &redis.url()]);
+    dev_answers_over(&redis.url(), &redis.url(), "hello from redis").await;
+}
+
+/// `dev --redis` on a real Redis Cluster (three primaries, three replicas), given one node's
+/// URL: before, it exited at once with `Moved: 14652 127.0.0.1:7103` (issue 18). The reply is
+/// read back through the seed list.
+#[tokio::test]
+async fn dev_runs_on_a_redis_cluster() {
+    let cluster = agentfleet::testing::RedisCluster::start().unwrap();
+    dev_answers_over(&cluster.url(), &cluster.seeds(), "hello from a cluster").await;
+}
+
+/// `dev --redis URL`, a post to family, and the assistant's reply read from the data plane by
+/// another process (here: a store on `read_url`).
+async fn dev_answers_over(url: &str, read_url: &str, text: &str) {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start_with(&["--redis", url]);
     let http = reqwest::Client::new();
     let husam = dev.token("default/family", "Husam");
     let post = dev
-        .post(
-            &http,
-            &husam,
-            "family",
-            &json!({"text": "hello from redis"}),
-        )
+        .post(&http, &husam, "family", &json!({ "text": text }))
         .await;
     assert_eq!(post.status(), 201);
-    // The reply lands in Redis, where another process (here: the store) reads it.
-    let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
+    let store = agentfleet::store::RedisStore::new(read_url).unwrap();
     let family = agentfleet::membership::SpaceKey::new("default", "family");
     let start = Instant::now();
     loop {
@@ -472,7 +481,7 @@ async fn dev_runs_on_redis_with_the_redis_flag() {
         };
         let messages = store.read_messages(&family, &q).await.unwrap();
         if let Some(reply) = messages.iter().find(|m| m.sender.id == "assistant") {
-            assert!(reply.text.contains("hello from redis"), "{reply:?}");
+            assert!(reply.text.contains(text), "{reply:?}");
             break;
         }
         assert!(
