@@ -21,17 +21,43 @@ use tokio::sync::watch;
 
 const NS: &str = "fam";
 
+/// The data plane a scenario runs on.
+enum DataPlane {
+    One {
+        _server: RedisServer,
+    },
+    Cluster {
+        _nodes: agentfleet::testing::RedisCluster,
+    },
+}
+
 struct Rig {
-    _redis: RedisServer,
+    _redis: DataPlane,
+    /// The URL the store was given.
+    url: String,
     store: Arc<RedisStore>,
 }
 
+/// A scenario's data plane: one Redis.
 async fn rig() -> Rig {
     let redis = RedisServer::start().unwrap();
-    let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    let url = redis.url();
     Rig {
-        _redis: redis,
-        store,
+        store: Arc::new(RedisStore::new(&url).unwrap()),
+        url,
+        _redis: DataPlane::One { _server: redis },
+    }
+}
+
+/// A scenario's data plane: a real Redis Cluster (three primaries, three replicas), the store
+/// given one node's URL.
+async fn cluster_rig() -> Rig {
+    let cluster = agentfleet::testing::RedisCluster::start().unwrap();
+    let url = cluster.url();
+    Rig {
+        store: Arc::new(RedisStore::new(&url).unwrap()),
+        url,
+        _redis: DataPlane::Cluster { _nodes: cluster },
     }
 }
 
@@ -182,7 +208,15 @@ fn last_role(request: &Value) -> String {
 
 #[tokio::test]
 async fn three_quick_messages_are_handled_in_one_cycle() {
-    let r = rig().await;
+    three_quick_messages_are_handled_in_one_cycle_on(rig().await).await;
+}
+
+#[tokio::test]
+async fn three_quick_messages_are_handled_in_one_cycle_on_a_redis_cluster() {
+    three_quick_messages_are_handled_in_one_cycle_on(cluster_rig().await).await;
+}
+
+async fn three_quick_messages_are_handled_in_one_cycle_on(r: Rig) {
     let mock = MockModel::start(vec![
         send(
             "family",
@@ -250,7 +284,15 @@ async fn three_quick_messages_are_handled_in_one_cycle() {
 
 #[tokio::test]
 async fn the_hotel_conversation_continues_from_consciousness() {
-    let r = rig().await;
+    the_hotel_conversation_continues_from_consciousness_on(rig().await).await;
+}
+
+#[tokio::test]
+async fn the_hotel_conversation_continues_from_consciousness_on_a_redis_cluster() {
+    the_hotel_conversation_continues_from_consciousness_on(cluster_rig().await).await;
+}
+
+async fn the_hotel_conversation_continues_from_consciousness_on(r: Rig) {
     space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
     let mock = MockModel::responding(|req| {
         if last_role(req) == "tool" {
@@ -419,7 +461,15 @@ async fn two_workers_of_one_agent_never_both_think() {
 
 #[tokio::test]
 async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once() {
-    let r = rig().await;
+    a_worker_killed_mid_cycle_loses_nothing_and_answers_once_on(rig().await).await;
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once_on_a_redis_cluster() {
+    a_worker_killed_mid_cycle_loses_nothing_and_answers_once_on(cluster_rig().await).await;
+}
+
+async fn a_worker_killed_mid_cycle_loses_nothing_and_answers_once_on(r: Rig) {
     space(r.store.as_ref(), "family", &["assistant"], &["Husam"]).await;
     let mock = MockModel::start(vec![
         send("family", "The answer is 42."),
@@ -1221,7 +1271,7 @@ async fn a_spent_budget_stops_the_model_calls_and_events_wait() {
     // A day's spend of an earlier day does not count: a worker with a small budget answers.
     let seen = r.store.observe(std::slice::from_ref(&a.key)).await.unwrap();
     assert_eq!(seen[0].tokens.as_ref().unwrap().day_tokens, 580);
-    let mut conn = redis::Client::open(r._redis.url())
+    let mut conn = redis::Client::open(r.url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
         .await

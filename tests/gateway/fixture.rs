@@ -22,8 +22,21 @@ pub const HUSAM: &str = "tok-husam";
 pub const MUHAMMAD: &str = "tok-muhammad";
 pub const ALERTS: &str = "tok-alerts";
 
+/// The data plane under the gateway.
+pub enum DataPlane {
+    One {
+        _server: RedisServer,
+    },
+    Cluster {
+        _nodes: agentfleet::testing::RedisCluster,
+    },
+}
+
 pub struct Fixture {
-    pub redis: RedisServer,
+    /// Held: the servers live as long as the fixture.
+    pub _data: DataPlane,
+    /// The URL the gateway's store was given.
+    pub redis_url: String,
     pub store: Arc<dyn Store>,
     pub addr: SocketAddr,
     pub base: String,
@@ -64,9 +77,23 @@ pub async fn start(limits: Limits) -> Fixture {
 }
 
 pub async fn start_with(limits: Limits, tokens: Tokens) -> Fixture {
-    agentfleet::install_crypto_provider();
     let redis = RedisServer::start().unwrap();
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    start_over(DataPlane::One { _server: redis }, limits, tokens).await
+}
+
+/// The gateway over a real Redis Cluster (three primaries, three replicas), given one node.
+pub async fn start_on_cluster(limits: Limits) -> Fixture {
+    let cluster = agentfleet::testing::RedisCluster::start().unwrap();
+    start_over(DataPlane::Cluster { _nodes: cluster }, limits, tokens()).await
+}
+
+async fn start_over(data: DataPlane, limits: Limits, tokens: Tokens) -> Fixture {
+    agentfleet::install_crypto_provider();
+    let redis_url = match &data {
+        DataPlane::One { _server: r } => r.url(),
+        DataPlane::Cluster { _nodes: c } => c.url(),
+    };
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&redis_url).unwrap());
     store
         .apply_space(
             &SpaceKey::new("ops", "family"),
@@ -94,7 +121,8 @@ pub async fn start_with(limits: Limits, tokens: Tokens) -> Fixture {
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(gateway::serve(listener, gw, registry.clone()));
     Fixture {
-        redis,
+        _data: data,
+        redis_url,
         store,
         addr,
         base: format!("http://{addr}"),

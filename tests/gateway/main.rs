@@ -18,7 +18,15 @@ use fixture::*;
 
 #[tokio::test]
 async fn members_post_read_and_page() {
-    let f = start(Limits::default()).await;
+    members_post_read_and_page_on(start(Limits::default()).await).await;
+}
+
+#[tokio::test]
+async fn members_post_read_and_page_on_a_redis_cluster() {
+    members_post_read_and_page_on(start_on_cluster(Limits::default()).await).await;
+}
+
+async fn members_post_read_and_page_on(f: Fixture) {
     let (status, posted) = f
         .post(HUSAM, "family", json!({"text": "dinner at 8?"}))
         .await;
@@ -281,7 +289,19 @@ async fn oversized_bodies_and_floods_are_refused() {
 
 #[tokio::test]
 async fn the_stream_carries_messages_deltas_activity_and_resumes() {
-    let f = start(Limits::default()).await;
+    the_stream_carries_messages_deltas_activity_and_resumes_on(start(Limits::default()).await)
+        .await;
+}
+
+#[tokio::test]
+async fn the_stream_carries_messages_deltas_activity_and_resumes_on_a_redis_cluster() {
+    the_stream_carries_messages_deltas_activity_and_resumes_on(
+        start_on_cluster(Limits::default()).await,
+    )
+    .await;
+}
+
+async fn the_stream_carries_messages_deltas_activity_and_resumes_on(f: Fixture) {
     let mut sse = f.stream(HUSAM, "family", None).await;
     let (_, first) = f.post(HUSAM, "family", json!({"text": "one"})).await;
     let (id, m) = sse.next_message().await;

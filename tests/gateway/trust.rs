@@ -85,7 +85,7 @@ async fn a_slow_resume_over_a_long_history_holds_about_a_page() {
         ids.push(posted.id);
     }
 
-    let mut redis = redis::Client::open(f.redis.url())
+    let mut redis = redis::Client::open(f.redis_url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
