@@ -11,7 +11,7 @@
 //! cache reads at 10% of the input price (Anthropic's ratio). Printed: prompt tokens per cycle,
 //! the share served from the cache, and the billed-equivalent input tokens per cycle.
 //!
-//! Run the same file against an older build to compare (copy it into that checkout).
+//! To compare with an older build, run it with `AGENTFLEET_BENCH_BIN` naming that build's binary.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
 
@@ -23,9 +23,12 @@ use std::time::{Duration, Instant};
 use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
 use agentfleet::store::{prelude::*, AgentKey, NewMessage, RedisStore, Sender};
-use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
+use agentfleet::testing::{
+    cached_form, conversation, free_port, shared_prefix, space_record, MockModel, MockTurn,
+    RedisServer,
+};
 use common::Kill;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const CYCLES: usize = 100;
 const TOKEN_BYTES: usize = 4;
@@ -130,12 +133,12 @@ async fn main() {
     }
 
     let requests = model.requests();
-    let prompts: Vec<String> = requests.iter().map(prompt).collect();
+    let prompts: Vec<String> = requests.iter().map(cached_form).collect();
     let (mut all, mut cached) = (0usize, 0usize);
     for (i, p) in prompts.iter().enumerate() {
         let shared = prompts[i.saturating_sub(4)..i]
             .iter()
-            .map(|q| common_prefix(p, q))
+            .map(|q| shared_prefix(p, q))
             .max()
             .unwrap_or(0)
             / TOKEN_BYTES;
@@ -160,31 +163,4 @@ async fn main() {
         "  billed-equivalent input tokens per cycle (cache reads at 10%): {:.0}",
         billed / CYCLES as f64
     );
-}
-
-/// A request's messages without a fresh context sent last (a message that starts with
-/// `[CONTEXT`), so that the same model answers builds with and without one alike.
-fn conversation(request: &Value) -> Vec<Value> {
-    let mut messages = request["messages"].as_array().cloned().unwrap_or_default();
-    if messages.last().is_some_and(|m| {
-        m["content"]
-            .as_str()
-            .is_some_and(|c| c.starts_with("[CONTEXT"))
-    }) {
-        messages.pop();
-    }
-    messages
-}
-
-/// A request as a provider's prompt cache sees it: the tools, then every message in order.
-fn prompt(request: &Value) -> String {
-    let mut out = request["tools"].to_string();
-    for m in request["messages"].as_array().unwrap() {
-        out.push_str(&m.to_string());
-    }
-    out
-}
-
-fn common_prefix(a: &str, b: &str) -> usize {
-    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
 }

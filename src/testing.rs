@@ -194,6 +194,21 @@ pub fn conversation(request: &serde_json::Value) -> Vec<serde_json::Value> {
     messages
 }
 
+/// A chat completions request body as a provider's prompt cache sees it: the tools, then
+/// every message in order (the fresh context last), each as the exact JSON that was sent.
+pub fn cached_form(request: &serde_json::Value) -> String {
+    let mut out = request["tools"].to_string();
+    for m in request["messages"].as_array().into_iter().flatten() {
+        out.push_str(&m.to_string());
+    }
+    out
+}
+
+/// How many leading bytes two texts share.
+pub fn shared_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
 /// The fresh context of a chat completions request body (its last message), if it has one.
 pub fn context_of(request: &serde_json::Value) -> Option<String> {
     request["messages"]

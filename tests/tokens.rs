@@ -4,28 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use agentfleet::testing::{conversation, MockModel, MockTurn};
+use agentfleet::testing::{cached_form, conversation, shared_prefix, MockModel, MockTurn};
 
 #[path = "support/dev.rs"]
 mod support;
 use support::{openai, Dev, ManifestDir};
-
-/// A request as a provider's prompt cache sees it: the tools, then every message in order
-/// (the fresh context last), each as the exact JSON that was sent.
-fn prompt(request: &Value) -> String {
-    let mut out = request["tools"].to_string();
-    for m in request["messages"].as_array().unwrap() {
-        out.push_str(&m.to_string());
-    }
-    out
-}
-
-/// How many leading bytes two prompts share.
-fn shared(a: &str, b: &str) -> usize {
-    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
-}
 
 /// The scenario of issue 17: an `openai` agent in `dev`, one message after another, and a
 /// memory set every third cycle (so the fresh context changes as it does in use). Every
@@ -91,9 +76,9 @@ async fn each_cycle_repeats_the_previous_requests_prefix() {
     assert_eq!(requests.len(), 2 * cycles, "one cycle per message");
     let mut shares = Vec::new();
     for cycle in 1..cycles {
-        let previous = prompt(&requests[2 * cycle - 1]);
-        let first = prompt(&requests[2 * cycle]);
-        let share = shared(&previous, &first) as f64 / first.len() as f64;
+        let previous = cached_form(&requests[2 * cycle - 1]);
+        let first = cached_form(&requests[2 * cycle]);
+        let share = shared_prefix(&previous, &first) as f64 / first.len() as f64;
         shares.push((cycle + 1, first.len(), (share * 1000.0).round() / 10.0));
     }
     eprintln!("(cycle, prompt bytes, % shared with the previous cycle's last request): {shares:?}");

@@ -138,13 +138,19 @@ impl BudgetSpec {
         month.or(day)
     }
 
+    /// Tokens left in each period, `[day, month]` (`None`: no budget for that period).
+    pub fn left(&self, spent: Spent) -> [Option<u64>; 2] {
+        [
+            self.tokens_per_day.map(|l| l.saturating_sub(spent.day)),
+            self.tokens_per_month.map(|l| l.saturating_sub(spent.month)),
+        ]
+    }
+
     /// Tokens left before a budget is spent (`None`: no budget).
     pub fn remaining(&self, spent: Spent) -> Option<u64> {
-        let day = self.tokens_per_day.map(|l| l.saturating_sub(spent.day));
-        let month = self.tokens_per_month.map(|l| l.saturating_sub(spent.month));
-        match (day, month) {
-            (Some(d), Some(m)) => Some(d.min(m)),
-            (d, m) => d.or(m),
+        match self.left(spent) {
+            [Some(d), Some(m)] => Some(d.min(m)),
+            [d, m] => d.or(m),
         }
     }
 }

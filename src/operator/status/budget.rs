@@ -27,17 +27,14 @@ pub fn spent(
     seen: &AgentObservation,
     now_ms: i64,
 ) -> Option<Exhausted> {
+    let budget = budget?;
     let periods = Periods::at(now_ms);
-    budget?.exhausted(spent_now(seen, &periods), &periods)
+    budget.exhausted(spent_now(seen, &periods), &periods)
 }
 
 /// Tokens left before a budget is spent (`None`: no budget), by period.
 pub fn remaining(budget: &BudgetSpec, seen: &AgentObservation, now_ms: i64) -> [Option<u64>; 2] {
-    let s = spent_now(seen, &Periods::at(now_ms));
-    [
-        budget.tokens_per_day.map(|l| l.saturating_sub(s.day)),
-        budget.tokens_per_month.map(|l| l.saturating_sub(s.month)),
-    ]
+    budget.left(spent_now(seen, &Periods::at(now_ms)))
 }
 
 /// `status.tokens`, once the worker counted a call.
