@@ -95,8 +95,11 @@ pub trait Inbox: Send + Sync {
     /// among them): the cycle is to go on with them now. Fenced.
     async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError>;
 
-    /// Wake signals from now on: agents whose inbox got an event while no worker held them
-    /// (or whose worker left with events still waiting).
+    /// Wake signals from now on: registered agents (see `register_agent`) whose inbox got an
+    /// event while no worker held them (or whose worker left with events still waiting),
+    /// including agents registered by this store after the call. On a Redis Cluster each agent
+    /// has its own sharded channel, so an unregistered agent's signals are not heard; one
+    /// Redis and the memory store hear every agent's.
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError>;
 
     /// Records `due_ms` as handled for plan `plan_id` and, when `event` is given, pushes it

@@ -129,8 +129,9 @@ async fn observed(store: &dyn Store, agent: &AgentKey) -> AgentObservation {
 async fn a_paused_cycle_waits_for_its_answer(store: &dyn Store) {
     let short = std::time::Duration::from_millis(200);
     let long = std::time::Duration::from_secs(5);
-    let mut wakes = store.subscribe_wakes().await.unwrap();
     let agent = AgentKey::new("fam", "paused");
+    store.register_agent(&agent).await.unwrap();
+    let mut wakes = store.subscribe_wakes().await.unwrap();
     let lease = store
         .acquire_lease(&agent, "w", TTL)
         .await
@@ -1422,8 +1423,17 @@ async fn next_wake(
 async fn wake_signals_reach_subscribers(store: &dyn Store) {
     let long = std::time::Duration::from_secs(5);
     let short = std::time::Duration::from_millis(200);
-    let mut wakes = store.subscribe_wakes().await.unwrap();
+    // Wake signals are for registered agents (the operator registers every agent it runs);
+    // registered before or after subscribing.
     let a = AgentKey::new("fam", "sleepy");
+    store.register_agent(&a).await.unwrap();
+    let mut wakes = store.subscribe_wakes().await.unwrap();
+    for name in ["alice", "bob"] {
+        store
+            .register_agent(&AgentKey::new("fam", name))
+            .await
+            .unwrap();
+    }
     store.push_event(&a, &event("e1", "wake up")).await.unwrap();
     assert_eq!(next_wake(&mut wakes, long).await, Some(a.clone()));
 
@@ -1844,6 +1854,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     assert_eq!(store.inbox_depth(&agent).await.unwrap(), 0);
     assert_eq!(store.inbox_depth(&other).await.unwrap(), 0);
     // The result: one event, and the agent (no worker holds it) is woken.
+    store.register_agent(&agent).await.unwrap();
     let mut wakes = store.subscribe_wakes().await.unwrap();
     let Completion::Accepted(pushed) = store
         .complete_call(&call.id, Some(&call.token), &result)
@@ -2466,4 +2477,77 @@ async fn cluster_node_refuses_a_step_across_slots() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
+}
+
+/// On a real Redis Cluster, live events and wake signals are sharded: each goes to the node of
+/// its space's or agent's slot (no classic `PUBLISH` broadcast over the cluster bus), and the
+/// subscriptions follow a failover of that node without being made again.
+#[tokio::test]
+async fn cluster_pub_sub_stays_on_its_node_and_follows_failover() {
+    use futures::StreamExt;
+    let five = std::time::Duration::from_secs(5);
+    let mut cluster = crate::testing::RedisCluster::start().unwrap();
+    let store = RedisStore::new(&cluster.url()).unwrap();
+    let family = family_space(&store, 100).await;
+    let agents = [AgentKey::new("fam", "alice"), AgentKey::new("fam", "bob")];
+    store.register_agent(&agents[0]).await.unwrap();
+    let mut wakes = store.subscribe_wakes().await.unwrap();
+    store.register_agent(&agents[1]).await.unwrap();
+    let mut live = store.subscribe_live(&family).await.unwrap();
+    let before = cluster.broadcast_publishes();
+
+    let mut post_and_hear = async |text: &str| {
+        // Right after a failover the first attempts may meet the cluster still electing.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let posted = loop {
+            match store
+                .post_message(&family, &say(human("husam"), text))
+                .await
+            {
+                Ok(p) => break p,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("post while the cluster recovers: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let heard = tokio::time::timeout(five, live.next()).await;
+        let Ok(Some(LiveEvent::Message { message })) = heard else {
+            panic!("no live event for {text}: {heard:?}")
+        };
+        assert_eq!(message.id, posted.id);
+        let mut woken = Vec::new();
+        for _ in &agents {
+            woken.push(
+                tokio::time::timeout(five, wakes.next())
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        woken.sort();
+        assert_eq!(woken, agents);
+        for a in &agents {
+            let lease = store.acquire_lease(a, "w", TTL).await.unwrap().unwrap();
+            assert_eq!(store.wait_inbox(a, &lease, SHORT).await.unwrap().len(), 1);
+            store.ack_cycle(a, &lease).await.unwrap();
+            store.release_lease(a, &lease).await.unwrap();
+        }
+    };
+    post_and_hear("before").await;
+    assert_eq!(
+        cluster.broadcast_publishes(),
+        before,
+        "a live event or wake signal was broadcast to every node"
+    );
+
+    // The node serving the space's slot dies; its replica takes over.
+    let key = "agentfleet:{space:fam/family}:live";
+    let owner = cluster.owner(key).unwrap();
+
+    cluster.kill(owner);
+    cluster.failed_over(owner, key).unwrap();
+    post_and_hear("after the failover").await;
+    assert_eq!(cluster.broadcast_publishes(), before);
 }

@@ -66,6 +66,13 @@ impl RedisCluster {
                 r.contains("cluster_state:ok")
             })?;
         }
+        for node in &cluster.nodes {
+            if query(node.port, "ROLE").is_ok_and(|r| r.starts_with("slave")) {
+                wait_for(node.port, "INFO replication", |r| {
+                    r.contains("master_link_status:up")
+                })?;
+            }
+        }
         Ok(cluster)
     }
 
@@ -76,6 +83,9 @@ impl RedisCluster {
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
             .args(["--cluster-node-timeout", "1000"])
+            // Replicas copy their primary at once (by default a diskless sync waits 5 s for
+            // more replicas): a replica that never finished its first copy cannot take over.
+            .args(["--repl-diskless-sync-delay", "0"])
             // The cluster bus on a free port of its own (by default the port + 10000, which
             // another test may have been given).
             .args(["--cluster-port", &super::free_port()?.to_string()])
@@ -113,6 +123,32 @@ impl RedisCluster {
             .collect()
     }
 
+    /// The primary serving `key`'s slot (a key or a sharded channel) now.
+    pub fn owner(&self, key: &str) -> Option<u16> {
+        self.primaries().into_iter().find(|&port| {
+            query_args(port, &["EXISTS", key]).is_ok_and(|r| r.trim().parse::<u64>().is_ok())
+        })
+    }
+
+    /// Classic `PUBLISH` messages the live nodes have broadcast over the cluster bus
+    /// (`cluster_stats_messages_publish_sent`); sharded ones are counted apart.
+    pub fn broadcast_publishes(&self) -> u64 {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .filter_map(|n| query(n.port, "CLUSTER INFO").ok())
+            .flat_map(|info| {
+                info.lines()
+                    .filter_map(|l| {
+                        l.trim()
+                            .strip_prefix("cluster_stats_messages_publish_sent:")
+                    })
+                    .filter_map(|v| v.parse::<u64>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
     /// Empties every primary (their replicas follow).
     pub fn flush(&self) {
         for port in self.primaries() {
@@ -131,14 +167,22 @@ impl RedisCluster {
         }
     }
 
-    /// Waits until every live node sees the cluster whole again (after a failover).
-    pub fn wait_ok(&self) -> Result<(), String> {
+    /// Waits (up to 20 s) until a primary other than `old` serves `key`'s slot and every live
+    /// node sees the cluster whole again; how long that took.
+    pub fn failed_over(&self, old: u16, key: &str) -> Result<Duration, String> {
+        let started = Instant::now();
+        while self.owner(key).is_none_or(|port| port == old) {
+            if started.elapsed() > Duration::from_secs(20) {
+                return Err(format!("no replica took over {key} from {old} in 20 s"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         for node in self.nodes.iter().filter(|n| n.child.is_some()) {
             wait_for(node.port, "CLUSTER INFO", |r| {
                 r.contains("cluster_state:ok")
             })?;
         }
-        Ok(())
+        Ok(started.elapsed())
     }
 }
 
@@ -156,9 +200,14 @@ impl Drop for RedisCluster {
 
 /// One command to the node on `port` through `redis-cli`, its reply as text.
 fn query(port: u16, command: &str) -> Result<String, String> {
+    query_args(port, &command.split_whitespace().collect::<Vec<_>>())
+}
+
+/// [`query`] with the arguments as given (one may hold spaces or braces).
+fn query_args(port: u16, args: &[&str]) -> Result<String, String> {
     let out = Command::new("redis-cli")
         .args(["-p", &port.to_string()])
-        .args(command.split_whitespace())
+        .args(args)
         .output()
         .map_err(|e| format!("redis-cli: {e}"))?;
     Ok(String::from_utf8_lossy(&out.stdout).to_string())

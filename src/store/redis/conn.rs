@@ -1,5 +1,5 @@
 //! How the Redis store talks to Redis: one shared connection for every command, one
-//! connection per agent for its blocking wait, pub/sub connections for subscriptions; and the
+//! connection per agent for its blocking wait, subscriptions (see `pubsub.rs`); and the
 //! commit cache, what this process last committed per agent.
 //!
 //! One setting names one Redis or a Redis Cluster: a comma-separated list of URLs is a
@@ -11,15 +11,18 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
-use redis::cluster::ClusterClient;
+use futures::stream::{BoxStream, StreamExt as _};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
+use super::keys::AgentKeys;
+use super::pubsub::Shards;
 use super::redis_err;
 use crate::store::consciousness::WindowState;
-use crate::store::{AgentKey, Checkpoint, StoreError};
+use crate::store::{AgentKey, Checkpoint, StoreError, WAKE_CHANNEL};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -29,7 +32,7 @@ const BLOCKING_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A poisoned lock only means a panic elsewhere; the maps stay usable (each change is one
 /// map operation).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -48,6 +51,27 @@ impl Conn {
     /// Whether this talks to a Redis Cluster.
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))
+    }
+
+    /// How to publish: `SPUBLISH` on a cluster (sharded pub/sub: the message goes to the
+    /// channel's slot's node alone, and a script may publish only on its own slot), `PUBLISH`
+    /// on one Redis (any version).
+    pub(super) fn publish_command(&self) -> &'static str {
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
+    /// Where `agent`'s wake signals go: its own channel on a cluster, on its slot;
+    /// [`WAKE_CHANNEL`] on one Redis.
+    pub(super) fn wake_channel(&self, agent: &AgentKeys) -> String {
+        if self.is_cluster() {
+            agent.wake()
+        } else {
+            WAKE_CHANNEL.to_string()
+        }
     }
 }
 
@@ -91,6 +115,8 @@ pub(super) struct Connections {
     /// Set once known: whether it is a cluster.
     cluster: OnceCell<Option<ClusterClient>>,
     shared: OnceCell<Conn>,
+    /// Sharded subscriptions on a cluster, made by the first subscription.
+    shards: OnceCell<Shards>,
     /// One connection per agent for blocking waits, which would stall a shared one.
     blocking: Mutex<HashMap<AgentKey, Conn>>,
 }
@@ -103,6 +129,7 @@ impl Connections {
             seeds,
             cluster: OnceCell::new(),
             shared: OnceCell::new(),
+            shards: OnceCell::new(),
             blocking: Mutex::new(HashMap::new()),
         }
     }
@@ -117,16 +144,21 @@ impl Connections {
                 if !clustered {
                     return Ok(None);
                 }
-                ClusterClient::builder(self.seeds.clone())
-                    .connection_timeout(CONNECT_TIMEOUT)
-                    .response_timeout(RESPONSE_TIMEOUT)
-                    .retries(3)
+                self.cluster_builder(RESPONSE_TIMEOUT)
                     .build()
                     .map(Some)
                     .map_err(redis_err("connect"))
             })
             .await?;
         Ok(found.as_ref())
+    }
+
+    /// A cluster client of the seeds, with the store's timeouts and retries.
+    fn cluster_builder(&self, response_timeout: Duration) -> ClusterClientBuilder {
+        ClusterClient::builder(self.seeds.clone())
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(response_timeout)
+            .retries(3)
     }
 
     /// Whether the first node is a cluster node (`cluster_enabled:1`).
@@ -179,10 +211,8 @@ impl Connections {
             return Ok(conn);
         }
         let conn = match self.cluster().await? {
-            Some(_) => ClusterClient::builder(self.seeds.clone())
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(BLOCKING_RESPONSE_TIMEOUT)
-                .retries(3)
+            Some(_) => self
+                .cluster_builder(BLOCKING_RESPONSE_TIMEOUT)
                 .build()
                 .map_err(redis_err("connect"))?
                 .get_async_connection()
@@ -209,20 +239,42 @@ impl Connections {
         lock(&self.blocking).remove(agent);
     }
 
-    /// A new pub/sub connection subscribed to `channel`; `op` names the step in errors. On a
-    /// cluster, a message published on any node reaches a subscriber of any node.
+    /// The payloads published on `channel` from now on; `op` names the step in errors. One
+    /// Redis: a pub/sub connection of its own. A cluster: sharded, see [`Shards`].
     pub(super) async fn subscribe(
         &self,
         channel: &str,
         op: &'static str,
-    ) -> Result<PubSub, StoreError> {
+    ) -> Result<BoxStream<'static, String>, StoreError> {
+        if let Some(shards) = self.shards().await? {
+            return shards.subscribe(channel, op).await;
+        }
         let mut pubsub = self
             .client
             .get_async_pubsub()
             .await
             .map_err(redis_err(op))?;
         pubsub.subscribe(channel).await.map_err(redis_err(op))?;
-        Ok(pubsub)
+        Ok(pubsub
+            .into_on_message()
+            .filter_map(|msg| async move { msg.get_payload::<String>().ok() })
+            .boxed())
+    }
+
+    /// The sharded subscriptions on a cluster (made when first needed); `None` on one Redis.
+    pub(super) async fn shards(&self) -> Result<Option<&Shards>, StoreError> {
+        if self.cluster().await?.is_none() {
+            return Ok(None);
+        }
+        self.shards
+            .get_or_try_init(|| Shards::connect(self.cluster_builder(BLOCKING_RESPONSE_TIMEOUT)))
+            .await
+            .map(Some)
+    }
+
+    /// The sharded subscriptions, if this process has any.
+    pub(super) fn shards_in_use(&self) -> Option<&Shards> {
+        self.shards.get()
     }
 }
 

@@ -142,16 +142,18 @@ impl Inbox for RedisStore {
     }
 
     async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
-        let pubsub = self
-            .conns
-            .subscribe(WAKE_CHANNEL, "subscribe to wake signals")
-            .await?;
-        Ok(pubsub
-            .into_on_message()
-            .filter_map(|msg| async move {
-                let payload: String = msg.get_payload().ok()?;
-                AgentKey::parse(&payload)
-            })
+        // On a cluster each agent has its own wake channel on its slot: every registered
+        // agent's, and those registered later by this process (`register_agent`).
+        let payloads = match self.conns.shards().await? {
+            Some(shards) => shards.wakes(&self.registered_agents().await?).await?,
+            None => {
+                self.conns
+                    .subscribe(WAKE_CHANNEL, "subscribe to wake signals")
+                    .await?
+            }
+        };
+        Ok(payloads
+            .filter_map(|payload| async move { AgentKey::parse(&payload) })
             .boxed())
     }
 

@@ -14,7 +14,7 @@
 //! | `agentfleet:{space:NS/NAME}:idem:KIND:SENDER:KEY` | string | message id of an idempotent post (1 day), scoped to its sender |
 //! | `agentfleet:{space:NS/NAME}:fanout:KIND:SENDER:KEY` | string | a keyed post's fan-out not yet finished: JSON `{event, agents}` (removed once every agent has the event; 1 day) |
 //! | `agentfleet:{space:NS/NAME}:agentrate` | integer | agent messages in the current minute (the loop guard's rate; expires) |
-//! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON) |
+//! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON); sharded (`SPUBLISH`/`SSUBSCRIBE`) on a Redis Cluster |
 //! | `agentfleet:{agent:NS/NAME}:clog` | list | consciousness messages (JSON), append-only, trimmed to what retained checkpoints need |
 //! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs restored` (`restored`: the last restore request applied) |
 //! | `agentfleet:{agent:NS/NAME}:checkpoints` | list | retained checkpoints (JSON), newest first |
@@ -40,7 +40,8 @@
 //! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
 //! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
 //! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
-//! | `agentfleet:wake` | channel | wake signals: the agent's `NS/NAME` ([`WAKE_CHANNEL`](crate::store::WAKE_CHANNEL)) |
+//! | `agentfleet:wake` | channel | wake signals on one Redis: the agent's `NS/NAME` ([`WAKE_CHANNEL`](crate::store::WAKE_CHANNEL)) |
+//! | `agentfleet:{agent:NS/NAME}:wake` | sharded channel | the agent's wake signals on a Redis Cluster (`SPUBLISH`; payload as above) |
 //!
 //! Every step that takes events or acknowledges them is one Lua script on the agent's slot
 //! and starts by checking the caller's `HOLDER|TOKEN` against the lease (error `FENCED`).
@@ -196,6 +197,12 @@ impl AgentKeys {
     /// The journal of the cycle under way.
     pub(super) fn journal(&self) -> String {
         self.key("journal")
+    }
+
+    /// The agent's own wake channel on a Redis Cluster (sharded pub/sub on the agent's slot,
+    /// so that the scripts that queue its events can publish on it).
+    pub(super) fn wake(&self) -> String {
+        self.key("wake")
     }
 
     /// Asynchronous calls waiting for (or done with) their result.
@@ -364,6 +371,9 @@ pub(super) mod tests {
         }
         assert_eq!(all.len(), named.len());
         assert_eq!(a.inbox(), "agentfleet:{agent:ns/alice}:inbox");
+        // A channel, not a key: on the agent's slot, and nothing to purge.
+        assert_eq!(hash_tag(&a.wake()), "agent:ns/alice");
+        assert!(!all.contains(&a.wake()));
         assert_eq!(a.name(), "ns/alice");
         assert_eq!(
             a.checkpoint_ref(7),

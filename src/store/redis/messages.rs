@@ -164,7 +164,10 @@ impl Messages for RedisStore {
     async fn publish_live(&self, space: &SpaceKey, event: &LiveEvent) -> Result<(), StoreError> {
         let json = to_json(|| format!("a live event of space {space}"), event)?;
         let mut conn = self.conns.shared().await?;
-        conn.publish::<_, _, ()>(SpaceKeys::new(space).live(), json)
+        redis::cmd(conn.publish_command())
+            .arg(SpaceKeys::new(space).live())
+            .arg(json)
+            .query_async::<()>(&mut conn)
             .await
             .map_err(redis_err("publish live event"))
     }
@@ -173,16 +176,12 @@ impl Messages for RedisStore {
         &self,
         space: &SpaceKey,
     ) -> Result<BoxStream<'static, LiveEvent>, StoreError> {
-        let pubsub = self
+        let payloads = self
             .conns
             .subscribe(&SpaceKeys::new(space).live(), "subscribe")
             .await?;
-        Ok(pubsub
-            .into_on_message()
-            .filter_map(|msg| async move {
-                let payload: String = msg.get_payload().ok()?;
-                serde_json::from_str(&payload).ok()
-            })
+        Ok(payloads
+            .filter_map(|payload| async move { serde_json::from_str(&payload).ok() })
             .boxed())
     }
 }

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `keys.rs` | every key and channel, and the table of what each holds |
 //! | `scripts.rs`, `lua/` | every Lua script, each with the one typed function that runs it |
-//! | `conn.rs` | the shared and the blocking connections; the commit cache |
+//! | `conn.rs` | the shared and the blocking connections, one Redis or a cluster; the commit cache |
+//! | `pubsub.rs` | subscriptions: classic on one Redis, sharded on a cluster |
 //! | `spaces.rs` | membership records, registered agents |
 //! | `inbox.rs` | push, wait and drain, urgent events, acknowledge, wake signals, plan firing |
 //! | `messages.rs` | posting (log step, then fan-out steps), reading, live events |
@@ -24,6 +25,7 @@ mod leases;
 mod messages;
 mod notes;
 mod observe;
+mod pubsub;
 mod scripts;
 mod spaces;
 

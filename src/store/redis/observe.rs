@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
-use super::keys::{agents_index, AgentKeys};
+use super::keys::AgentKeys;
 use super::{redis_err, to_json, RedisStore};
 use crate::store::notes::readable_plans;
 use crate::store::{
@@ -193,9 +193,7 @@ impl Observe for RedisStore {
         conn.del::<_, ()>(AgentKeys::new(agent).all())
             .await
             .map_err(redis_err("remove agent data"))?;
-        conn.srem::<_, _, ()>(agents_index(), agent.to_string())
-            .await
-            .map_err(redis_err("remove agent data"))?;
+        crate::store::Spaces::unregister_agent(self, agent).await?;
         self.committed.take(agent);
         Ok(())
     }

@@ -18,7 +18,7 @@ use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
 use crate::store::{
     now_ms, CallId, CallRecord, Completion, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed,
-    StoreError, SEEN_IDS, WAKE_CHANNEL,
+    StoreError, SEEN_IDS,
 };
 
 mod consciousness;
@@ -114,7 +114,8 @@ impl<'a> Event<'a> {
 
 /// `push.lua`: queues `event` in `agent`'s inbox unless its id was seen.
 /// KEYS: inbox, urgent, ids, state, lease. ARGV: id, JSON, urgent, time, [`SEEN_IDS`], the
-/// agent's `NS/NAME`, [`WAKE_CHANNEL`].
+/// agent's `NS/NAME`, its wake channel and the publish command ([`Conn::wake_channel`],
+/// [`Conn::publish_command`]).
 pub(super) async fn push(
     conn: &mut Conn,
     agent: &AgentKeys,
@@ -132,7 +133,8 @@ pub(super) async fn push(
         .arg(event.event.time_ms)
         .arg(SEEN_IDS)
         .arg(agent.name())
-        .arg(WAKE_CHANNEL)
+        .arg(conn.wake_channel(agent))
+        .arg(conn.publish_command())
         .invoke_async(conn)
         .await
         .map_err(redis_err("push event"))?;
@@ -172,7 +174,8 @@ pub(super) async fn mark_plan(
             .arg(e.event.time_ms)
             .arg(SEEN_IDS)
             .arg(agent.name())
-            .arg(WAKE_CHANNEL);
+            .arg(conn.wake_channel(agent))
+            .arg(conn.publish_command());
     }
     let (marked, queued, woke): (u8, u8, u8) = invocation
         .invoke_async(conn)
@@ -226,7 +229,7 @@ pub(super) struct PostReply {
 /// loop guard's count and notice, and its live event; returns what to push to which agents.
 /// KEYS: log, agents, idempotency, agent rate, fan-out record. ARGV: message, max messages,
 /// live channel, event and live templates, keyed, watched, over depth, rate, depth and rate
-/// notices and their live templates, then the recipients.
+/// notices and their live templates, the publish command, then the recipients.
 pub(super) async fn post(
     conn: &mut Conn,
     space: &SpaceKeys,
@@ -252,7 +255,8 @@ pub(super) async fn post(
         .arg(post.depth_notice.0)
         .arg(post.rate_notice.0)
         .arg(post.depth_notice.1)
-        .arg(post.rate_notice.1);
+        .arg(post.rate_notice.1)
+        .arg(conn.publish_command());
     for agent in post.recipients {
         invocation.arg(*agent);
     }
@@ -310,8 +314,8 @@ pub(super) async fn renew(
 }
 
 /// `release.lua`: gives the lease up, with a wake signal when events are left.
-/// KEYS: lease, inbox, urgent, inflight, state. ARGV: lease value, the agent's `NS/NAME`,
-/// [`WAKE_CHANNEL`].
+/// KEYS: lease, inbox, urgent, inflight, state. ARGV: lease value, the agent's `NS/NAME`, its
+/// wake channel, the publish command.
 pub(super) async fn release(
     conn: &mut Conn,
     agent: &AgentKeys,
@@ -325,7 +329,8 @@ pub(super) async fn release(
         .key(agent.state())
         .arg(lease_value(lease))
         .arg(agent.name())
-        .arg(WAKE_CHANNEL)
+        .arg(conn.wake_channel(agent))
+        .arg(conn.publish_command())
         .invoke_async::<u8>(conn)
         .await
         .map_err(redis_err("release lease"))?;
@@ -525,7 +530,8 @@ pub(super) async fn complete_call(
         .arg(event.event.time_ms)
         .arg(SEEN_IDS)
         .arg(agent.name())
-        .arg(WAKE_CHANNEL)
+        .arg(conn.wake_channel(agent))
+        .arg(conn.publish_command())
         .invoke_async(conn)
         .await
         .map_err(redis_err("complete call"))?;

@@ -92,6 +92,10 @@ impl Spaces for RedisStore {
             .sadd(agents_index(), agent.to_string())
             .await
             .map_err(redis_err("register agent"))?;
+        // On a cluster, wake signals listened to here include the new agent's channel.
+        if let Some(shards) = self.conns.shards_in_use() {
+            shards.watch(agent).await?;
+        }
         Ok(added > 0)
     }
 
@@ -101,6 +105,9 @@ impl Spaces for RedisStore {
             .srem(agents_index(), agent.to_string())
             .await
             .map_err(redis_err("unregister agent"))?;
+        if let Some(shards) = self.conns.shards_in_use() {
+            shards.unwatch(agent).await?;
+        }
         Ok(removed > 0)
     }
 
@@ -109,5 +116,17 @@ impl Spaces for RedisStore {
         conn.sismember(agents_index(), agent.to_string())
             .await
             .map_err(redis_err("look up agent"))
+    }
+}
+
+impl RedisStore {
+    /// Every registered agent.
+    pub(super) async fn registered_agents(&self) -> Result<Vec<AgentKey>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let names: Vec<String> = conn
+            .smembers(agents_index())
+            .await
+            .map_err(redis_err("read registered agents"))?;
+        Ok(names.iter().filter_map(|n| AgentKey::parse(n)).collect())
     }
 }

@@ -5,7 +5,8 @@
 -- Anything else writes nothing and says why, checked in that order.
 -- KEYS: 1 calls, 2 calls by forget time, 3 inbox, 4 urgent, 5 ids, 6 state, 7 lease.
 -- ARGV: 1 call id, 2 token hash, 3 now (ms), then the event as push.lua takes it:
---   4 id, 5 JSON, 6 urgent, 7 time, 8 ids remembered, 9 the agent's NS/NAME, 10 wake channel.
+--   4 id, 5 JSON, 6 urgent, 7 time, 8 ids remembered, 9 the agent's NS/NAME, 10 wake channel,
+--   11 publish command.
 -- Returns {outcome, queued, woke}: outcome is accepted, unknown, unauthorized, duplicate or
 -- expired.
 local record = redis.call('HGET', KEYS[1], ARGV[1])
@@ -24,5 +25,5 @@ if call.kind == 'approval' or call.kind == 'interactive' then
   if redis.call('GET', KEYS[6]) == 'paused' then redis.call('DEL', KEYS[6]) end
 end
 local queued, woke = push(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+  ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
 return {'accepted', queued, woke}

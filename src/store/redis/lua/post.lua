@@ -16,6 +16,7 @@
 --   5 live template, 6 keyed (0/1), 7 watched by the loop guard (0/1),
 --   8 over the depth limit (0/1), 9 agent messages a minute, 10 depth notice JSON,
 --   11 rate notice JSON, 12 depth notice live template, 13 rate notice live template,
+--   14 publish command (PUBLISH, or SPUBLISH on a cluster: the channel is on the space's slot),
 --   then the recipients: the member agents but the sender (those still in the agents set
 --   get the message).
 -- Templates carry @@agentfleet-message-id@@ where the new message's id goes.
@@ -60,7 +61,7 @@ local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[2], '*', 'm', ARGV[1])
 if ARGV[6] == '1' then redis.call('SET', KEYS[3], id, 'EX', 86400) end
 local agents = {}
 if guard == '' then
-  for i = 14, #ARGV do
+  for i = 15, #ARGV do
     local name = ARGV[i]
     if redis.call('SISMEMBER', KEYS[2], name) == 1 then
       table.insert(agents, name)
@@ -74,10 +75,10 @@ if #agents > 0 then
     redis.call('SET', KEYS[5], cjson.encode({event = event, agents = agents}), 'EX', 86400)
   end
 end
-redis.call('PUBLISH', ARGV[3], fill(ARGV[5], id))
+redis.call(ARGV[14], ARGV[3], fill(ARGV[5], id))
 if notice then
   local nid = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[2], '*', 'm', ARGV[notice])
-  redis.call('PUBLISH', ARGV[3], fill(ARGV[notice + 2], nid))
+  redis.call(ARGV[14], ARGV[3], fill(ARGV[notice + 2], nid))
 end
 local result = {id, '0', guard, event}
 for _, name in ipairs(agents) do table.insert(result, name) end
