@@ -13,8 +13,8 @@ use crate::membership::SpaceKey;
 use crate::names;
 use crate::store::prelude::*;
 use crate::store::{
-    redact_url, AgentKey, Consciousness, NewMessage, ReadQuery, RedisStore, Sender, SpaceRecord,
-    Store,
+    redact_url, AgentKey, Consciousness, NewMessage, ReadQuery, RedisOptions, RedisStore, Sender,
+    SpaceRecord, Store,
 };
 use crate::terminal::{sanitize, Breaks};
 pub use calls::{calls, Answering, CallCommand};
@@ -34,7 +34,22 @@ pub struct Redis {
         default_value = "redis://127.0.0.1:6379/"
     )]
     pub url: String,
+    /// PEM file of the certificate authorities that sign Redis's TLS certificates (`rediss://`
+    /// URLs), trusted instead of the system's.
+    #[arg(
+        long = "redis-ca",
+        value_name = "FILE",
+        env = "AGENTFLEET_REDIS_CA_FILE"
+    )]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The same certificates as PEM text, where a file is awkward (the operator gives its own
+    /// to every worker this way; certificates are public). `--redis-ca` wins.
+    #[arg(long = "redis-ca-pem", value_name = "PEM", env = REDIS_CA_ENV, hide = true)]
+    pub ca_pem: Option<String>,
 }
+
+/// The environment variable of [`Redis::ca_pem`].
+pub const REDIS_CA_ENV: &str = "AGENTFLEET_REDIS_CA";
 
 /// Said when nothing listens at the data plane's address: the usual cause is an
 /// `agentfleet dev` without `--redis`, whose data no other process can reach.
@@ -52,8 +67,28 @@ impl Redis {
 
     /// The data plane, once it answers; when it does not, the error says where it was looked
     /// for (and, when nothing listens there, where `agentfleet dev` keeps its data).
+    /// The store these settings name (nothing contacted yet).
+    pub fn store(&self) -> Result<RedisStore, crate::store::StoreError> {
+        RedisStore::with_options(&self.url, &self.options()?)
+    }
+
+    /// The TLS roots to trust, as PEM: `--redis-ca`'s file, else `AGENTFLEET_REDIS_CA`.
+    pub fn options(&self) -> Result<RedisOptions, crate::store::StoreError> {
+        let ca = match (&self.ca_file, &self.ca_pem) {
+            (Some(path), _) => Some(std::fs::read(path).map_err(|e| {
+                crate::store::StoreError::InvalidUrl(format!(
+                    "cannot read the Redis CA file {}: {e}",
+                    path.display()
+                ))
+            })?),
+            (None, Some(pem)) => Some(pem.clone().into_bytes()),
+            (None, None) => None,
+        };
+        Ok(RedisOptions { ca })
+    }
+
     async fn connect(&self) -> anyhow::Result<RedisStore> {
-        let store = RedisStore::new(&self.url)?;
+        let store = self.store()?;
         match store.ping().await {
             Ok(()) => Ok(store),
             Err(e) => {

@@ -29,7 +29,7 @@ use crate::membership::{self, SpaceKey};
 use crate::names;
 use crate::operator::dataplane::gauges::watch_fleet;
 use crate::operator::dataplane::Tuning;
-use crate::store::{AgentKey, MemoryStore, RedisStore, Store};
+use crate::store::{AgentKey, MemoryStore, Store};
 use crate::telemetry::data_plane::{self, watch_data_plane};
 use crate::telemetry::{self, OperatorMetrics, WorkerMetrics};
 use crate::worker::cycle::Agentlet;
@@ -573,7 +573,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let store: Arc<dyn Store> = match &args.redis {
-        Some(redis) => Arc::new(RedisStore::new(&redis.url).context("data plane")?),
+        Some(redis) => Arc::new(redis.store().context("data plane")?),
         None => Arc::new(MemoryStore::new()),
     };
     let stop = telemetry::shutdown_signal();

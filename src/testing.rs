@@ -6,9 +6,11 @@
 
 pub mod cluster;
 pub mod s3;
+pub mod secure;
 
 pub use self::cluster::RedisCluster;
 pub use self::s3::S3Server;
+pub use self::secure::{SecureRedis, Secured};
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -47,8 +47,7 @@ use utoipa_axum::routes;
 
 use crate::membership::SpaceKey;
 use crate::store::{
-    now_ms, AgentKey, EventKind, InboxEvent, NewMessage, ReadQuery, RedisStore, SpaceRecord, Store,
-    StoreError,
+    now_ms, AgentKey, EventKind, InboxEvent, NewMessage, ReadQuery, SpaceRecord, Store, StoreError,
 };
 use crate::telemetry::{self, GatewayMetrics};
 use api::{
@@ -661,7 +660,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!(path = %args.tokens.display(), "the token file holds no tokens: every request will be refused");
     }
     let _reload = tokens.watch(args.tokens.clone(), args.tokens_reload);
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
+    let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
     let registry = Registry::new();
     let shutdown = telemetry::shutdown_channel("shutting down the gateway");
     telemetry::data_plane::register(&registry, store.clone(), shutdown.clone())

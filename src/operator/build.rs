@@ -65,6 +65,10 @@ pub struct WorkerDefaults {
     pub image_pull_policy: Option<String>,
     /// Where the workers get their Redis URL.
     pub redis: RedisUrlSource,
+    /// The certificate authorities (PEM) the workers trust for Redis's TLS, the operator's own
+    /// `--redis-ca` (`AGENTFLEET_REDIS_CA`, inline: certificates are public); none: the
+    /// system's.
+    pub redis_ca: Option<String>,
     /// The gateway's base URL, where the services of async tools post their results (none:
     /// the workers offer no async tools).
     pub callback_url: Option<String>,
@@ -251,6 +255,10 @@ pub fn config_hash(manifest: &str, defaults: &WorkerDefaults, secrets: &[&str]) 
     h.update(defaults.image.as_bytes());
     h.update(b"\0");
     h.update(defaults.redis.fingerprint().as_bytes());
+    if let Some(ca) = &defaults.redis_ca {
+        h.update(b"\0ca:");
+        h.update(ca.as_bytes());
+    }
     h.update(b"\0");
     h.update(
         defaults
@@ -379,8 +387,13 @@ pub fn deployment(
 ) -> Deployment {
     let name = agent.name_any();
     let spec = &agent.spec;
-    let mut env = vec![
-        defaults.redis.env(&name),
+    let mut env = vec![defaults.redis.env(&name)];
+    env.extend(defaults.redis_ca.as_ref().map(|pem| EnvVar {
+        name: crate::cli::REDIS_CA_ENV.into(),
+        value: Some(pem.clone()),
+        ..EnvVar::default()
+    }));
+    env.extend([
         EnvVar {
             name: LOG_FORMAT_ENV.into(),
             value: Some(log_format_value(defaults.log_format).into()),
@@ -400,7 +413,7 @@ pub fn deployment(
             }),
             ..EnvVar::default()
         },
-    ];
+    ]);
     if let Some(key_ref) = &spec.model.api_key_secret_ref {
         env.push(secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key));
     }
@@ -590,6 +603,7 @@ mod tests {
             image: "ghcr.io/agentfleet/agentfleet:0.1.0".into(),
             image_pull_policy: None,
             redis: RedisUrlSource::Value("redis://redis:6379".into()),
+            redis_ca: None,
             callback_url: None,
             log_format: LogFormat::Json,
             otlp_endpoint: None,
@@ -649,6 +663,28 @@ mod tests {
             secret_ref(&deploy, REDIS_URL_ENV),
             ("redis-url".into(), "url".into())
         );
+    }
+
+    #[test]
+    fn the_operators_redis_ca_reaches_every_worker_and_a_new_one_rolls_them() {
+        let agent = fixture("agent-scripted.yaml");
+        let mut d = defaults();
+        let none = config_hash("m", &d, &[]);
+        d.redis_ca = Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into());
+        let with = config_hash("m", &d, &[]);
+        assert_ne!(none, with);
+        let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
+        let env = deploy.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap();
+        let ca = env
+            .iter()
+            .find(|e| e.name == crate::cli::REDIS_CA_ENV)
+            .unwrap();
+        assert_eq!(ca.value, d.redis_ca.clone());
+        d.redis_ca = Some("another".into());
+        assert_ne!(with, config_hash("m", &d, &[]));
     }
 
     #[test]

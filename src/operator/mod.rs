@@ -39,7 +39,7 @@ use self::controllers::run_controllers;
 use self::dataplane::Tuning;
 use self::health::Health;
 use crate::archive::Archive;
-use crate::store::{RedisStore, Store};
+use crate::store::Store;
 use crate::telemetry::{self, LogFormat, OperatorMetrics};
 
 /// Flags of `agentfleet operator`.
@@ -160,6 +160,14 @@ impl Args {
             image: self.worker_image.clone(),
             image_pull_policy: self.worker_image_pull_policy.clone(),
             redis,
+            // Read once already, loudly, for the operator's own store; this cannot fail anew
+            // but for a file changed in between, which the operator's next start reports.
+            redis_ca: self
+                .redis
+                .options()
+                .ok()
+                .and_then(|o| o.ca)
+                .map(|pem| String::from_utf8_lossy(&pem).into_owned()),
             callback_url: self.gateway_url.clone(),
             log_format: self.worker_log_format,
             otlp_endpoint: self.worker_otlp_endpoint.clone(),
@@ -215,7 +223,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
+    let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
     let metrics = OperatorMetrics::new().context("registering metrics")?;
     let health = Arc::new(Health::default());
     health.beat();

@@ -2272,6 +2272,28 @@ macro_rules! suite {
             observation_reads_every_agent_at_once(&RedisStore::new(&cluster.seeds()).unwrap())
                 .await;
         }
+        /// Every behaviour again on Redis secured as an SRE runs it: TLS alone (a private CA
+        /// given as PEM), the `default` user off, and an ACL user limited to `agentfleet:`
+        /// keys and channels with no dangerous command but `INFO`; then on a real cluster so
+        /// secured (TLS on the bus and replication too), given one node's URL.
+        #[tokio::test]
+        async fn secured_redis_and_cluster_run_every_behaviour() {
+            let secured = crate::testing::Secured::new().unwrap();
+            let server = crate::testing::SecureRedis::start(&secured).unwrap();
+            let options = RedisOptions { ca: Some(secured.ca_pem()) };
+            $(
+                server.flush(&secured);
+                eprintln!("on secured Redis: {}", stringify!($name));
+                $name(&RedisStore::with_options(&secured.url(server.port()), &options).unwrap()).await;
+            )*
+            let cluster = crate::testing::RedisCluster::start_secured().unwrap();
+            let options = RedisOptions { ca: cluster.ca_pem() };
+            $(
+                cluster.flush();
+                eprintln!("on a secured cluster: {}", stringify!($name));
+                $name(&RedisStore::with_options(&cluster.url(), &options).unwrap()).await;
+            )*
+        }
         /// Every behaviour again on a Redis Cluster node: each step on one slot. One node for
         /// all (a node takes two seconds to accept writes), emptied before each behaviour.
         #[tokio::test]
@@ -2550,4 +2572,42 @@ async fn cluster_pub_sub_stays_on_its_node_and_follows_failover() {
     cluster.failed_over(owner, key).unwrap();
     post_and_hear("after the failover").await;
     assert_eq!(cluster.broadcast_publishes(), before);
+}
+
+/// Secured Redis refuses a wrong password and an untrusted certificate with one clear error,
+/// which never carries the password.
+#[tokio::test]
+async fn secured_redis_refuses_clearly() {
+    use crate::testing::secure::PASSWORD;
+    let secured = crate::testing::Secured::new().unwrap();
+    let server = crate::testing::SecureRedis::start(&secured).unwrap();
+    let trusted = RedisOptions {
+        ca: Some(secured.ca_pem()),
+    };
+    let good = secured.url(server.port());
+    RedisStore::with_options(&good, &trusted)
+        .unwrap()
+        .ping()
+        .await
+        .unwrap();
+
+    let wrong = good.replace(PASSWORD, "not-the-pass");
+    let e = RedisStore::with_options(&wrong, &trusted)
+        .unwrap()
+        .ping()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("authentication failed"), "{e}");
+    assert!(!e.contains("not-the-pass"), "{e}");
+
+    // Without the CA, the system's roots do not trust the test CA.
+    let e = RedisStore::new(&good)
+        .unwrap()
+        .ping()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("certificate"), "{e}");
+    assert!(!e.contains(PASSWORD), "{e}");
 }

@@ -6,10 +6,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::secure::{self, Secured};
+
 /// The nodes of a running cluster.
 pub struct RedisCluster {
     nodes: Vec<Node>,
     dir: PathBuf,
+    /// TLS and ACL users, when secured.
+    secured: Option<Secured>,
+    /// How `redis-cli` reaches a node.
+    cli: Vec<String>,
 }
 
 struct Node {
@@ -21,6 +27,17 @@ impl RedisCluster {
     /// Starts six nodes (three primaries, one replica each) and waits until every node sees
     /// every slot served (`cluster_state:ok`).
     pub fn start() -> Result<Self, String> {
+        Self::start_with(None)
+    }
+
+    /// Like [`RedisCluster::start`], secured as [`Secured`] says: TLS alone (the cluster bus
+    /// and replication too) and ACL users; [`RedisCluster::url`] is then the fleet user's.
+    pub fn start_secured() -> Result<Self, String> {
+        Self::start_with(Some(Secured::new()?))
+    }
+
+    fn start_with(secured: Option<Secured>) -> Result<Self, String> {
+        let cli = secured.as_ref().map(Secured::cli_args).unwrap_or_default();
         let dir = std::env::temp_dir().join(format!(
             "agentfleet-redis-cluster-{}-{}",
             std::process::id(),
@@ -30,6 +47,8 @@ impl RedisCluster {
         let mut cluster = RedisCluster {
             nodes: Vec::new(),
             dir,
+            secured,
+            cli,
         };
         for _ in 0..6 {
             let port = super::free_port()?;
@@ -40,7 +59,7 @@ impl RedisCluster {
             });
         }
         for node in &cluster.nodes {
-            wait_for(node.port, "PING", |r| r.contains("PONG"))?;
+            cluster.wait_for(node.port, "PING", |r| r.contains("PONG"))?;
         }
         let addresses: Vec<String> = cluster
             .nodes
@@ -48,6 +67,7 @@ impl RedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         let out = Command::new("redis-cli")
+            .args(&cluster.cli)
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -62,13 +82,16 @@ impl RedisCluster {
             ));
         }
         for node in &cluster.nodes {
-            wait_for(node.port, "CLUSTER INFO", |r| {
+            cluster.wait_for(node.port, "CLUSTER INFO", |r| {
                 r.contains("cluster_state:ok")
             })?;
         }
         for node in &cluster.nodes {
-            if query(node.port, "ROLE").is_ok_and(|r| r.starts_with("slave")) {
-                wait_for(node.port, "INFO replication", |r| {
+            if cluster
+                .query(node.port, "ROLE")
+                .is_ok_and(|r| r.starts_with("slave"))
+            {
+                cluster.wait_for(node.port, "INFO replication", |r| {
                     r.contains("master_link_status:up")
                 })?;
             }
@@ -77,8 +100,14 @@ impl RedisCluster {
     }
 
     fn spawn(&self, port: u16) -> Result<Child, String> {
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = Command::new("redis-server");
+        match &self.secured {
+            Some(secured) => cmd
+                .args(secured.server_args(port))
+                .args(secured.cluster_args()),
+            None => cmd.args(["--port", &port.to_string()]),
+        };
+        cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
@@ -101,14 +130,26 @@ impl RedisCluster {
 
     /// The URL of one node (any node serves as the store's URL: it says it is a cluster node).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.nodes[0].port)
+        self.node_url(self.nodes[0].port)
+    }
+
+    fn node_url(&self, port: u16) -> String {
+        match &self.secured {
+            Some(secured) => secured.url(port),
+            None => format!("redis://127.0.0.1:{port}/"),
+        }
+    }
+
+    /// The CA certificate's PEM, when secured.
+    pub fn ca_pem(&self) -> Option<Vec<u8>> {
+        self.secured.as_ref().map(Secured::ca_pem)
     }
 
     /// Every node's URL, comma-separated (the store's seed list form).
     pub fn seeds(&self) -> String {
         self.nodes
             .iter()
-            .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+            .map(|n| self.node_url(n.port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -118,7 +159,10 @@ impl RedisCluster {
         self.nodes
             .iter()
             .filter(|n| n.child.is_some())
-            .filter(|n| query(n.port, "ROLE").is_ok_and(|r| r.starts_with("master")))
+            .filter(|n| {
+                self.query(n.port, "ROLE")
+                    .is_ok_and(|r| r.starts_with("master"))
+            })
             .map(|n| n.port)
             .collect()
     }
@@ -126,7 +170,8 @@ impl RedisCluster {
     /// The primary serving `key`'s slot (a key or a sharded channel) now.
     pub fn owner(&self, key: &str) -> Option<u16> {
         self.primaries().into_iter().find(|&port| {
-            query_args(port, &["EXISTS", key]).is_ok_and(|r| r.trim().parse::<u64>().is_ok())
+            secure::query(&self.cli, port, &["EXISTS", key])
+                .is_ok_and(|r| r.trim().parse::<u64>().is_ok())
         })
     }
 
@@ -136,7 +181,7 @@ impl RedisCluster {
         self.nodes
             .iter()
             .filter(|n| n.child.is_some())
-            .filter_map(|n| query(n.port, "CLUSTER INFO").ok())
+            .filter_map(|n| self.query(n.port, "CLUSTER INFO").ok())
             .flat_map(|info| {
                 info.lines()
                     .filter_map(|l| {
@@ -152,7 +197,7 @@ impl RedisCluster {
     /// Empties every primary (their replicas follow).
     pub fn flush(&self) {
         for port in self.primaries() {
-            let _ = query(port, "FLUSHALL");
+            let _ = self.query(port, "FLUSHALL");
         }
     }
 
@@ -178,7 +223,7 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         for node in self.nodes.iter().filter(|n| n.child.is_some()) {
-            wait_for(node.port, "CLUSTER INFO", |r| {
+            self.wait_for(node.port, "CLUSTER INFO", |r| {
                 r.contains("cluster_state:ok")
             })?;
         }
@@ -198,32 +243,23 @@ impl Drop for RedisCluster {
     }
 }
 
-/// One command to the node on `port` through `redis-cli`, its reply as text.
-fn query(port: u16, command: &str) -> Result<String, String> {
-    query_args(port, &command.split_whitespace().collect::<Vec<_>>())
-}
+impl RedisCluster {
+    /// One command to the node on `port` through `redis-cli`, its reply as text.
+    fn query(&self, port: u16, command: &str) -> Result<String, String> {
+        secure::query(
+            &self.cli,
+            port,
+            &command.split_whitespace().collect::<Vec<_>>(),
+        )
+    }
 
-/// [`query`] with the arguments as given (one may hold spaces or braces).
-fn query_args(port: u16, args: &[&str]) -> Result<String, String> {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .map_err(|e| format!("redis-cli: {e}"))?;
-    Ok(String::from_utf8_lossy(&out.stdout).to_string())
-}
-
-/// Waits up to 20 s for the node on `port` to answer `command` with what `ok` accepts.
-fn wait_for(port: u16, command: &str, ok: impl Fn(&str) -> bool) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let reply = query(port, command).unwrap_or_default();
-        if ok(&reply) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("node {port}: no good answer to {command}: {reply}"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    /// Waits up to 20 s for the node on `port` to answer `command` with what `ok` accepts.
+    fn wait_for(&self, port: u16, command: &str, ok: impl Fn(&str) -> bool) -> Result<(), String> {
+        secure::wait_for(
+            &self.cli,
+            port,
+            &command.split_whitespace().collect::<Vec<_>>(),
+            ok,
+        )
     }
 }

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use crate::crd::Agent;
-use crate::store::{AgentKey, Lease, RedisStore, Store, StoreError};
+use crate::store::{AgentKey, Lease, Store, StoreError};
 use crate::telemetry::{self, WorkerMetrics};
 use cycle::{Agentlet, Outcome};
 use report::Next;
@@ -550,7 +550,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or_else(|| "default".into()),
         agent.metadata.name.clone().unwrap_or_default(),
     );
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&args.redis.url).context("data plane")?);
+    let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
     let archive = args.archive.open()?;
     let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
     let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key).context("model")?;

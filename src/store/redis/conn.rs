@@ -15,7 +15,7 @@ use futures::stream::{BoxStream, StreamExt as _};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 use tokio::sync::OnceCell;
 
 use super::keys::AgentKeys;
@@ -112,6 +112,8 @@ pub(super) struct Connections {
     client: redis::Client,
     /// Every URL given: seed nodes of a cluster when more than one.
     seeds: Vec<redis::ConnectionInfo>,
+    /// The certificate authorities to trust for TLS, when not the system's.
+    certs: Option<TlsCertificates>,
     /// Set once known: whether it is a cluster.
     cluster: OnceCell<Option<ClusterClient>>,
     shared: OnceCell<Conn>,
@@ -123,10 +125,15 @@ pub(super) struct Connections {
 
 impl Connections {
     /// Connections to the Redis (or cluster) of `seeds`, made when first needed.
-    pub(super) fn new(client: redis::Client, seeds: Vec<redis::ConnectionInfo>) -> Self {
+    pub(super) fn new(
+        client: redis::Client,
+        seeds: Vec<redis::ConnectionInfo>,
+        certs: Option<TlsCertificates>,
+    ) -> Self {
         Self {
             client,
             seeds,
+            certs,
             cluster: OnceCell::new(),
             shared: OnceCell::new(),
             shards: OnceCell::new(),
@@ -155,10 +162,14 @@ impl Connections {
 
     /// A cluster client of the seeds, with the store's timeouts and retries.
     fn cluster_builder(&self, response_timeout: Duration) -> ClusterClientBuilder {
-        ClusterClient::builder(self.seeds.clone())
+        let builder = ClusterClient::builder(self.seeds.clone())
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(response_timeout)
-            .retries(3)
+            .retries(3);
+        match &self.certs {
+            Some(certs) => builder.certs(certs.clone()),
+            None => builder,
+        }
     }
 
     /// Whether the first node is a cluster node (`cluster_enabled:1`).

@@ -41,34 +41,91 @@ pub struct RedisStore {
     committed: CommitCache,
 }
 
+/// How to reach Redis beyond its URL: what a URL cannot carry.
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// PEM of the certificate authorities that sign the servers' certificates (`rediss://`),
+    /// trusted instead of the system's.
+    pub ca: Option<Vec<u8>>,
+}
+
 impl RedisStore {
-    /// A store for the Redis at `url` (`redis://[:password@]host:port[/db]`, `rediss://` for
-    /// TLS), or for a Redis Cluster: any one node's URL (the node says it is a cluster node),
-    /// or a comma-separated list of seed nodes. Nothing is contacted until the first command.
+    /// A store for the Redis at `url` (`redis://[[user]:password@]host:port[/db]`,
+    /// `rediss://` for TLS), or for a Redis Cluster: any one node's URL (the node says it is a
+    /// cluster node), or a comma-separated list of seed nodes, where a seed after the first
+    /// may be just `host:port` and then reaches its node as the first does (scheme, user,
+    /// password). Nothing is contacted until the first command.
     pub fn new(url: &str) -> Result<Self, StoreError> {
-        let invalid = |e: redis::RedisError| {
-            StoreError::InvalidUrl(format!("{} ({:?})", redact_url(url), e.kind()))
-        };
-        let seeds = url
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .map(|u| redis::IntoConnectionInfo::into_connection_info(u).map_err(invalid))
-            .collect::<Result<Vec<_>, _>>()?;
-        let first = seeds
-            .first()
-            .cloned()
-            .ok_or_else(|| StoreError::InvalidUrl("no Redis URL given".into()))?;
-        let client = redis::Client::open(first).map_err(invalid)?;
+        Self::with_options(url, &RedisOptions::default())
+    }
+
+    /// [`RedisStore::new`] with `options` (the TLS roots).
+    pub fn with_options(url: &str, options: &RedisOptions) -> Result<Self, StoreError> {
+        let seeds = seeds(url)?;
+        let certs = options.ca.as_ref().map(|pem| redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.clone()),
+        });
+        let invalid =
+            |e: redis::RedisError| StoreError::InvalidUrl(format!("{} ({e})", redact_url(url)));
+        let first = seeds[0].clone();
+        let client = match &certs {
+            Some(certs) => redis::Client::build_with_tls(first, certs.clone()),
+            None => redis::Client::open(first),
+        }
+        .map_err(invalid)?;
         Ok(Self {
-            conns: Connections::new(client, seeds),
+            conns: Connections::new(client, seeds, certs),
             committed: CommitCache::default(),
         })
     }
 }
 
-/// `url` with any password replaced by `***`, for messages.
+/// The nodes `url` names (see [`RedisStore::new`]); never empty.
+fn seeds(url: &str) -> Result<Vec<redis::ConnectionInfo>, StoreError> {
+    let invalid = |why: String| StoreError::InvalidUrl(format!("{} ({why})", redact_url(url)));
+    let mut parts = url.split(',').map(str::trim).filter(|u| !u.is_empty());
+    let first = parts
+        .next()
+        .ok_or_else(|| StoreError::InvalidUrl("no Redis URL given".into()))?;
+    let first = redis::IntoConnectionInfo::into_connection_info(first)
+        .map_err(|e| invalid(format!("{:?}", e.kind())))?;
+    let mut seeds = vec![first.clone()];
+    for part in parts {
+        let seed = if part.contains("://") {
+            redis::IntoConnectionInfo::into_connection_info(part)
+                .map_err(|e| invalid(format!("{:?}", e.kind())))?
+        } else {
+            let (host, port) = part
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| invalid(format!("seed {part} is not host:port")))?;
+            let addr = match first.addr() {
+                redis::ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => redis::ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: *insecure,
+                    tls_params: tls_params.clone(),
+                },
+                _ => redis::ConnectionAddr::Tcp(host, port),
+            };
+            first.clone().set_addr(addr)
+        };
+        seeds.push(seed);
+    }
+    Ok(seeds)
+}
+
+/// `url` with any password replaced by `***`, for messages (each URL of a seed list).
 pub fn redact_url(url: &str) -> String {
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let userinfo = &url[scheme_end + 3..at];
@@ -150,6 +207,34 @@ mod tests {
             "redis://u:***@r:6379"
         );
         assert_eq!(redact_url("redis://r:6379"), "redis://r:6379");
+    }
+
+    #[test]
+    fn seeds_after_the_first_may_be_host_and_port_and_reach_their_node_as_the_first() {
+        let seeds = seeds("rediss://fleet:s3cret@r0:7000/, r1:7001,redis://r2:7002").unwrap();
+        let addrs: Vec<String> = seeds.iter().map(|s| s.addr().to_string()).collect();
+        assert_eq!(addrs, ["r0:7000", "r1:7001", "r2:7002"]);
+        assert!(matches!(
+            seeds[1].addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ));
+        assert_eq!(
+            (
+                seeds[1].redis_settings().username(),
+                seeds[1].redis_settings().password()
+            ),
+            (Some("fleet"), Some("s3cret"))
+        );
+        assert!(matches!(seeds[2].addr(), redis::ConnectionAddr::Tcp(..)));
+        let Err(e) = super::seeds("redis://:s3cret@r0:7000,r1") else {
+            panic!("accepted a seed without a port")
+        };
+        assert!(e.to_string().contains("seed r1 is not host:port"), "{e}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert_eq!(
+            redact_url("redis://:a@r0:1,redis://:b@r1:2,r2:3"),
+            "redis://:***@r0:1,redis://:***@r1:2,r2:3"
+        );
     }
 
     #[test]
