@@ -14,7 +14,7 @@ use crate::names;
 use crate::store::prelude::*;
 use crate::store::{
     redact_url, AgentKey, Consciousness, NewMessage, ReadQuery, RedisOptions, RedisStore, Sender,
-    SpaceRecord, Store,
+    SpaceRecord, Store, WaitReplicas,
 };
 use crate::terminal::{sanitize, Breaks};
 pub use calls::{calls, Answering, CallCommand};
@@ -46,6 +46,25 @@ pub struct Redis {
     /// to every worker this way; certificates are public). `--redis-ca` wins.
     #[arg(long = "redis-ca-pem", value_name = "PEM", env = REDIS_CA_ENV, hide = true)]
     pub ca_pem: Option<String>,
+    /// Acknowledge posts, pushes and commits only once this many replicas of their node have
+    /// them (Redis `WAIT`): a failover then loses no acknowledged post. Costs a replica's
+    /// round trip per write; a post not replicated in time fails (retry it with the same
+    /// key), a commit not replicated is logged. 0: as soon as the primary has them.
+    #[arg(
+        long = "redis-wait-replicas",
+        value_name = "N",
+        env = "AGENTFLEET_REDIS_WAIT_REPLICAS",
+        default_value_t = 0
+    )]
+    pub wait_replicas: u32,
+    /// How long a write waits for `--redis-wait-replicas`.
+    #[arg(
+        long = "redis-wait-timeout-ms",
+        value_name = "MS",
+        env = "AGENTFLEET_REDIS_WAIT_TIMEOUT_MS",
+        default_value_t = 1000
+    )]
+    pub wait_timeout_ms: u64,
 }
 
 /// The environment variable of [`Redis::ca_pem`].
@@ -84,7 +103,35 @@ impl Redis {
             (None, Some(pem)) => Some(pem.clone().into_bytes()),
             (None, None) => None,
         };
-        Ok(RedisOptions { ca })
+        let wait = (self.wait_replicas > 0).then(|| WaitReplicas {
+            replicas: self.wait_replicas,
+            timeout: std::time::Duration::from_millis(self.wait_timeout_ms),
+        });
+        Ok(RedisOptions { ca, wait })
+    }
+
+    /// What the workers get of these settings, as environment (the URL aside, which has its
+    /// own way): the CA as PEM text, the replicas to wait for.
+    pub fn worker_env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        // Read once already, loudly, for the operator's own store.
+        if let Some(ca) = self.options().ok().and_then(|o| o.ca) {
+            env.push((
+                REDIS_CA_ENV.to_string(),
+                String::from_utf8_lossy(&ca).into_owned(),
+            ));
+        }
+        if self.wait_replicas > 0 {
+            env.push((
+                "AGENTFLEET_REDIS_WAIT_REPLICAS".into(),
+                self.wait_replicas.to_string(),
+            ));
+            env.push((
+                "AGENTFLEET_REDIS_WAIT_TIMEOUT_MS".into(),
+                self.wait_timeout_ms.to_string(),
+            ));
+        }
+        env
     }
 
     async fn connect(&self) -> anyhow::Result<RedisStore> {

@@ -185,7 +185,7 @@ async fn operator_on_a_real_api_server() {
                 image_pull_policy: Some("IfNotPresent".into()),
                 // As the chart runs it with its own Redis: the URL in a Secret beside each worker.
                 redis: agentfleet::operator::build::RedisUrlSource::Managed(redis.url()),
-                redis_ca: None,
+                redis_env: Vec::new(),
                 callback_url: Some("http://agentfleet-gateway.agentfleet.svc:80".into()),
                 log_format: agentfleet::telemetry::LogFormat::Json,
                 otlp_endpoint: None,

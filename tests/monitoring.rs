@@ -402,7 +402,7 @@ fn the_chart_renders_monitoring_only_when_asked_and_its_rule_passes_promtool() {
         image: "agentfleet".into(),
         image_pull_policy: None,
         redis: agentfleet::operator::build::RedisUrlSource::Value("redis://r:6379".into()),
-        redis_ca: None,
+        redis_env: Vec::new(),
         callback_url: None,
         log_format: agentfleet::telemetry::LogFormat::Json,
         otlp_endpoint: None,

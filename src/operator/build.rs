@@ -65,10 +65,9 @@ pub struct WorkerDefaults {
     pub image_pull_policy: Option<String>,
     /// Where the workers get their Redis URL.
     pub redis: RedisUrlSource,
-    /// The certificate authorities (PEM) the workers trust for Redis's TLS, the operator's own
-    /// `--redis-ca` (`AGENTFLEET_REDIS_CA`, inline: certificates are public); none: the
-    /// system's.
-    pub redis_ca: Option<String>,
+    /// The operator's Redis settings the workers share, as environment (name, value): its
+    /// CA (certificates are public), the replicas writes wait for ([`crate::cli::Redis::worker_env`]).
+    pub redis_env: Vec<(String, String)>,
     /// The gateway's base URL, where the services of async tools post their results (none:
     /// the workers offer no async tools).
     pub callback_url: Option<String>,
@@ -255,9 +254,11 @@ pub fn config_hash(manifest: &str, defaults: &WorkerDefaults, secrets: &[&str]) 
     h.update(defaults.image.as_bytes());
     h.update(b"\0");
     h.update(defaults.redis.fingerprint().as_bytes());
-    if let Some(ca) = &defaults.redis_ca {
-        h.update(b"\0ca:");
-        h.update(ca.as_bytes());
+    for (name, value) in &defaults.redis_env {
+        h.update(b"\0");
+        h.update(name.as_bytes());
+        h.update(b"=");
+        h.update(value.as_bytes());
     }
     h.update(b"\0");
     h.update(
@@ -388,9 +389,9 @@ pub fn deployment(
     let name = agent.name_any();
     let spec = &agent.spec;
     let mut env = vec![defaults.redis.env(&name)];
-    env.extend(defaults.redis_ca.as_ref().map(|pem| EnvVar {
-        name: crate::cli::REDIS_CA_ENV.into(),
-        value: Some(pem.clone()),
+    env.extend(defaults.redis_env.iter().map(|(name, value)| EnvVar {
+        name: name.clone(),
+        value: Some(value.clone()),
         ..EnvVar::default()
     }));
     env.extend([
@@ -603,7 +604,7 @@ mod tests {
             image: "ghcr.io/agentfleet/agentfleet:0.1.0".into(),
             image_pull_policy: None,
             redis: RedisUrlSource::Value("redis://redis:6379".into()),
-            redis_ca: None,
+            redis_env: Vec::new(),
             callback_url: None,
             log_format: LogFormat::Json,
             otlp_endpoint: None,
@@ -666,11 +667,22 @@ mod tests {
     }
 
     #[test]
-    fn the_operators_redis_ca_reaches_every_worker_and_a_new_one_rolls_them() {
+    fn the_operators_redis_settings_reach_every_worker_and_a_change_rolls_them() {
         let agent = fixture("agent-scripted.yaml");
         let mut d = defaults();
         let none = config_hash("m", &d, &[]);
-        d.redis_ca = Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into());
+        let redis = |args: &[&str]| {
+            use clap::Parser as _;
+            #[derive(clap::Parser)]
+            struct Cli {
+                #[command(flatten)]
+                redis: crate::cli::Redis,
+            }
+            let mut all = vec!["x"];
+            all.extend(args);
+            Cli::parse_from(all).redis
+        };
+        d.redis_env = redis(&["--redis-ca-pem", "PEM", "--redis-wait-replicas", "1"]).worker_env();
         let with = config_hash("m", &d, &[]);
         assert_ne!(none, with);
         let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
@@ -678,13 +690,23 @@ mod tests {
             .env
             .clone()
             .unwrap();
-        let ca = env
-            .iter()
-            .find(|e| e.name == crate::cli::REDIS_CA_ENV)
-            .unwrap();
-        assert_eq!(ca.value, d.redis_ca.clone());
-        d.redis_ca = Some("another".into());
+        let value = |name: &str| {
+            env.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(value(crate::cli::REDIS_CA_ENV).as_deref(), Some("PEM"));
+        assert_eq!(
+            value("AGENTFLEET_REDIS_WAIT_REPLICAS").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value("AGENTFLEET_REDIS_WAIT_TIMEOUT_MS").as_deref(),
+            Some("1000")
+        );
+        d.redis_env = redis(&["--redis-ca-pem", "PEM"]).worker_env();
         assert_ne!(with, config_hash("m", &d, &[]));
+        assert_eq!(redis(&[]).worker_env(), Vec::<(String, String)>::new());
     }
 
     #[test]

@@ -160,14 +160,7 @@ impl Args {
             image: self.worker_image.clone(),
             image_pull_policy: self.worker_image_pull_policy.clone(),
             redis,
-            // Read once already, loudly, for the operator's own store; this cannot fail anew
-            // but for a file changed in between, which the operator's next start reports.
-            redis_ca: self
-                .redis
-                .options()
-                .ok()
-                .and_then(|o| o.ca)
-                .map(|pem| String::from_utf8_lossy(&pem).into_owned()),
+            redis_env: self.redis.worker_env(),
             callback_url: self.gateway_url.clone(),
             log_format: self.worker_log_format,
             otlp_endpoint: self.worker_otlp_endpoint.clone(),

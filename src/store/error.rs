@@ -50,6 +50,19 @@ pub enum StoreError {
         /// The agent.
         agent: String,
     },
+    /// A write was done on the primary but fewer replicas than asked for
+    /// (`--redis-wait-replicas`) had it within the time allowed: it could be lost if the
+    /// primary failed now. A keyed post retried finds it and waits again.
+    NotReplicated {
+        /// What the store was doing.
+        op: &'static str,
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that had it.
+        got: u32,
+        /// The time allowed.
+        ms: u64,
+    },
     /// A cycle of the agent is under way, paused for a human or left to resume: its
     /// consciousness is not replaced under it.
     CycleInFlight {
@@ -67,6 +80,10 @@ impl std::fmt::Display for StoreError {
             }
             StoreError::Decode { what, source } => write!(f, "decoding {what}: {source}"),
             StoreError::InvalidUrl(url) => write!(f, "invalid redis URL: {url}"),
+            StoreError::NotReplicated { op, wanted, got, ms } => write!(
+                f,
+                "redis {op}: written on the primary but on {got} of {wanted} replicas within {ms} ms; not acknowledged (retry with the same key)"
+            ),
             StoreError::InvalidCommit { agent, reason } => {
                 write!(f, "invalid commit for agent {agent}: {reason}")
             }
@@ -92,6 +109,7 @@ impl StoreError {
         match self {
             StoreError::Redis { .. } => "store_unavailable",
             StoreError::Timeout { .. } => "store_timeout",
+            StoreError::NotReplicated { .. } => "store_not_replicated",
             StoreError::Decode { .. } => "store_decode",
             StoreError::InvalidUrl(_) => "store_config",
             StoreError::Fenced { .. } => "fenced",
@@ -110,7 +128,7 @@ impl StoreError {
     /// connection failed (not a refusal by the store, a fence or a bad value).
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            StoreError::Timeout { .. } => true,
+            StoreError::Timeout { .. } | StoreError::NotReplicated { .. } => true,
             StoreError::Redis { source, .. } => {
                 !matches!(source.retry_method(), ::redis::RetryMethod::NoRetry)
             }

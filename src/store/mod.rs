@@ -66,7 +66,7 @@ pub use self::memory::MemoryStore;
 pub use self::messages::Messages;
 pub use self::notes::{NoteKind, Notes};
 pub use self::observe::{checkpoint_ref_cycle, Observe};
-pub use self::redis::{redact_url, RedisOptions, RedisStore};
+pub use self::redis::{redact_url, RedisOptions, RedisStore, WaitReplicas};
 pub use self::spaces::Spaces;
 pub use self::tokens::TokenSpend;
 pub use self::types::*;

@@ -2275,19 +2275,27 @@ macro_rules! suite {
         /// Every behaviour again on Redis secured as an SRE runs it: TLS alone (a private CA
         /// given as PEM), the `default` user off, and an ACL user limited to `agentfleet:`
         /// keys and channels with no dangerous command but `INFO`; then on a real cluster so
-        /// secured (TLS on the bus and replication too), given one node's URL.
+        /// secured (TLS on the bus and replication too), given one node's URL, with writes
+        /// waiting for a replica (`WAIT`).
         #[tokio::test]
         async fn secured_redis_and_cluster_run_every_behaviour() {
             let secured = crate::testing::Secured::new().unwrap();
             let server = crate::testing::SecureRedis::start(&secured).unwrap();
-            let options = RedisOptions { ca: Some(secured.ca_pem()) };
+            let options = RedisOptions { ca: Some(secured.ca_pem()), wait: None };
             $(
                 server.flush(&secured);
                 eprintln!("on secured Redis: {}", stringify!($name));
                 $name(&RedisStore::with_options(&secured.url(server.port()), &options).unwrap()).await;
             )*
             let cluster = crate::testing::RedisCluster::start_secured().unwrap();
-            let options = RedisOptions { ca: cluster.ca_pem() };
+            // Writes wait for their replica here, too.
+            let options = RedisOptions {
+                ca: cluster.ca_pem(),
+                wait: Some(crate::store::WaitReplicas {
+                    replicas: 1,
+                    timeout: std::time::Duration::from_secs(2),
+                }),
+            };
             $(
                 cluster.flush();
                 eprintln!("on a secured cluster: {}", stringify!($name));
@@ -2583,6 +2591,7 @@ async fn secured_redis_refuses_clearly() {
     let server = crate::testing::SecureRedis::start(&secured).unwrap();
     let trusted = RedisOptions {
         ca: Some(secured.ca_pem()),
+        wait: None,
     };
     let good = secured.url(server.port());
     RedisStore::with_options(&good, &trusted)
@@ -2610,4 +2619,137 @@ async fn secured_redis_refuses_clearly() {
         .to_string();
     assert!(e.contains("certificate"), "{e}");
     assert!(!e.contains(PASSWORD), "{e}");
+}
+
+/// What a failover of a primary whose replica lags costs in acknowledged writes, on a real
+/// cluster: without `WAIT`, the posts and commits acknowledged while the replica lagged are
+/// lost when it takes over; with writes waiting for their replica, no acknowledged post is
+/// (those not replicated in time fail, and their retry with the same key lands once the
+/// replica has taken over), and each commit not replicated in time is logged.
+///
+/// The replica is made to lag by cutting it off its primary (a broken link), so that the loss
+/// is not left to a race: on one machine replication takes well under a millisecond.
+#[tokio::test]
+async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
+    let mut lost_posts = Vec::new();
+    for wait in [
+        None,
+        Some(crate::store::WaitReplicas {
+            replicas: 1,
+            timeout: std::time::Duration::from_millis(300),
+        }),
+    ] {
+        let mut cluster = crate::testing::RedisCluster::start().unwrap();
+        let store =
+            RedisStore::with_options(&cluster.url(), &RedisOptions { ca: None, wait }).unwrap();
+        let family = family_space(&store, 1000).await;
+        let space_key = "agentfleet:{space:fam/family}:log";
+        let primary = cluster.owner(space_key).unwrap();
+        let replica = cluster.replica_of(primary).unwrap();
+        // An agent on the same primary, member of the space.
+        let agent = (0..)
+            .map(|i| AgentKey::new("fam", &format!("a{i}")))
+            .find(|a| cluster.owner(&format!("agentfleet:{{agent:{a}}}:inbox")) == Some(primary))
+            .unwrap();
+        let record = SpaceRecord {
+            display_name: "Family".into(),
+            members: vec![
+                member(MemberKind::Agent, &agent.name),
+                member(MemberKind::Human, "husam"),
+            ],
+            max_messages: 1000,
+            loop_guard: Default::default(),
+        };
+        store.apply_space(&family, &record).await.unwrap();
+
+        let keyed = |n: usize| NewMessage {
+            idempotency_key: Some(format!("k{n}")),
+            ..say(human("husam"), &format!("m{n}"))
+        };
+        let mut acked = Vec::new();
+        let mut failed = Vec::new();
+        let mut commits = 0u64;
+        let mut cycle = async |store: &RedisStore| -> Result<(), StoreError> {
+            let lease = store.acquire_lease(&agent, "w", TTL).await?.unwrap();
+            store.wait_inbox(&agent, &lease, SHORT).await?;
+            store
+                .commit_cycle(&agent, &lease, &commit(&["c"], None, 3))
+                .await?;
+            store.ack_cycle(&agent, &lease).await?;
+            store.release_lease(&agent, &lease).await
+        };
+        for n in 0..5 {
+            store.post_message(&family, &keyed(n)).await.unwrap();
+            acked.push(n);
+            cycle(&store).await.unwrap();
+            commits += 1;
+        }
+        // The replica is cut off its primary; writes go on.
+        cluster.cut_off(replica);
+        for n in 5..10 {
+            match store.post_message(&family, &keyed(n)).await {
+                Ok(_) => acked.push(n),
+                Err(e) => {
+                    assert!(matches!(e, StoreError::NotReplicated { .. }), "{e}");
+                    failed.push(n);
+                }
+            }
+            if cycle(&store).await.is_ok() {
+                commits += 1;
+            }
+        }
+        // The primary dies; the replica takes over with what it had. The dead node is started
+        // again (as Kubernetes would) and comes back as the new primary's replica.
+        cluster.kill(primary);
+        cluster.reconnect(replica);
+        let took = cluster.failed_over(primary, space_key).unwrap();
+        cluster.restart(primary).unwrap();
+        // The posts that were not acknowledged are retried with their keys.
+        for &n in &failed {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            while let Err(e) = store.post_message(&family, &keyed(n)).await {
+                assert!(std::time::Instant::now() < deadline, "{e}");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+        let log: Vec<String> = store
+            .read_messages(
+                &family,
+                &ReadQuery {
+                    limit: 100,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.text)
+            .collect();
+        let lost: Vec<usize> = acked
+            .iter()
+            .copied()
+            .filter(|n| !log.contains(&format!("m{n}")))
+            .collect();
+        let kept = store.consciousness(&agent).await.unwrap().cycle;
+        eprintln!(
+            "failover in {took:?}, writes waiting for replicas: {}; acknowledged posts {} (lost {:?}), \
+             posts refused then retried {:?}; acknowledged commits {commits}, cycles kept {kept}",
+            wait.is_some(),
+            acked.len(),
+            lost,
+            failed
+        );
+        for n in &failed {
+            assert!(
+                log.contains(&format!("m{n}")),
+                "retried post m{n} is in the log"
+            );
+        }
+        lost_posts.push(lost.len());
+    }
+    assert!(
+        lost_posts[0] > 0,
+        "without WAIT the lagging replica lost acknowledged posts"
+    );
+    assert_eq!(lost_posts[1], 0, "with WAIT no acknowledged post is lost");
 }

@@ -21,6 +21,8 @@ pub struct RedisCluster {
 struct Node {
     child: Option<Child>,
     port: u16,
+    /// Its cluster bus port (kept across a restart).
+    bus: u16,
 }
 
 impl RedisCluster {
@@ -52,10 +54,12 @@ impl RedisCluster {
         };
         for _ in 0..6 {
             let port = super::free_port()?;
-            let child = cluster.spawn(port)?;
+            let bus = super::free_port()?;
+            let child = cluster.spawn(port, bus)?;
             cluster.nodes.push(Node {
                 child: Some(child),
                 port,
+                bus,
             });
         }
         for node in &cluster.nodes {
@@ -99,7 +103,7 @@ impl RedisCluster {
         Ok(cluster)
     }
 
-    fn spawn(&self, port: u16) -> Result<Child, String> {
+    fn spawn(&self, port: u16, bus: u16) -> Result<Child, String> {
         let mut cmd = Command::new("redis-server");
         match &self.secured {
             Some(secured) => cmd
@@ -117,7 +121,7 @@ impl RedisCluster {
             .args(["--repl-diskless-sync-delay", "0"])
             // The cluster bus on a free port of its own (by default the port + 10000, which
             // another test may have been given).
-            .args(["--cluster-port", &super::free_port()?.to_string()])
+            .args(["--cluster-port", &bus.to_string()])
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
@@ -172,6 +176,53 @@ impl RedisCluster {
         self.primaries().into_iter().find(|&port| {
             secure::query(&self.cli, port, &["EXISTS", key])
                 .is_ok_and(|r| r.trim().parse::<u64>().is_ok())
+        })
+    }
+
+    /// The replica of the primary on `primary`.
+    pub fn replica_of(&self, primary: u16) -> Option<u16> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .find(|n| {
+                self.query(n.port, "ROLE").is_ok_and(|r| {
+                    let mut lines = r.lines();
+                    lines.next() == Some("slave")
+                        && lines.nth(1).and_then(|p| p.trim().parse::<u16>().ok()) == Some(primary)
+                })
+            })
+            .map(|n| n.port)
+    }
+
+    /// Cuts the replica on `port` off its primary: it tries to copy again with a wrong
+    /// password and fails, so that it lags while its primary takes writes (as a replica
+    /// behind a broken link would), until [`RedisCluster::reconnect`].
+    pub fn cut_off(&self, port: u16) {
+        let _ = self.query(port, "CONFIG SET masterauth wrong-password");
+        let _ = self.query(port, "CLIENT KILL TYPE master");
+    }
+
+    /// Lets a replica cut off by [`RedisCluster::cut_off`] copy again.
+    pub fn reconnect(&self, port: u16) {
+        let auth = self
+            .secured
+            .as_ref()
+            .map_or(String::new(), Secured::replication_password);
+        let _ = secure::query(&self.cli, port, &["CONFIG", "SET", "masterauth", &auth]);
+    }
+
+    /// Starts a killed node again, with its port, bus and cluster configuration: it comes
+    /// back as a replica of whichever took over from it.
+    pub fn restart(&mut self, port: u16) -> Result<(), String> {
+        let Some(bus) = self.nodes.iter().find(|n| n.port == port).map(|n| n.bus) else {
+            return Err(format!("no node on {port}"));
+        };
+        let child = self.spawn(port, bus)?;
+        if let Some(node) = self.nodes.iter_mut().find(|n| n.port == port) {
+            node.child = Some(child);
+        }
+        self.wait_for(port, "INFO replication", |r| {
+            r.contains("master_link_status:up")
         })
     }
 

@@ -157,6 +157,11 @@ impl Secured {
         .collect()
     }
 
+    /// The password replicas copy their primary with.
+    pub fn replication_password(&self) -> String {
+        ADMIN_PASSWORD.to_string()
+    }
+
     /// `redis-server` arguments of a cluster node: TLS on the cluster bus and for
     /// replication too, replicas copying as the administrator.
     pub fn cluster_args(&self) -> Vec<String> {

@@ -169,7 +169,7 @@ fn context_on(
                 image: "agentfleet:test".into(),
                 image_pull_policy: None,
                 redis: RedisUrlSource::Value("redis://redis:6379".into()),
-                redis_ca: None,
+                redis_env: Vec::new(),
                 callback_url: Some("http://gateway.agentfleet.svc:80".into()),
                 log_format: crate::telemetry::LogFormat::Json,
                 otlp_endpoint: None,

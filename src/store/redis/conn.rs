@@ -15,6 +15,7 @@ use futures::stream::{BoxStream, StreamExt as _};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 use tokio::sync::OnceCell;
 
@@ -34,6 +35,16 @@ const BLOCKING_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
 /// map operation).
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Durable writes are acknowledged only once this many replicas have them, waiting at most
+/// `timeout` (`WAIT`).
+#[derive(Clone, Copy, Debug)]
+pub struct WaitReplicas {
+    /// Replicas that must have the write.
+    pub replicas: u32,
+    /// How long a write waits for them.
+    pub timeout: Duration,
 }
 
 /// A connection to one Redis or to a Redis Cluster (commands routed by their keys' slot).
@@ -114,6 +125,11 @@ pub(super) struct Connections {
     seeds: Vec<redis::ConnectionInfo>,
     /// The certificate authorities to trust for TLS, when not the system's.
     certs: Option<TlsCertificates>,
+    /// Acknowledge durable writes only once on replicas.
+    wait: Option<WaitReplicas>,
+    /// The connection of durable writes when they wait for replicas: `WAIT` holds the
+    /// connection it is sent on, so it is not the shared one.
+    durable: OnceCell<Conn>,
     /// Set once known: whether it is a cluster.
     cluster: OnceCell<Option<ClusterClient>>,
     shared: OnceCell<Conn>,
@@ -129,11 +145,14 @@ impl Connections {
         client: redis::Client,
         seeds: Vec<redis::ConnectionInfo>,
         certs: Option<TlsCertificates>,
+        wait: Option<WaitReplicas>,
     ) -> Self {
         Self {
             client,
             seeds,
             certs,
+            wait,
+            durable: OnceCell::new(),
             cluster: OnceCell::new(),
             shared: OnceCell::new(),
             shards: OnceCell::new(),
@@ -192,27 +211,78 @@ impl Connections {
 
     /// The shared connection (it reconnects by itself), with a response timeout.
     pub(super) async fn shared(&self) -> Result<Conn, StoreError> {
-        let conn = self
-            .shared
-            .get_or_try_init(|| async {
-                if let Some(cluster) = self.cluster().await? {
-                    return cluster
-                        .get_async_connection()
-                        .await
-                        .map(Conn::Cluster)
-                        .map_err(redis_err("connect"));
-                }
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_number_of_retries(2);
-                ConnectionManager::new_with_config(self.client.clone(), config)
-                    .await
-                    .map(Conn::Single)
-                    .map_err(redis_err("connect"))
-            })
-            .await?;
+        let conn = self.shared.get_or_try_init(|| self.connect()).await?;
         Ok(conn.clone())
+    }
+
+    /// The connection of a durable write (a post's steps, a commit), to be followed by
+    /// [`Connections::replicated`]: the shared one unless writes wait for replicas.
+    pub(super) async fn durable(&self) -> Result<Conn, StoreError> {
+        if self.wait.is_none() {
+            return self.shared().await;
+        }
+        let conn = self.durable.get_or_try_init(|| self.connect()).await?;
+        Ok(conn.clone())
+    }
+
+    /// When writes wait for replicas: waits until enough replicas of the node serving `key`
+    /// have what `conn` wrote there (`WAIT`); [`StoreError::NotReplicated`] when too few had
+    /// it in time.
+    pub(super) async fn replicated(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        op: &'static str,
+    ) -> Result<(), StoreError> {
+        let Some(wait) = self.wait else {
+            return Ok(());
+        };
+        let ms = u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX);
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(wait.replicas).arg(ms);
+        let got: u32 = match conn {
+            Conn::Cluster(c) => {
+                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                let value = c
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await
+                    .map_err(redis_err(op))?;
+                redis::from_redis_value(value).map_err(|e| redis_err(op)(e.into()))?
+            }
+            _ => cmd.query_async(conn).await.map_err(redis_err(op))?,
+        };
+        if got < wait.replicas {
+            return Err(StoreError::NotReplicated {
+                op,
+                wanted: wait.replicas,
+                got,
+                ms,
+            });
+        }
+        Ok(())
+    }
+
+    /// A new connection for commands: to the cluster, or to one Redis (reconnecting by
+    /// itself).
+    async fn connect(&self) -> Result<Conn, StoreError> {
+        if let Some(cluster) = self.cluster().await? {
+            return cluster
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster)
+                .map_err(redis_err("connect"));
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(2);
+        ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map(Conn::Single)
+            .map_err(redis_err("connect"))
     }
 
     /// The agent's connection for blocking waits (no response timeout on one Redis: the wait

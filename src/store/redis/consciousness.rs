@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
+use tracing::warn;
 
 use super::keys::AgentKeys;
 use super::scripts::{self, lease_value, CommitError};
@@ -77,8 +78,17 @@ impl RedisStore {
                 reason,
             }
         })?;
-        let mut conn = self.conns.shared().await?;
+        let mut conn = self.conns.durable().await?;
         scripts::commit(&mut conn, &keys, lease, &window, &plan, commit).await?;
+        // Done on the primary: a commit is not undone nor redone, so one that too few
+        // replicas have in time is said, not failed.
+        if let Err(e) = self
+            .conns
+            .replicated(&mut conn, &keys.cmeta(), "commit")
+            .await
+        {
+            warn!(%agent, cycle = plan.checkpoint.cycle, error = %e, "committed, but a failover now could lose the commit");
+        }
         let after = WindowState::from(&plan.checkpoint);
         Ok((plan.checkpoint, after, plan.retained))
     }

@@ -20,8 +20,13 @@ use crate::store::{
 impl Inbox for RedisStore {
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError> {
         let event = Event::new(event)?;
-        let mut conn = self.conns.shared().await?;
-        scripts::push(&mut conn, &AgentKeys::new(agent), &event).await
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.conns.durable().await?;
+        let pushed = scripts::push(&mut conn, &keys, &event).await?;
+        self.conns
+            .replicated(&mut conn, &keys.inbox(), "push event")
+            .await?;
+        Ok(pushed)
     }
 
     async fn wait_inbox(

@@ -64,7 +64,7 @@ impl RedisStore {
         let scoped = message.scoped_idempotency_key();
         let recipients: Vec<&str> = recipients(&record, message, posting).collect();
 
-        let mut conn = self.conns.shared().await?;
+        let mut conn = self.conns.durable().await?;
         let reply = scripts::post(
             &mut conn,
             &keys,
@@ -83,6 +83,10 @@ impl RedisStore {
             },
         )
         .await?;
+        // A duplicate waits too: it may be the retry of a post that was not replicated.
+        self.conns
+            .replicated(&mut conn, &keys.log(), "post message")
+            .await?;
 
         let (event, agents) = reply.fan_out;
         let mut delivered = Vec::new();

@@ -31,6 +31,7 @@ mod spaces;
 
 use std::time::Duration;
 
+pub use self::conn::WaitReplicas;
 use self::conn::{CommitCache, Connections};
 use super::{InboxEvent, StoreError};
 
@@ -47,6 +48,10 @@ pub struct RedisOptions {
     /// PEM of the certificate authorities that sign the servers' certificates (`rediss://`),
     /// trusted instead of the system's.
     pub ca: Option<Vec<u8>>,
+    /// Acknowledge posts and commits only once replicas have them (`WAIT`); none: as soon as
+    /// the primary has them (Redis's asynchronous replication may then lose an acknowledged
+    /// write in a failover).
+    pub wait: Option<WaitReplicas>,
 }
 
 impl RedisStore {
@@ -75,7 +80,7 @@ impl RedisStore {
         }
         .map_err(invalid)?;
         Ok(Self {
-            conns: Connections::new(client, seeds, certs),
+            conns: Connections::new(client, seeds, certs, options.wait),
             committed: CommitCache::default(),
         })
     }
