@@ -2648,7 +2648,7 @@ async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
         let replica = cluster.replica_of(primary).unwrap();
         // An agent on the same primary, member of the space.
         let agent = (0..)
-            .map(|i| AgentKey::new("fam", &format!("a{i}")))
+            .map(|i| AgentKey::new("fam", format!("a{i}")))
             .find(|a| cluster.owner(&format!("agentfleet:{{agent:{a}}}:inbox")) == Some(primary))
             .unwrap();
         let record = SpaceRecord {
@@ -2669,7 +2669,7 @@ async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
         let mut acked = Vec::new();
         let mut failed = Vec::new();
         let mut commits = 0u64;
-        let mut cycle = async |store: &RedisStore| -> Result<(), StoreError> {
+        let cycle = async |store: &RedisStore| -> Result<(), StoreError> {
             let lease = store.acquire_lease(&agent, "w", TTL).await?.unwrap();
             store.wait_inbox(&agent, &lease, SHORT).await?;
             store
