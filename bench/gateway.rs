@@ -18,18 +18,15 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
-use common::{pct, rss_kib, Kill};
+use common::{pct, rss_kib};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentfleet::chat::SseParser;
-use agentfleet::gateway::auth::hash_token;
 use agentfleet::membership::SpaceKey;
 use agentfleet::store::{prelude::*, AgentKey, RedisStore};
-use agentfleet::testing::{free_port, space_record, RedisServer};
+use agentfleet::testing::{space_record, RedisServer};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -52,55 +49,17 @@ async fn main() {
         .await
         .unwrap();
 
-    let dir = std::env::temp_dir().join(format!("agentfleet-bench-gw-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tokens = dir.join("tokens.yaml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "tokens:\n- sha256: {}\n  kind: human\n  id: husam\n  name: Husam\n",
-            hash_token(TOKEN)
-        ),
-    )
-    .unwrap();
-    let port = free_port().unwrap();
-    let gateway = Kill(
-        Command::new(common::agentfleet_bin())
-            .args(["gateway", "--rate-limit", "0"])
-            .arg("--addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--tokens")
-            .arg(&tokens)
-            .env("AGENTFLEET_REDIS_URL", redis.url())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
+    let gateway = common::Gateway::start(&redis.url(), TOKEN, &[]).await;
+    let base = gateway.base.clone();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(POSTERS * 2)
         .build()
         .unwrap();
-    let start = Instant::now();
-    while http
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .map(|r| !r.status().is_success())
-        .unwrap_or(true)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "gateway did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let post_url = format!("{base}/v1/spaces/bench/load/messages");
     println!(
         "gateway pid {}: idle RSS {} KiB",
-        gateway.0.id(),
-        rss_kib(gateway.0.id())
+        gateway.pid(),
+        rss_kib(gateway.pid())
     );
 
     // 1. Throughput with fan-out to 10 agents.
@@ -201,7 +160,7 @@ async fn main() {
     println!(
         "{SSE_CLIENTS} SSE clients connected in {:.2}s; gateway RSS {} KiB",
         start.elapsed().as_secs_f64(),
-        rss_kib(gateway.0.id())
+        rss_kib(gateway.pid())
     );
     for _ in 0..LATENCY_MESSAGES {
         let sent = base_instant.elapsed().as_micros();
@@ -250,5 +209,4 @@ async fn main() {
         }
     }
     drop(gateway);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -147,6 +147,26 @@ impl Drop for RedisServer {
     }
 }
 
+/// Husam's message `text` in space `family`, as an inbox event of id `id`.
+pub fn human_event(id: &str, text: &str) -> crate::store::InboxEvent {
+    use crate::store::{now_ms, EventKind, InboxEvent, Sender};
+    InboxEvent {
+        id: id.into(),
+        kind: EventKind::SpaceMessage,
+        time_ms: now_ms(),
+        urgent: false,
+        space: Some("family".into()),
+        sender: Some(Sender {
+            id: "husam".into(),
+            name: "Husam".into(),
+            kind: Some(crate::crd::MemberKind::Human),
+        }),
+        text: Some(text.into()),
+        data: None,
+        depth: 0,
+    }
+}
+
 /// A space record with these agents, then these humans (id: the name in lower case), keeping
 /// up to 1,000 messages.
 pub fn space_record(

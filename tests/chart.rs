@@ -306,6 +306,50 @@ fn with_your_own_redis_the_chart_runs_none_and_writes_no_secrets() {
 }
 
 #[test]
+fn a_tls_redis_cluster_reaches_the_operator_and_the_gateway() {
+    let seeds = "rediss://redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379";
+    for (source, brought) in [
+        ("redis.tls.caSecret=redis-ca", "redis-ca"),
+        ("redis.tls.caConfigMap=redis-ca-bundle", "redis-ca-bundle"),
+    ] {
+        let objects = render(&[
+            "redis.deploy=false",
+            &format!("redis.url={}", seeds.replace(',', "\\,")),
+            source,
+            "redis.waitReplicas=1",
+        ]);
+        check_references(&objects, &[brought]);
+        for workload in ["af-agentfleet", "af-agentfleet-gateway"] {
+            let pod = &find(&objects, "Deployment", workload)["spec"]["template"];
+            assert_eq!(env(pod, "AGENTFLEET_REDIS_URL").unwrap()["value"], seeds);
+            assert_eq!(
+                env(pod, "AGENTFLEET_REDIS_CA_FILE").unwrap()["value"],
+                "/etc/agentfleet/redis-ca/ca.crt",
+                "{workload}"
+            );
+            assert_eq!(
+                env(pod, "AGENTFLEET_REDIS_WAIT_REPLICAS").unwrap()["value"],
+                "1"
+            );
+            let mounts = pod["spec"]["containers"][0]["volumeMounts"]
+                .as_sequence()
+                .unwrap();
+            assert!(
+                mounts
+                    .iter()
+                    .any(|m| m["mountPath"] == "/etc/agentfleet/redis-ca"),
+                "{workload}"
+            );
+        }
+    }
+    // Neither by default.
+    let plain = render(&[]);
+    let operator = &find(&plain, "Deployment", "af-agentfleet")["spec"]["template"];
+    assert!(env(operator, "AGENTFLEET_REDIS_CA_FILE").is_none());
+    assert!(env(operator, "AGENTFLEET_REDIS_WAIT_REPLICAS").is_none());
+}
+
+#[test]
 fn network_policies_confine_workers_and_redis() {
     let objects = render(&[
         "networkPolicy.enabled=true",

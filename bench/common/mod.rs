@@ -94,3 +94,72 @@ pub async fn prefill(store: &RedisStore, agent: &AgentKey) {
     }
     store.release_lease(agent, &lease).await.unwrap();
 }
+
+/// The release `agentfleet gateway` on a free loopback port, on the Redis at `redis_url` with
+/// `env` besides, rate limit off, one token (`token`, Husam's); ready when returned.
+pub struct Gateway {
+    process: Kill,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    dir: std::path::PathBuf,
+}
+
+impl Gateway {
+    pub async fn start(redis_url: &str, token: &str, env: &[(&str, &str)]) -> Self {
+        let port = agentfleet::testing::free_port().unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("agentfleet-bench-gw-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tokens = dir.join("tokens.yaml");
+        std::fs::write(
+            &tokens,
+            format!(
+                "tokens:\n- sha256: {}\n  kind: human\n  id: husam\n  name: Husam\n",
+                agentfleet::gateway::auth::hash_token(token)
+            ),
+        )
+        .unwrap();
+        let process = Kill(
+            std::process::Command::new(agentfleet_bin())
+                .args(["gateway", "--rate-limit", "0"])
+                .arg("--addr")
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("--tokens")
+                .arg(&tokens)
+                .env("AGENTFLEET_REDIS_URL", redis_url)
+                .env("RUST_LOG", "warn")
+                .envs(env.iter().copied())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let start = std::time::Instant::now();
+        while http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .map(|r| !r.status().is_success())
+            .unwrap_or(true)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "gateway did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self { process, base, dir }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.0.id()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -91,21 +91,7 @@ async fn ping_answers(store: &dyn Store) {
 }
 
 fn event(id: &str, text: &str) -> InboxEvent {
-    InboxEvent {
-        id: id.into(),
-        kind: EventKind::SpaceMessage,
-        time_ms: now_ms(),
-        urgent: false,
-        space: Some("family".into()),
-        sender: Some(Sender {
-            id: "husam".into(),
-            name: "Husam".into(),
-            kind: Some(MemberKind::Human),
-        }),
-        text: Some(text.into()),
-        data: None,
-        depth: 0,
-    }
+    crate::testing::human_event(id, text)
 }
 
 fn urgent(id: &str, text: &str) -> InboxEvent {

@@ -61,7 +61,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and .Values.redis.deploy (not .Values.worker.redisSecret.name) -}}true{{- end -}}
 {{- end -}}
 
-{{/* AGENTFLEET_REDIS_URL of the operator and the gateway: the chart's Redis, an existing Secret, or the URL inline. */}}
+{{/* The Redis settings of the operator and the gateway: AGENTFLEET_REDIS_URL (the chart's Redis, an existing Secret, or the URL inline), the CA's file, WAIT. */}}
 {{- define "agentfleet.redisUrlEnv" -}}
 - name: AGENTFLEET_REDIS_URL
 {{- if .Values.redis.deploy }}
@@ -76,6 +76,43 @@ app.kubernetes.io/instance: {{ .Release.Name }}
       key: {{ .Values.redis.existingSecretKey }}
 {{- else }}
   value: {{ required "redis.url is required when redis.deploy is false and redis.existingSecret is empty" .Values.redis.url | quote }}
+{{- end }}
+{{- if include "agentfleet.redisCa" . }}
+- name: AGENTFLEET_REDIS_CA_FILE
+  value: /etc/agentfleet/redis-ca/{{ .Values.redis.tls.caKey }}
+{{- end }}
+{{- if gt (int .Values.redis.waitReplicas) 0 }}
+- name: AGENTFLEET_REDIS_WAIT_REPLICAS
+  value: {{ .Values.redis.waitReplicas | quote }}
+- name: AGENTFLEET_REDIS_WAIT_TIMEOUT_MS
+  value: {{ .Values.redis.waitTimeoutMs | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether a CA for Redis's TLS is given. */}}
+{{- define "agentfleet.redisCa" -}}
+{{- if or .Values.redis.tls.caSecret .Values.redis.tls.caConfigMap -}}true{{- end -}}
+{{- end -}}
+
+{{/* The mount of Redis's CA (a volumeMounts item), when given. */}}
+{{- define "agentfleet.redisCaMount" -}}
+{{- if include "agentfleet.redisCa" . }}
+- name: redis-ca
+  mountPath: /etc/agentfleet/redis-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The volume of Redis's CA (a volumes item), when given. */}}
+{{- define "agentfleet.redisCaVolume" -}}
+{{- if .Values.redis.tls.caSecret }}
+- name: redis-ca
+  secret:
+    secretName: {{ .Values.redis.tls.caSecret }}
+{{- else if .Values.redis.tls.caConfigMap }}
+- name: redis-ca
+  configMap:
+    name: {{ .Values.redis.tls.caConfigMap }}
 {{- end }}
 {{- end -}}
 

@@ -376,3 +376,86 @@ impl CommitCache {
         lock(&self.0).insert(agent.clone(), (window, retained));
     }
 }
+
+/// On a cluster, `keys` grouped by the primary serving their slot now (`CLUSTER SLOTS`,
+/// one round trip): each node's route and the indexes of its keys; `None` while a slot is
+/// served by no node.
+pub(super) async fn by_node(
+    conn: &mut ClusterConnection,
+    keys: &[String],
+) -> Result<Option<Vec<(SingleNodeRoutingInfo, Vec<usize>)>>, StoreError> {
+    let bad = |e: redis::ParsingError| redis_err("read the slot map")(e.into());
+    // Each entry: start slot, end slot, then the primary's [host, port, ...], replicas.
+    let slots: Vec<Vec<Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(conn)
+        .await
+        .map_err(redis_err("read the slot map"))?;
+    let mut ranges: Vec<(u16, u16, String, u16)> = Vec::new();
+    for entry in slots {
+        let mut e = entry.into_iter();
+        let (Some(start), Some(end), Some(primary)) = (e.next(), e.next(), e.next()) else {
+            continue;
+        };
+        let (start, end): (u16, u16) = (
+            redis::from_redis_value(start).map_err(bad)?,
+            redis::from_redis_value(end).map_err(bad)?,
+        );
+        let mut primary = redis::from_redis_value::<Vec<Value>>(primary)
+            .map_err(bad)?
+            .into_iter();
+        let (Some(host), Some(port)) = (primary.next(), primary.next()) else {
+            return Ok(None);
+        };
+        let host: String = redis::from_redis_value(host).map_err(bad)?;
+        let port: u16 = redis::from_redis_value(port).map_err(bad)?;
+        // A node that does not know its own address (a cluster of one) says "".
+        if host.is_empty() {
+            return Ok(None);
+        }
+        ranges.push((start, end, host, port));
+    }
+    let mut groups: HashMap<(String, u16), Vec<usize>> = HashMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        let slot = slot_of(key);
+        let Some((_, _, host, port)) = ranges.iter().find(|r| r.0 <= slot && slot <= r.1) else {
+            return Ok(None);
+        };
+        groups.entry((host.clone(), *port)).or_default().push(i);
+    }
+    Ok(Some(
+        groups
+            .into_iter()
+            .map(|((host, port), indexes)| {
+                (SingleNodeRoutingInfo::ByAddress { host, port }, indexes)
+            })
+            .collect(),
+    ))
+}
+
+/// The cluster slot of `key` (its hash tag's).
+fn slot_of(key: &str) -> u16 {
+    let tagged = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tagged.as_bytes()) % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_are_redis_cluster_slots() {
+        // As `CLUSTER KEYSLOT` answers.
+        assert_eq!(super::slot_of("foo"), 12182);
+        assert_eq!(super::slot_of("agentfleet:{space:fam/family}:live"), 15509);
+        assert_eq!(
+            super::slot_of("agentfleet:{space:fam/family}:log"),
+            super::slot_of("space:fam/family")
+        );
+        // An empty tag is no tag.
+        assert_eq!(super::slot_of("a{}b"), 13694);
+    }
+}

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
+use super::conn::{by_node, Conn};
 use super::keys::AgentKeys;
 use super::{redis_err, to_json, RedisStore};
 use crate::store::notes::readable_plans;
@@ -12,6 +13,7 @@ use crate::store::{
     AgentKey, AgentObservation, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
     StoreError, TokenSpend,
 };
+use redis::cluster_async::ClusterConnection;
 
 #[async_trait]
 impl Observe for RedisStore {
@@ -28,22 +30,11 @@ impl Observe for RedisStore {
         if agents.is_empty() {
             return Ok(Vec::new());
         }
-        // One pipeline for every agent on one Redis; on a cluster, one per agent (each on its
-        // agent's slot), all sent at once: one round trip per node.
+        // One pipeline for every agent on one Redis; on a cluster, one per node (its agents,
+        // by the slot map read first), all sent at once: a round trip per node.
         let mut conn = self.conns.shared().await?;
-        let values: Vec<redis::Value> = if conn.is_cluster() {
-            let reads = agents.iter().map(|a| {
-                let mut conn = conn.clone();
-                let mut pipe = redis::pipe();
-                observe_agent(&mut pipe, &AgentKeys::new(a));
-                async move { pipe.query_async::<Vec<redis::Value>>(&mut conn).await }
-            });
-            futures::future::try_join_all(reads)
-                .await
-                .map_err(redis_err("observe agents"))?
-                .into_iter()
-                .flatten()
-                .collect()
+        let values: Vec<redis::Value> = if let Conn::Cluster(cluster) = &conn {
+            observe_on_cluster(cluster, agents).await?
         } else {
             let mut pipe = redis::pipe();
             for a in agents.iter().map(AgentKeys::new) {
@@ -68,7 +59,7 @@ impl Observe for RedisStore {
             Vec<(String, String)>,
         );
         values
-            .chunks(15)
+            .chunks(ROW)
             .map(|chunk| {
                 let decode = |e: redis::ParsingError| StoreError::Redis {
                     op: "observe agents",
@@ -208,6 +199,9 @@ impl Observe for RedisStore {
 }
 
 /// The reads of one agent for [`Observe::observe`], all on its slot (15 replies).
+/// Replies per agent of [`observe_agent`].
+const ROW: usize = 15;
+
 fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
     pipe.llen(a.inbox())
         .llen(a.urgent())
@@ -229,4 +223,60 @@ fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
         .get(a.archive())
         .get(a.restore_report())
         .hgetall(a.tokens());
+}
+
+/// The observation replies of `agents` on a cluster, in their order: one pipeline per node;
+/// when a node refuses its pipeline (a slot moved since the map was read), or a slot is
+/// served by no node, one pipeline per agent, each routed by its slot.
+async fn observe_on_cluster(
+    conn: &ClusterConnection,
+    agents: &[AgentKey],
+) -> Result<Vec<redis::Value>, StoreError> {
+    let keys: Vec<AgentKeys> = agents.iter().map(AgentKeys::new).collect();
+    let inboxes: Vec<String> = keys.iter().map(AgentKeys::inbox).collect();
+    if let Some(groups) = by_node(&mut conn.clone(), &inboxes).await? {
+        let reads = groups.into_iter().map(|(route, indexes)| {
+            let mut cluster = conn.clone();
+            let mut pipe = redis::pipe();
+            for &i in &indexes {
+                observe_agent(&mut pipe, &keys[i]);
+            }
+            let count = pipe.len();
+            async move {
+                let values = cluster
+                    .route_pipeline(pipe, 0, count, route)
+                    .await
+                    .map_err(|_| ())?;
+                // A command the node refused (its slot moved): try the slow way.
+                if values
+                    .iter()
+                    .any(|v| matches!(v, redis::Value::ServerError(_)))
+                {
+                    return Err(());
+                }
+                Ok((indexes, values))
+            }
+        });
+        if let Ok(replies) = futures::future::try_join_all(reads).await {
+            let mut rows: Vec<Vec<redis::Value>> = vec![Vec::new(); agents.len()];
+            for (indexes, values) in replies {
+                for (&i, row) in indexes.iter().zip(values.chunks(ROW)) {
+                    rows[i] = row.to_vec();
+                }
+            }
+            return Ok(rows.into_iter().flatten().collect());
+        }
+    }
+    let reads = keys.iter().map(|k| {
+        let mut conn = conn.clone();
+        let mut pipe = redis::pipe();
+        observe_agent(&mut pipe, k);
+        async move { pipe.query_async::<Vec<redis::Value>>(&mut conn).await }
+    });
+    Ok(futures::future::try_join_all(reads)
+        .await
+        .map_err(redis_err("observe agents"))?
+        .into_iter()
+        .flatten()
+        .collect())
 }
