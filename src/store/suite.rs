@@ -2497,9 +2497,10 @@ async fn cluster_node_refuses_a_step_across_slots() {
 
 /// On a real Redis Cluster, live events and wake signals are sharded: each goes to the node of
 /// its space's or agent's slot (no classic `PUBLISH` broadcast over the cluster bus), and the
-/// subscriptions follow a failover of that node without being made again.
+/// subscriptions follow a failover of that node, then a resharding that moves the slots,
+/// without being made again.
 #[tokio::test]
-async fn cluster_pub_sub_stays_on_its_node_and_follows_failover() {
+async fn cluster_pub_sub_stays_on_its_node_and_follows_failover_and_resharding() {
     use futures::StreamExt;
     let five = std::time::Duration::from_secs(5);
     let mut cluster = crate::testing::RedisCluster::start().unwrap();
@@ -2565,6 +2566,19 @@ async fn cluster_pub_sub_stays_on_its_node_and_follows_failover() {
     cluster.kill(owner);
     cluster.failed_over(owner, key).unwrap();
     post_and_hear("after the failover").await;
+
+    // A resharding moves the space's slot and alice's, with their keys, to another primary.
+    for k in [key, "agentfleet:{agent:fam/alice}:inbox"] {
+        let from = cluster.owner(k).unwrap();
+        let to = cluster
+            .primaries()
+            .into_iter()
+            .find(|&p| p != from)
+            .unwrap();
+        cluster.move_slot(k, to).unwrap();
+        assert_eq!(cluster.owner(k), Some(to));
+    }
+    post_and_hear("after a resharding").await;
     assert_eq!(cluster.broadcast_publishes(), before);
 }
 

@@ -226,6 +226,39 @@ impl RedisCluster {
         })
     }
 
+    /// Moves the slot of `key` (a key or a sharded channel), with its keys, to the primary on
+    /// `to`, as `redis-cli --cluster reshard` moves slots: importing, migrating, `MIGRATE`
+    /// of each key, then the new owner told to every live primary.
+    pub fn move_slot(&self, key: &str, to: u16) -> Result<(), String> {
+        let from = self
+            .owner(key)
+            .ok_or_else(|| format!("no primary serves {key}"))?;
+        let q = |port: u16, args: &[&str]| secure::query(&self.cli, port, args);
+        let slot = q(from, &["CLUSTER", "KEYSLOT", key])?.trim().to_string();
+        let from_id = q(from, &["CLUSTER", "MYID"])?.trim().to_string();
+        let to_id = q(to, &["CLUSTER", "MYID"])?.trim().to_string();
+        q(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id])?;
+        q(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id])?;
+        loop {
+            let keys = q(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"])?;
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys);
+            let reply = q(from, &args)?;
+            if !reply.contains("OK") {
+                return Err(format!("MIGRATE of slot {slot}: {reply}"));
+            }
+        }
+        for port in self.primaries() {
+            q(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id])?;
+        }
+        Ok(())
+    }
+
     /// Classic `PUBLISH` messages the live nodes have broadcast over the cluster bus
     /// (`cluster_stats_messages_publish_sent`); sharded ones are counted apart.
     pub fn broadcast_publishes(&self) -> u64 {
