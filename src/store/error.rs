@@ -31,6 +31,8 @@ pub enum StoreError {
     },
     /// The store's address is not usable.
     InvalidUrl(String),
+    /// The Redis named cannot serve as the data plane (say, a cluster of too old a version).
+    Unsupported(String),
     /// A commit that does not fit the stored consciousness (a bug in the caller).
     InvalidCommit {
         /// The agent.
@@ -80,6 +82,7 @@ impl std::fmt::Display for StoreError {
             }
             StoreError::Decode { what, source } => write!(f, "decoding {what}: {source}"),
             StoreError::InvalidUrl(url) => write!(f, "invalid redis URL: {url}"),
+            StoreError::Unsupported(why) => write!(f, "unsupported redis: {why}"),
             StoreError::NotReplicated { op, wanted, got, ms } => write!(
                 f,
                 "redis {op}: written on the primary but on {got} of {wanted} replicas within {ms} ms; not acknowledged (retry with the same key)"
@@ -111,7 +114,7 @@ impl StoreError {
             StoreError::Timeout { .. } => "store_timeout",
             StoreError::NotReplicated { .. } => "store_not_replicated",
             StoreError::Decode { .. } => "store_decode",
-            StoreError::InvalidUrl(_) => "store_config",
+            StoreError::InvalidUrl(_) | StoreError::Unsupported(_) => "store_config",
             StoreError::Fenced { .. } => "fenced",
             StoreError::NotMember { .. } => "not_member",
             StoreError::InvalidCommit { .. } => "invalid_commit",

@@ -166,10 +166,13 @@ impl Connections {
         let found = self
             .cluster
             .get_or_try_init(|| async {
-                let clustered = self.seeds.len() > 1 || self.cluster_enabled().await?;
+                // With seeds, the first may be down: the others are asked by the client.
+                let first = self.first_node().await;
+                let clustered = self.seeds.len() > 1 || matches!(first, Ok((true, _)));
                 if !clustered {
-                    return Ok(None);
+                    return first.map(|_| None);
                 }
+                cluster_version(&first.map(|(_, v)| v).unwrap_or_default())?;
                 self.cluster_builder(RESPONSE_TIMEOUT)
                     .build()
                     .map(Some)
@@ -191,8 +194,8 @@ impl Connections {
         }
     }
 
-    /// Whether the first node is a cluster node (`cluster_enabled:1`).
-    async fn cluster_enabled(&self) -> Result<bool, StoreError> {
+    /// Whether the first node is a cluster node (`cluster_enabled:1`), and its Redis version.
+    async fn first_node(&self) -> Result<(bool, String), StoreError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
@@ -201,12 +204,22 @@ impl Connections {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(redis_err("connect"))?;
-        let info: String = redis::cmd("INFO")
-            .arg("cluster")
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err("connect"))?;
-        Ok(info.lines().any(|l| l.trim() == "cluster_enabled:1"))
+        let mut info = String::new();
+        for section in ["server", "cluster"] {
+            let text: String = redis::cmd("INFO")
+                .arg(section)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err("connect"))?;
+            info.push_str(&text);
+        }
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.trim().strip_prefix(name))
+                .unwrap_or_default()
+                .to_string()
+        };
+        Ok((field("cluster_enabled:") == "1", field("redis_version:")))
     }
 
     /// The shared connection (it reconnects by itself), with a response timeout.
@@ -433,6 +446,21 @@ pub(super) async fn by_node(
     ))
 }
 
+/// Whether a cluster node of Redis `version` can serve: sharded pub/sub (`SPUBLISH`,
+/// `SSUBSCRIBE`) came with Redis 7. An unknown version is let through.
+fn cluster_version(version: &str) -> Result<(), StoreError> {
+    let major = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    if major.is_some_and(|m| m < 7) {
+        return Err(StoreError::Unsupported(format!(
+            "a Redis Cluster needs Redis 7 or later (sharded pub/sub); the first node runs {version}"
+        )));
+    }
+    Ok(())
+}
+
 /// The cluster slot of `key` (its hash tag's).
 fn slot_of(key: &str) -> u16 {
     let tagged = key
@@ -446,6 +474,18 @@ fn slot_of(key: &str) -> u16 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_cluster_needs_redis_7() {
+        let e = super::cluster_version("6.2.14").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "unsupported redis: a Redis Cluster needs Redis 7 or later (sharded pub/sub); the first node runs 6.2.14"
+        );
+        for fine in ["7.0.15", "8.2.1", ""] {
+            assert!(super::cluster_version(fine).is_ok(), "{fine}");
+        }
+    }
+
     #[test]
     fn slots_are_redis_cluster_slots() {
         // As `CLUSTER KEYSLOT` answers.
