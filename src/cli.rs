@@ -22,7 +22,7 @@ pub use consciousness::{consciousness, ConsciousnessCommand};
 
 /// The data plane's address: the `--redis` flag (env `AGENTFLEET_REDIS_URL`) of every
 /// command that reaches Redis — `operator`, `gateway`, `worker`, the tools here, and `dev`'s
-/// optional one (see [`Redis::optional`]) — declared once.
+/// optional ones (see [`Redis::optional`]) — declared once.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Redis {
     /// Redis URL of the data plane.
@@ -75,13 +75,21 @@ pub const REDIS_CA_ENV: &str = "AGENTFLEET_REDIS_CA";
 const DEV_HINT: &str = "hint: `agentfleet dev` without --redis keeps its data in its own memory, where this command cannot reach it; run `agentfleet dev DIR --redis URL` and pass the same --redis URL (or AGENTFLEET_REDIS_URL) here";
 
 impl Redis {
-    /// The flag as a command whose data plane is optional declares it, with
+    /// The flags as a command whose data plane is optional declares them, with
     /// `#[command(flatten)] redis: Option<Redis>` and
-    /// `#[command(mut_arg("redis", |a| Redis::optional(a, HELP)))]`: no environment variable
-    /// and no default, so that leaving it out means no Redis (`None`); `help` says what it
-    /// replaces.
+    /// `#[command(mut_args(|a| Redis::optional(a, HELP)))]`: `--redis` gets no environment
+    /// variable and no default, so that leaving it out means no Redis (`None`), and `help`
+    /// says what it replaces; the other Redis flags are read from the command line only, so
+    /// that an environment set up for a real data plane (`AGENTFLEET_REDIS_CA_FILE`, ...)
+    /// does not make the command want `--redis`. Other flags are left as they are.
     pub fn optional(arg: clap::Arg, help: &'static str) -> clap::Arg {
-        arg.env(None).default_value(None).help(help)
+        if arg.get_id() == "redis" {
+            return arg.env(None).default_value(None).help(help);
+        }
+        if arg.get_long().is_some_and(|l| l.starts_with("redis-")) {
+            return arg.env(None);
+        }
+        arg
     }
 
     /// The data plane, once it answers; when it does not, the error says where it was looked

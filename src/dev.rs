@@ -37,7 +37,7 @@ use crate::worker::{supervise, Health};
 
 /// Flags of `agentfleet dev`.
 #[derive(clap::Args, Debug, Clone)]
-#[command(mut_arg("redis", |a| Redis::optional(a, "Use this Redis instead of the embedded store")))]
+#[command(mut_args(|a| Redis::optional(a, "Use this Redis instead of the embedded store")))]
 pub struct Args {
     /// Directory of Agent, Space and Secret manifests (`*.yaml`, `*.yml`; several documents a
     /// file).
@@ -601,6 +601,15 @@ mod tests {
             "AGENTFLEET_REDIS_URL does not move dev off its store"
         );
         assert!(arg.get_default_values().is_empty());
+        // Nor does an environment set up for a TLS cluster with WAIT: no Redis flag reads it.
+        let redis_flags: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| a.get_long().is_some_and(|l| l.starts_with("redis")))
+            .collect();
+        assert_eq!(redis_flags.len(), 5, "every Redis flag is checked here");
+        for flag in redis_flags {
+            assert_eq!(flag.get_env(), None, "{:?}", flag.get_long());
+        }
         let parse = |argv: &[&str]| {
             let m = cmd.clone().try_get_matches_from(argv).unwrap();
             Args::from_arg_matches(&m).unwrap().redis.map(|r| r.url)
