@@ -171,8 +171,23 @@ impl RedisCluster {
             .collect()
     }
 
-    /// The primary serving `key`'s slot (a key or a sharded channel) now.
+    /// The primary serving `key`'s slot (a key or a sharded channel) now; while a failover
+    /// is under way none may, and this waits up to 10 s for one.
     pub fn owner(&self, key: &str) -> Option<u16> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(port) = self.serving(key) {
+                return Some(port);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The primary serving `key`'s slot at this instant, if one does.
+    fn serving(&self, key: &str) -> Option<u16> {
         self.primaries().into_iter().find(|&port| {
             secure::query(&self.cli, port, &["EXISTS", key])
                 .is_ok_and(|r| r.trim().parse::<u64>().is_ok())
@@ -300,7 +315,7 @@ impl RedisCluster {
     /// node sees the cluster whole again; how long that took.
     pub fn failed_over(&self, old: u16, key: &str) -> Result<Duration, String> {
         let started = Instant::now();
-        while self.owner(key).is_none_or(|port| port == old) {
+        while self.serving(key).is_none_or(|port| port == old) {
             if started.elapsed() > Duration::from_secs(20) {
                 return Err(format!("no replica took over {key} from {old} in 20 s"));
             }
