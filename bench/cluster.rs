@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use agentfleet::membership::SpaceKey;
 use agentfleet::store::{prelude::*, AgentKey, CycleCommit, RedisStore};
 use agentfleet::testing::{human_event, space_record, RedisCluster, RedisServer};
+use futures::StreamExt as _;
 use serde_json::json;
 
 const POSTS: usize = 10_000;
@@ -233,30 +234,22 @@ async fn cycle(store: &RedisStore, agent: &AgentKey, c: usize, holder: &str) {
 
 /// The median of five observations of 10,000 registered agents, each with an event waiting.
 async fn sweep(url: &str) -> Duration {
-    let store = Arc::new(RedisStore::new(url).unwrap());
+    let store = RedisStore::new(url).unwrap();
     let agents: Vec<AgentKey> = (0..SWEEP_AGENTS)
         .map(|i| AgentKey::new("bench", format!("swept-{i}")))
         .collect();
-    let chunks: Vec<Vec<AgentKey>> = agents
-        .chunks(SWEEP_AGENTS / IN_FLIGHT + 1)
-        .map(<[_]>::to_vec)
-        .collect();
-    let fill: Vec<_> = chunks
-        .into_iter()
-        .map(|chunk| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                for a in chunk {
-                    store.register_agent(&a).await.unwrap();
-                    let event = human_event("e-0", "waiting");
-                    store.push_event(&a, &event).await.unwrap();
-                }
-            })
+    futures::stream::iter(&agents)
+        .for_each_concurrent(IN_FLIGHT, |a| {
+            let store = &store;
+            async move {
+                store.register_agent(a).await.unwrap();
+                store
+                    .push_event(a, &human_event("e-0", "waiting"))
+                    .await
+                    .unwrap();
+            }
         })
-        .collect();
-    for f in fill {
-        f.await.unwrap();
-    }
+        .await;
     let mut times = Vec::new();
     for _ in 0..5 {
         let start = Instant::now();

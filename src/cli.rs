@@ -53,7 +53,7 @@ pub struct Redis {
     #[arg(
         long = "redis-wait-replicas",
         value_name = "N",
-        env = "AGENTFLEET_REDIS_WAIT_REPLICAS",
+        env = REDIS_WAIT_REPLICAS_ENV,
         default_value_t = 0
     )]
     pub wait_replicas: u32,
@@ -61,7 +61,7 @@ pub struct Redis {
     #[arg(
         long = "redis-wait-timeout-ms",
         value_name = "MS",
-        env = "AGENTFLEET_REDIS_WAIT_TIMEOUT_MS",
+        env = REDIS_WAIT_TIMEOUT_ENV,
         default_value_t = 1000
     )]
     pub wait_timeout_ms: u64,
@@ -69,6 +69,10 @@ pub struct Redis {
 
 /// The environment variable of [`Redis::ca_pem`].
 pub const REDIS_CA_ENV: &str = "AGENTFLEET_REDIS_CA";
+/// The environment variable of [`Redis::wait_replicas`].
+const REDIS_WAIT_REPLICAS_ENV: &str = "AGENTFLEET_REDIS_WAIT_REPLICAS";
+/// The environment variable of [`Redis::wait_timeout_ms`].
+const REDIS_WAIT_TIMEOUT_ENV: &str = "AGENTFLEET_REDIS_WAIT_TIMEOUT_MS";
 
 /// Said when nothing listens at the data plane's address: the usual cause is an
 /// `agentfleet dev` without `--redis`, whose data no other process can reach.
@@ -92,8 +96,6 @@ impl Redis {
         arg
     }
 
-    /// The data plane, once it answers; when it does not, the error says where it was looked
-    /// for (and, when nothing listens there, where `agentfleet dev` keeps its data).
     /// The store these settings name (nothing contacted yet).
     pub fn store(&self) -> Result<RedisStore, crate::store::StoreError> {
         RedisStore::with_options(&self.url, &self.options()?)
@@ -131,17 +133,19 @@ impl Redis {
         }
         if self.wait_replicas > 0 {
             env.push((
-                "AGENTFLEET_REDIS_WAIT_REPLICAS".into(),
+                REDIS_WAIT_REPLICAS_ENV.into(),
                 self.wait_replicas.to_string(),
             ));
             env.push((
-                "AGENTFLEET_REDIS_WAIT_TIMEOUT_MS".into(),
+                REDIS_WAIT_TIMEOUT_ENV.into(),
                 self.wait_timeout_ms.to_string(),
             ));
         }
         env
     }
 
+    /// The data plane, once it answers; when it does not, the error says where it was looked
+    /// for (and, when nothing listens there, where `agentfleet dev` keeps its data).
     async fn connect(&self) -> anyhow::Result<RedisStore> {
         let store = self.store()?;
         match store.ping().await {

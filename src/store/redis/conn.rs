@@ -15,11 +15,11 @@ use futures::stream::{BoxStream, StreamExt as _};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 use tokio::sync::OnceCell;
 
-use super::keys::AgentKeys;
+use super::keys::{hash_tag, AgentKeys};
 use super::pubsub::Shards;
 use super::redis_err;
 use crate::store::consciousness::WindowState;
@@ -75,14 +75,20 @@ impl Conn {
         }
     }
 
-    /// Where `agent`'s wake signals go: its own channel on a cluster, on its slot;
-    /// [`WAKE_CHANNEL`] on one Redis.
-    pub(super) fn wake_channel(&self, agent: &AgentKeys) -> String {
-        if self.is_cluster() {
+    /// How a script signals `agent`'s wake, as its three arguments: the agent's `NS/NAME`
+    /// (the payload), the channel (the agent's own on a cluster, on its slot; [`WAKE_CHANNEL`]
+    /// on one Redis) and [`Conn::publish_command`].
+    pub(super) fn wake(&self, agent: &AgentKeys) -> Vec<String> {
+        let channel = if self.is_cluster() {
             agent.wake()
         } else {
             WAKE_CHANNEL.to_string()
-        }
+        };
+        vec![
+            agent.name().to_string(),
+            channel,
+            self.publish_command().to_string(),
+        ]
     }
 }
 
@@ -255,7 +261,7 @@ impl Connections {
         cmd.arg(wait.replicas).arg(ms);
         let got: u32 = match conn {
             Conn::Cluster(c) => {
-                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                let route = Route::new(slot_of(key), SlotAddr::Master);
                 let value = c
                     .route_command(
                         cmd,
@@ -463,13 +469,7 @@ fn cluster_version(version: &str) -> Result<(), StoreError> {
 
 /// The cluster slot of `key` (its hash tag's).
 fn slot_of(key: &str) -> u16 {
-    let tagged = key
-        .split_once('{')
-        .and_then(|(_, rest)| rest.split_once('}'))
-        .map(|(tag, _)| tag)
-        .filter(|tag| !tag.is_empty())
-        .unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(tagged.as_bytes()) % 16384
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).as_bytes()) % 16384
 }
 
 #[cfg(test)]

@@ -298,16 +298,19 @@ pub(super) fn agents_index() -> String {
     format!("{PREFIX}agents")
 }
 
+/// The hash tag of a key or channel: what Redis Cluster hashes to pick its slot (what stands
+/// between the first `{` and the next `}`, unless that is empty; else the whole name).
+pub(super) fn hash_tag(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key)
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-
-    /// The hash tag of a key: what Redis Cluster hashes to pick its slot.
-    pub(in crate::store) fn hash_tag(key: &str) -> &str {
-        key.split_once('{')
-            .and_then(|(_, rest)| rest.split_once('}'))
-            .map_or(key, |(tag, _)| tag)
-    }
 
     #[test]
     fn keys_of_one_space_share_a_hash_tag() {

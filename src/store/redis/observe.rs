@@ -198,10 +198,10 @@ impl Observe for RedisStore {
     }
 }
 
-/// The reads of one agent for [`Observe::observe`], all on its slot (15 replies).
 /// Replies per agent of [`observe_agent`].
 const ROW: usize = 15;
 
+/// The reads of one agent for [`Observe::observe`], all on its slot ([`ROW`] replies).
 fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
     pipe.llen(a.inbox())
         .llen(a.urgent())

@@ -133,17 +133,7 @@ impl Shards {
         channel: &str,
         op: &'static str,
     ) -> Result<BoxStream<'static, String>, StoreError> {
-        let (tx, fresh) = {
-            let mut routes = lock(&self.routes);
-            match routes.get(channel) {
-                Some(tx) => (tx.clone(), false),
-                None => {
-                    let tx = broadcast::channel(BACKLOG).0;
-                    routes.insert(channel.to_string(), tx.clone());
-                    (tx, true)
-                }
-            }
-        };
+        let (tx, fresh) = self.claim(channel, || broadcast::channel(BACKLOG).0);
         let held = Held {
             rx: Some(tx.subscribe()),
             channel: channel.to_string(),
@@ -179,12 +169,8 @@ impl Shards {
             return Ok(());
         }
         let channel = AgentKeys::new(agent).wake();
-        {
-            let mut routes = lock(&self.routes);
-            if routes.contains_key(&channel) {
-                return Ok(());
-            }
-            routes.insert(channel.clone(), self.wakes.clone());
+        if !self.claim(&channel, || self.wakes.clone()).1 {
+            return Ok(());
         }
         self.ssubscribe(&channel, "subscribe to wake signals").await
     }
@@ -199,6 +185,22 @@ impl Shards {
         conn.sunsubscribe(channel)
             .await
             .map_err(redis_err("unsubscribe from wake signals"))
+    }
+
+    /// Where `channel`'s messages go, routing it to `make()` when it is not routed yet; and
+    /// whether it was not (then it is to be subscribed).
+    fn claim(
+        &self,
+        channel: &str,
+        make: impl FnOnce() -> broadcast::Sender<String>,
+    ) -> (broadcast::Sender<String>, bool) {
+        let mut routes = lock(&self.routes);
+        if let Some(tx) = routes.get(channel) {
+            return (tx.clone(), false);
+        }
+        let tx = make();
+        routes.insert(channel.to_string(), tx.clone());
+        (tx, true)
     }
 
     async fn ssubscribe(&self, channel: &str, op: &'static str) -> Result<(), StoreError> {

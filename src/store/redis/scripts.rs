@@ -114,8 +114,7 @@ impl<'a> Event<'a> {
 
 /// `push.lua`: queues `event` in `agent`'s inbox unless its id was seen.
 /// KEYS: inbox, urgent, ids, state, lease. ARGV: id, JSON, urgent, time, [`SEEN_IDS`], the
-/// agent's `NS/NAME`, its wake channel and the publish command ([`Conn::wake_channel`],
-/// [`Conn::publish_command`]).
+/// agent's `NS/NAME`, its wake channel and the publish command ([`Conn::wake`]).
 pub(super) async fn push(
     conn: &mut Conn,
     agent: &AgentKeys,
@@ -132,9 +131,7 @@ pub(super) async fn push(
         .arg(flag(event.event.urgent))
         .arg(event.event.time_ms)
         .arg(SEEN_IDS)
-        .arg(agent.name())
-        .arg(conn.wake_channel(agent))
-        .arg(conn.publish_command())
+        .arg(conn.wake(agent))
         .invoke_async(conn)
         .await
         .map_err(redis_err("push event"))?;
@@ -173,9 +170,7 @@ pub(super) async fn mark_plan(
             .arg(flag(e.event.urgent))
             .arg(e.event.time_ms)
             .arg(SEEN_IDS)
-            .arg(agent.name())
-            .arg(conn.wake_channel(agent))
-            .arg(conn.publish_command());
+            .arg(conn.wake(agent));
     }
     let (marked, queued, woke): (u8, u8, u8) = invocation
         .invoke_async(conn)
@@ -328,9 +323,7 @@ pub(super) async fn release(
         .key(agent.inflight())
         .key(agent.state())
         .arg(lease_value(lease))
-        .arg(agent.name())
-        .arg(conn.wake_channel(agent))
-        .arg(conn.publish_command())
+        .arg(conn.wake(agent))
         .invoke_async::<u8>(conn)
         .await
         .map_err(redis_err("release lease"))?;
@@ -529,9 +522,7 @@ pub(super) async fn complete_call(
         .arg(flag(event.event.urgent))
         .arg(event.event.time_ms)
         .arg(SEEN_IDS)
-        .arg(agent.name())
-        .arg(conn.wake_channel(agent))
-        .arg(conn.publish_command())
+        .arg(conn.wake(agent))
         .invoke_async(conn)
         .await
         .map_err(redis_err("complete call"))?;
