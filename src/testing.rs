@@ -5,14 +5,15 @@
 #![doc(hidden)]
 
 pub mod cluster;
+pub mod ports;
 pub mod s3;
 pub mod secure;
 
 pub use self::cluster::RedisCluster;
+pub use self::ports::{free_port, spawn_on_free_ports};
 pub use self::s3::S3Server;
 pub use self::secure::{SecureRedis, Secured};
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -51,6 +52,17 @@ fn spawn(port: u16, dir: &std::path::Path, persistent: bool) -> Result<Child, St
         })
 }
 
+/// Whether a plain `redis-server` on `port` answers `PING`.
+fn answers_ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
 impl RedisServer {
     /// Starts `redis-server` (from `PATH`) on a free port with persistence off, and waits until
     /// it accepts connections.
@@ -65,28 +77,35 @@ impl RedisServer {
     }
 
     fn start_with(persistent: bool) -> Result<Self, String> {
-        // A free port can be taken by another test's server before this one binds it: then
-        // the server exits at once, and another port is tried.
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port()?;
-            let dir = std::env::temp_dir()
-                .join(format!("agentfleet-redis-{}-{port}", std::process::id()));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-            let child = spawn(port, &dir, persistent)?;
-            let mut server = Self {
-                child,
-                port,
-                dir,
-                persistent,
-            };
-            match server.wait_ready() {
-                Ok(()) => return Ok(server),
-                Err(e) => last = e,
+        let dir_of = |port: u16| {
+            std::env::temp_dir().join(format!("agentfleet-redis-{}-{port}", std::process::id()))
+        };
+        // The directory of the last start, removed when that start failed.
+        let mut last: Option<PathBuf> = None;
+        let started = spawn_on_free_ports(
+            "redis-server",
+            |[port]| {
+                let dir = dir_of(port);
+                if let Some(failed) = last.replace(dir.clone()) {
+                    let _ = std::fs::remove_dir_all(failed);
+                }
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+                spawn(port, &dir, persistent)
+            },
+            answers_ping,
+        );
+        let (child, [port]) = started.inspect_err(|_| {
+            if let Some(failed) = &last {
+                let _ = std::fs::remove_dir_all(failed);
             }
-        }
-        Err(last)
+        })?;
+        Ok(Self {
+            child,
+            port,
+            dir: dir_of(port),
+            persistent,
+        })
     }
 
     /// Kills the server as `kill -9` would (no chance to save anything).
@@ -99,33 +118,7 @@ impl RedisServer {
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill();
         self.child = spawn(self.port, &self.dir, self.persistent)?;
-        self.wait_ready()
-    }
-
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let port = self.port;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-                use std::io::{Read, Write};
-                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                let mut buf = [0u8; 7];
-                if s.write_all(b"PING\r\n").is_ok()
-                    && s.read_exact(&mut buf).is_ok()
-                    && &buf == b"+PONG\r\n"
-                {
-                    return Ok(());
-                }
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("redis-server exited at start: {status}"));
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                return Err("redis-server did not answer within 10s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        ports::wait_ready("redis-server", &mut self.child, self.port, answers_ping)
     }
 
     /// The server's URL.
@@ -191,14 +184,6 @@ pub fn space_record(
         max_messages: 1000,
         loop_guard: Default::default(),
     }
-}
-
-/// A TCP port on 127.0.0.1 that nothing listens on right now.
-pub fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
 }
 
 /// The conversation of a chat completions request body as [`MockModel`] received it: its

@@ -512,7 +512,6 @@ impl Drop for Prometheus {
 impl Prometheus {
     async fn start(target: &str, rules: &Path) -> Prometheus {
         let bin = tool("prometheus", "apt-get install -y prometheus");
-        let port = agentfleet::testing::free_port().unwrap();
         let dir =
             std::env::temp_dir().join(format!("agentfleet-prometheus-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -522,21 +521,32 @@ impl Prometheus {
             rules.display()
         );
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
-        let child = Command::new(bin)
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("log")).unwrap())
-            .spawn()
-            .unwrap();
+        let (child, [port]) = agentfleet::testing::spawn_on_free_ports(
+            "prometheus",
+            |[port]| {
+                Command::new(&bin)
+                    .arg(format!(
+                        "--config.file={}",
+                        dir.join("prometheus.yml").display()
+                    ))
+                    .arg(format!(
+                        "--storage.tsdb.path={}",
+                        dir.join("data").display()
+                    ))
+                    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                    .arg("--log.level=warn")
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(dir.join("log")).map_err(|e| e.to_string())?)
+                    .spawn()
+                    .map_err(|e| e.to_string())
+            },
+            // Listening; ready (its rules loaded) is waited for below.
+            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        )
+        .unwrap_or_else(|e| {
+            let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+            panic!("{e}:\n{log}")
+        });
         let mut p = Prometheus {
             child,
             url: format!("http://127.0.0.1:{port}"),

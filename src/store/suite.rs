@@ -2060,31 +2060,38 @@ struct ClusterNode {
 
 impl ClusterNode {
     fn start() -> Self {
-        let port = crate::testing::free_port().unwrap();
-        let dir =
-            std::env::temp_dir().join(format!("agentfleet-cluster-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ])
-            // The bus on a free port (by default the port + 10000, which another test may
-            // have been given).
-            .args([
-                "--cluster-port",
-                &crate::testing::free_port().unwrap().to_string(),
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (Debian: apt-get install -y redis-server)");
+        let dir_of = |port: u16| {
+            std::env::temp_dir().join(format!("agentfleet-cluster-{}-{port}", std::process::id()))
+        };
+        let (child, [port, _]) = crate::testing::spawn_on_free_ports(
+            "cluster node",
+            |[port, bus]| {
+                std::fs::create_dir_all(dir_of(port)).map_err(|e| e.to_string())?;
+                std::process::Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .args([
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                    ])
+                    // The bus on a free port (by default the port + 10000, which another
+                    // test may have been given).
+                    .args(["--cluster-port", &bus.to_string()])
+                    .arg("--dir")
+                    .arg(dir_of(port))
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|e| {
+                        format!("redis-server (Debian: apt-get install -y redis-server): {e}")
+                    })
+            },
+            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        )
+        .unwrap();
+        let dir = dir_of(port);
         let node = Self { child, port, dir };
         let client = ::redis::Client::open(node.url()).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -2712,16 +2719,9 @@ async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
         }
-        let log: Vec<String> = store
-            .read_messages(
-                &family,
-                &ReadQuery {
-                    limit: 100,
-                    ..Default::default()
-                },
-            )
+        // Ten posts at most: `recent` reads them all.
+        let log: Vec<String> = recent(&store, &family)
             .await
-            .unwrap()
             .into_iter()
             .map(|m| m.text)
             .collect();

@@ -53,17 +53,16 @@ impl RedisCluster {
             cli,
         };
         for _ in 0..6 {
-            let port = super::free_port()?;
-            let bus = super::free_port()?;
-            let child = cluster.spawn(port, bus)?;
+            let (child, [port, bus]) = super::spawn_on_free_ports(
+                "cluster node",
+                |[port, bus]| cluster.spawn(port, bus),
+                |port| secure::answers(&cluster.cli, port, &["PING"], |r| r.contains("PONG")),
+            )?;
             cluster.nodes.push(Node {
                 child: Some(child),
                 port,
                 bus,
             });
-        }
-        for node in &cluster.nodes {
-            cluster.wait_for(node.port, "PING", |r| r.contains("PONG"))?;
         }
         let addresses: Vec<String> = cluster
             .nodes

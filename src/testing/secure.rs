@@ -196,21 +196,27 @@ pub struct SecureRedis {
 impl SecureRedis {
     /// Starts it on a free port and waits until the administrator's `PING` is answered.
     pub fn start(secured: &Secured) -> Result<Self, String> {
-        let port = super::free_port()?;
-        let child = Command::new("redis-server")
-            .args(secured.server_args(port))
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(std::env::temp_dir())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-server ({e}); Debian: apt-get install -y redis-server")
-            })?;
-        let server = Self { child, port };
-        wait_for(&secured.cli_args(), port, &["PING"], |r| r.contains("PONG"))?;
-        Ok(server)
+        let cli = secured.cli_args();
+        let (child, [port]) = super::spawn_on_free_ports(
+            "redis-server (TLS)",
+            |[port]| {
+                Command::new("redis-server")
+                    .args(secured.server_args(port))
+                    .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                    .arg("--dir")
+                    .arg(std::env::temp_dir())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| {
+                        format!(
+                            "cannot start redis-server ({e}); Debian: apt-get install -y redis-server"
+                        )
+                    })
+            },
+            |port| answers(&cli, port, &["PING"], |r| r.contains("PONG")),
+        )?;
+        Ok(Self { child, port })
     }
 
     /// Its port (TLS).
@@ -241,6 +247,11 @@ pub(super) fn query(cli: &[String], port: u16, args: &[&str]) -> Result<String, 
         .output()
         .map_err(|e| format!("redis-cli: {e}"))?;
     Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Whether the node on `port` answers `args` with what `ok` accepts.
+pub(super) fn answers(cli: &[String], port: u16, args: &[&str], ok: impl Fn(&str) -> bool) -> bool {
+    query(cli, port, args).is_ok_and(|reply| ok(&reply))
 }
 
 /// Waits up to 20 s for the node on `port` to answer `args` with what `ok` accepts.
