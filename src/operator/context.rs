@@ -25,7 +25,7 @@ use crate::telemetry::OperatorMetrics;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The Kubernetes API refused or failed a request.
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", kube_text(.0))]
     Kube(kube::Error),
     /// The data plane failed.
     #[error("data plane: {0}")]
@@ -43,8 +43,31 @@ pub enum Error {
     #[error("{0}")]
     CleanupPending(String),
     /// Adding or removing a finalizer failed.
-    #[error("finalizer: {0}")]
+    #[error("{}", finalizer_text(.0))]
     Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// A Kubernetes client error in one line: an API refusal as its code, reason and message
+/// (kube's own text repeats the whole `Status` as debug output).
+fn kube_text(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            format!("{} {}: {}", status.code, status.reason, status.message)
+        }
+        other => crate::report::chain(other),
+    }
+}
+
+fn finalizer_text(error: &kube::runtime::finalizer::Error<Error>) -> String {
+    use kube::runtime::finalizer::Error as F;
+    match error {
+        F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.to_string(),
+        F::AddFinalizer(e) => format!("adding the finalizer: Kubernetes API: {}", kube_text(e)),
+        F::RemoveFinalizer(e) => {
+            format!("removing the finalizer: Kubernetes API: {}", kube_text(e))
+        }
+        other => format!("finalizer: {other}"),
+    }
 }
 
 // By hand, not `#[from]`: `#[from]` would also make the wrapped error the source.
@@ -64,6 +87,7 @@ impl Error {
     /// A bounded label for metrics (never the error's text).
     pub fn category(&self) -> &'static str {
         match self {
+            Error::Kube(_) if self.is_stale() => "stale",
             Error::Kube(kube::Error::Api(_)) => "kube_api",
             Error::Kube(_) => "kube_client",
             Error::Store(e) => e.category(),
@@ -74,8 +98,31 @@ impl Error {
             Error::Finalizer(e) => match e.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(inner)
                 | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner.category(),
+                _ if self.is_stale() => "stale",
                 _ => "finalizer",
             },
+        }
+    }
+
+    /// Whether the reconcile acted on an object older than the server's (a write conflict,
+    /// or a finalizer patch whose precondition no longer held): the cache catches up and the
+    /// retry succeeds, so it is no failure to warn about.
+    pub fn is_stale(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        let conflict = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 409);
+        match self {
+            Error::Kube(e) => conflict(e),
+            Error::Finalizer(f) => match f.as_ref() {
+                // Adding or removing tests the finalizers as read (a JSON patch `test`): a
+                // failed test is 422; an object already gone (404) was finished by another
+                // reconcile.
+                F::AddFinalizer(e) | F::RemoveFinalizer(e) => {
+                    matches!(e, kube::Error::Api(s) if matches!(s.code, 404 | 409 | 422))
+                }
+                F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner.is_stale(),
+                _ => false,
+            },
+            _ => false,
         }
     }
 }
@@ -244,7 +291,11 @@ impl Context {
 mod tests {
     use std::time::Duration;
 
+    use kube::runtime::finalizer::Error as F;
+
+    use super::Error;
     use crate::operator::tests::context;
+
     #[tokio::test]
     async fn every_reconcile_waiting_for_the_caches_is_woken() {
         let h = context(vec![], vec![], false);
@@ -268,5 +319,63 @@ mod tests {
                 .unwrap()
                 .unwrap();
         }
+    }
+
+    fn api(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, reason)
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    /// Adding a finalizer to an object read before another reconcile added it fails the
+    /// patch's test (422): stale, said in one line without kube's debug dump.
+    #[test]
+    fn a_finalizer_added_to_a_stale_object_is_stale_and_said_in_one_line() {
+        let message = "the server rejected our request due to an error in our request";
+        let e = Error::Finalizer(Box::new(F::AddFinalizer(api(422, "Invalid", message))));
+        assert!(e.is_stale());
+        assert_eq!(e.category(), "stale");
+        assert_eq!(
+            crate::report::chain(&e),
+            format!("adding the finalizer: Kubernetes API: 422 Invalid: {message}")
+        );
+        let gone = api(
+            404,
+            "NotFound",
+            "spaces.agentfleet.dev \"family\" not found",
+        );
+        assert!(Error::Finalizer(Box::new(F::RemoveFinalizer(gone))).is_stale());
+        let conflict = Error::Kube(api(409, "Conflict", "the object has been modified"));
+        assert!(conflict.is_stale());
+        assert_eq!(conflict.category(), "stale");
+    }
+
+    /// Real refusals stay failures, their cause said once.
+    #[test]
+    fn other_refusals_are_failures_said_once() {
+        let e = Error::Kube(api(403, "Forbidden", "deployments.apps is forbidden"));
+        assert!(!e.is_stale());
+        assert_eq!(e.category(), "kube_api");
+        assert_eq!(
+            crate::report::chain(&e),
+            "Kubernetes API: 403 Forbidden: deployments.apps is forbidden"
+        );
+        let inner = Error::CleanupPending("the data plane is unreachable".into());
+        let wrapped = Error::Finalizer(Box::new(F::CleanupFailed(inner)));
+        assert!(!wrapped.is_stale());
+        assert_eq!(wrapped.category(), "cleanup_pending");
+        assert_eq!(
+            crate::report::chain(&wrapped),
+            "the data plane is unreachable"
+        );
+        let removing = Error::Finalizer(Box::new(F::RemoveFinalizer(api(
+            500,
+            "InternalError",
+            "etcd timed out",
+        ))));
+        assert!(!removing.is_stale());
+        assert_eq!(removing.category(), "finalizer");
     }
 }

@@ -13,7 +13,7 @@ use kube::runtime::reflector;
 use kube::runtime::{predicates, watcher, Controller, Predicate, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::context::{Config, Context, Error};
 use super::dataplane::cluster::KubeCluster;
@@ -100,11 +100,7 @@ pub async fn run_controllers(
                 error_policy("agent"),
                 ctx.clone(),
             )
-            .for_each(|res| async move {
-                if let Err(e) = res {
-                    warn!(error = %crate::report::chain(&e), "agent controller");
-                }
-            })
+            .for_each(|res| async move { report("agent", res) })
     };
     let changes = Arc::new(MembershipChanges::default());
     let spaces = {
@@ -120,11 +116,7 @@ pub async fn run_controllers(
                 error_policy("space"),
                 ctx.clone(),
             )
-            .for_each(|res| async move {
-                if let Err(e) = res {
-                    warn!(error = %crate::report::chain(&e), "space controller");
-                }
-            })
+            .for_each(|res| async move { report("space", res) })
     };
     let synced = {
         let health = health.clone();
@@ -212,14 +204,40 @@ where
     result
 }
 
-/// Requeues a failed object after its backoff ([`Context::retry_after`]).
+/// Requeues a failed object after its backoff ([`Context::retry_after`]), saying why once: a
+/// warning, or a debug line when the object had merely changed since it was read.
 fn error_policy<K: ResourceExt>(
     controller: &'static str,
 ) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
     move |obj, error, ctx| {
         let delay = ctx.retry_after(backoff_key(controller, obj.as_ref()), error);
-        warn!(%controller, object = %obj.name_any(), error = %crate::report::chain(error), retry_in = ?delay, "reconcile failed");
+        let error_text = crate::report::chain(error);
+        if error.is_stale() {
+            debug!(%controller, object = %obj.name_any(), error = %error_text, retry_in = ?delay, "object changed since it was read; reconciling again");
+        } else {
+            warn!(%controller, object = %obj.name_any(), error = %error_text, retry_in = ?delay, "reconcile failed");
+        }
         Action::requeue(delay)
+    }
+}
+
+/// What a controller's run says beyond its reconciles: a failed reconcile was already said by
+/// [`error_policy`] (not again here), an object gone before its turn is expected; the
+/// controller's own failures are warnings.
+fn report<K: Resource, QueueError: std::error::Error + 'static>(
+    controller: &'static str,
+    result: Result<
+        (kube::runtime::reflector::ObjectRef<K>, Action),
+        kube::runtime::controller::Error<Error, QueueError>,
+    >,
+) {
+    use kube::runtime::controller::Error as E;
+    match result {
+        Ok(_) | Err(E::ReconcilerFailed(..)) => {}
+        Err(E::ObjectNotFound(object)) => {
+            debug!(%controller, %object, "object gone before its reconcile");
+        }
+        Err(e) => warn!(%controller, error = %crate::report::chain(&e), "controller"),
     }
 }
 
