@@ -118,42 +118,11 @@ async fn posts(url: &str, wait_replicas: Option<u32>) -> f64 {
         .map(|n| ("AGENTFLEET_REDIS_WAIT_REPLICAS", n.as_str()))
         .collect();
     let gateway = common::Gateway::start(url, TOKEN, &env).await;
-    let base = gateway.base.clone();
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(POSTERS * 2)
-        .build()
-        .unwrap();
-    let next = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let posters: Vec<_> = (0..POSTERS)
-        .map(|_| {
-            let (http, base, next) = (http.clone(), base.clone(), next.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= POSTS {
-                        break;
-                    }
-                    let resp = http
-                        .post(format!(
-                            "{base}/v1/spaces/bench/space-{}/messages",
-                            i % SPACES
-                        ))
-                        .bearer_auth(TOKEN)
-                        .json(&json!({"text": format!("load message {i}")}))
-                        .send()
-                        .await
-                        .unwrap();
-                    assert_eq!(resp.status(), 201);
-                    let _ = resp.bytes().await.unwrap();
-                }
-            })
+    let elapsed = gateway
+        .post_load(TOKEN, POSTS, POSTERS, |i| {
+            format!("bench/space-{}", i % SPACES)
         })
-        .collect();
-    for p in posters {
-        p.await.unwrap();
-    }
-    let elapsed = start.elapsed();
+        .await;
     let depth = store
         .inbox_depth(&AgentKey::new("bench", "s3-agent-7"))
         .await

@@ -63,35 +63,9 @@ async fn main() {
     );
 
     // 1. Throughput with fan-out to 10 agents.
-    let next = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let mut posters = Vec::new();
-    for _ in 0..POSTERS {
-        let http = http.clone();
-        let url = post_url.clone();
-        let next = next.clone();
-        posters.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= POSTS {
-                    break;
-                }
-                let resp = http
-                    .post(&url)
-                    .bearer_auth(TOKEN)
-                    .json(&json!({"text": format!("load message {i}")}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 201);
-                let _ = resp.bytes().await.unwrap();
-            }
-        }));
-    }
-    for p in posters {
-        p.await.unwrap();
-    }
-    let elapsed = start.elapsed();
+    let elapsed = gateway
+        .post_load(TOKEN, POSTS, POSTERS, |_| "bench/load".to_string())
+        .await;
     let depth = store
         .inbox_depth(&AgentKey::new("bench", "agent-7"))
         .await

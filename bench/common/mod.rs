@@ -156,6 +156,52 @@ impl Gateway {
     pub fn pid(&self) -> u32 {
         self.process.0.id()
     }
+
+    /// Posts `posts` messages (`load message I`) with `token` from `posters` keep-alive clients
+    /// at once, message `i` to the space `space(i)` (`NAMESPACE/NAME`), each answered 201;
+    /// how long they took.
+    pub async fn post_load(
+        &self,
+        token: &str,
+        posts: usize,
+        posters: usize,
+        space: impl Fn(usize) -> String + Send + Sync + 'static,
+    ) -> Duration {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(posters * 2)
+            .build()
+            .unwrap();
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let space = std::sync::Arc::new(space);
+        let start = std::time::Instant::now();
+        let posters: Vec<_> = (0..posters)
+            .map(|_| {
+                let (http, next, space) = (http.clone(), next.clone(), space.clone());
+                let (base, token) = (self.base.clone(), token.to_string());
+                tokio::spawn(async move {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= posts {
+                            break;
+                        }
+                        let resp = http
+                            .post(format!("{base}/v1/spaces/{}/messages", space(i)))
+                            .bearer_auth(&token)
+                            .json(&json!({"text": format!("load message {i}")}))
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(resp.status(), 201);
+                        let _ = resp.bytes().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for p in posters {
+            p.await.unwrap();
+        }
+        start.elapsed()
+    }
 }
 
 impl Drop for Gateway {
