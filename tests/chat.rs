@@ -13,7 +13,7 @@ use agentfleet::crd::{MemberKind, ResolvedMember};
 use agentfleet::gateway::auth::hash_token;
 use agentfleet::membership::SpaceKey;
 use agentfleet::store::{prelude::*, LiveEvent, RedisStore, Sender, SpaceRecord};
-use agentfleet::testing::{free_port, RedisServer};
+use agentfleet::testing::{spawn_on_free_ports, RedisServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
 const HUSAM: &str = "tok-husam";
@@ -125,7 +125,7 @@ impl Fixture {
             store,
             dir,
             tokens,
-            port: free_port().unwrap(),
+            port: 0,
             gateway: None,
         };
         f.start_gateway().await;
@@ -136,16 +136,33 @@ impl Fixture {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    async fn start_gateway(&mut self) {
-        let child = Command::new(BIN)
+    fn spawn_gateway(&self, port: u16) -> Result<Child, String> {
+        Command::new(BIN)
             .args(["gateway", "--tokens"])
             .arg(&self.tokens)
             .args(["--redis", &self.redis.url()])
-            .args(["--addr", &format!("127.0.0.1:{}", self.port)])
+            .args(["--addr", &format!("127.0.0.1:{port}")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
+            .map_err(|e| e.to_string())
+    }
+
+    /// Starts the gateway: the first time on a free port (another if it was taken
+    /// meanwhile), again on the same port after that.
+    async fn start_gateway(&mut self) {
+        let child = if self.port == 0 {
+            let (child, [port]) = spawn_on_free_ports(
+                "agentfleet gateway",
+                |[port]| self.spawn_gateway(port),
+                |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            )
             .unwrap();
+            self.port = port;
+            child
+        } else {
+            self.spawn_gateway(self.port).unwrap()
+        };
         self.gateway = Some(Reaped(child));
         let http = reqwest::Client::new();
         let start = Instant::now();

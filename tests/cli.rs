@@ -114,22 +114,27 @@ async fn worker_binary_and_operator_tools() {
         "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: assistant, namespace: fam}\nspec:\n  model: {provider: scripted, name: assistant}\n  spaces: [family]\n",
     )
     .unwrap();
-    let port = free_port().unwrap();
-    let mut worker = Worker(
-        Command::new(BIN)
-            .args([
-                "worker",
-                "--agent",
-                manifest.to_str().unwrap(),
-                "--metrics-addr",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .env("AGENTFLEET_REDIS_URL", &url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (child, [port]) = agentfleet::testing::spawn_on_free_ports(
+        "agentfleet worker",
+        |[port]| {
+            Command::new(BIN)
+                .args([
+                    "worker",
+                    "--agent",
+                    manifest.to_str().unwrap(),
+                    "--metrics-addr",
+                    &format!("127.0.0.1:{port}"),
+                ])
+                .env("AGENTFLEET_REDIS_URL", &url)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| e.to_string())
+        },
+        |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    )
+    .unwrap();
+    let mut worker = Worker(child);
     wait_for("the worker to be ready", || {
         http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     });

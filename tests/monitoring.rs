@@ -869,17 +869,23 @@ async fn the_gateway_says_whether_it_reaches_redis() {
     let dir = std::env::temp_dir().join(format!("agentfleet-gateway-up-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("tokens.yaml"), "tokens: []\n").unwrap();
-    let port = agentfleet::testing::free_port().unwrap();
-    let child = Command::new(support::bin())
-        .arg("gateway")
-        .arg("--tokens")
-        .arg(dir.join("tokens.yaml"))
-        .args(["--redis", &redis.url()])
-        .args(["--addr", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (child, [port]) = agentfleet::testing::spawn_on_free_ports(
+        "agentfleet gateway",
+        |[port]| {
+            Command::new(support::bin())
+                .arg("gateway")
+                .arg("--tokens")
+                .arg(dir.join("tokens.yaml"))
+                .args(["--redis", &redis.url()])
+                .args(["--addr", &format!("127.0.0.1:{port}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| e.to_string())
+        },
+        |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    )
+    .unwrap();
     struct Killed(Child);
     impl Drop for Killed {
         fn drop(&mut self) {
