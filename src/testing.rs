@@ -10,7 +10,7 @@ pub mod s3;
 pub mod secure;
 
 pub use self::cluster::RedisCluster;
-pub use self::ports::{free_port, spawn_on_free_ports};
+pub use self::ports::{free_port, listening, spawn_on_free_ports};
 pub use self::s3::S3Server;
 pub use self::secure::{SecureRedis, Secured};
 
@@ -77,33 +77,25 @@ impl RedisServer {
     }
 
     fn start_with(persistent: bool) -> Result<Self, String> {
-        let dir_of = |port: u16| {
-            std::env::temp_dir().join(format!("agentfleet-redis-{}-{port}", std::process::id()))
-        };
-        // The directory of the last start, removed when that start failed.
-        let mut last: Option<PathBuf> = None;
+        // One directory for every start (one that exits at start writes nothing there).
+        let dir = std::env::temp_dir().join(format!(
+            "agentfleet-redis-{}-{}",
+            std::process::id(),
+            free_port()?
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let started = spawn_on_free_ports(
             "redis-server",
-            |[port]| {
-                let dir = dir_of(port);
-                if let Some(failed) = last.replace(dir.clone()) {
-                    let _ = std::fs::remove_dir_all(failed);
-                }
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-                spawn(port, &dir, persistent)
-            },
+            |[port]| spawn(port, &dir, persistent),
             answers_ping,
         );
         let (child, [port]) = started.inspect_err(|_| {
-            if let Some(failed) = &last {
-                let _ = std::fs::remove_dir_all(failed);
-            }
+            let _ = std::fs::remove_dir_all(&dir);
         })?;
         Ok(Self {
             child,
             port,
-            dir: dir_of(port),
+            dir,
             persistent,
         })
     }

@@ -155,7 +155,7 @@ impl Fixture {
             let (child, [port]) = spawn_on_free_ports(
                 "agentfleet gateway",
                 |[port]| self.spawn_gateway(port),
-                |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+                agentfleet::testing::listening,
             )
             .unwrap();
             self.port = port;

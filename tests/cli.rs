@@ -131,7 +131,7 @@ async fn worker_binary_and_operator_tools() {
                 .spawn()
                 .map_err(|e| e.to_string())
         },
-        |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        agentfleet::testing::listening,
     )
     .unwrap();
     let mut worker = Worker(child);

@@ -541,7 +541,7 @@ impl Prometheus {
                     .map_err(|e| e.to_string())
             },
             // Listening; ready (its rules loaded) is waited for below.
-            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            agentfleet::testing::listening,
         )
         .unwrap_or_else(|e| {
             let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
@@ -883,7 +883,7 @@ async fn the_gateway_says_whether_it_reaches_redis() {
                 .spawn()
                 .map_err(|e| e.to_string())
         },
-        |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        agentfleet::testing::listening,
     )
     .unwrap();
     struct Killed(Child);

@@ -2060,13 +2060,15 @@ struct ClusterNode {
 
 impl ClusterNode {
     fn start() -> Self {
-        let dir_of = |port: u16| {
-            std::env::temp_dir().join(format!("agentfleet-cluster-{}-{port}", std::process::id()))
-        };
+        let dir = std::env::temp_dir().join(format!(
+            "agentfleet-cluster-{}-{}",
+            std::process::id(),
+            crate::testing::free_port().unwrap()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
         let (child, [port, _]) = crate::testing::spawn_on_free_ports(
             "cluster node",
             |[port, bus]| {
-                std::fs::create_dir_all(dir_of(port)).map_err(|e| e.to_string())?;
                 std::process::Command::new("redis-server")
                     .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                     .args(["--save", "", "--appendonly", "no"])
@@ -2080,7 +2082,7 @@ impl ClusterNode {
                     // test may have been given).
                     .args(["--cluster-port", &bus.to_string()])
                     .arg("--dir")
-                    .arg(dir_of(port))
+                    .arg(&dir)
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .spawn()
@@ -2088,10 +2090,9 @@ impl ClusterNode {
                         format!("redis-server (Debian: apt-get install -y redis-server): {e}")
                     })
             },
-            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            crate::testing::listening,
         )
         .unwrap();
-        let dir = dir_of(port);
         let node = Self { child, port, dir };
         let client = ::redis::Client::open(node.url()).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -56,7 +56,7 @@ impl RedisCluster {
             let (child, [port, bus]) = super::spawn_on_free_ports(
                 "cluster node",
                 |[port, bus]| cluster.spawn(port, bus),
-                |port| secure::answers(&cluster.cli, port, &["PING"], |r| r.contains("PONG")),
+                |port| secure::answers_ping(&cluster.cli, port),
             )?;
             cluster.nodes.push(Node {
                 child: Some(child),

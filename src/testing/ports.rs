@@ -21,6 +21,12 @@ pub fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free port: {e}"))
 }
 
+/// Whether something accepts connections on 127.0.0.1:`port` (the readiness of a server
+/// that needs no more).
+pub fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
 /// Starts a server with `spawn` on `N` free ports until it stays up and `ready` accepts the
 /// first port (up to 20 s); its process and ports. A server that exits at start (a port was
 /// taken meanwhile) is started again on fresh ports, up to five times; one that stays up but
@@ -126,7 +132,7 @@ mod tests {
                     .spawn()
                     .map_err(|e| e.to_string())
             },
-            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            listening,
         )
         .unwrap();
         assert_eq!(starts, 2);

@@ -214,7 +214,7 @@ impl SecureRedis {
                         )
                     })
             },
-            |port| answers(&cli, port, &["PING"], |r| r.contains("PONG")),
+            |port| answers_ping(&cli, port),
         )?;
         Ok(Self { child, port })
     }
@@ -249,9 +249,9 @@ pub(super) fn query(cli: &[String], port: u16, args: &[&str]) -> Result<String, 
     Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
-/// Whether the node on `port` answers `args` with what `ok` accepts.
-pub(super) fn answers(cli: &[String], port: u16, args: &[&str], ok: impl Fn(&str) -> bool) -> bool {
-    query(cli, port, args).is_ok_and(|reply| ok(&reply))
+/// Whether the node on `port` answers `PING`.
+pub(super) fn answers_ping(cli: &[String], port: u16) -> bool {
+    query(cli, port, &["PING"]).is_ok_and(|reply| reply.contains("PONG"))
 }
 
 /// Waits up to 20 s for the node on `port` to answer `args` with what `ok` accepts.
