@@ -53,6 +53,17 @@ pub fn parse_namespaced(what: &str, s: &str) -> Result<(String, String), String>
     Ok((ns.to_string(), name.to_string()))
 }
 
+/// `text`, at most `max` characters of it (an ellipsis, counted, says it was cut): for text
+/// from outside (a server's error, a model's words) in what the system says.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// At most 64 characters of `s` (with `…` when cut), for quoting user input in messages.
 pub fn shorten(s: &str) -> String {
     const MAX: usize = 64;

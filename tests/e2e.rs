@@ -1185,6 +1185,7 @@ spec:
         source: source.into(),
         ready: error.is_none(),
         last_error: error.map(str::to_string),
+        note: None,
     };
     store
         .set_tools(

@@ -28,23 +28,13 @@ pub(super) fn request(event: &str, data: &str) -> Option<ToolRequestEvent> {
 pub(super) fn line(r: &ToolRequestEvent) -> String {
     let who = &r.sender.name;
     let tool = &r.tool;
-    let args = cut(&r.arguments.to_string(), ARGUMENT_CHARS);
+    let args = crate::names::cut(&r.arguments.to_string(), ARGUMENT_CHARS);
     let id = &r.call_id;
     if r.kind == "interactive" {
         format!("? {who} asks for {tool} {args} — /answer {id} {{json}}")
     } else {
         format!("? {who} asks to run {tool} {args} — /approve {id} [reason] or /deny {id} REASON")
     }
-}
-
-/// `text` cut after `max` characters (then `…`).
-fn cut(text: &str, max: usize) -> String {
-    let mut chars = text.chars();
-    let mut out: String = chars.by_ref().take(max).collect();
-    if chars.next().is_some() {
-        out.push('…');
-    }
-    out
 }
 
 /// What a typed line asks for.

@@ -401,7 +401,7 @@ pub struct AgentStatus {
     /// (the model's API key Secret), `ToolsConfigured` (the tools' `headersFrom` Secrets exist),
     /// `SpacesResolved`; from what the worker reports, `ModelAvailable` (its model answers) and
     /// `ToolsReady` (every tool in `tools` can be called; else why not: `SecretUnavailable`,
-    /// `McpUnreachable`, `ToolUnavailable`); while a deleted Agent waits for its data to be
+    /// `OverLimit`, `McpUnreachable`, `ToolUnavailable`); while a deleted Agent waits for its data to be
     /// removed, `DataPlaneCleanup`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

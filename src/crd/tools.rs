@@ -305,10 +305,115 @@ pub struct McpServerSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub require_approval: Vec<String>,
+
+    /// Bounds on what the server may send. Over a bound of its tool list the server offers
+    /// no tools (`status.tools` and `ToolsReady` say which bound); tools beyond `maxTools` are
+    /// not offered and long descriptions are cut (`status.tools` says so). Nothing else of
+    /// the agent is affected.
+    #[serde(default, skip_serializing_if = "McpLimits::is_default")]
+    pub limits: McpLimits,
+}
+
+/// Bounds on one MCP server (each has a default; see the fields).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpLimits {
+    /// The most pages (`tools/list` answers followed by their cursor) one listing of the
+    /// server's tools may take; a server that pages on longer offers no tools.
+    #[serde(default = "default_max_list_pages")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_list_pages: u32,
+
+    /// The most tools one listing may hold, every page together and before the allowlist
+    /// (`tools`); a server that lists more offers no tools.
+    #[serde(default = "default_max_listed_tools")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_listed_tools: u32,
+
+    /// The most bytes one listing may hold (every page together, its tools as JSON); a
+    /// server that lists more offers no tools. A single answer of the server (a page, or the
+    /// result of a call) is refused beyond this or 4 MiB, whichever is larger.
+    #[serde(default = "default_max_list_bytes")]
+    #[schemars(range(min = 1024, max = 67108864))]
+    pub max_list_bytes: u32,
+
+    /// The most of its tools offered to the model, in the order the server lists them (model
+    /// providers refuse more than 128 tools in all); the rest are in `status.tools` as not
+    /// offered. Choose which with the allowlist (`tools`).
+    #[serde(default = "default_max_tools")]
+    #[schemars(range(min = 1, max = 128))]
+    pub max_tools: u32,
+
+    /// The longest description of a tool the model is shown, in bytes; a longer one is cut
+    /// (`status.tools` notes it).
+    #[serde(default = "default_max_description_bytes")]
+    #[schemars(range(min = 64, max = 65536))]
+    pub max_description_bytes: u32,
+
+    /// The longest input schema of a tool, in bytes of JSON; a tool with a longer one is not
+    /// offered.
+    #[serde(default = "default_max_schema_bytes")]
+    #[schemars(range(min = 256, max = 1048576))]
+    pub max_schema_bytes: u32,
+
+    /// The least time between two listings, in seconds: however often the server says its
+    /// tools changed (`notifications/tools/list_changed`), they are listed again at most
+    /// this often.
+    #[serde(default = "default_min_relist_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub min_relist_seconds: u32,
+}
+
+impl Default for McpLimits {
+    fn default() -> Self {
+        Self {
+            max_list_pages: default_max_list_pages(),
+            max_listed_tools: default_max_listed_tools(),
+            max_list_bytes: default_max_list_bytes(),
+            max_tools: default_max_tools(),
+            max_description_bytes: default_max_description_bytes(),
+            max_schema_bytes: default_max_schema_bytes(),
+            min_relist_seconds: default_min_relist_seconds(),
+        }
+    }
+}
+
+impl McpLimits {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+fn default_max_list_pages() -> u32 {
+    20
+}
+
+fn default_max_listed_tools() -> u32 {
+    1000
+}
+
+fn default_max_list_bytes() -> u32 {
+    4 * 1024 * 1024
+}
+
+fn default_max_tools() -> u32 {
+    64
+}
+
+fn default_max_description_bytes() -> u32 {
+    2048
+}
+
+fn default_max_schema_bytes() -> u32 {
+    16 * 1024
+}
+
+fn default_min_relist_seconds() -> u32 {
+    2
 }
 
 /// A tool the worker actually has, as `status.tools` shows it.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolStatus {
     /// The name the model calls it by.
@@ -320,6 +425,9 @@ pub struct ToolStatus {
     /// Why not, when it cannot (secrets masked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// What was changed to offer it (a description cut to its bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 fn empty_object_schema() -> serde_json::Value {

@@ -430,6 +430,7 @@ async fn the_tools_a_worker_reports_reach_the_status_once() {
         source: source.into(),
         ready: error.is_none(),
         last_error: error.map(str::to_string),
+        note: None,
     };
     store
         .set_tools(

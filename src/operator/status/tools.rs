@@ -40,19 +40,18 @@ pub(super) fn shown_tools(reported: &[ToolStatus]) -> Vec<ToolStatus> {
         .take(MAX_SHOWN_TOOLS)
         .map(|t| ToolStatus {
             last_error: t.last_error.as_deref().map(|e| cut(e, MAX_TOOL_ERROR)),
+            note: None,
             ..t.clone()
         })
         .collect()
 }
 
-/// `text`, at most `max` characters of it (an ellipsis says it was cut).
-pub(super) fn cut(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
+pub(super) use crate::names::cut;
+
+/// Whether a tool's error is a bound of its `limits` (the worker names the field:
+/// `(limits.maxTools)`).
+fn over_limit(error: &str) -> bool {
+    error.contains("(limits.")
 }
 
 /// The Secret a tool's error names (`Secret "NAME" …`, as the worker's Secrets say it).
@@ -64,9 +63,10 @@ fn secret_named(error: &str) -> Option<&str> {
 /// `ToolsReady`, from the tools the worker reported (`None`: it has not reported yet, Unknown
 /// `NotReported`): True when every one can be called, else False with the first of these that
 /// applies, the message naming every unavailable tool and its last error:
-/// `SecretUnavailable` (a tool's error names a Secret it cannot read), `McpUnreachable` (an
-/// MCP server, `source: mcp:SERVER`, none of whose tools can be called), `ToolUnavailable`
-/// (any other, such as one tool of a server that answers).
+/// `SecretUnavailable` (a tool's error names a Secret it cannot read), `OverLimit` (a tool
+/// or a whole MCP server refused for a bound of its `limits`), `McpUnreachable` (an MCP
+/// server, `source: mcp:SERVER`, none of whose tools can be called), `ToolUnavailable` (any
+/// other, such as one tool of a server that answers).
 pub fn tools_condition(reported: Option<&[ToolStatus]>) -> Cond {
     let Some(tools) = reported else {
         return Cond::unknown(
@@ -93,7 +93,9 @@ pub fn tools_condition(reported: Option<&[ToolStatus]>) -> Cond {
     let mut secrets: Vec<(&str, Vec<&str>)> = Vec::new();
     let mut servers: Vec<(&str, String)> = Vec::new();
     let mut others: Vec<(&str, String)> = Vec::new();
+    let mut limited = false;
     for t in &down {
+        limited |= t.last_error.as_deref().is_some_and(over_limit);
         if let Some(secret) = t.last_error.as_deref().and_then(secret_named) {
             match secrets.iter_mut().find(|(s, _)| *s == secret) {
                 Some((_, users)) => users.push(&t.name),
@@ -109,6 +111,8 @@ pub fn tools_condition(reported: Option<&[ToolStatus]>) -> Cond {
     }
     let reason = if !secrets.is_empty() {
         "SecretUnavailable"
+    } else if limited {
+        "OverLimit"
     } else if !servers.is_empty() {
         "McpUnreachable"
     } else {
@@ -180,6 +184,7 @@ mod tests {
             source: source.into(),
             ready: error.is_none(),
             last_error: error.map(str::to_string),
+            note: None,
         }
     }
 
@@ -279,6 +284,41 @@ mod tests {
             .map(|i| tool(&format!("t{i}"), "http", Some(&"e".repeat(300))))
             .collect();
         assert!(condition(&many).message.chars().count() <= MAX_MESSAGE);
+    }
+
+    #[test]
+    fn tools_over_a_bound_of_their_limits_are_over_limit() {
+        let refused = [
+            tool("skip", "builtin", None),
+            tool(
+                "endless__*",
+                "mcp:endless",
+                Some("MCP server endless lists more than 20 pages of tools (limits.maxListPages); none of its tools are offered"),
+            ),
+            tool("grafana__*", "mcp:grafana", Some("connection refused")),
+        ];
+        let c = condition(&refused);
+        assert_eq!((c.status, c.reason), (Some(false), "OverLimit"));
+        assert_eq!(
+            c.message,
+            "2 of 3 tool(s) unavailable: MCP server endless lists more than 20 pages of tools (limits.maxListPages); none of its tools are offered; MCP server grafana unreachable: connection refused"
+        );
+        let cut = [
+            tool("gh__search", "mcp:gh", None),
+            tool(
+                "gh__*",
+                "mcp:gh",
+                Some("MCP server gh: 36 more of its tools are not offered: at most 64 are (limits.maxTools); name the ones to offer in its tools allowlist"),
+            ),
+        ];
+        let c = condition(&cut);
+        assert_eq!(c.reason, "OverLimit");
+        assert!(
+            c.message
+                .contains("tool gh__* unavailable: MCP server gh: 36 more"),
+            "{}",
+            c.message
+        );
     }
 
     #[test]

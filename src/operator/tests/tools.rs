@@ -294,7 +294,7 @@ async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_ma
                 name: "send_message".into(),
                 source: "builtin".into(),
                 ready: true,
-                last_error: None,
+                ..Default::default()
             },
             ToolStatus {
                 name: "tracker__*".into(),
@@ -303,6 +303,7 @@ async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_ma
                 last_error: Some(
                     "cannot reach http://mcp.tracker.svc/mcp: connection refused".into(),
                 ),
+                note: None,
             },
         ]),
         ..AgentObservation::default()

@@ -49,6 +49,7 @@ impl External for InteractiveTools {
                 source: "interactive".into(),
                 ready: true,
                 last_error: None,
+                note: None,
             })
             .collect()
     }

@@ -19,6 +19,10 @@ use crate::crd::{BuiltinTool, ToolStatus};
 use crate::model::ToolSpec;
 use crate::store::AgentKey;
 
+/// The most tools offered to the model in one request (OpenAI-style providers refuse more);
+/// the tools beyond it, in the order [`Toolbox::specs`] lists them, are not offered.
+pub const MAX_MODEL_TOOLS: usize = 128;
+
 /// A tool's answer: the JSON the model sees and whether it succeeded.
 pub struct Outcome {
     /// JSON text of the result.
@@ -173,12 +177,14 @@ impl Toolbox {
         &self.builtin
     }
 
-    /// What the model is offered: the built-ins, then each external source's tools.
+    /// What the model is offered: the built-ins, then each external source's tools, at
+    /// most [`MAX_MODEL_TOOLS`] in all.
     pub fn specs(&self) -> Vec<ToolSpec> {
         let mut out = specs(&self.builtin);
         for e in &self.external {
             out.extend(e.specs());
         }
+        out.truncate(MAX_MODEL_TOOLS);
         out
     }
 
@@ -219,11 +225,86 @@ impl Toolbox {
                 source: "builtin".into(),
                 ready: true,
                 last_error: None,
+                note: None,
             })
             .collect();
         for e in &self.external {
             out.extend(e.status());
         }
+        let offered: std::collections::HashSet<String> =
+            self.specs().into_iter().map(|s| s.name).collect();
+        for t in out
+            .iter_mut()
+            .filter(|t| t.ready && !offered.contains(&t.name))
+        {
+            t.ready = false;
+            t.last_error = Some(format!(
+                "not offered: the agent has more than {MAX_MODEL_TOOLS} tools, the most models accept in one request"
+            ));
+        }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An external source of `n` fixed tools named with a prefix.
+    struct Many(&'static str, usize);
+
+    #[async_trait]
+    impl External for Many {
+        fn specs(&self) -> Vec<ToolSpec> {
+            (0..self.1)
+                .map(|i| ToolSpec {
+                    name: format!("{}{i:03}", self.0),
+                    description: "A tool.".into(),
+                    parameters: json!({"type": "object"}),
+                })
+                .collect()
+        }
+
+        fn status(&self) -> Vec<ToolStatus> {
+            self.specs()
+                .into_iter()
+                .map(|s| ToolStatus {
+                    name: s.name,
+                    source: "http".into(),
+                    ready: true,
+                    ..Default::default()
+                })
+                .collect()
+        }
+
+        fn idempotent(&self, _: &str) -> bool {
+            true
+        }
+
+        async fn call(&self, _: &ExternalCall<'_>) -> Outcome {
+            Outcome::error("not called here")
+        }
+    }
+
+    #[test]
+    fn the_model_is_offered_at_most_128_tools_and_status_says_which_not() {
+        let toolbox = Toolbox::new(
+            BuiltinTool::all(),
+            vec![Arc::new(Many("a", 70)), Arc::new(Many("b", 100))],
+        );
+        let offered = toolbox.specs();
+        assert_eq!(offered.len(), MAX_MODEL_TOOLS);
+        assert_eq!(offered[0].name, "send_message", "the built-ins first");
+        let status = toolbox.status();
+        assert_eq!(status.len(), 8 + 70 + 100);
+        let not = status.iter().filter(|s| !s.ready).count();
+        assert_eq!(not, 8 + 70 + 100 - MAX_MODEL_TOOLS);
+        assert!(status[8 + 70 + 99]
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("more than 128 tools"));
+        let few = Toolbox::new(BuiltinTool::all(), vec![Arc::new(Many("a", 3))]);
+        assert!(few.status().iter().all(|s| s.ready));
     }
 }

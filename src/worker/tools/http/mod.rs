@@ -369,6 +369,7 @@ impl External for HttpTools {
                     source: "http".into(),
                     ready: problem.is_none(),
                     last_error: problem.map(|p| redactor.redact(&p)),
+                    note: None,
                 }
             })
             .collect()

@@ -10,21 +10,26 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, SubscriptionFilter,
+    ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams, ProtocolVersion,
+    SubscriptionFilter,
 };
 use rmcp::service::{ClientInitializeError, NotificationContext, RunningService, Subscription};
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
+use rmcp::{
+    ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient,
+    ServiceError,
+};
 use tokio::sync::Notify;
 
 use super::keyed::Keyed;
-use super::offer::Offer;
+use super::offer::{Listing, Offer, OverLimit};
 use crate::crd::McpServerSpec;
 use crate::secrets::Redactor;
 use crate::worker::tools::secrets::Secrets;
@@ -37,6 +42,17 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often the tool list is read again without being told it changed.
 pub const RELIST: Duration = Duration::from_secs(30);
+
+/// The largest answer of a server read whatever its `limits.maxListBytes` (4 MiB).
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Why a listing gave no tools.
+pub enum Unlisted {
+    /// The request failed (the connection is lost): why.
+    Failed(String),
+    /// The listing went over a bound of the server's `limits`.
+    OverLimit(OverLimit),
+}
 
 /// What a connection needs before it is made: the headers and what must never be shown.
 pub struct Credentials {
@@ -115,6 +131,10 @@ pub struct Connection {
     subscription: Option<Subscription>,
     /// Whether the server sends `tools/list_changed` on a `subscriptions/listen` stream.
     listens: bool,
+    /// The most bytes of one answer read.
+    most: usize,
+    /// The HTTP client under the transport (it tells of answers over `most`).
+    http: Keyed,
 }
 
 impl Connection {
@@ -132,8 +152,12 @@ impl Connection {
                 .build()
                 .map_err(|e| format!("building the HTTP client: {}", crate::report::chain(&e)))?,
         );
+        // One answer (a page of tools, a call's result) is read up to this many bytes.
+        let most = (spec.limits.max_list_bytes as usize).max(MAX_ANSWER_BYTES);
         let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
-            .custom_headers(credentials.headers.clone());
+            .custom_headers(credentials.headers.clone())
+            .max_json_response_size(most)
+            .max_sse_event_size(most);
         // A stream that breaks is tried again a few times; after that the connection is lost
         // and reconnected from the start, with its own backoff.
         let mut retry = ExponentialBackoff::default();
@@ -180,6 +204,8 @@ impl Connection {
             changed,
             subscription: None,
             listens,
+            most,
+            http,
         };
         connection.listen().await;
         Ok(connection)
@@ -190,23 +216,56 @@ impl Connection {
         self.running.peer().clone()
     }
 
-    /// The server's tools, every page, as `spec` offers them.
-    pub async fn list(&self, spec: &McpServerSpec) -> Result<Offer, String> {
-        let listed = tokio::time::timeout(LIST_TIMEOUT, self.running.peer().list_all_tools())
+    /// The server's tools, every page, as `spec` offers them, read within `spec.limits`.
+    pub async fn list(&self, spec: &McpServerSpec) -> Result<Offer, Unlisted> {
+        let mut listing = Listing::new(spec);
+        let pages = async {
+            let mut cursor = None;
+            loop {
+                let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+                let page = self.running.peer().list_tools(params).await.map_err(|e| {
+                    if self.http.take_oversized() {
+                        Unlisted::OverLimit(listing.answer_too_large(self.most))
+                    } else {
+                        Unlisted::Failed(format!("tools/list failed: {}", describe(&e)))
+                    }
+                })?;
+                let more = page.next_cursor.is_some();
+                listing
+                    .page(page.tools, more)
+                    .map_err(Unlisted::OverLimit)?;
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => return Ok(()),
+                }
+            }
+        };
+        tokio::time::timeout(LIST_TIMEOUT, pages)
             .await
             .map_err(|_| {
-                format!(
+                Unlisted::Failed(format!(
                     "tools/list got no answer within {}s",
                     LIST_TIMEOUT.as_secs()
-                )
-            })?
-            .map_err(|e| format!("tools/list failed: {}", crate::report::chain(&e)))?;
-        Ok(Offer::new(&spec.name, &spec.tools, listed))
+                ))
+            })??;
+        Ok(listing.finish())
     }
 
     /// Waits until the tools should be listed again: the server said they changed, or
-    /// [`RELIST`] passed. An error is why the connection is lost.
-    pub async fn changed(&mut self) -> Result<(), String> {
+    /// [`RELIST`] passed; never before `not_before` (what the server says meanwhile is
+    /// answered by one listing then). An error is why the connection is lost.
+    pub async fn changed(&mut self, not_before: Instant) -> Result<(), String> {
+        self.heard().await?;
+        tokio::time::sleep_until(not_before.into()).await;
+        if let Some(subscription) = self.subscription.as_mut() {
+            // Whatever else it said in the meantime is answered by the same listing.
+            while let Some(Ok(Some(_))) = subscription.next().now_or_never() {}
+        }
+        Ok(())
+    }
+
+    /// Waits until the server says its tools changed, or [`RELIST`] passed.
+    async fn heard(&mut self) -> Result<(), String> {
         if self.running.peer().is_transport_closed() {
             return Err("the connection closed".into());
         }
@@ -251,6 +310,23 @@ impl Connection {
         }
     }
 }
+
+/// What went wrong with a request to the server, in one sentence of plain words (rmcp's own
+/// text names its transport's Rust types).
+/// What the server says is cut to [`MAX_SAID`] characters.
+pub(super) fn describe(error: &ServiceError) -> String {
+    let said = match error {
+        ServiceError::McpError(e) => format!("the server answered with an error: {}", e.message),
+        ServiceError::TransportSend(e) => crate::report::chain(&*e.error),
+        ServiceError::TransportClosed => "the connection closed".into(),
+        ServiceError::Timeout { timeout } => format!("no answer within {}s", timeout.as_secs()),
+        other => crate::report::chain(other),
+    };
+    crate::names::cut(&said, MAX_SAID)
+}
+
+/// The most characters of a server's own words (an error message) repeated anywhere.
+pub(super) const MAX_SAID: usize = 1024;
 
 /// Connects and completes the handshake of `lifecycle`, within [`CONNECT_TIMEOUT`].
 async fn handshake(

@@ -6,9 +6,11 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
+use futures::StreamExt;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcRequest};
 use rmcp::transport::streamable_http_client::{
@@ -21,6 +23,10 @@ use sse_stream::Sse;
 /// The `_meta` key of a `tools/call` that holds the call's idempotency key.
 pub const META_KEY: &str = "io.agentfleet/idempotency-key";
 
+/// What the transport says of an answer over its byte limits (a JSON body or an SSE event;
+/// rmcp's error type for the latter is private, so its words tell).
+const TOO_LARGE: &str = "exceeded the maximum size of";
+
 /// The header the key is sent in, as for HTTP tools.
 const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
@@ -31,6 +37,8 @@ const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 pub struct Keyed {
     client: reqwest::Client,
     last_failure: Arc<std::sync::Mutex<Option<String>>>,
+    /// An answer (a JSON body, an SSE event) was over the transport's byte limits.
+    oversized: Arc<AtomicBool>,
 }
 
 impl Keyed {
@@ -39,6 +47,7 @@ impl Keyed {
         Self {
             client,
             last_failure: Arc::default(),
+            oversized: Arc::default(),
         }
     }
 
@@ -52,14 +61,44 @@ impl Keyed {
 
     /// `result`, its client error noted first.
     fn noted(&self, result: PostResult) -> PostResult {
-        if let Err(StreamableHttpError::Client(e)) = &result {
-            let cause = match std::error::Error::source(e) {
-                Some(cause) => crate::report::chain(cause),
-                None => e.to_string(),
-            };
-            *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
+        match result {
+            Err(e) => {
+                match &e {
+                    StreamableHttpError::Client(client) => {
+                        let cause = match std::error::Error::source(client) {
+                            Some(cause) => crate::report::chain(cause),
+                            None => client.to_string(),
+                        };
+                        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
+                    }
+                    StreamableHttpError::ResponseBodyTooLarge { .. } => {
+                        self.oversized.store(true, Ordering::SeqCst)
+                    }
+                    _ => {}
+                }
+                Err(e)
+            }
+            // The transport takes a stream that sent an event over its limit for closed:
+            // note why.
+            Ok(StreamableHttpPostResponse::Sse(stream, session)) => {
+                let oversized = self.oversized.clone();
+                let stream = stream.inspect(move |event| {
+                    if event
+                        .as_ref()
+                        .is_err_and(|e| crate::report::chain(e).contains(TOO_LARGE))
+                    {
+                        oversized.store(true, Ordering::SeqCst);
+                    }
+                });
+                Ok(StreamableHttpPostResponse::Sse(Box::pin(stream), session))
+            }
+            ok => ok,
         }
-        result
+    }
+
+    /// Whether an answer was refused for its size since this was last asked.
+    pub fn take_oversized(&self) -> bool {
+        self.oversized.swap(false, Ordering::SeqCst)
     }
 }
 

@@ -20,7 +20,7 @@ mod result;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rmcp::model::{CallToolRequestParams, RequestMetaObject};
@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use self::connection::{Connection, Credentials};
+use self::connection::{describe, Connection, Credentials, Unlisted, MAX_SAID};
 use self::offer::Offer;
 use super::secrets::Secrets;
 use super::{External, ExternalCall, Outcome};
@@ -109,10 +109,15 @@ impl Shared {
 
     /// Marks the server down for `cause` (masked here), logging only a change of cause.
     fn down(&self, cause: &str) {
-        let why = self.redactor().redact(&format!(
+        self.refuse(&format!(
             "MCP server {} is unavailable: {cause}",
             self.spec.name
         ));
+    }
+
+    /// Marks the server down, `why` (masked here) being the whole reason.
+    fn refuse(&self, why: &str) {
+        let why = self.redactor().redact(why);
         let same = matches!(&*self.link(), Link::Down(w) if *w == why);
         if !same {
             warn!(server = %self.spec.name, reason = %why, "MCP tools unavailable; retrying with backoff");
@@ -177,15 +182,21 @@ impl McpServer {
 }
 
 /// The server's task: connect, list, keep the list current; when anything fails, say why
-/// and try again after a wait.
+/// and try again after a wait (which grows until a listing succeeds: a server whose list is
+/// over its bounds is asked again at most every [`LAST_RETRY`]).
 async fn run(agent: AgentKey, shared: Arc<Shared>, secrets: Secrets) {
     let mut backoff = Backoff::new(FIRST_RETRY, LAST_RETRY);
     loop {
         match connect(&shared, &secrets).await {
             Ok(mut connection) => {
-                backoff.reset();
-                let cause = follow(&agent, &shared, &mut connection).await;
-                shared.down(&cause);
+                let (lost, listed) = follow(&agent, &shared, &mut connection).await;
+                if listed {
+                    backoff.reset();
+                }
+                match lost {
+                    Unlisted::Failed(cause) => shared.down(&cause),
+                    Unlisted::OverLimit(over) => shared.refuse(&over.0),
+                }
             }
             Err(cause) => shared.down(&cause),
         }
@@ -202,33 +213,42 @@ async fn connect(shared: &Shared, secrets: &Secrets) -> Result<Connection, Strin
         .map_err(|e| format!("unreachable at {}: {e}", shared.spec.url))
 }
 
-/// Keeps the tool list of a live connection current until it is lost; returns why.
-async fn follow(agent: &AgentKey, shared: &Shared, connection: &mut Connection) -> String {
-    let mut first = true;
+/// Keeps the tool list of a live connection current until it is lost; returns why, and
+/// whether any listing succeeded. Listings are at least `limits.minRelistSeconds` apart.
+async fn follow(
+    agent: &AgentKey,
+    shared: &Shared,
+    connection: &mut Connection,
+) -> (Unlisted, bool) {
+    let mut listed = false;
+    let apart = Duration::from_secs(u64::from(shared.spec.limits.min_relist_seconds));
     loop {
+        let started = Instant::now();
         match connection.list(&shared.spec).await {
             Ok(offer) => {
                 let changed = !matches!(&*shared.link(), Link::Up { offer: o, .. } if *o == offer);
                 if changed {
                     let names: Vec<&str> =
                         offer.tools.iter().map(|t| t.spec.name.as_str()).collect();
-                    info!(agent = %agent, server = %shared.spec.name, tools = ?names, connected = first, "MCP tools listed");
+                    info!(agent = %agent, server = %shared.spec.name, tools = ?names, summary = %offer.summary(), connected = !listed, "MCP tools listed");
                     shared.set(Link::Up {
                         peer: connection.peer(),
                         offer,
                     });
                 }
-                first = false;
+                listed = true;
             }
-            Err(cause) => return cause,
+            Err(lost) => return (lost, listed),
         }
         tokio::select! {
-            heard = connection.changed() => {
+            heard = connection.changed(started + apart) => {
                 if let Err(cause) = heard {
-                    return cause;
+                    return (Unlisted::Failed(cause), listed);
                 }
             }
-            _ = shared.lost.notified() => return "a call found the connection broken".into(),
+            _ = shared.lost.notified() => {
+                return (Unlisted::Failed("a call found the connection broken".into()), listed)
+            }
         }
     }
 }
@@ -311,10 +331,12 @@ impl External for McpServer {
             Ok(Ok(answer)) => result::outcome(&answer, &redactor),
             Ok(Err(ServiceError::McpError(e))) => Outcome::error(redactor.redact(&format!(
                 "MCP server {} refused the call of {}: {}",
-                self.shared.spec.name, call.name, e.message
+                self.shared.spec.name,
+                call.name,
+                crate::names::cut(&e.message, MAX_SAID)
             ))),
             Ok(Err(e @ (ServiceError::TransportSend(_) | ServiceError::TransportClosed))) => {
-                let cause = crate::report::chain(&e);
+                let cause = describe(&e);
                 self.lost(&cause);
                 Outcome::error(redactor.redact(&format!(
                     "MCP server {} could not be reached for {}: {cause}",
@@ -324,7 +346,7 @@ impl External for McpServer {
             Ok(Err(e)) => Outcome::error(redactor.redact(&format!(
                 "MCP tool {} failed: {}",
                 call.name,
-                crate::report::chain(&e)
+                describe(&e)
             ))),
             Err(_) => Outcome::error(format!(
                 "MCP tool {} did not answer within {}s (timeoutSeconds)",
