@@ -1,9 +1,13 @@
 //! Known secrets, kept out of everything the system says: a [`Redactor`] replaces every
-//! occurrence of a secret (as written, JSON-escaped or percent-encoded) with `***`.
+//! occurrence of a secret with `***`: as written, in any case (a service that echoes a header
+//! upper-cased), JSON-escaped, percent- or form-encoded, base64 (standard or URL-safe, at any
+//! alignment inside a longer encoded text) and hex.
 //!
 //! Whoever holds a secret (a model provider its API key, a tool its headers) builds the
 //! messages of its errors through its redactor, so a server that echoes a key back puts it in
 //! no log, status, event, space message, tool result or consciousness.
+
+use base64::Engine;
 
 /// The text that replaces a secret.
 pub const MASK: &str = "***";
@@ -11,10 +15,14 @@ pub const MASK: &str = "***";
 /// Shortest text treated as a secret (shorter values would mask ordinary words).
 const MIN_LEN: usize = 4;
 
+/// Shortest base64 text masked as a secret's (a shorter run would mask random encoded text):
+/// a secret of 7 bytes or more is found at every alignment.
+const MIN_ENCODED: usize = 8;
+
 /// Replaces known secrets in text.
 #[derive(Clone, Debug, Default)]
 pub struct Redactor {
-    /// Every form of every secret, longest first (so a longer form is masked whole).
+    /// Every form of every secret, ASCII-lowercased (matching ignores ASCII case).
     forms: Vec<String>,
 }
 
@@ -25,7 +33,7 @@ impl Redactor {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut forms: Vec<String> = Vec::new();
+        let mut out = Self::default();
         for s in secrets {
             for value in parts(s.as_ref()) {
                 if value.len() < MIN_LEN {
@@ -37,45 +45,97 @@ impl Redactor {
                     .and_then(|j| j.strip_suffix('"'))
                     .unwrap_or(&value)
                     .to_string();
-                let encoded = [percent_encode(&value), form_encode(&value)];
-                for form in [value, json].into_iter().chain(encoded) {
-                    if !form.is_empty() && !forms.contains(&form) {
-                        forms.push(form);
-                    }
+                let encoded = [
+                    percent_encode(&value),
+                    form_encode(&value),
+                    crate::hex(value.as_bytes()),
+                ];
+                for form in [value.clone(), json]
+                    .into_iter()
+                    .chain(encoded)
+                    .chain(base64_forms(value.as_bytes()))
+                {
+                    out.add(form);
                 }
             }
         }
-        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
-        Self { forms }
+        out
+    }
+
+    /// Adds `form` (lowercased) unless it is there already.
+    fn add(&mut self, form: String) {
+        let form = form.to_ascii_lowercase();
+        if !form.is_empty() && !self.forms.contains(&form) {
+            self.forms.push(form);
+        }
     }
 
     /// Adds the secrets `other` masks.
     pub fn join(&mut self, other: &Redactor) {
         for f in &other.forms {
-            if !self.forms.contains(f) {
-                self.forms.push(f.clone());
-            }
+            self.add(f.clone());
         }
-        self.forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
     }
 
     /// `text` with every known secret masked.
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
-        for f in &self.forms {
-            // Until none is left: masking can join characters into the secret again; each
-            // pass shortens the text (a secret is longer than the mask), so this ends.
-            while out.contains(f.as_str()) {
-                out = out.replace(f.as_str(), MASK);
+        // Until none is left: masking can join characters into a secret again; each pass
+        // shortens the text (every form is longer than the mask), so this ends.
+        loop {
+            let lower = out.to_ascii_lowercase();
+            let mut found: Vec<(usize, usize)> = Vec::new();
+            for f in &self.forms {
+                let mut from = 0;
+                while let Some(at) = lower[from..].find(f.as_str()) {
+                    found.push((from + at, from + at + f.len()));
+                    from += at + f.len();
+                }
             }
+            if found.is_empty() {
+                return out;
+            }
+            found.sort_unstable();
+            let mut masked = String::with_capacity(out.len());
+            let mut kept = 0;
+            for (start, end) in found {
+                if end <= kept {
+                    continue;
+                }
+                if start >= kept {
+                    masked.push_str(&out[kept..start]);
+                    masked.push_str(MASK);
+                }
+                kept = end;
+            }
+            masked.push_str(&out[kept..]);
+            out = masked;
         }
-        out
     }
 
     /// Whether there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.forms.is_empty()
     }
+}
+
+/// What `bytes` look like inside any longer base64 text (standard and URL-safe alphabets):
+/// at each of the three alignments, the characters that only the secret's bits decide.
+fn base64_forms(bytes: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    for pad in 0..3usize {
+        let mut buf = vec![0u8; pad];
+        buf.extend_from_slice(bytes);
+        let encoded = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&buf);
+        let start = (8 * pad).div_ceil(6);
+        let end = (8 * (pad + bytes.len()) / 6).min(encoded.len());
+        let Some(core) = encoded.get(start..end).filter(|c| c.len() >= MIN_ENCODED) else {
+            continue;
+        };
+        out.push(core.to_string());
+        out.push(core.replace('+', "-").replace('/', "_"));
+    }
+    out
 }
 
 /// A secret and what can be told of it alone: the credential of an `Authorization`-style
@@ -170,6 +230,52 @@ mod tests {
         let mut joined = Redactor::new(["first-secret"]);
         joined.join(&r);
         assert_eq!(joined.redact("first-secret s3cr3t-tok"), "*** ***");
+    }
+
+    #[test]
+    fn a_secret_is_masked_in_any_case_and_its_common_encodings() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let token = "Bearer s3cr3t-Tok3n/with+chars";
+        let r = Redactor::new([token]);
+        assert_eq!(
+            r.redact("auth: BEARER S3CR3T-TOK3N/WITH+CHARS"),
+            "auth: ***"
+        );
+        assert_eq!(
+            r.redact("echo: bearer s3cr3t-tok3n/with+chars!"),
+            "echo: ***!"
+        );
+        for wrapped in [
+            token.to_string(),
+            format!("x{token}"),
+            format!("xy{token}yz"),
+            format!("{{\"auth\": \"{token}\"}}"),
+        ] {
+            for encoded in [STANDARD.encode(&wrapped), URL_SAFE_NO_PAD.encode(&wrapped)] {
+                let shown = r.redact(&format!("data={encoded};"));
+                assert!(shown.contains(MASK), "{wrapped} as {encoded}: {shown}");
+                // What is left cannot be decoded back to the secret's credential.
+                assert!(!shown.contains(&encoded), "{shown}");
+            }
+        }
+        let hex = crate::hex(token.as_bytes());
+        assert_eq!(r.redact(&format!("h={hex}")), "h=***");
+        assert_eq!(r.redact(&format!("h={}", hex.to_uppercase())), "h=***");
+        // Short secrets are not looked for in encodings (they would mask random text).
+        let short = Redactor::new(["abcd"]);
+        assert_eq!(short.redact("YWJjZA=="), "YWJjZA==");
+        assert_eq!(short.redact("ABCD"), "***");
+    }
+
+    proptest! {
+        #[test]
+        fn no_secret_survives_in_base64(secret in "[ -~]{7,40}", before in "[ -~]{0,5}", after in "[ -~]{0,5}") {
+            use base64::engine::general_purpose::STANDARD;
+            let r = Redactor::new([&secret]);
+            let encoded = STANDARD.encode(format!("{before}{secret}{after}"));
+            let shown = r.redact(&encoded);
+            prop_assert!(shown.contains(MASK), "{} {}", encoded, shown);
+        }
     }
 
     proptest! {

@@ -8,6 +8,7 @@ mod budget;
 mod consciousness;
 mod space;
 mod tools;
+pub mod url;
 pub mod validate;
 
 pub use agent::*;

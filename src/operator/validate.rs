@@ -254,8 +254,8 @@ fn http_tool(i: usize, tool: &HttpToolSpec, problems: &mut Vec<String>) {
             "{at}: inputSchema.required must be a list of property names"
         )),
     }
-    match placeholders(&tool.url) {
-        Err(why) => problems.push(format!("{at}: url: {why}")),
+    match crate::crd::url::placeholders(&tool.url) {
+        Err(why) => problems.push(format!("tools.http[{i}].url ({}): {why}", tool.name)),
         Ok(names) => {
             for name in names {
                 if properties.is_some_and(|p| !p.contains_key(name)) {
@@ -266,34 +266,6 @@ fn http_tool(i: usize, tool: &HttpToolSpec, problems: &mut Vec<String>) {
             }
         }
     }
-}
-
-/// The names of a URL's `{x}` placeholders, in order.
-pub fn placeholders(url: &str) -> Result<Vec<&str>, String> {
-    let mut out = Vec::new();
-    let mut rest = url;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest[open..].starts_with('}') {
-            return Err("a '}' without its '{'".into());
-        }
-        let after = &rest[open + 1..];
-        let close = after
-            .find('}')
-            .ok_or_else(|| "a '{' without its '}'".to_string())?;
-        let name = &after[..close];
-        let valid = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid {
-            return Err(format!(
-                "placeholder {{{name}}} is not a property name (letters, digits, _ and -)"
-            ));
-        }
-        out.push(name);
-        rest = &after[close + 1..];
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -520,11 +492,23 @@ mod tests {
     }
 
     #[test]
-    fn placeholders_are_read_in_order() {
-        assert_eq!(
-            placeholders("http://t/{a}/x/{b_2}?q={c-d}").unwrap(),
-            ["a", "b_2", "c-d"]
-        );
-        assert!(placeholders("http://t/").unwrap().is_empty());
+    fn url_placeholders_never_choose_where_the_request_goes() {
+        let props = "{type: object, properties: {region: {type: string}, port: {type: integer}, h: {type: string}}}";
+        for url in [
+            "http://{region}:19102/api",
+            "http://127.0.0.1:{port}/api",
+            "http://{h}.example/api",
+        ] {
+            let p = with_tools(
+                &format!("{{http: [{{name: fetch, description: d, url: \"{url}\", inputSchema: {props}}}]}}"),
+                "{}",
+            );
+            assert_eq!(p.len(), 1, "{url}: {p:?}");
+            assert!(
+                p[0].starts_with("tools.http[0].url (fetch): placeholder {")
+                    && p[0].contains("is in the scheme, host or port"),
+                "{url}: {p:?}"
+            );
+        }
     }
 }

@@ -6,9 +6,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use serde_json::{Map, Value};
 
+use crate::crd::url::json_type;
 use crate::crd::validate::check_arguments;
 use crate::crd::{HttpMethod, HttpToolSpec};
-use crate::secrets::percent_encode;
 
 /// A request ready to send (headers apart).
 #[derive(Debug, PartialEq)]
@@ -47,7 +47,7 @@ pub(super) fn arguments(spec: &HttpToolSpec, text: &str) -> Result<Map<String, V
 
 /// The request `spec` makes with `args`.
 pub(super) fn target(spec: &HttpToolSpec, mut args: Map<String, Value>) -> Result<Target, String> {
-    let filled = fill_url(&spec.url, &mut args)?;
+    let filled = crate::crd::url::fill(&spec.url, &mut args)?;
     let mut url = Url::parse(&filled).map_err(|e| format!("the URL {filled:?} is invalid: {e}"))?;
     let (method, in_query) = match spec.method {
         HttpMethod::Get => (Method::GET, true),
@@ -83,72 +83,11 @@ pub(super) fn target(spec: &HttpToolSpec, mut args: Map<String, Value>) -> Resul
     Ok(Target { method, url, body })
 }
 
-/// `template` with every `{name}` filled from the argument `name` (percent-encoded), and the
-/// arguments used removed from `args`. A `{` that does not open a placeholder name stays.
-pub(super) fn fill_url(template: &str, args: &mut Map<String, Value>) -> Result<String, String> {
-    let mut out = String::with_capacity(template.len());
-    let mut used: Vec<&str> = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
-        let name = after.find('}').map(|close| &after[..close]);
-        match name.filter(|n| is_placeholder(n)) {
-            Some(name) => {
-                let value = args.get(name).ok_or_else(|| {
-                    format!("the argument {name:?} is required: the URL has a placeholder {{{name}}} for it (nothing was sent)")
-                })?;
-                let text = match value {
-                    Value::String(s) => s.clone(),
-                    Value::Number(_) | Value::Bool(_) => value.to_string(),
-                    other => {
-                        return Err(format!(
-                            "the argument {name:?} fills a URL placeholder: it must be a string, a number or a boolean, not {} (nothing was sent)",
-                            json_type(other)
-                        ))
-                    }
-                };
-                out.push_str(&percent_encode(&text));
-                used.push(name);
-                rest = &after[name.len() + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    for name in used {
-        args.remove(name);
-    }
-    Ok(out)
-}
-
-/// What a placeholder may be named.
-fn is_placeholder(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
 /// A query parameter's text: strings as they are, other values as JSON.
 fn query_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -196,30 +135,6 @@ mod tests {
 
     fn args(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
-    }
-
-    #[test]
-    fn placeholders_are_filled_percent_encoded_and_not_sent_again() {
-        let mut a = args(json!({"team": "ops/sre", "id": 42, "q": "a b&c", "open": true}));
-        let url = fill_url(
-            "https://t.example/teams/{team}/tickets/{id}?open={open}",
-            &mut a,
-        )
-        .unwrap();
-        assert_eq!(
-            url,
-            "https://t.example/teams/ops%2Fsre/tickets/42?open=true"
-        );
-        assert_eq!(a, args(json!({"q": "a b&c"})));
-        let mut a = args(json!({"x": "é"}));
-        assert_eq!(
-            fill_url("http://h/{x}/{x}/{not a name}/{", &mut a).unwrap(),
-            "http://h/%C3%A9/%C3%A9/{not a name}/{"
-        );
-        let e = fill_url("http://h/{missing}", &mut args(json!({}))).unwrap_err();
-        assert!(e.contains("\"missing\" is required"), "{e}");
-        let e = fill_url("http://h/{o}", &mut args(json!({"o": {"a": 1}}))).unwrap_err();
-        assert!(e.contains("not an object"), "{e}");
     }
 
     #[test]

@@ -33,6 +33,8 @@ use agentfleet::worker::tools::secrets::Secrets;
 use agentfleet::worker::tools::{self, External, ExternalCall, ExternalContext};
 use agentfleet::worker::{run_agent, Health};
 
+mod hostile;
+
 /// The value of the tracker Secret: it must never be seen anywhere but in the request.
 const SECRET: &str = "Bearer s3cr3t-tracker-token";
 
@@ -47,7 +49,8 @@ struct Seen {
 
 /// A tool service on a free loopback port: `/slow` never answers, `/fail` answers 500 echoing
 /// the `Authorization` header, `/big` answers 10,000 bytes, `/broken` answers invalid JSON
-/// said to be JSON, `/async` accepts with 202, and
+/// said to be JSON, `/async` accepts with 202, `/shout` and `/encoded` echo the
+/// `Authorization` header upper-cased and encoded (base64, hex), and
 /// anything else echoes the request as JSON. Every request is recorded.
 struct ToolServer {
     base: String,
@@ -94,6 +97,18 @@ async fn serve_tool(State(seen): State<Arc<Mutex<Vec<Seen>>>>, request: Request)
         )
             .into_response(),
         "/async" => (StatusCode::ACCEPTED, axum::Json(json!({"queued": true}))).into_response(),
+        // What a careless service does with credentials: says them back in other forms.
+        "/shout" => axum::Json(json!({"you sent": auth.to_uppercase()})).into_response(),
+        "/encoded" => {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD;
+            axum::Json(json!({
+                "token": b64.encode(format!("{{\"authorization\":\"{auth}\"}}")),
+                "raw": b64.encode(&auth),
+                "hex": auth.bytes().map(|b| format!("{b:02X}")).collect::<String>(),
+            }))
+            .into_response()
+        }
         _ => axum::Json(json!({
             "method": parts.method.as_str(),
             "uri": parts.uri.to_string(),
