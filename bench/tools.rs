@@ -85,6 +85,7 @@ async fn main() {
                 arguments: &arguments,
                 idempotency_key: &key,
                 space: None,
+                depth: 1,
             })
             .await;
         let tool_took = t.elapsed();

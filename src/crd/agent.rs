@@ -186,16 +186,29 @@ fn default_secret_key() -> String {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CycleSpec {
-    /// The most model steps (model call + tool calls) one cycle may take.
+    /// The most model steps (model call + tool calls) one cycle may take. A cycle that
+    /// reaches it while the model still calls tools ends there, committed: the space gets a
+    /// notice saying so and `agentfleet_cycle_stops_total{reason="max_steps"}` counts it.
     #[serde(default = "default_max_steps")]
     #[schemars(range(min = 1, max = 200))]
     pub max_steps: u32,
 
     /// The most tokens (prompt + completion, over all steps) one cycle may spend; the cycle
-    /// stops after the step that crosses it.
+    /// stops after the step that crosses it, committed, with a notice in the space
+    /// (`reason="token_budget"`).
     #[serde(default = "default_token_budget")]
     #[schemars(range(min = 1000))]
     pub token_budget: u64,
+
+    /// The longest chain of cycles that tool results may start without a person: a human's
+    /// message, a webhook or a plan starts a chain (its cycle is the first), and a cycle
+    /// woken by an async tool's result continues the chain of the cycle that made the call.
+    /// The last cycle of a chain may not start async tool calls (the model is told why, the
+    /// space gets a notice, `reason="chain"` counts it); a person's message starts a new
+    /// chain. Agents' messages to each other are bounded by the space's `loopGuard`.
+    #[serde(default = "default_max_chain_depth")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_chain_depth: u32,
 
     /// What the agent sees of events that arrive while it is thinking: `off` (nothing until the
     /// next cycle), `preview` (a short transient preview of waiting events at every step), or
@@ -216,6 +229,7 @@ impl Default for CycleSpec {
         Self {
             max_steps: default_max_steps(),
             token_budget: default_token_budget(),
+            max_chain_depth: default_max_chain_depth(),
             mid_cycle_inbox: MidCycleInbox::default(),
             phases: Vec::new(),
         }
@@ -268,6 +282,10 @@ fn default_max_steps() -> u32 {
 
 fn default_token_budget() -> u64 {
     50_000
+}
+
+fn default_max_chain_depth() -> u32 {
+    8
 }
 
 /// What the agent sees of events that arrive mid-cycle.

@@ -384,6 +384,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
             replicas: status.replicas,
             available: status.available_replicas.unwrap_or(0),
             status: &previous,
+            generation: agent.metadata.generation,
         },
     );
 

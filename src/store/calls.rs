@@ -143,6 +143,14 @@ pub struct CallRecord {
     /// For an interactive tool: the JSON Schema its result must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_schema: Option<Value>,
+    /// The causal depth of the cycle that made the call: an async tool's result continues
+    /// that cycle's chain (a human's answer starts a new one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl CallRecord {
@@ -197,7 +205,12 @@ impl CallRecord {
             }),
             text: Some(text),
             data: Some(Value::Object(data)),
-            depth: 0,
+            // A service's result continues the chain of the cycle that called it; a
+            // person's answer is a person's event.
+            depth: match result {
+                CallResult::Decision(_) => 0,
+                CallResult::Result(_) | CallResult::Error(_) => self.depth,
+            },
         }
     }
 }
@@ -227,6 +240,7 @@ impl NewCall {
                 space: None,
                 arguments: None,
                 result_schema: None,
+                depth: 0,
             },
             token,
         })
@@ -265,6 +279,7 @@ impl HumanCall {
                 space: Some(space.to_string()),
                 arguments: Some(arguments),
                 result_schema,
+                depth: 0,
             },
         })
     }

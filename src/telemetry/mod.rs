@@ -122,6 +122,9 @@ pub struct WorkerMetrics {
     /// Agents' messages the space's loop guard kept from other agents, by reason
     /// (`depth`, `rate`).
     pub loop_guard: IntCounterVec,
+    /// Cycles stopped before the model was done, by reason (`max_steps`, `token_budget`,
+    /// `chain`); each also tells the space.
+    pub cycle_stops: IntCounterVec,
     /// Failed model calls, by reason (`unauthorized`, `unreachable`, `rate_limited`,
     /// `server_error`, `bad_request`, `bad_response`).
     pub model_errors: IntCounterVec,
@@ -224,6 +227,13 @@ impl WorkerMetrics {
             ),
             &["namespace", "space", "reason"],
         )?;
+        let cycle_stops = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_cycle_stops_total",
+                "Cycles stopped before the model was done, by reason: max_steps (cycle.maxSteps), token_budget (cycle.tokenBudget), chain (an async call refused at cycle.maxChainDepth).",
+            ),
+            &["namespace", "agent", "reason"],
+        )?;
         let model_errors = IntCounterVec::new(
             Opts::new(
                 "agentfleet_model_errors_total",
@@ -266,6 +276,7 @@ impl WorkerMetrics {
         registry.register(Box::new(archive_duration.clone()))?;
         registry.register(Box::new(compaction_failures.clone()))?;
         registry.register(Box::new(loop_guard.clone()))?;
+        registry.register(Box::new(cycle_stops.clone()))?;
         registry.register(Box::new(model_errors.clone()))?;
         registry.register(Box::new(agent_restarts.clone()))?;
         registry.register(Box::new(agent_ready.clone()))?;
@@ -291,6 +302,7 @@ impl WorkerMetrics {
             compactions,
             compaction_failures,
             loop_guard,
+            cycle_stops,
             model_errors,
             agent_restarts,
             agent_ready,

@@ -314,6 +314,7 @@ impl Operated {
                 replicas: Some(0),
                 available: 0,
                 status: &Default::default(),
+                generation: Some(1),
             },
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -99,6 +99,7 @@ async fn call_keyed(
             arguments: &args,
             idempotency_key,
             space: None,
+            depth: 1,
         })
         .await;
     (serde_json::from_str(&content).unwrap(), ok)
@@ -214,6 +215,7 @@ async fn an_is_error_result_is_a_failed_call_the_model_reads() {
             arguments: "{not json",
             idempotency_key: "k2",
             space: None,
+            depth: 1,
         })
         .await;
     assert!(

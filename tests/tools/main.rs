@@ -171,6 +171,7 @@ async fn call(tools: &dyn External, name: &str, arguments: &str) -> (Value, bool
             arguments,
             idempotency_key: "ops/bot:batch:1:0",
             space: None,
+            depth: 1,
         })
         .await;
     (serde_json::from_str(&outcome.content).unwrap(), outcome.ok)
@@ -342,6 +343,7 @@ async fn a_visible_tool_shows_its_arguments_and_result_in_the_space_secrets_mask
                 arguments: &json!({"note": SECRET}).to_string(),
                 idempotency_key: "k",
                 space: Some("ops"),
+                depth: 1,
             })
             .await;
         assert!(outcome.ok, "{}", outcome.content);
@@ -617,6 +619,82 @@ async fn post_result(
     (answer.status().as_u16(), answer.json().await.unwrap())
 }
 
+/// A gateway on a free port over `store`: its base URL, and what keeps it running.
+async fn start_gateway(
+    store: Arc<RedisStore>,
+) -> (String, watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let registry = prometheus::Registry::new();
+    let (stop, rx) = watch::channel(false);
+    let gw = Gateway::new(
+        store,
+        Tokens::from_plain([]),
+        Limits::default(),
+        &registry,
+        rx,
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = gateway::serve(listener, gw, registry).await;
+    });
+    (base, stop, task)
+}
+
+/// The agent of `agent`, its tools as the worker builds them, async results posted to the
+/// gateway at `gateway_base`.
+fn async_agentlet(store: &Arc<RedisStore>, agent: &Agent, gateway_base: &str) -> Arc<Agentlet> {
+    let key = AgentKey::new(
+        agent.metadata.namespace.clone().unwrap(),
+        agent.metadata.name.clone().unwrap(),
+    );
+    let external = tools::external(
+        &key,
+        &agent.spec.tools,
+        &ExternalContext {
+            store: store.clone(),
+            secrets: secrets(),
+            callback_url: Some(format!("{gateway_base}/")),
+        },
+    );
+    Arc::new(
+        Agentlet::new(
+            agent.clone(),
+            key,
+            store.clone(),
+            Arc::new(
+                OpenAi::new(&agent.spec.model, None)
+                    .unwrap()
+                    .with_backoff(Duration::from_millis(10)),
+            ),
+            WorkerMetrics::new().unwrap(),
+        )
+        .with_external(external),
+    )
+}
+
+/// Husam's message `text` in `ops/ops`.
+async fn husam_says(store: &RedisStore, text: &str) {
+    store
+        .post_message(
+            &SpaceKey::new(NS, "ops"),
+            &NewMessage {
+                sender: Sender {
+                    id: "husam".into(),
+                    name: "Husam".into(),
+                    kind: Some(MemberKind::Human),
+                },
+                text: text.into(),
+                mention: None,
+                idempotency_key: None,
+                urgent: false,
+                depth: 0,
+            },
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn an_async_result_comes_back_through_the_gateway_and_wakes_the_agent() {
     agentfleet::install_crypto_provider();
@@ -625,19 +703,7 @@ async fn an_async_result_comes_back_through_the_gateway_and_wakes_the_agent() {
     let server = tool_server().await;
 
     // The gateway, on a free port, over the same data plane.
-    let registry = prometheus::Registry::new();
-    let (_gateway_stop, rx) = watch::channel(false);
-    let gw = Gateway::new(
-        store.clone(),
-        Tokens::from_plain([]),
-        Limits::default(),
-        &registry,
-        rx,
-    )
-    .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway_base = format!("http://{}", listener.local_addr().unwrap());
-    let _gateway = tokio::spawn(gateway::serve(listener, gw, registry));
+    let (gateway_base, _gateway_stop, _gateway) = start_gateway(store.clone()).await;
 
     let model = MockModel::start(vec![
         MockTurn::tools(&[("create_ticket", json!({"title": "disk full"}))]),
@@ -675,50 +741,11 @@ spec:
         )
         .await
         .unwrap();
-    let external = tools::external(
-        &key,
-        &agent.spec.tools,
-        &ExternalContext {
-            store: store.clone(),
-            secrets: secrets(),
-            callback_url: Some(format!("{gateway_base}/")),
-        },
-    );
-    let agentlet = Arc::new(
-        Agentlet::new(
-            agent.clone(),
-            key.clone(),
-            store.clone(),
-            Arc::new(
-                OpenAi::new(&agent.spec.model, None)
-                    .unwrap()
-                    .with_backoff(Duration::from_millis(10)),
-            ),
-            WorkerMetrics::new().unwrap(),
-        )
-        .with_external(external),
-    );
+    let agentlet = async_agentlet(&store, &agent, &gateway_base);
 
     // The agent calls the async tool, gets "pending" at once, and finishes its cycle.
     let worker = start_worker(agentlet.clone());
-    store
-        .post_message(
-            &SpaceKey::new(NS, "ops"),
-            &NewMessage {
-                sender: Sender {
-                    id: "husam".into(),
-                    name: "Husam".into(),
-                    kind: Some(MemberKind::Human),
-                },
-                text: "Open a ticket for the full disk.".into(),
-                mention: None,
-                idempotency_key: None,
-                urgent: false,
-                depth: 0,
-            },
-        )
-        .await
-        .unwrap();
+    husam_says(&store, "Open a ticket for the full disk.").await;
     until("the first cycle to commit", async || {
         (store.consciousness(&key).await.unwrap().cycle == 1).then_some(())
     })

@@ -82,6 +82,8 @@ pub struct Tracked<'a> {
     pub available: i32,
     /// The status as the reconcile found it (what was written before).
     pub status: &'a AgentStatus,
+    /// The Agent's `metadata.generation`, which the conditions written here observed.
+    pub generation: Option<i64>,
 }
 
 struct Entry {
@@ -105,6 +107,8 @@ struct Entry {
     /// The data-plane conditions last computed (kept when a write fails), whose transition
     /// times the next ones keep until their status flips.
     conditions: Vec<Condition>,
+    /// The Agent's generation as last tracked.
+    generation: Option<i64>,
 }
 
 /// Why replicas change.
@@ -238,7 +242,9 @@ impl Scaler {
                 written: Some(data_part(t.status)),
                 written_at: None,
                 conditions: data_part(t.status).conditions,
+                generation: t.generation,
             });
+            e.generation = t.generation;
             e.object = t.object;
             e.scaling = spec.scaling.clone();
             e.paused = spec.paused;
@@ -585,6 +591,7 @@ impl Scaler {
                 e.replicas,
                 e.available,
                 e.budget.as_ref(),
+                e.generation,
                 o,
                 &e.conditions,
                 time_of(now),

@@ -163,6 +163,7 @@ pub(super) fn track(r: &Running, key: &AgentKey, spec: &AgentSpec, replicas: i32
             replicas: Some(replicas),
             available: 0,
             status: &AgentStatus::default(),
+            generation: Some(3),
         },
     );
 }
@@ -459,6 +460,13 @@ async fn the_tools_a_worker_reports_reach_the_status_once() {
     assert_eq!(s.tools.len(), 3);
     let c = find(&s.conditions, TOOLS_READY).unwrap();
     assert_eq!(c.status, "False");
+    // Observed at the Agent's generation, as the reconcile's conditions are (kstatus reads
+    // it); the build before issue 26 wrote none.
+    assert!(
+        s.conditions.iter().all(|c| c.observed_generation == Some(3)),
+        "{:?}",
+        s.conditions
+    );
     assert!(
         c.message.contains("MCP server grafana unreachable"),
         "{}",

@@ -255,7 +255,8 @@ pub fn time(ms: i64) -> Option<Time> {
     Timestamp::from_second(ms.div_euclid(1000)).ok().map(Time)
 }
 
-/// The data-plane status of an agent (`budget`: the spec's); `checkpoint_ref` names where the data plane keeps the
+/// The data-plane status of an agent (`budget`: the spec's; `generation`: the Agent's, which
+/// every condition here observed, as the reconcile's do); `checkpoint_ref` names where the data plane keeps the
 /// checkpoint of a cycle (the store says, see [`crate::store::Observe::checkpoint_ref`]; the
 /// archived object's URL is shown instead once that cycle is archived). `previous` are the
 /// conditions last computed, so that `ToolsReady` keeps its `lastTransitionTime` until its
@@ -266,6 +267,7 @@ pub fn data_status(
     replicas: Option<i32>,
     available: i32,
     budget: Option<&crate::crd::BudgetSpec>,
+    generation: Option<i64>,
     seen: &AgentObservation,
     previous: &[Condition],
     now: Timestamp,
@@ -274,7 +276,7 @@ pub fn data_status(
     let tools = merge(
         previous,
         &[tools_condition(seen.tools.as_deref())],
-        None,
+        generation,
         now,
     );
     AgentStatus {
@@ -306,6 +308,10 @@ pub fn data_status(
             .chain(archived_condition(seen))
             .chain(restored_condition(seen))
             .chain(budget_condition(budget, seen, previous, now))
+            .map(|c| Condition {
+                observed_generation: generation,
+                ..c
+            })
             .collect(),
         ..AgentStatus::default()
     }
@@ -475,7 +481,7 @@ mod tests {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
         let model = |o: &AgentObservation| {
-            data_status(false, Some(1), 1, None, o, &[], t0(), redis_ref(&key))
+            data_status(false, Some(1), 1, None, None, o, &[], t0(), redis_ref(&key))
                 .conditions
                 .into_iter()
                 .filter(|c| c.type_ == MODEL_AVAILABLE)
@@ -504,8 +510,8 @@ mod tests {
             "2026-11-18T11:06:40Z"
         );
         assert_eq!(
-            data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key)),
-            data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key)),
             "the same on every pass"
         );
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
@@ -537,7 +543,7 @@ mod tests {
             checkpoint: Some(checkpoint7()),
             ..AgentObservation::default()
         };
-        let s = data_status(false, Some(0), 0, None, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(false, Some(0), 0, None, None, &o, &[], t0(), redis_ref(&key));
         assert_eq!(s.phase, Some(AgentPhase::ScaledToZero));
         assert_eq!(
             (s.inbox_depth, s.cycles, s.tokens_used),
@@ -608,7 +614,7 @@ mod tests {
         let types = |s: &AgentStatus| -> Vec<String> {
             s.conditions.iter().map(|c| c.type_.clone()).collect()
         };
-        let s = data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key));
         assert_eq!(types(&s), [TOOLS_READY], "nothing reported: no condition");
         assert_eq!(s.restored_from, None);
         o.archive = Some(crate::store::ArchiveReport {
@@ -635,7 +641,7 @@ mod tests {
                 time: None,
             }),
         });
-        let s = data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key));
         assert_eq!(
             types(&s),
             [TOOLS_READY, CHECKPOINT_ARCHIVED, RESTORED],
@@ -649,7 +655,7 @@ mod tests {
         assert_eq!(s.restored_from.as_ref().unwrap().cycle, 5);
         assert_eq!(
             s,
-            data_status(false, Some(1), 1, None, &o, &[], t0(), redis_ref(&key)),
+            data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key)),
             "the same on every pass"
         );
         // Written by the loop, not the reconcile.

@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn status_tools_are_what_the_worker_reported() {
         let mut o = AgentObservation::default();
-        let s = data_status(false, Some(1), 1, None, &o, &[], t0(), refs);
+        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
         assert!(s.tools.is_empty(), "not reported yet: {s:?}");
         let c = find(&s.conditions, TOOLS_READY).unwrap();
         assert_eq!(
@@ -350,7 +350,7 @@ mod tests {
             tool("grafana__*", "mcp:grafana", Some(&long)),
             tool("skip", "builtin", Some("a second entry of one name")),
         ]);
-        let s = data_status(false, Some(1), 1, None, &o, &[], t0(), refs);
+        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
         assert_eq!(
             s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
             ["skip", "grafana__*"],
@@ -377,22 +377,18 @@ mod tests {
             tools: Some(vec![tool("grafana__*", "mcp:grafana", Some("refused"))]),
             ..AgentObservation::default()
         };
-        let first = data_status(false, Some(1), 1, None, &o, &[], t0(), refs);
-        let again = data_status(false, Some(1), 1, None, &o, &first.conditions, later, refs);
+        let first = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
+        let again = data_status(false, Some(1), 1, None, None, &o, &first.conditions, later, refs);
         assert_eq!(first, again, "the same on every pass: nothing to write");
 
         o.tools = Some(vec![tool("grafana__*", "mcp:grafana", Some("timed out"))]);
-        let other_error = data_status(false, Some(1), 1, None, &o, &again.conditions, later, refs);
+        let other_error = data_status(false, Some(1), 1, None, None, &o, &again.conditions, later, refs);
         let c = find(&other_error.conditions, TOOLS_READY).unwrap();
         assert_eq!(c.last_transition_time, Time(t0()), "still False");
         assert!(c.message.contains("timed out"));
 
         o.tools = Some(vec![tool("grafana__query", "mcp:grafana", None)]);
-        let up = data_status(
-            false,
-            Some(1),
-            1,
-            None,
+        let up = data_status(false, Some(1), 1, None, None,
             &o,
             &other_error.conditions,
             much_later,

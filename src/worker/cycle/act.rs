@@ -214,6 +214,9 @@ impl Cycle<'_> {
         if let Some(outcome) = skip::ends_cycle(call) {
             return (outcome, true);
         }
+        if let Some(refusal) = self.chain_refusal(call) {
+            return (refusal, false);
+        }
         let idempotency = format!("{}:{}:{step}:{index}", agentlet.key, self.batch);
         let started = Instant::now();
         let outcome = match agentlet.toolbox().external(&call.name) {
@@ -228,6 +231,7 @@ impl Cycle<'_> {
                         arguments: &call.arguments,
                         idempotency_key: &idempotency,
                         space: self.active.as_deref(),
+                        depth: self.depth,
                     })
                     .await
             }

@@ -10,6 +10,7 @@
 //! | `step.rs` | the step loop: mid-cycle look, request, model call, tool calls, stop conditions |
 //! | `gates.rs` | tool phase gates (pure) |
 //! | `skip.rs` | what `skip` does, and the rollback |
+//! | `stops.rs` | a cycle stopped short (`maxSteps`, `tokenBudget`, `maxChainDepth`): said and counted |
 //! | `commit.rs` | compaction, tokens, the fenced commit, the cache; committing a refusal |
 //! | `stream.rs` | streaming `send_message` text to live events |
 //! | `partial.rs` | the scanner of streaming JSON arguments |
@@ -24,6 +25,7 @@ pub mod partial;
 mod prepare;
 pub(super) mod skip;
 mod step;
+mod stops;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -271,6 +273,9 @@ fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool
     for result in Outcome::LABELS {
         metrics.cycles.with_label_values(&[ns, agent, result]);
     }
+    for reason in stops::Stop::LABELS {
+        metrics.cycle_stops.with_label_values(&[ns, agent, reason]);
+    }
     for (direction, _) in crate::model::Usage::default().by_direction() {
         metrics.tokens.with_label_values(&[ns, agent, direction]);
     }
@@ -333,6 +338,8 @@ struct Cycle<'a> {
     unfinished: Option<journal::Unfinished>,
     /// Events a resumed cycle has not taken in yet (they arrived after it began).
     late: Option<Vec<InboxEvent>>,
+    /// Why the cycle stopped short, if it did: said in the space once it is committed.
+    stops: Vec<(stops::Stop, String)>,
 }
 
 impl Cycle<'_> {
@@ -348,7 +355,14 @@ impl Cycle<'_> {
             End::Failed(e) => Ok(Outcome::Failed(e)),
             End::Paused { until_ms } => Ok(Outcome::Paused { until_ms }),
             End::Skipped => self.roll_back().await.map(|()| Outcome::Skipped),
-            End::Done => self.commit().await.map(Outcome::Completed),
+            End::Done => {
+                let told = self.to_tell();
+                let checkpoint = self.commit().await?;
+                if let Some(told) = told {
+                    agentlet.tell_stopped(told).await;
+                }
+                Ok(Outcome::Completed(checkpoint))
+            }
         }
     }
 }

@@ -78,6 +78,7 @@ impl<'a> Cycle<'a> {
             first_step: 0,
             unfinished: None,
             late: None,
+            stops: Vec::new(),
         };
         // A cycle that stopped before its end (a crash, a model failure) goes on from its
         // journal: what it did is replayed, not done again.

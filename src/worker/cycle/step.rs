@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::act::Flow;
 use super::journal::Entry;
 use super::prepare::reply_depth;
+use super::stops::Stop;
 use super::stream::SendStreams;
 use super::{gates, skip, trace, Cycle};
 use crate::crd::MidCycleInbox;
@@ -73,6 +74,13 @@ impl Cycle<'_> {
                 }
             }
         }
+        // The model still called tools at its last step.
+        let max = self.agentlet.agent.spec.cycle.max_steps;
+        let why = format!(
+            "{} stopped after {max} steps (cycle.maxSteps) while it was still using tools; what it did is remembered, and a new message lets it go on",
+            self.agentlet.key.name
+        );
+        self.stopped(Stop::MaxSteps, why);
         Ok(End::Done)
     }
 
@@ -201,10 +209,19 @@ impl Cycle<'_> {
         Ok(turn)
     }
 
-    /// Whether the cycle has spent its token budget (`cycle.tokenBudget`), or the agent a
-    /// period's (`spec.budget`).
-    async fn over_budget(&self) -> bool {
-        self.used.input + self.used.output >= self.agentlet.agent.spec.cycle.token_budget
-            || self.agentlet.budget_spent().await.is_some()
+    /// Whether the cycle has spent its token budget (`cycle.tokenBudget`: noted, to be said
+    /// in the space), or the agent a period's (`spec.budget`, which says so itself).
+    async fn over_budget(&mut self) -> bool {
+        let used = self.used.input + self.used.output;
+        let budget = self.agentlet.agent.spec.cycle.token_budget;
+        if used >= budget {
+            let why = format!(
+                "{} stopped after spending {used} tokens in one cycle (cycle.tokenBudget {budget}); what it did is remembered, and a new message lets it go on",
+                self.agentlet.key.name
+            );
+            self.stopped(Stop::TokenBudget, why);
+            return true;
+        }
+        self.agentlet.budget_spent().await.is_some()
     }
 }

@@ -485,6 +485,13 @@ async fn the_token_budget_and_max_steps_stop_the_loop() {
         output: 100,
         ..Usage::default()
     };
+    let stops = |r: &Rig, reason: &str| {
+        r.agentlet
+            .metrics
+            .cycle_stops
+            .with_label_values(&[NS, "assistant", reason])
+            .get()
+    };
     let r = rig("  cycle: {tokenBudget: 1000}", vec![Ok(costly)]).await;
     let Outcome::Completed(checkpoint) = r.cycle("hi").await else {
         panic!("not committed")
@@ -493,6 +500,12 @@ async fn the_token_budget_and_max_steps_stop_the_loop() {
     assert_eq!(checkpoint.messages, 3, "the call and its result are kept");
     let c = r.store.consciousness(&r.agentlet.key).await.unwrap();
     assert_eq!(c.tokens_used, 1000);
+    // Said in the space (the build before issue 26 ended such cycles silently), and counted.
+    assert_eq!(
+        r.said().await.last().unwrap().0,
+        "assistant stopped after spending 1000 tokens in one cycle (cycle.tokenBudget 1000); what it did is remembered, and a new message lets it go on"
+    );
+    assert_eq!(stops(&r, "token_budget"), 1);
 
     let r = rig(
         "  cycle: {maxSteps: 2}",
@@ -504,6 +517,18 @@ async fn the_token_budget_and_max_steps_stop_the_loop() {
     };
     assert_eq!(r.requests().len(), 2);
     assert_eq!(checkpoint.messages, 5, "it ends on the last step's results");
+    let said = r.said().await;
+    assert_eq!(
+        said.last().unwrap().0,
+        "assistant stopped after 2 steps (cycle.maxSteps) while it was still using tools; what it did is remembered, and a new message lets it go on"
+    );
+    assert_eq!((stops(&r, "max_steps"), stops(&r, "token_budget")), (1, 0));
+
+    // A cycle the model ends itself at its last step says nothing.
+    let r = rig("  cycle: {maxSteps: 2}", vec![Ok(read()), Ok(text("Done."))]).await;
+    assert!(matches!(r.cycle("hi").await, Outcome::Completed(_)));
+    assert_eq!(r.said().await.len(), 1, "only Husam's message");
+    assert_eq!(stops(&r, "max_steps"), 0);
 }
 
 #[tokio::test]

@@ -64,6 +64,8 @@ pub struct ExternalCall<'a> {
     /// The active space, where a `visible` tool shows its arguments and result (none: not
     /// shown).
     pub space: Option<&'a str>,
+    /// The causal depth of the calling cycle (an async call's result continues its chain).
+    pub depth: u32,
 }
 
 /// Tools outside the worker: an agent's HTTP tools, or one MCP server.
@@ -80,6 +82,12 @@ pub trait External: Send + Sync {
 
     /// Runs a call; whatever goes wrong is an error result, never a panic or an `Err`.
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome;
+
+    /// Whether a call of `tool` answers later, as an inbox event that wakes the agent for
+    /// another cycle (an async tool): the cycle's chain goes on (`cycle.maxChainDepth`).
+    fn continues(&self, _tool: &str) -> bool {
+        false
+    }
 
     /// Whether a call of `tool` is this source's to answer: one it offers now, or (for a
     /// source whose tools come and go, like an MCP server that is down) one it offered

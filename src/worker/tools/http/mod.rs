@@ -173,7 +173,7 @@ impl HttpTools {
         }
         match tool.spec.mode {
             ToolMode::Sync => self.sync(tool, request, redactor).await,
-            ToolMode::Async => self.start(tool, request, token).await,
+            ToolMode::Async => self.start(tool, request, token, call.depth).await,
         }
     }
 
@@ -206,14 +206,16 @@ impl HttpTools {
         tool: &Tool,
         request: reqwest::RequestBuilder,
         token: &mut Option<String>,
+        depth: u32,
     ) -> Outcome {
         let name = &tool.spec.name;
         let base = self.callback_url.as_deref().unwrap_or_default();
         let ttl_ms = i64::from(tool.spec.result_ttl_seconds) * 1000;
-        let call = match NewCall::new(&self.agent, name, ttl_ms) {
+        let mut call = match NewCall::new(&self.agent, name, ttl_ms) {
             Ok(c) => c,
             Err(e) => return Outcome::error(format!("{e} (nothing was sent)")),
         };
+        call.record.depth = depth;
         *token = Some(call.token.clone());
         let callback = crate::gateway::tool_result_url(base, &call.id);
         let (Ok(callback), Ok(mut secret)) = (
@@ -380,6 +382,12 @@ impl External for HttpTools {
             .iter()
             .find(|t| t.spec.name == tool)
             .is_some_and(|t| t.spec.is_idempotent())
+    }
+
+    fn continues(&self, tool: &str) -> bool {
+        self.tools
+            .iter()
+            .any(|t| t.spec.name == tool && t.spec.mode == ToolMode::Async)
     }
 
     fn asks(&self, tool: &str) -> Option<super::Ask> {
