@@ -433,6 +433,61 @@ fn env_from(pod: &Value) -> Vec<String> {
 }
 
 #[test]
+fn archived_checkpoints_are_signed_with_a_key_from_a_secret() {
+    const OWN_REDIS: [&str; 2] = ["redis.deploy=false", "redis.url=redis://redis.data:6379/0"];
+    let with = |extra: &[&str]| {
+        let mut sets = OWN_REDIS.to_vec();
+        sets.extend_from_slice(extra);
+        render(&sets)
+    };
+    let operator = |objects: &[Value]| {
+        find(objects, "Deployment", "af-agentfleet")["spec"]["template"].clone()
+    };
+    let key_ref = |objects: &[Value]| {
+        env(&operator(objects), "AGENTFLEET_ARCHIVE_SIGNING_KEY")
+            .map(|e| e["valueFrom"]["secretKeyRef"].clone())
+    };
+
+    // With an archive, by default: a key generated into the chart's own Secret, kept on
+    // delete, given to the operator (which passes it on to each worker's archive Secret).
+    let signed = with(&["archive.url=s3://fleet/prod"]);
+    check_references(&signed, &[]);
+    let secret = find(&signed, "Secret", "af-agentfleet-archive-signing");
+    let key = secret["stringData"]["AGENTFLEET_ARCHIVE_SIGNING_KEY"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(key.len() >= 32, "{key}");
+    assert_eq!(
+        secret["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let signing = key_ref(&signed).unwrap();
+    assert_eq!(signing["name"], "af-agentfleet-archive-signing");
+    assert_eq!(signing["key"], "AGENTFLEET_ARCHIVE_SIGNING_KEY");
+    let elsewhere: Vec<String> = signed
+        .iter()
+        .filter(|o| !(kind(o) == "Secret" && name(o) == "af-agentfleet-archive-signing"))
+        .map(|o| serde_yaml::to_string(o).unwrap())
+        .filter(|text| text.contains(&key))
+        .collect();
+    assert!(elsewhere.is_empty(), "the key leaked: {elsewhere:?}");
+
+    // Your own Secret instead; or unsigned; or no archive at all.
+    let yours = with(&[
+        "archive.url=s3://fleet/prod",
+        "archive.signingKeySecret=fleet-signing",
+    ]);
+    check_references(&yours, &["fleet-signing"]);
+    assert!(!names(&yours).iter().any(|n| n.contains("signing")));
+    assert_eq!(key_ref(&yours).unwrap()["name"], "fleet-signing");
+    let unsigned = with(&["archive.url=s3://fleet/prod", "archive.sign=false"]);
+    assert!(key_ref(&unsigned).is_none());
+    assert!(!names(&unsigned).iter().any(|n| n.contains("signing")));
+    assert!(key_ref(&with(&[])).is_none());
+}
+
+#[test]
 fn the_archive_reaches_the_operator_and_its_credentials_only_a_secret() {
     const KEY: &str = "chart-archive-secret-7c6b5a";
     const OWN_REDIS: [&str; 2] = ["redis.deploy=false", "redis.url=redis://redis.data:6379/0"];
@@ -499,7 +554,9 @@ fn the_archive_reaches_the_operator_and_its_credentials_only_a_secret() {
     ]);
     check_references(&existing, &["my-archive"]);
     assert!(
-        !names(&existing).iter().any(|n| n.contains("archive")),
+        !names(&existing)
+            .iter()
+            .any(|n| n.contains("archive") && !n.ends_with("-archive-signing")),
         "{:?}",
         names(&existing)
     );

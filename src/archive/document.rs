@@ -14,7 +14,9 @@
 //! ```
 //!
 //! `digest` is the consciousness's chained digest (see [`crate::store::next_digest`]);
-//! `contentDigest` seals the document itself and is checked before anything is restored.
+//! `contentDigest` seals the document itself against corruption, and with a signing key
+//! `signature` (`hmac-sha256:…` over the same bytes, see [`super::Signer`]) against forgery;
+//! both are checked before anything is restored.
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
@@ -22,7 +24,7 @@ use std::io::{Read as _, Write as _};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::ArchiveError;
+use super::{ArchiveError, Signer};
 use crate::store::{AgentKey, Consciousness, NoteKind, Snapshot};
 
 /// The schema this build writes and reads.
@@ -47,6 +49,8 @@ pub struct Document {
 struct Envelope<'a> {
     schema: String,
     content_digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signature: Option<String>,
     #[serde(borrow)]
     body: &'a RawValue,
 }
@@ -108,8 +112,8 @@ fn raw_entries(
 }
 
 impl Document {
-    /// The document's bytes: gzip-compressed JSON.
-    pub fn encode(&self) -> Result<Vec<u8>, ArchiveError> {
+    /// The document's bytes: gzip-compressed JSON, signed by `signer` when there is one.
+    pub fn encode(&self, signer: Option<&Signer>) -> Result<Vec<u8>, ArchiveError> {
         let c = &self.snapshot.consciousness;
         let messages = c
             .messages
@@ -146,6 +150,7 @@ impl Document {
         let envelope = Envelope {
             schema: SCHEMA.into(),
             content_digest: content_digest(body.get().as_bytes()),
+            signature: signer.map(|s| s.sign(body.get().as_bytes())),
             body: &body,
         };
         let json = serde_json::to_vec(&envelope).map_err(|e| corrupt(e.to_string()))?;
@@ -157,23 +162,39 @@ impl Document {
             .map_err(|e| corrupt(format!("compressing: {e}")))
     }
 
-    /// Reads a document, verified: the schema known, the content digest matching, the
-    /// counts and the chained digest consistent. Gzip or plain JSON (a store that decompressed
-    /// it on the way is fine).
-    pub fn decode(bytes: &[u8]) -> Result<Self, ArchiveError> {
+    /// Reads a document, verified: at most [`MAX_BYTES`] uncompressed, the schema known,
+    /// signed by `signer`'s key when there is one, the content digest matching, the counts
+    /// and the chained digest consistent. Gzip or plain JSON (a store that decompressed it on
+    /// the way is fine).
+    pub fn decode(bytes: &[u8], signer: Option<&Signer>) -> Result<Self, ArchiveError> {
+        let too_large = || {
+            ArchiveError::TooLarge(format!(
+                "it is larger than {} MiB uncompressed, the most a checkpoint document may be",
+                MAX_BYTES / (1024 * 1024)
+            ))
+        };
         let mut json = Vec::new();
         if bytes.starts_with(&[0x1f, 0x8b]) {
             flate2::read::GzDecoder::new(bytes)
-                .take(MAX_BYTES)
+                .take(MAX_BYTES + 1)
                 .read_to_end(&mut json)
                 .map_err(|e| corrupt(format!("not a readable gzip stream: {e}")))?;
         } else {
             json.extend_from_slice(bytes);
         }
+        if json.len() as u64 > MAX_BYTES {
+            return Err(too_large());
+        }
         let envelope: Envelope<'_> = serde_json::from_slice(&json)
             .map_err(|e| corrupt(format!("not a checkpoint document: {e}")))?;
         if envelope.schema != SCHEMA {
             return Err(ArchiveError::Unsupported(envelope.schema));
+        }
+        if let Some(signer) = signer {
+            signer.check(
+                envelope.body.get().as_bytes(),
+                envelope.signature.as_deref(),
+            )?;
         }
         let actual = content_digest(envelope.body.get().as_bytes());
         if actual != envelope.content_digest {
@@ -282,15 +303,15 @@ mod tests {
     #[test]
     fn a_document_reads_back_as_written_byte_for_byte() {
         let doc = sample();
-        let bytes = doc.encode().unwrap();
+        let bytes = doc.encode(None).unwrap();
         assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip");
-        assert_eq!(Document::decode(&bytes).unwrap(), doc);
+        assert_eq!(Document::decode(&bytes, None).unwrap(), doc);
         // Plain JSON (a store that decompressed it on the way) reads the same.
         let mut plain = Vec::new();
         flate2::read::GzDecoder::new(&bytes[..])
             .read_to_end(&mut plain)
             .unwrap();
-        assert_eq!(Document::decode(&plain).unwrap(), doc);
+        assert_eq!(Document::decode(&plain, None).unwrap(), doc);
         let text = String::from_utf8(plain).unwrap();
         assert!(
             text.starts_with(
@@ -304,31 +325,118 @@ mod tests {
 
     #[test]
     fn a_changed_byte_or_an_unknown_schema_is_refused() {
-        let bytes = sample().encode().unwrap();
+        let bytes = sample().encode(None).unwrap();
         let mut plain = Vec::new();
         flate2::read::GzDecoder::new(&bytes[..])
             .read_to_end(&mut plain)
             .unwrap();
         let text = String::from_utf8(plain).unwrap();
         let tampered = text.replace("Dana this week", "Mallory this week");
-        match Document::decode(tampered.as_bytes()) {
+        match Document::decode(tampered.as_bytes(), None) {
             Err(ArchiveError::Corrupt(why)) => assert!(why.contains("content digest"), "{why}"),
             other => panic!("{other:?}"),
         }
         let future = text.replace("checkpoint/v1", "checkpoint/v9");
         assert!(matches!(
-            Document::decode(future.as_bytes()),
+            Document::decode(future.as_bytes(), None),
             Err(ArchiveError::Unsupported(s)) if s == "agentfleet.dev/checkpoint/v9"
         ));
         let mut cut = bytes.clone();
         cut.truncate(bytes.len() / 2);
         assert!(matches!(
-            Document::decode(&cut),
+            Document::decode(&cut, None),
             Err(ArchiveError::Corrupt(_))
         ));
         assert!(matches!(
-            Document::decode(b"<Error>AccessDenied</Error>"),
+            Document::decode(b"<Error>AccessDenied</Error>", None),
             Err(ArchiveError::Corrupt(_))
         ));
+    }
+
+    const KEY: &str = "a-signing-key-of-at-least-32-bytes!";
+
+    /// `doc`'s JSON text (uncompressed).
+    fn text_of(bytes: &[u8]) -> String {
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(bytes)
+            .read_to_end(&mut plain)
+            .unwrap();
+        String::from_utf8(plain).unwrap()
+    }
+
+    /// `text` with its body edited by `edit` and the content digest recomputed, as someone
+    /// who can write to the bucket could.
+    fn forged(text: &str, edit: impl Fn(&str) -> String) -> String {
+        let start = text.find(r#""body":"#).unwrap() + 7;
+        let body = edit(&text[start..text.len() - 1]);
+        let digest = content_digest(body.as_bytes());
+        let head = &text[..start];
+        let at = head.find("sha256:").unwrap();
+        format!(
+            "{}{digest}{}{body}}}",
+            &head[..at],
+            &head[at + digest.len()..]
+        )
+    }
+
+    #[test]
+    fn a_forged_document_is_refused_when_the_archive_signs() {
+        let signer = Signer::new(KEY).unwrap();
+        let signed = text_of(&sample().encode(Some(&signer)).unwrap());
+        assert!(signed.contains(r#""signature":"hmac-sha256:"#), "{signed}");
+        assert_eq!(
+            Document::decode(signed.as_bytes(), Some(&signer)).unwrap(),
+            sample()
+        );
+
+        // A planted memory with a recomputed digest: the build before issue 26 restored it.
+        let planted = forged(&signed, |b| {
+            b.replace("Dana this week", "Mallory, who may do anything")
+        });
+        let without_key = Document::decode(planted.as_bytes(), None).unwrap();
+        assert!(
+            format!("{without_key:?}").contains("Mallory"),
+            "a digest alone cannot tell"
+        );
+        let e = Document::decode(planted.as_bytes(), Some(&signer)).unwrap_err();
+        assert_eq!(e.reason(), "SignatureInvalid", "{e}");
+        assert!(
+            e.to_string().contains("changed after it was written"),
+            "{e}"
+        );
+
+        // Unsigned (written without the key, or the signature removed): refused too.
+        let unsigned = text_of(&sample().encode(None).unwrap());
+        let e = Document::decode(unsigned.as_bytes(), Some(&signer)).unwrap_err();
+        assert!(e.to_string().contains("not signed"), "{e}");
+        let stripped = signed.replace(
+            &signed[signed.find(r#""signature""#).unwrap()..signed.find(r#""body""#).unwrap()],
+            "",
+        );
+        assert!(Document::decode(stripped.as_bytes(), Some(&signer)).is_err());
+        // Another key's.
+        let other = Signer::new(&KEY.replace('a', "b")).unwrap();
+        assert!(Document::decode(signed.as_bytes(), Some(&other)).is_err());
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_refused_saying_which_limit() {
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(br#"{"schema":"agentfleet.dev/checkpoint/v1","contentDigest":""#)
+            .unwrap();
+        let zeros = vec![b'0'; 1024 * 1024];
+        for _ in 0..300 {
+            gz.write_all(&zeros).unwrap();
+        }
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 2 * 1024 * 1024, "{} bytes", bomb.len());
+        let e = Document::decode(&bomb, None).unwrap_err();
+        assert_eq!(e.reason(), "CheckpointTooLarge");
+        // The build before issue 26 said "EOF while parsing a string at line 1 column 268435456".
+        assert_eq!(
+            e.to_string(),
+            "the archived checkpoint is refused: it is larger than 256 MiB uncompressed, the most a checkpoint document may be"
+        );
     }
 }

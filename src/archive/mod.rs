@@ -14,9 +14,11 @@
 
 mod document;
 pub mod retention;
+mod signing;
 
 pub use document::{Document, SCHEMA};
 pub use retention::Listed;
+pub use signing::{Signer, MIN_KEY_BYTES, SIGNING_KEY_ENV};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,9 +51,19 @@ pub struct ArchiveFlag {
 }
 
 impl ArchiveFlag {
-    /// The archive, when one is named.
+    /// The archive, when one is named (said in the log, with whether it signs).
     pub fn open(&self) -> Result<Option<Archive>, ArchiveError> {
-        self.url.as_deref().map(Archive::open).transpose()
+        let archive = self.url.as_deref().map(Archive::open).transpose()?;
+        match &archive {
+            Some(a) if a.signed() => {
+                tracing::info!(archive = %a.url(), signed = true, "checkpoints are archived")
+            }
+            Some(a) => {
+                tracing::warn!(archive = %a.url(), signed = false, "checkpoints are archived unsigned: a document planted in the store would be restored; set {SIGNING_KEY_ENV} to sign and check them")
+            }
+            None => {}
+        }
+        Ok(archive)
     }
 }
 
@@ -81,6 +93,15 @@ pub enum ArchiveError {
     /// An intact document, but not the one asked for (another agent's, another cycle).
     #[error("the archived checkpoint is not the one asked for: {0}")]
     Foreign(String),
+    /// The archive signs its checkpoints and this one is unsigned or wrongly signed.
+    #[error("the archived checkpoint is refused: {0}")]
+    Signature(String),
+    /// The document is larger than a checkpoint may be.
+    #[error("the archived checkpoint is refused: {0}")]
+    TooLarge(String),
+    /// The signing key is unusable.
+    #[error("archive signing key: {0}")]
+    InvalidKey(String),
 }
 
 impl ArchiveError {
@@ -93,6 +114,9 @@ impl ArchiveError {
             ArchiveError::Corrupt(_) => "CheckpointCorrupt",
             ArchiveError::Unsupported(_) => "UnsupportedSchema",
             ArchiveError::Foreign(_) => "ForeignCheckpoint",
+            ArchiveError::Signature(_) => "SignatureInvalid",
+            ArchiveError::TooLarge(_) => "CheckpointTooLarge",
+            ArchiveError::InvalidKey(_) => "InvalidSigningKey",
         }
     }
 
@@ -112,6 +136,8 @@ pub struct Archive {
     prefix: Path,
     /// The credentials of the environment, masked in every error.
     redactor: Redactor,
+    /// Signs what is written and checks what is read, when the environment has a key.
+    signer: Option<Signer>,
     /// The environment it was opened with (a URL outside it is opened with the same).
     env: Arc<Vec<(String, String)>>,
 }
@@ -138,10 +164,12 @@ fn client_options() -> object_store::ClientOptions {
         .with_connect_timeout(Duration::from_secs(5))
 }
 
-/// The credential and endpoint variables of this process's environment.
+/// The credential and endpoint variables of this process's environment, and the signing key.
 fn credential_env() -> Vec<(String, String)> {
     std::env::vars()
-        .filter(|(k, _)| CREDENTIAL_ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| {
+            k == SIGNING_KEY_ENV || CREDENTIAL_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
         .collect()
 }
 
@@ -231,6 +259,7 @@ impl Archive {
         };
         let (parsed, scheme, prefix) = parse(url)?;
         let redactor = secret_values(env);
+        let signer = Signer::from_env(env)?;
         let built = |r: Result<Arc<dyn ObjectStore>, object_store::Error>| {
             r.map_err(|e| invalid(redactor.redact(&e.to_string())))
         };
@@ -274,12 +303,19 @@ impl Archive {
             root,
             prefix,
             redactor,
+            signer,
             env: Arc::new(env.to_vec()),
         })
     }
 
-    /// The credential and endpoint variables it was opened with: what another process needs in
-    /// its environment to open the same archive (secrets among them: never log them).
+    /// Whether what it writes is signed and what it reads must be.
+    pub fn signed(&self) -> bool {
+        self.signer.is_some()
+    }
+
+    /// The credential and endpoint variables it was opened with, the signing key among them:
+    /// what another process needs in its environment to open the same archive (secrets among
+    /// them: never log them).
     pub fn env(&self) -> &[(String, String)] {
         &self.env
     }
@@ -337,7 +373,7 @@ impl Archive {
 
     /// Writes `doc` at its agent's path for its cycle; returns the object's URL.
     pub async fn put(&self, doc: &Document) -> Result<String, ArchiveError> {
-        let bytes = doc.encode()?;
+        let bytes = doc.encode(self.signer.as_ref())?;
         let path = self.path(&doc.agent, doc.snapshot.consciousness.cycle);
         self.store
             .put(&path, bytes.into())
@@ -394,7 +430,13 @@ impl Archive {
             Err(e) => return Err(self.unreachable(e)),
         };
         let bytes = got.bytes().await.map_err(|e| self.unreachable(e))?;
-        Document::decode(&bytes)
+        let doc = Document::decode(&bytes, self.signer.as_ref())?;
+        // An object named for a cycle holds that cycle (a document copied over another).
+        let url = self.object_url(path);
+        if let Some(named) = path.filename().and_then(|n| n.parse::<u64>().ok()) {
+            expect(&doc, &doc.agent, Some(named), &url)?;
+        }
+        Ok(doc)
     }
 
     /// Removes `agent`'s checkpoints of these cycles.

@@ -214,3 +214,51 @@ fn check_url_accepts_what_open_accepts() {
         Archive::open_with(url, &[]).unwrap();
     }
 }
+
+#[tokio::test]
+async fn an_object_holds_the_cycle_its_name_says_and_a_signed_archive_signs() {
+    let dir = std::env::temp_dir().join(format!("agentfleet-named-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let url = format!("file://{}/checkpoints", dir.display());
+    let key = [(SIGNING_KEY_ENV.to_string(), "k".repeat(MIN_KEY_BYTES))];
+    let archive = Archive::open_with(&url, &key).unwrap();
+    assert!(archive.signed());
+    let sre = AgentKey::new("ops", "sre");
+    archive.put(&doc(&sre, 2)).await.unwrap();
+    // Cycle 2's document copied over cycle 5's name: the build before issue 26 took it for 5.
+    let objects = dir.join("checkpoints/ops/sre");
+    std::fs::copy(objects.join("2"), objects.join("5")).unwrap();
+    let e = archive
+        .fetch(&archive.checkpoint_url(&sre, 5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "ForeignCheckpoint");
+    assert!(e.to_string().contains("holds cycle 2, not cycle 5"), "{e}");
+    // A name that says no cycle says nothing to check.
+    std::fs::copy(objects.join("2"), dir.join("checkpoints/good")).unwrap();
+    assert_eq!(
+        archive.fetch(&format!("{url}/good")).await.unwrap(),
+        doc(&sre, 2)
+    );
+    // The same objects through an archive without the key: read, unverified by signature;
+    // through one with another key: refused.
+    let plain = Archive::open_with(&url, &[]).unwrap();
+    assert!(!plain.signed());
+    assert_eq!(plain.get(&sre, 2).await.unwrap(), doc(&sre, 2));
+    let other = Archive::open_with(
+        &url,
+        &[(SIGNING_KEY_ENV.to_string(), "o".repeat(MIN_KEY_BYTES))],
+    )
+    .unwrap();
+    assert_eq!(
+        other.get(&sre, 2).await.unwrap_err().reason(),
+        "SignatureInvalid"
+    );
+    // What the unsigned archive wrote, the signed one refuses.
+    plain.put(&doc(&sre, 3)).await.unwrap();
+    let e = archive.get(&sre, 3).await.unwrap_err();
+    assert!(e.to_string().contains("not signed"), "{e}");
+    let e = Archive::open_with(&url, &[(SIGNING_KEY_ENV.to_string(), "short".into())]).unwrap_err();
+    assert_eq!(e.reason(), "InvalidSigningKey");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -48,6 +48,18 @@ pub enum ConsciousnessCommand {
     },
 }
 
+/// How an archived checkpoint that was read was verified: with the signing key in the
+/// environment its signature was checked (an unsigned or wrongly signed one is refused), else
+/// only its content digest.
+fn verified() -> String {
+    let signed = std::env::var(archive::SIGNING_KEY_ENV).is_ok_and(|v| !v.is_empty());
+    if signed {
+        "signature and content digest (signed with this fleet's key, intact)".into()
+    } else {
+        format!("content digest only (intact, but not proven written by this fleet: set {} to check signatures)", archive::SIGNING_KEY_ENV)
+    }
+}
+
 /// What `show` prints, wherever it comes from.
 struct Shown {
     agent: AgentKey,
@@ -226,6 +238,7 @@ fn archived(doc: Document, url: String) -> Shown {
         lines: vec![
             ("Archived at:", url),
             ("Generation:", doc.generation.to_string()),
+            ("Verified:", verified()),
         ],
         consciousness,
     }

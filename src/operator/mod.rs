@@ -210,9 +210,6 @@ fn gateway_url(s: &str) -> Result<String, String> {
 /// `agentfleet operator`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let archive = args.open_archive()?;
-    if let Some(a) = &archive {
-        info!(archive = %a.url(), "checkpoints are archived");
-    }
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;

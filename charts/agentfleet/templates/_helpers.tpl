@@ -127,6 +127,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the archive's signing key (AGENTFLEET_ARCHIVE_SIGNING_KEY), when checkpoints are signed. */}}
+{{- define "agentfleet.archiveSigningSecret" -}}
+{{- if and .Values.archive.url .Values.archive.sign -}}
+{{- if .Values.archive.signingKeySecret -}}
+{{- .Values.archive.signingKeySecret -}}
+{{- else -}}
+{{- printf "%s-archive-signing" (include "agentfleet.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The operator writes Secrets beside each worker: the chart's Redis URL, the archive's environment. */}}
 {{- define "agentfleet.writesWorkerSecrets" -}}
 {{- if or (include "agentfleet.workerRedisManaged" .) .Values.archive.url -}}true{{- end -}}

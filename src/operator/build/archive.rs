@@ -15,7 +15,8 @@ use crate::archive::{Archive, URL_ENV};
 use crate::crd::Agent;
 
 /// What every worker gets of the operator's archive: the variables of its environment that
-/// open it (`AGENTFLEET_ARCHIVE_URL` and the store's `AWS_*`, `GOOGLE_*`, `AZURE_*`).
+/// open it (`AGENTFLEET_ARCHIVE_URL`, the store's `AWS_*`, `GOOGLE_*`, `AZURE_*`, and the
+/// signing key `AGENTFLEET_ARCHIVE_SIGNING_KEY`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct WorkerArchive {
     /// Variable → value, the URL's included (values are secrets: never shown).
@@ -92,14 +93,17 @@ mod tests {
     use super::super::tests::{defaults, fixture, owner, worker_container};
     use super::super::{config_hash, configmap, deployment, render_manifest, worker_secrets};
     use super::*;
+    use crate::archive::SIGNING_KEY_ENV;
 
     const SECRET: &str = "archive-secret-9d8c7b6a";
+    const SIGNING_KEY: &str = "archive-signing-key-of-32-bytes-4f";
 
     fn archive(secret: &str) -> WorkerArchive {
         let env = [
             ("AWS_ACCESS_KEY_ID", "AKIAFLEET"),
             ("AWS_SECRET_ACCESS_KEY", secret),
             ("AWS_ENDPOINT_URL", "http://minio.storage:9000"),
+            (SIGNING_KEY_ENV, SIGNING_KEY),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()));
         let opened = Archive::open_with("s3://fleet/prod", &env).unwrap();
@@ -131,7 +135,12 @@ mod tests {
         assert_eq!(value(URL_ENV), "s3://fleet/prod");
         assert_eq!(value("AWS_SECRET_ACCESS_KEY"), SECRET);
         assert_eq!(value("AWS_ENDPOINT_URL"), "http://minio.storage:9000");
-        assert_eq!(data.len(), 4);
+        assert_eq!(
+            value(SIGNING_KEY_ENV),
+            SIGNING_KEY,
+            "the workers sign with the operator's key"
+        );
+        assert_eq!(data.len(), 5);
 
         let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
         let from = worker_container(&deploy).env_from.as_ref().unwrap();
@@ -150,7 +159,7 @@ mod tests {
             d,
             d.archive.as_ref().unwrap().fingerprint(),
         );
-        for leak in [SECRET, "AKIAFLEET", "minio.storage"] {
+        for leak in [SECRET, SIGNING_KEY, "AKIAFLEET", "minio.storage"] {
             assert!(!shown.contains(leak), "{leak} in {shown}");
         }
         // New credentials roll the workers; the same ones do not.

@@ -463,7 +463,9 @@ async fn the_tools_a_worker_reports_reach_the_status_once() {
     // Observed at the Agent's generation, as the reconcile's conditions are (kstatus reads
     // it); the build before issue 26 wrote none.
     assert!(
-        s.conditions.iter().all(|c| c.observed_generation == Some(3)),
+        s.conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(3)),
         "{:?}",
         s.conditions
     );

@@ -510,8 +510,28 @@ mod tests {
             "2026-11-18T11:06:40Z"
         );
         assert_eq!(
-            data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key)),
-            data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key)),
+            data_status(
+                false,
+                Some(1),
+                1,
+                None,
+                None,
+                &o,
+                &[],
+                t0(),
+                redis_ref(&key)
+            ),
+            data_status(
+                false,
+                Some(1),
+                1,
+                None,
+                None,
+                &o,
+                &[],
+                t0(),
+                redis_ref(&key)
+            ),
             "the same on every pass"
         );
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
@@ -543,7 +563,17 @@ mod tests {
             checkpoint: Some(checkpoint7()),
             ..AgentObservation::default()
         };
-        let s = data_status(false, Some(0), 0, None, None, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(
+            false,
+            Some(0),
+            0,
+            None,
+            None,
+            &o,
+            &[],
+            t0(),
+            redis_ref(&key),
+        );
         assert_eq!(s.phase, Some(AgentPhase::ScaledToZero));
         assert_eq!(
             (s.inbox_depth, s.cycles, s.tokens_used),
@@ -614,7 +644,17 @@ mod tests {
         let types = |s: &AgentStatus| -> Vec<String> {
             s.conditions.iter().map(|c| c.type_.clone()).collect()
         };
-        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(
+            false,
+            Some(1),
+            1,
+            None,
+            None,
+            &o,
+            &[],
+            t0(),
+            redis_ref(&key),
+        );
         assert_eq!(types(&s), [TOOLS_READY], "nothing reported: no condition");
         assert_eq!(s.restored_from, None);
         o.archive = Some(crate::store::ArchiveReport {
@@ -641,7 +681,17 @@ mod tests {
                 time: None,
             }),
         });
-        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key));
+        let s = data_status(
+            false,
+            Some(1),
+            1,
+            None,
+            None,
+            &o,
+            &[],
+            t0(),
+            redis_ref(&key),
+        );
         assert_eq!(
             types(&s),
             [TOOLS_READY, CHECKPOINT_ARCHIVED, RESTORED],
@@ -655,7 +705,17 @@ mod tests {
         assert_eq!(s.restored_from.as_ref().unwrap().cycle, 5);
         assert_eq!(
             s,
-            data_status(false, Some(1), 1, None, None, &o, &[], t0(), redis_ref(&key)),
+            data_status(
+                false,
+                Some(1),
+                1,
+                None,
+                None,
+                &o,
+                &[],
+                t0(),
+                redis_ref(&key)
+            ),
             "the same on every pass"
         );
         // Written by the loop, not the reconcile.

@@ -378,17 +378,42 @@ mod tests {
             ..AgentObservation::default()
         };
         let first = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
-        let again = data_status(false, Some(1), 1, None, None, &o, &first.conditions, later, refs);
+        let again = data_status(
+            false,
+            Some(1),
+            1,
+            None,
+            None,
+            &o,
+            &first.conditions,
+            later,
+            refs,
+        );
         assert_eq!(first, again, "the same on every pass: nothing to write");
 
         o.tools = Some(vec![tool("grafana__*", "mcp:grafana", Some("timed out"))]);
-        let other_error = data_status(false, Some(1), 1, None, None, &o, &again.conditions, later, refs);
+        let other_error = data_status(
+            false,
+            Some(1),
+            1,
+            None,
+            None,
+            &o,
+            &again.conditions,
+            later,
+            refs,
+        );
         let c = find(&other_error.conditions, TOOLS_READY).unwrap();
         assert_eq!(c.last_transition_time, Time(t0()), "still False");
         assert!(c.message.contains("timed out"));
 
         o.tools = Some(vec![tool("grafana__query", "mcp:grafana", None)]);
-        let up = data_status(false, Some(1), 1, None, None,
+        let up = data_status(
+            false,
+            Some(1),
+            1,
+            None,
+            None,
             &o,
             &other_error.conditions,
             much_later,

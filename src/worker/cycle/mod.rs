@@ -356,7 +356,7 @@ impl Cycle<'_> {
             End::Paused { until_ms } => Ok(Outcome::Paused { until_ms }),
             End::Skipped => self.roll_back().await.map(|()| Outcome::Skipped),
             End::Done => {
-                let told = self.to_tell();
+                let told = self.take_told();
                 let checkpoint = self.commit().await?;
                 if let Some(told) = told {
                     agentlet.tell_stopped(told).await;

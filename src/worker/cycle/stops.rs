@@ -75,15 +75,11 @@ impl Cycle<'_> {
     }
 
     /// What is to be told once the cycle is committed (nothing when it did not stop short).
-    pub(super) fn to_tell(&mut self) -> Option<Told> {
+    pub(super) fn take_told(&mut self) -> Option<Told> {
         if self.stops.is_empty() {
             return None;
         }
-        let mut spaces: Vec<String> = self
-            .events
-            .iter()
-            .filter_map(|e| e.space.clone())
-            .collect();
+        let mut spaces: Vec<String> = self.events.iter().filter_map(|e| e.space.clone()).collect();
         spaces.sort_unstable();
         spaces.dedup();
         if spaces.is_empty() {

@@ -525,7 +525,11 @@ async fn the_token_budget_and_max_steps_stop_the_loop() {
     assert_eq!((stops(&r, "max_steps"), stops(&r, "token_budget")), (1, 0));
 
     // A cycle the model ends itself at its last step says nothing.
-    let r = rig("  cycle: {maxSteps: 2}", vec![Ok(read()), Ok(text("Done."))]).await;
+    let r = rig(
+        "  cycle: {maxSteps: 2}",
+        vec![Ok(read()), Ok(text("Done."))],
+    )
+    .await;
     assert!(matches!(r.cycle("hi").await, Outcome::Completed(_)));
     assert_eq!(r.said().await.len(), 1, "only Husam's message");
     assert_eq!(stops(&r, "max_steps"), 0);
