@@ -140,7 +140,7 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
                 let json = serde_json::to_value(&value).with_context(at)?;
                 let schema = crate::crd::validate::schema_of(&meta.kind)
                     .with_context(|| format!("no schema for {}", meta.kind))?;
-                let problems = crate::crd::validate::check(&schema, &json);
+                let problems = crate::crd::validate::check(schema, &json);
                 if !problems.is_empty() {
                     bail!(
                         "{}: invalid {}:\n  {}",
@@ -323,8 +323,9 @@ impl Dev {
         store.ping().await.context("data plane")?;
         let agent_refs: Vec<&Agent> = manifests.agents.iter().collect();
         let space_refs: Vec<&Space> = manifests.spaces.iter().collect();
+        let existing = membership::existing(&space_refs);
         for a in &manifests.agents {
-            let missing = membership::missing_spaces(a, &space_refs);
+            let missing = membership::missing_spaces(a, &existing);
             if !missing.is_empty() {
                 warn!(agent = %a.name_any(), missing = %missing.join(", "), "the agent names spaces that are not in the directory");
             }

@@ -83,19 +83,27 @@ pub fn record(space: &Space, members: Vec<ResolvedMember>) -> crate::store::Spac
     }
 }
 
-/// The spaces an Agent names that do not exist in its namespace, in the order it names them.
-pub fn missing_spaces(agent: &Agent, spaces: &[&Space]) -> Vec<String> {
+/// The Spaces that exist (not being deleted), to look agents' spaces up in.
+pub fn existing(spaces: &[&Space]) -> std::collections::HashSet<SpaceKey> {
+    spaces
+        .iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .map(|s| SpaceKey::of(s))
+        .collect()
+}
+
+/// The spaces an Agent names that do not exist in its namespace (`existing`: see
+/// [`existing`]), in the order it names them.
+pub fn missing_spaces(
+    agent: &Agent,
+    existing: &std::collections::HashSet<SpaceKey>,
+) -> Vec<String> {
     let ns = agent.namespace().unwrap_or_else(|| "default".to_string());
     agent
         .spec
         .spaces
         .iter()
-        .filter(|name| {
-            !spaces.iter().any(|s| {
-                s.metadata.deletion_timestamp.is_none()
-                    && SpaceKey::of(s) == SpaceKey::new(ns.clone(), name.as_str())
-            })
-        })
+        .filter(|name| !existing.contains(&SpaceKey::new(ns.clone(), name.as_str())))
         .cloned()
         .collect()
 }
@@ -144,8 +152,9 @@ mod tests {
                 (MemberKind::Human, "ahmad", "ahmad"),
             ]
         );
-        assert_eq!(missing_spaces(&a, &[&family]), vec!["work".to_string()]);
-        assert!(missing_spaces(&b, &[&family]).is_empty());
+        let known = existing(&[&family]);
+        assert_eq!(missing_spaces(&a, &known), vec!["work".to_string()]);
+        assert!(missing_spaces(&b, &known).is_empty());
     }
 
     #[test]

@@ -1005,7 +1005,38 @@ fn dev_refuses_what_kubectl_apply_would_refuse_and_prints_no_banner() {
     let agent = |name: &str, model: &str| {
         format!("apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: \"{name}\"}}\nspec:\n  model: {model}\n  spaces: [lobby]\n")
     };
+    let scripted = agent("fine", "{provider: scripted, name: x}");
+    // Issue 26: what the build before accepted and a cluster refuses, or should.
+    let host_placeholder = format!(
+        "{scripted}  tools:\n    http: [{{name: fetch, description: d, url: \"http://{{region}}:19102/x\", inputSchema: {{type: object, properties: {{region: {{type: string}}}}}}}}]\n"
+    );
+    let many_spaces = scripted.replace(
+        "spaces: [lobby]",
+        &format!(
+            "spaces: [{}]",
+            (0..101)
+                .map(|i| format!("s{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let huge = format!("{scripted}  instructions: \"{}\"\n", "x".repeat(300_000));
     for (files, extra, want) in [
+        (
+            vec![host_placeholder],
+            &[][..],
+            "Agent fine: tools.http[0].url (fetch): placeholder {region} is in the scheme, host or port",
+        ),
+        (
+            vec![many_spaces],
+            &[][..],
+            "spec.spaces: must have at most 100 items",
+        ),
+        (
+            vec![huge],
+            &[][..],
+            "spec.instructions: may not be more than 262144 characters",
+        ),
         (
             vec![agent("Bad_Name!", "{provider: scripted, name: x}")],
             &[][..],

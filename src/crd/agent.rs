@@ -40,11 +40,14 @@ pub struct AgentSpec {
     /// members, memories, goals, plans) comes fresh every cycle after the conversation, so
     /// that the system prompt stays in the providers' prompt caches.
     #[serde(default)]
+    #[schemars(length(max = 262144))]
     pub instructions: String,
 
-    /// Names of the Spaces (in this namespace) the agent is a member of. Membership is declared
-    /// here: a Space's member list is derived from the Agents that name it.
+    /// Names of the Spaces (in this namespace) the agent is a member of (at most 100: each is
+    /// in every cycle's context). Membership is declared here: a Space's member list is
+    /// derived from the Agents that name it.
     #[serde(default)]
+    #[schemars(length(max = 100))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     #[schemars(inner(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")))]
     #[schemars(inner(length(max = 63)))]
@@ -221,6 +224,7 @@ pub struct CycleSpec {
     /// acting. The first phase whose range holds the step applies; other steps get every
     /// tool and `auto`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     pub phases: Vec<ToolPhase>,
 }
 

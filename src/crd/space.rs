@@ -25,9 +25,10 @@ pub struct SpaceSpec {
     #[schemars(length(max = 256))]
     pub display_name: Option<String>,
 
-    /// Human members of the space. Agents are not listed here: an Agent joins by naming the
-    /// space in its `spec.spaces`.
+    /// Human members of the space (at most 1000). Agents are not listed here: an Agent joins
+    /// by naming the space in its `spec.spaces`.
     #[serde(default)]
+    #[schemars(length(max = 1000))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
     pub members: Vec<HumanMember>,
 

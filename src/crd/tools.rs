@@ -15,20 +15,23 @@ pub struct ToolsSpec {
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub builtin: Vec<BuiltinTool>,
 
-    /// HTTP endpoints the agent calls as tools.
+    /// HTTP endpoints the agent calls as tools (at most 64).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub http: Vec<HttpToolSpec>,
 
-    /// MCP servers (Streamable HTTP) whose tools the agent calls.
+    /// MCP servers (Streamable HTTP) whose tools the agent calls (at most 16).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub mcp: Vec<McpServerSpec>,
 
     /// Tools whose result a human supplies (a form answer, a choice, a confirmation): a call
     /// pauses the cycle until a member of the active space answers it through the gateway
-    /// (`POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`) or it times out.
+    /// (`POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`) or it times out. At most 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub interactive: Vec<InteractiveToolSpec>,
 
@@ -285,8 +288,10 @@ pub struct McpServerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers_from: Option<HeadersFrom>,
 
-    /// The server's tools the agent may call (by the server's names); empty: all of them.
+    /// The server's tools the agent may call (by the server's names); empty: all of them (up
+    /// to `limits.maxTools`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub tools: Vec<String>,
 
@@ -303,6 +308,7 @@ pub struct McpServerSpec {
     /// Tools of this server (as it names them) whose calls a member of the active space must
     /// approve first; see the HTTP tools' `requireApproval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub require_approval: Vec<String>,
 

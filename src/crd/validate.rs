@@ -37,20 +37,46 @@ pub fn check_arguments(schema: &Value, arguments: &Value) -> Vec<String> {
     problems
 }
 
-/// The openAPIV3Schema of a kind's first version, as JSON.
-pub fn schema_of(kind: &str) -> Option<Value> {
-    let crd = super::definitions()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)?;
-    let schema = crd
-        .spec
-        .versions
-        .first()?
-        .schema
-        .as_ref()?
-        .open_api_v3_schema
-        .as_ref()?;
-    serde_json::to_value(schema).ok()
+/// The openAPIV3Schema of a kind's first version, as JSON (generated once: `dev` checks every
+/// document against it).
+pub fn schema_of(kind: &str) -> Option<&'static Value> {
+    static SCHEMAS: std::sync::OnceLock<Vec<(String, Value)>> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        super::definitions()
+            .into_iter()
+            .filter_map(|crd| {
+                let schema = crd
+                    .spec
+                    .versions
+                    .first()?
+                    .schema
+                    .as_ref()?
+                    .open_api_v3_schema
+                    .as_ref()?;
+                Some((crd.spec.names.kind, serde_json::to_value(schema).ok()?))
+            })
+            .collect()
+    });
+    schemas.iter().find(|(k, _)| k == kind).map(|(_, s)| s)
+}
+
+/// `pattern` compiled, once per pattern (a manifest of a thousand spaces checks the same few
+/// patterns a thousand times). Patterns come from schemas: the CRDs' own, or a tool's
+/// `inputSchema`, whose count is bounded by the manifests.
+fn compiled(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    static CACHE: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, regex::Regex>>,
+    > = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(re) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(pattern) {
+        return Ok(re.clone());
+    }
+    let re = regex::Regex::new(pattern)?;
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() < 1024 {
+        cache.insert(pattern.to_string(), re.clone());
+    }
+    Ok(re)
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -151,7 +177,7 @@ fn walk(dialect: Dialect, schema: &Value, v: &Value, path: &str, out: &mut Vec<S
                 }
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-                match regex::Regex::new(pattern) {
+                match compiled(pattern) {
                     Ok(re) if !re.is_match(s) => {
                         out.push(format!("{at}: {s:?} should match '{pattern}'"));
                     }
@@ -273,7 +299,7 @@ mod tests {
         let schema = schema_of("Agent").unwrap();
         let ok =
             agent(json!({"model": {"provider": "scripted", "name": "a"}, "spaces": ["family"]}));
-        assert_eq!(check(&schema, &ok), Vec::<String>::new());
+        assert_eq!(check(schema, &ok), Vec::<String>::new());
         let cases = [
             (
                 json!({"model": {"provider": "nope", "name": "a"}}),
@@ -313,7 +339,7 @@ mod tests {
             ),
         ];
         for (spec, want) in cases {
-            let problems = check(&schema, &agent(spec.clone()));
+            let problems = check(schema, &agent(spec.clone()));
             assert!(
                 problems.iter().any(|p| p.starts_with(want)),
                 "{spec}: {problems:?}"
@@ -391,11 +417,11 @@ mod tests {
         let schema = schema_of("Space").unwrap();
         let space = |spec: Value| json!({"apiVersion": "agentfleet.dev/v1alpha1", "kind": "Space", "metadata": {"name": "s"}, "spec": spec});
         assert_eq!(
-            check(&schema, &space(json!({"members": [{"id": "husam"}]}))),
+            check(schema, &space(json!({"members": [{"id": "husam"}]}))),
             Vec::<String>::new()
         );
         let p = check(
-            &schema,
+            schema,
             &space(json!({"members": [{"id": "husam"}, {"id": "husam"}]})),
         );
         assert!(p.iter().any(|p| p.contains("duplicate entry")), "{p:?}");

@@ -251,7 +251,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     ctx.caches_synced().await?;
     let spaces = ctx.spaces.state();
     let space_refs: Vec<&Space> = spaces.iter().map(Arc::as_ref).collect();
-    let missing = membership::missing_spaces(&agent, &space_refs);
+    let missing = membership::missing_spaces(&agent, &membership::existing(&space_refs));
     let spaces_cond = if missing.is_empty() {
         Cond::ok(
             SPACES_RESOLVED,

@@ -19,6 +19,10 @@ pub const MAX_NAME_LEN: usize = 52;
 /// What separates an MCP server's name from its tools' names (`SERVER__TOOL`).
 pub const MCP_SEPARATOR: &str = "__";
 
+/// The largest spec the worker's ConfigMap holds once rendered (a ConfigMap holds 1 MiB; the
+/// rest is room for the manifest's metadata).
+pub const MAX_RENDERED_SPEC_BYTES: usize = 1024 * 1024 - 16 * 1024;
+
 /// Problems with a spec that the schema cannot refuse.
 pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
     let mut problems = Vec::new();
@@ -62,7 +66,29 @@ pub fn validate(name: &str, spec: &AgentSpec) -> Vec<String> {
         }
     }
     consciousness(name, &spec.consciousness, &mut problems);
+    rendered_size(spec, &mut problems);
     problems
+}
+
+/// The spec fits the ConfigMap the worker reads it from; else the problem names the largest
+/// of its fields.
+fn rendered_size(spec: &AgentSpec, problems: &mut Vec<String>) {
+    let total = serde_yaml::to_string(spec).map_or(0, |t| t.len());
+    if total <= MAX_RENDERED_SPEC_BYTES {
+        return;
+    }
+    let fields = serde_json::to_value(spec).ok();
+    let largest = fields.as_ref().and_then(Value::as_object).and_then(|o| {
+        o.iter()
+            .map(|(k, v)| (k, serde_yaml::to_string(v).map_or(0, |t| t.len())))
+            .max_by_key(|(_, n)| *n)
+    });
+    let at = largest
+        .map(|(field, n)| format!(" (spec.{field} alone is {n} bytes)"))
+        .unwrap_or_default();
+    problems.push(format!(
+        "the spec is {total} bytes rendered{at}; the worker reads it from a ConfigMap, which holds at most {MAX_RENDERED_SPEC_BYTES} of it"
+    ));
 }
 
 /// The checkpoint `restore` names (exactly one of a cycle and a reference: an archive's URL
@@ -489,6 +515,21 @@ mod tests {
                 "{bad}: want {says:?}, got {p:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_spec_must_fit_the_configmap_the_worker_reads() {
+        let mut s = spec("{model: {provider: scripted, name: x}}");
+        s.instructions = "x".repeat(MAX_RENDERED_SPEC_BYTES);
+        let p = validate("a", &s);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("(spec.instructions alone is ")
+                && p[0].contains("a ConfigMap, which holds at most"),
+            "{p:?}"
+        );
+        s.instructions = "x".repeat(100_000);
+        assert!(validate("a", &s).is_empty());
     }
 
     #[test]
