@@ -183,7 +183,7 @@ impl Connection {
         }
         .map_err(|e| {
             http.last_failure()
-                .unwrap_or_else(|| crate::report::chain(&*e))
+                .unwrap_or_else(|| describe_handshake(&e))
         })?;
         // This connection keeps its own list; a cached one would hide an outage.
         running
@@ -322,6 +322,40 @@ pub(super) fn describe(error: &ServiceError) -> String {
         ServiceError::Timeout { timeout } => format!("no answer within {}s", timeout.as_secs()),
         other => crate::report::chain(other),
     };
+    plain(&said)
+}
+
+/// Why the handshake failed, in one sentence of plain words (rmcp's own text names its
+/// transport's types, or quotes whatever the server sent in full).
+fn describe_handshake(error: &ClientInitializeError) -> String {
+    let said = match error {
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{context}: {}", crate::report::chain(&*error.error))
+        }
+        ClientInitializeError::ExpectedInitResponse(_)
+        | ClientInitializeError::ExpectedInitResult(_) => {
+            "it answered the handshake with something other than its result".into()
+        }
+        ClientInitializeError::JsonRpcError(e) => {
+            format!("it refused the handshake: {}", e.message)
+        }
+        ClientInitializeError::NoCompatibleProtocolVersion { .. } => {
+            "it speaks none of the MCP protocol versions this worker does".into()
+        }
+        other => crate::report::chain(other),
+    };
+    plain(&said)
+}
+
+/// `said` without the transport's type names rmcp puts in its errors
+/// (`Transport [rmcp::transport::worker::WorkerTransport<…>] error: `), cut to [`MAX_SAID`].
+fn plain(said: &str) -> String {
+    static TYPE_NAME: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let said =
+        match TYPE_NAME.get_or_init(|| regex::Regex::new(r"Transport \[[^\]]*\] error: ?").ok()) {
+            Some(re) => re.replace_all(said, "").into_owned(),
+            None => said.to_string(),
+        };
     crate::names::cut(&said, MAX_SAID)
 }
 
@@ -405,5 +439,25 @@ mod tests {
         let without = spec("{name: t, url: 'http://x/mcp'}");
         let c = Credentials::read(&without, &Secrets::from_map(BTreeMap::new())).unwrap();
         assert!(c.headers.is_empty() && c.redactor.is_empty());
+    }
+
+    #[test]
+    fn what_goes_wrong_is_said_without_type_names_and_bounded() {
+        let said = plain("Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::transport::streamable_http_client::StreamableHttpClientWorker<agentfleet::Keyed>>] error: Client error: error sending request, when send initialize request");
+        assert_eq!(
+            said,
+            "Send message error Client error: error sending request, when send initialize request"
+        );
+        assert!(plain(&"x".repeat(100_000)).chars().count() <= MAX_SAID);
+        let echoed = ClientInitializeError::ExpectedInitResponse(None);
+        assert_eq!(
+            describe_handshake(&echoed),
+            "it answered the handshake with something other than its result"
+        );
+        let closed = ClientInitializeError::ConnectionClosed("no answer within 30s".into());
+        assert_eq!(
+            describe_handshake(&closed),
+            "connection closed: no answer within 30s"
+        );
     }
 }
