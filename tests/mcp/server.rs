@@ -56,6 +56,8 @@ pub struct World {
     pub idempotency_meta: Mutex<Vec<Option<String>>>,
     /// How many `tools/list` requests it answered.
     pub lists: AtomicUsize,
+    /// Every `tools/call`: the tool and its arguments.
+    pub calls: Mutex<Vec<(String, Value)>>,
 }
 
 #[derive(Clone)]
@@ -163,6 +165,10 @@ impl ServerHandler for Handler {
             .and_then(Value::as_str)
             .map(str::to_string);
         self.0.idempotency_meta.lock().unwrap().push(key);
+        self.0.calls.lock().unwrap().push((
+            request.name.to_string(),
+            Value::Object(request.arguments.clone().unwrap_or_default()),
+        ));
         let result = match request.name.as_ref() {
             "echo" => CallToolResult::success(vec![text(format!("echo: {}", arg("text")))]),
             "count" => CallToolResult::structured(json!({"open": 3, "closed": 7})),
@@ -210,6 +216,7 @@ impl McpTestServer {
             era,
             paging: Mutex::new(Paging::Two),
             lists: AtomicUsize::new(0),
+            calls: Mutex::new(Vec::new()),
             tools: Mutex::new(tools),
             peers: Mutex::new(Vec::new()),
             sinks: Mutex::new(Vec::new()),
