@@ -1254,6 +1254,13 @@ spec:
             "  {:<16} {:<7} {:<26} {}",
             c.type_, c.status, c.reason, c.message
         );
+        // Every condition, the data plane's too, says which generation it observed (kstatus
+        // reads it; issue 26).
+        assert_eq!(
+            c.observed_generation, up.metadata.generation,
+            "{} observed no generation",
+            c.type_
+        );
     }
     let everything = format!(
         "{}{}{}{}",
@@ -1761,11 +1768,35 @@ async fn the_chart_installs_on_a_real_api_server() {
         b"e2e-chart-secret".to_vec()
     );
     eprintln!("  ok: Secret af-agentfleet-archive");
-    eprintln!("step: helm upgrade keeps the Redis password");
+    // The archive's signing key: generated once, kept on upgrade and on uninstall (issue 26).
+    let signing_key = || async {
+        secrets
+            .get("af-agentfleet-archive-signing")
+            .await
+            .unwrap()
+            .data
+            .unwrap()["AGENTFLEET_ARCHIVE_SIGNING_KEY"]
+            .0
+            .clone()
+    };
+    let key = signing_key().await;
+    assert!(key.len() >= 32);
+    eprintln!("  ok: Secret af-agentfleet-archive-signing");
+    eprintln!("step: helm upgrade keeps the Redis password and the signing key");
     helm(&[&["upgrade", "af", chart][..], &values].concat());
     assert_eq!(password().await, first, "the password changed on upgrade");
+    assert_eq!(
+        signing_key().await,
+        key,
+        "the signing key changed on upgrade"
+    );
     eprintln!("step: helm uninstall");
     helm(&["uninstall", "af", "--wait"]);
+    assert_eq!(
+        signing_key().await,
+        key,
+        "the signing key goes with the release: archived checkpoints would be refused"
+    );
     Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await

@@ -299,28 +299,54 @@ fn stop_now(stop: &tokio::sync::watch::Receiver<bool>) -> bool {
     *stop.borrow()
 }
 
-/// The load: a post every [`EVERY`] until `stop`.
-fn load(
-    store: Arc<RedisStore>,
+/// The load under way: a post every [`EVERY`] until it is finished.
+struct Load {
     posted: Arc<Mutex<Posted>>,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut n = 0u64;
-        while !stop_now(&stop) {
-            n += 1;
-            let ok = post(&store, n).await;
-            {
-                let mut p = posted.lock().unwrap();
-                if ok {
-                    p.acknowledged.insert(n);
-                } else {
-                    p.refused.insert(n);
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    started: Instant,
+}
+
+impl Load {
+    fn start(store: Arc<RedisStore>) -> Self {
+        let posted = Arc::new(Mutex::new(Posted::default()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let noted = posted.clone();
+        let task = tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop_now(&stopped) {
+                n += 1;
+                let ok = post(&store, n).await;
+                {
+                    let mut p = noted.lock().unwrap();
+                    if ok {
+                        p.acknowledged.insert(n);
+                    } else {
+                        p.refused.insert(n);
+                    }
                 }
+                tokio::time::sleep(EVERY).await;
             }
-            tokio::time::sleep(EVERY).await;
+        });
+        Self {
+            posted,
+            stop,
+            task,
+            started: Instant::now(),
         }
-    })
+    }
+
+    /// Sleeps until `secs` after the load started.
+    async fn at(&self, secs: f64) {
+        tokio::time::sleep_until((self.started + Duration::from_secs_f64(secs)).into()).await;
+    }
+
+    /// Stops posting; what was posted.
+    async fn finish(self) -> Posted {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap();
+        std::mem::take(&mut *self.posted.lock().unwrap())
+    }
 }
 
 /// How often each job was answered, from the rooms' logs.
@@ -485,11 +511,6 @@ async fn rooms(store: &RedisStore) {
     }
 }
 
-/// Sleeps until `at` after `start`.
-async fn at(start: Instant, secs: f64) {
-    tokio::time::sleep_until((start + Duration::from_secs_f64(secs)).into()).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_worker_kills_redis_restarts_and_an_mcp_outage_lose_and_repeat_nothing() {
     agentfleet::install_crypto_provider();
@@ -510,32 +531,27 @@ async fn chaos_worker_kills_redis_restarts_and_an_mcp_outage_lose_and_repeat_not
         &mcp.url,
     );
 
-    let posted = Arc::new(Mutex::new(Posted::default()));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let start = Instant::now();
-    let load = load(store.clone(), posted.clone(), stopped);
+    let load = Load::start(store.clone());
     // Each agent's worker in turn is killed -9 and started again (as its Deployment would).
     for i in 0..AGENTS {
-        at(start, 2.0 + 2.0 * i as f64).await;
+        load.at(2.0 + 2.0 * i as f64).await;
         fleet.kill(i);
-        at(start, 3.0 + 2.0 * i as f64).await;
+        load.at(3.0 + 2.0 * i as f64).await;
         fleet.start(i);
     }
     // Redis is killed -9 and started again from its append-only file.
-    at(start, 9.0).await;
+    load.at(9.0).await;
     redis.kill();
-    at(start, 11.0).await;
+    load.at(11.0).await;
     tokio::task::block_in_place(|| redis.restart()).unwrap();
     // The MCP server goes away and comes back.
-    at(start, 17.0).await;
+    load.at(17.0).await;
     mcp.stop().await;
-    at(start, 20.0).await;
+    load.at(20.0).await;
     let mcp = McpTestServer::serve(mcp_port, world.clone()).await;
-    at(start, 26.0).await;
-    stop.send(true).unwrap();
-    load.await.unwrap();
+    load.at(26.0).await;
+    let posted = load.finish().await;
 
-    let posted = std::mem::take(&mut *posted.lock().unwrap());
     let figures = settle(&store, &posted, &http, &world.calls).await;
     drop(fleet);
     drop(mcp);
@@ -576,24 +592,19 @@ async fn chaos_on_a_redis_cluster_whose_primary_fails_over_loses_and_repeats_not
         &mcp.url,
     );
 
-    let posted = Arc::new(Mutex::new(Posted::default()));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let start = Instant::now();
-    let load = load(store.clone(), posted.clone(), stopped);
+    let load = Load::start(store.clone());
     // The primary serving agent c0's keys dies; its replica takes over; the dead node comes
     // back as a replica (as Kubernetes would restart it).
-    at(start, 5.0).await;
+    load.at(5.0).await;
     let key = format!("agentfleet:{{agent:{NS}/{}}}:inbox", agent(0));
     let primary = cluster.owner(&key).unwrap();
     cluster.kill(primary);
     let took = tokio::task::block_in_place(|| cluster.failed_over(primary, &key)).unwrap();
     println!("failover of {primary} took {:.1}s", took.as_secs_f64());
     tokio::task::block_in_place(|| cluster.restart(primary)).unwrap();
-    at(start, 18.0).await;
-    stop.send(true).unwrap();
-    load.await.unwrap();
+    load.at(18.0).await;
+    let posted = load.finish().await;
 
-    let posted = std::mem::take(&mut *posted.lock().unwrap());
     let figures = settle(&store, &posted, &http, &world.calls).await;
     drop(fleet);
     drop(mcp);

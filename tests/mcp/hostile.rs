@@ -12,7 +12,7 @@ use agentfleet::worker::tools::External;
 use serde_json::json;
 
 use super::server::{tool, tracker_tools, Era, McpTestServer, Paging};
-use super::{agent_key, call, no_secrets, spec, status_of, until, until_offers};
+use super::{agent_key, call, no_secrets, spec, status_of, until, until_known, until_offers};
 
 /// The resident memory of this process, in bytes.
 fn rss() -> u64 {
@@ -208,18 +208,7 @@ async fn a_storm_of_list_changed_notifications_is_answered_a_few_times() {
         *server.world.paging.lock().unwrap() = Paging::By(100);
         let source = McpServer::start(&agent_key(), &spec(&server.url, ""), &no_secrets());
         until_offers(&source, "tracker__echo").await;
-        until(
-            "the server to know its client",
-            Duration::from_secs(10),
-            async || {
-                let known = match era {
-                    Era::Current => !server.world.sinks.lock().unwrap().is_empty(),
-                    Era::Legacy => !server.world.peers.lock().unwrap().is_empty(),
-                };
-                known.then_some(())
-            },
-        )
-        .await;
+        until_known(&server, era).await;
         // Three seconds of notifications, one a millisecond (the build before issue 26
         // listed ~340 times a second).
         let before = server.lists();

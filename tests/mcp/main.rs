@@ -65,6 +65,23 @@ async fn until<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Optio
     }
 }
 
+/// Waits until `server` can tell its client that its tools changed: a current client's
+/// `subscriptions/listen` stream is open, or an older client's session is known.
+async fn until_known(server: &McpTestServer, era: Era) {
+    until(
+        "the server to know its client",
+        Duration::from_secs(10),
+        async || {
+            let known = match era {
+                Era::Current => !server.world.sinks.lock().unwrap().is_empty(),
+                Era::Legacy => !server.world.peers.lock().unwrap().is_empty(),
+            };
+            known.then_some(())
+        },
+    )
+    .await;
+}
+
 fn names(source: &dyn External) -> Vec<String> {
     source.specs().into_iter().map(|s| s.name).collect()
 }
@@ -174,18 +191,7 @@ async fn a_tool_added_at_runtime_appears() {
         let source = McpServer::start(&agent_key(), &spec(&server.url, ""), &no_secrets());
         until_offers(&source, "tracker__echo").await;
         // Give a current client's subscriptions/listen stream time to open.
-        until(
-            "the server to know its client",
-            Duration::from_secs(10),
-            async || {
-                let known = match era {
-                    Era::Current => !server.world.sinks.lock().unwrap().is_empty(),
-                    Era::Legacy => !server.world.peers.lock().unwrap().is_empty(),
-                };
-                known.then_some(())
-            },
-        )
-        .await;
+        until_known(&server, era).await;
         server.add_tool(tool("count", "Count tickets.")).await;
         // Told, not found by the periodic relisting: that comes only after RELIST (30 s).
         until_offers_within(&source, "tracker__count", Duration::from_secs(15)).await;
