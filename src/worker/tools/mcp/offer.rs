@@ -173,7 +173,9 @@ impl<'a> Listing<'a> {
         let name = model_name(self.server, &remote);
         let server = self.server;
         if name.len() > MAX_NAME {
-            return self.unusable(name, format!("MCP server {server}: the tool name {:?} is too long for models (more than {MAX_NAME} characters with the prefix)", crate::names::shorten(&remote)));
+            // Named in status as much as fits (a hostile name can be megabytes long).
+            let shown = crate::names::shorten(&name);
+            return self.unusable(shown, format!("MCP server {server}: the tool name {:?} is too long for models (more than {MAX_NAME} characters with the prefix)", crate::names::shorten(&remote)));
         }
         if self.taken.contains(&name) {
             return self.unusable(name, format!("MCP server {server}: the tool {remote:?} has the same name as another of its tools once made safe for models"));
@@ -525,10 +527,17 @@ mod tests {
     #[test]
     fn unusable_tools_are_named_up_to_a_bound() {
         let listed = (0..100)
-            .map(|i| tool(&format!("{}{i}", "y".repeat(70)), None))
+            .map(|i| tool(&format!("{i}{}", "y".repeat(20_000)), None))
             .collect();
         let offer = offer("fs", &[], listed);
         assert_eq!(offer.unusable.len(), MAX_UNUSABLE);
+        assert!(
+            offer
+                .unusable
+                .iter()
+                .all(|(name, why)| name.len() < 100 && why.len() < 300),
+            "a name of 20 KB is shown cut"
+        );
         assert!(offer
             .more
             .as_deref()
