@@ -60,6 +60,22 @@ impl Agentlet {
         }
     }
 
+    /// Where what happened to a cycle over `events` is said: the spaces of its events, else
+    /// its `active` space, else the agent's first space.
+    pub(crate) fn told_in(&self, events: &[InboxEvent], active: Option<&str>) -> Vec<String> {
+        let mut spaces: Vec<String> = events.iter().filter_map(|e| e.space.clone()).collect();
+        spaces.sort_unstable();
+        spaces.dedup();
+        if spaces.is_empty() {
+            spaces.extend(
+                active
+                    .or_else(|| self.agent.spec.spaces.first().map(String::as_str))
+                    .map(str::to_string),
+            );
+        }
+        spaces
+    }
+
     /// Says in the spaces of `events` (else the agent's first space) that the cycle failed and
     /// what happens next; counts it; records the model's health when it changed.
     pub async fn report_failure(&self, error: &ModelError, events: &[InboxEvent], next: Next) {
@@ -73,14 +89,8 @@ impl Agentlet {
             Next::GaveUp => "gave up on these messages after repeated refusals".to_string(),
         };
         let detail = format!("{error}; {then}");
-        let mut spaces: Vec<&str> = events.iter().filter_map(|e| e.space.as_deref()).collect();
-        spaces.sort_unstable();
-        spaces.dedup();
-        if spaces.is_empty() {
-            spaces.extend(self.agent.spec.spaces.first().map(String::as_str));
-        }
-        for space in spaces {
-            self.publish_activity(Some(space), "error", None, Some(detail.clone()))
+        for space in self.told_in(events, None) {
+            self.publish_activity(Some(&space), "error", None, Some(detail.clone()))
                 .await;
         }
         self.record_model(ModelHealth {

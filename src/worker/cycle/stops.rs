@@ -70,7 +70,7 @@ impl Cycle<'_> {
         );
         self.stopped(Stop::Chain, why);
         Some(Outcome::error(format!(
-            "not started: this cycle is the {max}th in a chain that tool results started without a person (cycle.maxChainDepth); its result would wake you again. Tell the people in your space what you have and what you would do next, and wait for them"
+            "not started: tool results have woken you {max} times in a row without a person (cycle.maxChainDepth), and this call's result would wake you again. Tell the people in your space what you have and what you would do next, and wait for them"
         )))
     }
 
@@ -79,19 +79,9 @@ impl Cycle<'_> {
         if self.stops.is_empty() {
             return None;
         }
-        let mut spaces: Vec<String> = self.events.iter().filter_map(|e| e.space.clone()).collect();
-        spaces.sort_unstable();
-        spaces.dedup();
-        if spaces.is_empty() {
-            spaces.extend(
-                self.active
-                    .clone()
-                    .or_else(|| self.agentlet.agent.spec.spaces.first().cloned()),
-            );
-        }
         Some(Told {
             stops: std::mem::take(&mut self.stops),
-            spaces,
+            spaces: self.agentlet.told_in(self.events, self.active.as_deref()),
             batch: self.batch.clone(),
         })
     }

@@ -312,8 +312,7 @@ impl Connection {
 }
 
 /// What went wrong with a request to the server, in one sentence of plain words (rmcp's own
-/// text names its transport's Rust types).
-/// What the server says is cut to [`MAX_SAID`] characters.
+/// text names its transport's Rust types), cut to [`MAX_SAID`] characters.
 pub(super) fn describe(error: &ServiceError) -> String {
     let said = match error {
         ServiceError::McpError(e) => format!("the server answered with an error: {}", e.message),

@@ -63,19 +63,7 @@ impl Keyed {
     fn noted(&self, result: PostResult) -> PostResult {
         match result {
             Err(e) => {
-                match &e {
-                    StreamableHttpError::Client(client) => {
-                        let cause = match std::error::Error::source(client) {
-                            Some(cause) => crate::report::chain(cause),
-                            None => client.to_string(),
-                        };
-                        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
-                    }
-                    StreamableHttpError::ResponseBodyTooLarge { .. } => {
-                        self.oversized.store(true, Ordering::SeqCst)
-                    }
-                    _ => {}
-                }
+                self.note(&e);
                 Err(e)
             }
             // The transport takes a stream that sent an event over its limit for closed:
@@ -93,6 +81,24 @@ impl Keyed {
                 Ok(StreamableHttpPostResponse::Sse(Box::pin(stream), session))
             }
             ok => ok,
+        }
+    }
+
+    /// Notes what a failed request says of its cause: a client error's causes, an answer
+    /// over the byte limit.
+    fn note(&self, error: &StreamableHttpError<reqwest::Error>) {
+        match error {
+            StreamableHttpError::Client(client) => {
+                let cause = match std::error::Error::source(client) {
+                    Some(cause) => crate::report::chain(cause),
+                    None => client.to_string(),
+                };
+                *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
+            }
+            StreamableHttpError::ResponseBodyTooLarge { .. } => {
+                self.oversized.store(true, Ordering::SeqCst)
+            }
+            _ => {}
         }
     }
 
