@@ -1,5 +1,7 @@
 //! The cycle's journal on Redis: one list per agent, appended by `journal.lua` (fenced) and
-//! dropped by `commit.lua` and `ack.lua`.
+//! dropped by `commit.lua` and `ack.lua`. With writes that wait for replicas, an append is
+//! acknowledged only once they have it: the journal says which effects are made, and a
+//! failover that lost an entry would have the next worker make an effect again.
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
@@ -17,8 +19,12 @@ impl Journal for RedisStore {
         lease: &Lease,
         entries: &[String],
     ) -> Result<(), StoreError> {
-        let mut conn = self.conns.shared().await?;
-        scripts::journal(&mut conn, &AgentKeys::new(agent), lease, entries).await
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.conns.durable().await?;
+        scripts::journal(&mut conn, &keys, lease, entries).await?;
+        self.conns
+            .replicated(&mut conn, &keys.journal(), "journal the cycle")
+            .await
     }
 
     async fn journal(&self, agent: &AgentKey) -> Result<Vec<String>, StoreError> {

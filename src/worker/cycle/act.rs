@@ -15,6 +15,11 @@ use crate::model::{Message, ToolCall, ToolSpec, Turn};
 use crate::store::StoreError;
 use crate::worker::tools::{ExternalCall, Outcome, ToolEnv};
 
+/// Whether `call` posts to a space (an effect a redone step must not make anew).
+fn posts(call: &ToolCall) -> bool {
+    call.name == crate::crd::BuiltinTool::SendMessage.name()
+}
+
 /// How a call is to be made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attempt {
@@ -36,10 +41,13 @@ pub(super) enum Flow {
 }
 
 impl Cycle<'_> {
-    /// Runs the calls of a step's turn. A step that calls a tool outside the worker journals
-    /// its turn first, then a mark before and the result after each such call (and pauses at
-    /// one that waits for a human); a step of built-ins only journals its turn and results
-    /// once, after them.
+    /// Runs the calls of a step's turn. A step that calls a tool outside the worker, or posts
+    /// (`send_message`), journals its turn first, then a mark before and the result after each
+    /// call outside the worker (and pauses at one that waits for a human): a step redone after
+    /// a crash is the same step, so its post goes out again under the same idempotency key (and
+    /// is dropped as a duplicate) and the model sees what it already said. A step of other
+    /// built-ins (reads, notes; harmless to redo) journals its turn and results once, after
+    /// them.
     pub(super) async fn act(
         &mut self,
         step: u32,
@@ -52,7 +60,7 @@ impl Cycle<'_> {
             message: turn.message(),
             usage: turn.usage,
         };
-        if calls.iter().any(|c| self.is_outside(c)) {
+        if calls.iter().any(|c| self.is_outside(c) || posts(c)) {
             self.journal(vec![turn_entry]).await?;
             let fresh = Unfinished {
                 step,

@@ -581,6 +581,56 @@ async fn a_redone_cycle_posts_nothing_twice() {
 }
 
 #[tokio::test]
+async fn a_cycle_killed_after_it_posted_shows_the_model_its_post_and_posts_it_once() {
+    // Step 0 posts and waits for a reply; the worker dies while it waits (after the post,
+    // before the step's results are journaled), and Husam says more meanwhile. The resumed
+    // cycle redoes that same step — its post dropped as a duplicate of its key — and the
+    // model, asked about the new message, sees what it already said. (The build before this
+    // asked the model for step 0 anew without it: in the chaos suite's failovers, a model
+    // answered a job a second time.)
+    let waiting = calls(&[(
+        "send_message",
+        json!({"space": "family", "text": "once", "wait": {"for": [{"type": "human"}], "timeout": 1}}),
+    )]);
+    let r = Arc::new(rig("", vec![Ok(waiting), Ok(text("Done."))]).await);
+    r.say("hi", false, 0).await;
+    let events = r.drain().await;
+    let running = tokio::spawn({
+        let r = r.clone();
+        let events = events.clone();
+        async move { r.agentlet.cycle(&r.lease, &events).await }
+    });
+    // Posted and waiting: the step is in the journal already.
+    for _ in 0..100 {
+        if r.said().await.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let journal = r.store.journal(&r.agentlet.key).await.unwrap();
+    assert!(
+        journal
+            .iter()
+            .any(|e| e.contains("\"entry\":\"turn\"") && e.contains("once")),
+        "the step's turn is journaled before its post: {journal:?}"
+    );
+    running.abort();
+    let _ = running.await;
+    r.say("and more", false, 0).await;
+    let events = r.drain().await;
+    let outcome = r.agentlet.cycle(&r.lease, &events).await.unwrap();
+    assert!(matches!(outcome, Outcome::Completed(_)));
+    let said: Vec<String> = r.said().await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(said, ["hi", "once", "and more"], "posted once");
+    let asked = r.requests();
+    let last = &asked.last().unwrap().messages;
+    assert!(
+        last.iter().any(|m| matches!(m, Message::Assistant { tool_calls, .. } if tool_calls.iter().any(|c| c.arguments.contains("once")))),
+        "the model sees its post: {last:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_redone_cycle_takes_in_what_arrived_since_it_began() {
     // The model fails after step 0; meanwhile Husam says more (three agent messages deep).
     // The redone cycle resumes from its journal and shows the new message to the model
