@@ -9,6 +9,28 @@ use futures::stream::BoxStream;
 
 use super::{AgentKey, InboxEvent, Lease, MidCycle, Pushed, StoreError};
 
+/// Whose wake signals a subscription hears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WakeScope {
+    /// Every agent's (the operator's scaler).
+    All,
+    /// The agents of one namespace (a pool serves one namespace).
+    Namespace(String),
+    /// One agent's (a dedicated worker).
+    Agent(AgentKey),
+}
+
+impl WakeScope {
+    /// Whether `agent`'s signals are in scope.
+    pub fn covers(&self, agent: &AgentKey) -> bool {
+        match self {
+            WakeScope::All => true,
+            WakeScope::Namespace(ns) => agent.namespace == *ns,
+            WakeScope::Agent(a) => a == agent,
+        }
+    }
+}
+
 /// An agent's inbox, drained reliably: waiting moves events in flight, and they leave only
 /// when the cycle is acknowledged (or committed), so a crash mid-cycle loses nothing.
 #[async_trait]
@@ -95,12 +117,25 @@ pub trait Inbox: Send + Sync {
     /// among them): the cycle is to go on with them now. Fenced.
     async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError>;
 
-    /// Wake signals from now on: registered agents (see `register_agent`) whose inbox got an
-    /// event while no worker held them (or whose worker left with events still waiting),
-    /// including agents registered by this store after the call. On a Redis Cluster each agent
-    /// has its own sharded channel, so an unregistered agent's signals are not heard; one
-    /// Redis and the memory store hear every agent's.
-    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError>;
+    /// Wake signals from now on, of the agents `scope` covers: agents whose inbox got an event
+    /// while no worker held them (or whose worker left with events still waiting). Each agent
+    /// has its own channel, so a listener hears only what it asked for. On a Redis Cluster
+    /// (sharded channels, no patterns) only registered agents' are heard (see
+    /// `register_agent`), including agents registered by this store after the call.
+    async fn subscribe_wakes(
+        &self,
+        scope: &WakeScope,
+    ) -> Result<BoxStream<'static, AgentKey>, StoreError>;
+
+    /// The events of the next cycle without waiting: those in flight (a cycle that never
+    /// finished) with the whole inbox moved behind them, the agent marked thinking when there
+    /// are any. Empty when there are none. Fenced. A pool wakes its agents by their wake
+    /// signals, not by a blocking wait per agent.
+    async fn take_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
 
     /// Records `due_ms` as handled for plan `plan_id` and, when `event` is given, pushes it
     /// (with a wake signal like [`Inbox::push_event`]) — atomically, and only if no due time

@@ -13,7 +13,8 @@
 //!   in-flight list, and they leave it only when the cycle is acknowledged, so a crash
 //!   mid-cycle loses nothing. An event id seen before is dropped. Urgent events go to a second
 //!   queue while the agent thinks. **Wake**: a push to the inbox of an agent whose lease
-//!   nobody holds publishes the agent's `NS/NAME` on [`WAKE_CHANNEL`]; so does a worker that
+//!   nobody holds publishes the agent's `NS/NAME` (heard by [`WakeScope`]: every agent, a
+//!   namespace, one agent); so does a worker that
 //!   gives its lease up while events wait (it was scaled down as they arrived). **Plan
 //!   firing**: recording a plan's due time and pushing its event is one atomic step, so it
 //!   fires once.
@@ -59,7 +60,7 @@ pub use self::calls::{
 };
 pub use self::consciousness::{next_digest, ConsciousnessLog};
 pub use self::error::StoreError;
-pub use self::inbox::Inbox;
+pub use self::inbox::{Inbox, WakeScope};
 pub use self::journal::Journal;
 pub use self::leases::Leases;
 pub use self::memory::MemoryStore;
@@ -71,7 +72,8 @@ pub use self::spaces::Spaces;
 pub use self::tokens::TokenSpend;
 pub use self::types::*;
 
-/// Pub/sub channel of wake signals (payload: the agent's `NS/NAME`).
+/// The channel of every agent's wake signals on one Redis (payload: the agent's `NS/NAME`);
+/// each agent's are also on its own channel (see [`WakeScope`]).
 pub const WAKE_CHANNEL: &str = "agentfleet:wake";
 
 /// How many recent event ids an inbox remembers to drop duplicates.

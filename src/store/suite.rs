@@ -117,7 +117,7 @@ async fn a_paused_cycle_waits_for_its_answer(store: &dyn Store) {
     let long = std::time::Duration::from_secs(5);
     let agent = AgentKey::new("fam", "paused");
     store.register_agent(&agent).await.unwrap();
-    let mut wakes = store.subscribe_wakes().await.unwrap();
+    let mut wakes = store.subscribe_wakes(&WakeScope::All).await.unwrap();
     let lease = store
         .acquire_lease(&agent, "w", TTL)
         .await
@@ -1406,6 +1406,70 @@ async fn next_wake(
         .flatten()
 }
 
+fn ids(events: &[InboxEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.id.as_str()).collect()
+}
+
+async fn wake_signals_reach_the_listeners_in_scope(store: &dyn Store) {
+    let long = std::time::Duration::from_secs(5);
+    let short = std::time::Duration::from_millis(200);
+    let alice = AgentKey::new("fam", "alice");
+    let bob = AgentKey::new("work", "bob");
+    for k in [&alice, &bob] {
+        store.register_agent(k).await.unwrap();
+    }
+    let mut all = store.subscribe_wakes(&WakeScope::All).await.unwrap();
+    let mut fam = store
+        .subscribe_wakes(&WakeScope::Namespace("fam".into()))
+        .await
+        .unwrap();
+    let mut only_bob = store
+        .subscribe_wakes(&WakeScope::Agent(bob.clone()))
+        .await
+        .unwrap();
+    store
+        .push_event(&bob, &event("b1", "hi bob"))
+        .await
+        .unwrap();
+    store
+        .push_event(&alice, &event("a1", "hi alice"))
+        .await
+        .unwrap();
+    assert_eq!(next_wake(&mut all, long).await, Some(bob.clone()));
+    assert_eq!(next_wake(&mut all, long).await, Some(alice.clone()));
+    assert_eq!(next_wake(&mut fam, long).await, Some(alice.clone()));
+    assert_eq!(next_wake(&mut only_bob, long).await, Some(bob.clone()));
+    assert_eq!(next_wake(&mut fam, short).await, None);
+    assert_eq!(next_wake(&mut only_bob, short).await, None);
+
+    // Taken without waiting: what is in flight with the inbox behind it, fenced.
+    let lease = store
+        .acquire_lease(&alice, "pool-0", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = store.take_inbox(&alice, &lease).await.unwrap();
+    assert_eq!(ids(&first), ["a1"]);
+    assert!(observed(store, &alice).await.thinking);
+    store
+        .push_event(&alice, &event("a2", "more"))
+        .await
+        .unwrap();
+    let again = store.take_inbox(&alice, &lease).await.unwrap();
+    assert_eq!(ids(&again), ["a1", "a2"]);
+    let stale = Lease {
+        token: lease.token + 1,
+        ..lease.clone()
+    };
+    assert!(matches!(
+        store.take_inbox(&alice, &stale).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    store.ack_cycle(&alice, &lease).await.unwrap();
+    assert!(store.take_inbox(&alice, &lease).await.unwrap().is_empty());
+    assert!(!observed(store, &alice).await.thinking);
+}
+
 async fn wake_signals_reach_subscribers(store: &dyn Store) {
     let long = std::time::Duration::from_secs(5);
     let short = std::time::Duration::from_millis(200);
@@ -1413,7 +1477,7 @@ async fn wake_signals_reach_subscribers(store: &dyn Store) {
     // registered before or after subscribing.
     let a = AgentKey::new("fam", "sleepy");
     store.register_agent(&a).await.unwrap();
-    let mut wakes = store.subscribe_wakes().await.unwrap();
+    let mut wakes = store.subscribe_wakes(&WakeScope::All).await.unwrap();
     for name in ["alice", "bob"] {
         store
             .register_agent(&AgentKey::new("fam", name))
@@ -1841,7 +1905,7 @@ async fn async_calls_take_one_result_with_their_token(store: &dyn Store) {
     assert_eq!(store.inbox_depth(&other).await.unwrap(), 0);
     // The result: one event, and the agent (no worker holds it) is woken.
     store.register_agent(&agent).await.unwrap();
-    let mut wakes = store.subscribe_wakes().await.unwrap();
+    let mut wakes = store.subscribe_wakes(&WakeScope::All).await.unwrap();
     let Completion::Accepted(pushed) = store
         .complete_call(&call.id, Some(&call.token), &result)
         .await
@@ -2344,6 +2408,7 @@ suite!(
     memories_and_goals_are_kept,
     one_look_between_steps,
     wake_signals_reach_subscribers,
+    wake_signals_reach_the_listeners_in_scope,
     observation_reads_every_agent_at_once,
     plans_fire_once_per_due_time,
     agent_plans_are_kept_and_fenced,
@@ -2516,7 +2581,7 @@ async fn cluster_pub_sub_stays_on_its_node_and_follows_failover_and_resharding()
     let family = family_space(&store, 100).await;
     let agents = [AgentKey::new("fam", "alice"), AgentKey::new("fam", "bob")];
     store.register_agent(&agents[0]).await.unwrap();
-    let mut wakes = store.subscribe_wakes().await.unwrap();
+    let mut wakes = store.subscribe_wakes(&WakeScope::All).await.unwrap();
     store.register_agent(&agents[1]).await.unwrap();
     let mut live = store.subscribe_live(&family).await.unwrap();
     let before = cluster.broadcast_publishes();

@@ -867,7 +867,10 @@ spec:
     }
 
     // The result: accepted once, into the inbox, waking the agent (no worker holds it).
-    let mut wakes = store.subscribe_wakes().await.unwrap();
+    let mut wakes = store
+        .subscribe_wakes(&agentfleet::store::WakeScope::All)
+        .await
+        .unwrap();
     let (s, answer) = post_result(&http, &url(&call_id), Some(&token), good.clone()).await;
     assert_eq!(s, 202, "{answer}");
     assert_eq!(answer, json!({"callId": call_id, "woke": true}));

@@ -308,7 +308,11 @@ impl Scaler {
                 && last_subscribe.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
             {
                 last_subscribe = Some(Instant::now());
-                match deps.store.subscribe_wakes().await {
+                match deps
+                    .store
+                    .subscribe_wakes(&crate::store::WakeScope::All)
+                    .await
+                {
                     Ok(s) => wakes = Some(s),
                     Err(e) => {
                         warn!(error = %crate::report::chain(&e), "cannot subscribe to wake signals; the sweep still scales up")

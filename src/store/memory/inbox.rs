@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, StreamExt as _};
 use tokio::time::Instant;
 
 use super::{received, AgentState, MemoryStore};
-use crate::store::{AgentKey, Inbox, InboxEvent, Lease, Pushed, StoreError, SEEN_IDS};
+use crate::store::{AgentKey, Inbox, InboxEvent, Lease, Pushed, StoreError, WakeScope, SEEN_IDS};
 
 impl AgentState {
     /// Queues `event` unless its id was seen (the last [`SEEN_IDS`]).
@@ -109,18 +109,12 @@ impl Inbox for MemoryStore {
         lease: &Lease,
         timeout: Duration,
     ) -> Result<Vec<InboxEvent>, StoreError> {
-        let drain = || {
-            self.agent(agent, |a| {
-                a.check(agent, lease)?;
-                Ok::<_, StoreError>(a.drain())
-            })
-        };
         // A cycle that never finished comes back first (and the fence is checked).
-        let events = drain()?;
+        let events = self.take_inbox(agent, lease).await?;
         if !events.is_empty() || !self.wait_new(agent, timeout).await? {
             return Ok(events);
         }
-        drain()
+        self.take_inbox(agent, lease).await
     }
 
     async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
@@ -198,9 +192,26 @@ impl Inbox for MemoryStore {
         })
     }
 
-    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
-        // A lagging listener misses signals; the operator's sweep catches up.
-        Ok(received(self.wakes.subscribe()))
+    async fn subscribe_wakes(
+        &self,
+        scope: &WakeScope,
+    ) -> Result<BoxStream<'static, AgentKey>, StoreError> {
+        // A lagging listener misses signals; the sweeps catch up.
+        let scope = scope.clone();
+        Ok(received(self.wakes.subscribe())
+            .filter(move |k| std::future::ready(scope.covers(k)))
+            .boxed())
+    }
+
+    async fn take_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            Ok(a.drain())
+        })
     }
 
     async fn mark_plan(

@@ -28,6 +28,10 @@ use super::{
 };
 use crate::keys::SpaceKey;
 
+/// Wake signals a slow listener may fall behind before it misses some (its sweep catches
+/// up): a burst to every agent of a large `dev`.
+const WAKE_BACKLOG: usize = 16_384;
+
 /// A [`Store`](super::Store) held in this process's memory.
 pub struct MemoryStore {
     state: Mutex<State>,
@@ -38,7 +42,7 @@ impl Default for MemoryStore {
     fn default() -> Self {
         Self {
             state: Mutex::default(),
-            wakes: broadcast::channel(1024).0,
+            wakes: broadcast::channel(WAKE_BACKLOG).0,
         }
     }
 }

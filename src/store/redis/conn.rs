@@ -23,7 +23,7 @@ use super::keys::{hash_tag, AgentKeys};
 use super::pubsub::Shards;
 use super::redis_err;
 use crate::store::consciousness::WindowState;
-use crate::store::{AgentKey, Checkpoint, StoreError, WAKE_CHANNEL};
+use crate::store::{AgentKey, Checkpoint, StoreError, WakeScope, WAKE_CHANNEL};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -76,17 +76,17 @@ impl Conn {
     }
 
     /// How a script signals `agent`'s wake, as its three arguments: the agent's `NS/NAME`
-    /// (the payload), the channel (the agent's own on a cluster, on its slot; [`WAKE_CHANNEL`]
-    /// on one Redis) and [`Conn::publish_command`].
+    /// (the payload), the channels (space-separated: the agent's own, on its slot; on one
+    /// Redis also the fleet's [`WAKE_CHANNEL`]) and [`Conn::publish_command`].
     pub(super) fn wake(&self, agent: &AgentKeys) -> Vec<String> {
-        let channel = if self.is_cluster() {
+        let channels = if self.is_cluster() {
             agent.wake()
         } else {
-            WAKE_CHANNEL.to_string()
+            format!("{WAKE_CHANNEL} {}", agent.wake())
         };
         vec![
             agent.name().to_string(),
-            channel,
+            channels,
             self.publish_command().to_string(),
         ]
     }
@@ -359,6 +359,20 @@ impl Connections {
             .into_on_message()
             .filter_map(|msg| async move { msg.get_payload::<String>().ok() })
             .boxed())
+    }
+
+    /// The wake signals `scope` covers on one Redis, on a pub/sub connection of its own:
+    /// one agent's own channel, else the fleet's [`WAKE_CHANNEL`] (a namespace's are picked
+    /// from it by the caller). Patterns would need ACL rules beyond `&agentfleet:*`.
+    pub(super) async fn subscribe_wakes(
+        &self,
+        scope: &WakeScope,
+    ) -> Result<BoxStream<'static, String>, StoreError> {
+        let channel = match scope {
+            WakeScope::Agent(agent) => AgentKeys::new(agent).wake(),
+            WakeScope::All | WakeScope::Namespace(_) => WAKE_CHANNEL.to_string(),
+        };
+        self.subscribe(&channel, "subscribe to wake signals").await
     }
 
     /// The sharded subscriptions on a cluster (made when first needed); `None` on one Redis.

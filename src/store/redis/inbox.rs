@@ -12,9 +12,7 @@ use redis::AsyncCommands;
 use super::keys::AgentKeys;
 use super::scripts::{self, Event};
 use super::{decode_events, redis_err, RedisStore};
-use crate::store::{
-    AgentKey, Inbox, InboxEvent, Lease, MidCycle, Pushed, StoreError, WAKE_CHANNEL,
-};
+use crate::store::{AgentKey, Inbox, InboxEvent, Lease, MidCycle, Pushed, StoreError, WakeScope};
 
 #[async_trait]
 impl Inbox for RedisStore {
@@ -35,17 +33,12 @@ impl Inbox for RedisStore {
         lease: &Lease,
         timeout: Duration,
     ) -> Result<Vec<InboxEvent>, StoreError> {
-        let keys = AgentKeys::new(agent);
         // A cycle that never finished comes back first (and the fence is checked).
-        let mut conn = self.conns.shared().await?;
-        let events = scripts::drain(&mut conn, &keys, lease).await?;
-        if !events.is_empty() {
+        let events = self.take_inbox(agent, lease).await?;
+        if !events.is_empty() || !self.wait_new(agent, timeout).await? {
             return Ok(events);
         }
-        if !self.wait_new(agent, timeout).await? {
-            return Ok(Vec::new());
-        }
-        scripts::drain(&mut conn, &keys, lease).await
+        self.take_inbox(agent, lease).await
     }
 
     async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
@@ -146,20 +139,36 @@ impl Inbox for RedisStore {
         scripts::pause(&mut conn, &AgentKeys::new(agent), lease).await
     }
 
-    async fn subscribe_wakes(&self) -> Result<BoxStream<'static, AgentKey>, StoreError> {
-        // On a cluster each agent has its own wake channel on its slot: every registered
-        // agent's, and those registered later by this process (`register_agent`).
+    async fn subscribe_wakes(
+        &self,
+        scope: &WakeScope,
+    ) -> Result<BoxStream<'static, AgentKey>, StoreError> {
+        // On a cluster each agent's channel is subscribed on its slot's node: every registered
+        // agent's in scope, and those registered later by this process (`register_agent`).
         let payloads = match self.conns.shards().await? {
-            Some(shards) => shards.wakes(&self.registered_agents().await?).await?,
-            None => {
-                self.conns
-                    .subscribe(WAKE_CHANNEL, "subscribe to wake signals")
-                    .await?
+            Some(shards) => {
+                let mut agents = self.registered_agents().await?;
+                agents.retain(|a| scope.covers(a));
+                shards.wakes(&agents).await?
             }
+            None => self.conns.subscribe_wakes(scope).await?,
         };
+        let scope = scope.clone();
         Ok(payloads
-            .filter_map(|payload| async move { AgentKey::parse(&payload) })
+            .filter_map(move |payload| {
+                let key = AgentKey::parse(&payload).filter(|k| scope.covers(k));
+                async move { key }
+            })
             .boxed())
+    }
+
+    async fn take_inbox(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        scripts::drain(&mut conn, &AgentKeys::new(agent), lease).await
     }
 
     async fn mark_plan(

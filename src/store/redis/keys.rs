@@ -40,8 +40,8 @@
 //! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
 //! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
 //! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
-//! | `agentfleet:wake` | channel | wake signals on one Redis: the agent's `NS/NAME` ([`WAKE_CHANNEL`](crate::store::WAKE_CHANNEL)) |
-//! | `agentfleet:{agent:NS/NAME}:wake` | sharded channel | the agent's wake signals on a Redis Cluster (`SPUBLISH`; payload as above) |
+//! | `agentfleet:wake` | channel | every agent's wake signals on one Redis: the agent's `NS/NAME` ([`WAKE_CHANNEL`](crate::store::WAKE_CHANNEL)); the operator and pools listen here |
+//! | `agentfleet:{agent:NS/NAME}:wake` | channel | the agent's own wake signals (payload as above), which its dedicated worker listens to; on a Redis Cluster the only one (sharded, `SPUBLISH`) |
 //!
 //! Every step that takes events or acknowledges them is one Lua script on the agent's slot
 //! and starts by checking the caller's `HOLDER|TOKEN` against the lease (error `FENCED`).
@@ -199,7 +199,7 @@ impl AgentKeys {
         self.key("journal")
     }
 
-    /// The agent's own wake channel on a Redis Cluster (sharded pub/sub on the agent's slot,
+    /// The agent's own wake channel (on a Redis Cluster sharded pub/sub on the agent's slot,
     /// so that the scripts that queue its events can publish on it).
     pub(super) fn wake(&self) -> String {
         self.key("wake")

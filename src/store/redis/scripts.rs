@@ -6,8 +6,8 @@
 //! ([`AgentKeys`]) or of one space ([`SpaceKeys`]), never more, so every script runs on one
 //! Redis Cluster slot. Shared snippets under `lua/lib/` are prepended when a script is loaded:
 //! `fence.lua` (fenced scripts: the caller's `HOLDER|TOKEN` against the lease, else the error
-//! `FENCED`) and `push.lua` (queueing one event, with the wake signal; `push`, `mark_plan` and
-//! `complete_call`).
+//! `FENCED`) and `push.lua` (the wake signal, and queueing one event with it; `push`,
+//! `mark_plan`, `complete_call` and `release`).
 
 use std::sync::LazyLock;
 
@@ -39,7 +39,8 @@ static MARK_PLAN: LazyLock<Script> =
 static POST: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/post.lua")]));
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/acquire.lua")]));
 static RENEW: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/renew.lua")]));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| load(&[include_str!("lua/release.lua")]));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| load(&[PUSH_FN, include_str!("lua/release.lua")]));
 static DRAIN: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/drain.lua")]));
 static TAKE_URGENT: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/take_urgent.lua")]));
