@@ -29,11 +29,17 @@ use crate::membership::{self, SpaceKey};
 use crate::names;
 use crate::operator::dataplane::gauges::watch_fleet;
 use crate::operator::dataplane::Tuning;
-use crate::store::{AgentKey, MemoryStore, Store};
+use crate::store::{AgentKey, MemoryStore, Store, WakeScope};
 use crate::telemetry::data_plane::{self, watch_data_plane};
 use crate::telemetry::{self, OperatorMetrics, WorkerMetrics};
-use crate::worker::cycle::Agentlet;
-use crate::worker::{supervise, Health};
+use crate::worker::pool::{Pool, PoolConfig};
+use crate::worker::tools::secrets::Secrets;
+use crate::worker::Health;
+
+/// Cycles at once in `dev`'s pool.
+const DEV_CYCLES_AT_ONCE: usize = 64;
+/// Agents `dev` keeps loaded between their sessions.
+const DEV_WARM_AGENTS: usize = 1_000;
 
 /// Flags of `agentfleet dev`.
 #[derive(clap::Args, Debug, Clone)]
@@ -412,19 +418,27 @@ impl Dev {
         let mut tasks = Vec::new();
         let mut agents = Vec::new();
         let mut plans = Vec::new();
-        let mut healths = Vec::new();
         let mut watched = Vec::new();
-        let secrets_by_namespace: BTreeMap<String, _> = manifests
-            .agents
-            .iter()
-            .map(|a| a.namespace().unwrap_or_else(|| "default".into()))
-            .map(|ns| (ns.clone(), manifests.secrets_of(&ns)))
-            .collect();
+        let mut running = Vec::new();
+        let host = crate::worker::host::Host {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            api_key: api_key.clone(),
+            // The Secrets of each agent's namespace, for its tools' `headersFrom`.
+            secrets: manifests
+                .agents
+                .iter()
+                .map(|a| a.namespace().unwrap_or_else(|| "default".into()))
+                .map(|ns| {
+                    let secrets = Secrets::from_map(manifests.secrets_of(&ns));
+                    (ns, secrets)
+                })
+                .collect(),
+            callback_url: Some(format!("http://{addr}")),
+            archive,
+        };
         for agent in manifests.agents {
-            let key = AgentKey::new(
-                agent.namespace().unwrap_or_else(|| "default".into()),
-                agent.name_any(),
-            );
+            let key = crate::worker::host::key_of(&agent);
             store
                 .register_agent(&key)
                 .await
@@ -441,58 +455,40 @@ impl Dev {
                 info!(agent = %key, "paused; not started");
                 continue;
             }
-            // The Secrets of the agent's namespace, for its tools' `headersFrom`.
-            let secrets = crate::worker::tools::secrets::Secrets::from_map(
-                secrets_by_namespace
-                    .get(&key.namespace)
-                    .cloned()
-                    .unwrap_or_default(),
-            );
-            let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key.clone())
+            // A model that cannot be made is refused now, not at the agent's first wake.
+            crate::model::from_spec(&agent.spec.model, &key.name, api_key.clone())
                 .with_context(|| format!("agent {key}: model"))?;
-            let external = crate::worker::tools::external(
-                &key,
-                &agent.spec.tools,
-                &crate::worker::tools::ExternalContext {
-                    store: store.clone(),
-                    secrets,
-                    callback_url: Some(format!("http://{addr}")),
-                },
-            );
-            let mut agentlet = Agentlet::new(
-                agent,
-                key.clone(),
-                store.clone(),
-                Arc::from(model),
-                metrics.clone(),
-            )
-            .with_external(external);
-            if let Some(archive) = &archive {
-                agentlet = agentlet.with_archive(archive);
-            }
-            let agentlet = Arc::new(agentlet);
-            let rx = shutdown_rx.clone();
-            let holder = holder.clone();
-            let health = Arc::new(Health::for_agent(&metrics, &key));
-            healths.push((key.clone(), health.clone()));
-            tasks.push(tokio::spawn(supervise(
-                agentlet,
-                holder,
-                Duration::from_secs(15),
-                health,
-                rx,
-            )));
+            running.push(agent);
             agents.push(key);
         }
-        // Ready only while every agent can work (each is restarted when it stops).
-        gw.set_readiness(Arc::new(move || {
-            for (key, health) in &healths {
-                health
-                    .ready()
-                    .map_err(|why| format!("agent {key}: {why}"))?;
-            }
-            Ok(())
-        }));
+        // Every agent in one pool, as a pool process runs them.
+        let health = Arc::new(Health::default());
+        let build_host = host.clone();
+        let pool = Pool::new(
+            PoolConfig {
+                name: "dev".into(),
+                scope: WakeScope::All,
+                holder,
+                lease_ttl: Duration::from_secs(15),
+                cycles_at_once: DEV_CYCLES_AT_ONCE,
+                warm_agents: DEV_WARM_AGENTS,
+                sweep_every: Duration::from_secs(5),
+            },
+            store.clone(),
+            metrics.clone(),
+            health.clone(),
+            Some(Arc::new(move |agent: &Agent| build_host.agentlet(agent))),
+            shutdown_rx.clone(),
+        );
+        pool.set_manifests(running);
+        {
+            let pool = pool.clone();
+            tasks.push(tokio::spawn(async move {
+                pool.run(Duration::from_secs(30)).await;
+            }));
+        }
+        // Ready only while the pool can work.
+        gw.set_readiness(Arc::new(move || health.ready()));
         tasks.push(tokio::spawn(crate::plans::run(
             store.clone(),
             plans,

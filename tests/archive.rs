@@ -720,13 +720,24 @@ async fn operators_read_and_restore_archived_checkpoints_from_a_terminal() {
     assert_eq!(doc["cycle"], 3);
     assert_eq!(doc["memories"]["runbook"], "restart api with care");
 
-    // While its worker runs, nothing is restored.
+    // While the agent thinks (a worker holds its lease), nothing is restored.
+    let thinking = rig
+        .store
+        .acquire_lease(&sre(), "a-worker-thinking", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     let out = cli(
         &rig,
         &["consciousness", "restore", "ops/sre", "--from", &url(1)],
     );
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("has a running worker"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is thinking (a worker holds its lease)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rig.store.release_lease(&sre(), &thinking).await.unwrap();
     worker.0.kill().unwrap();
     let _ = worker.0.wait();
     tokio::time::sleep(Duration::from_millis(1200)).await; // its lease runs out

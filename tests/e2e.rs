@@ -1660,7 +1660,6 @@ async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisSt
     tokio::time::timeout(Duration::from_secs(10), worker)
         .await
         .expect("the worker exits on shutdown")
-        .unwrap()
         .unwrap();
     eventually(
         "sleeper: phase ScaledToZero, inbox 0",

@@ -156,7 +156,7 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
             let lease = store
                 .acquire_lease(&key, &holder, Duration::from_secs(30))
                 .await?
-                .with_context(|| format!("agent {key} has a running worker; pause the Agent (spec.paused: true) and try again"))?;
+                .with_context(|| format!("agent {key} is thinking (a worker holds its lease); try again once it sleeps, or pause the Agent (spec.paused: true) first"))?;
             let restored = match doc {
                 Some(doc) => {
                     let mut snapshot = doc.snapshot;

@@ -24,8 +24,10 @@ pub use logs::LogFormat;
 
 pub mod data_plane;
 mod operator;
+mod pool;
 
 pub use operator::OperatorMetrics;
+pub use pool::PoolMetrics;
 
 /// What [`init_tracing`] started; [`Telemetry::shutdown`] at exit exports the spans not
 /// exported yet.
@@ -131,7 +133,10 @@ pub struct WorkerMetrics {
     /// Agent tasks restarted after they stopped, by reason (`data_plane`, `lease_lost`,
     /// `panic`, `error`).
     pub agent_restarts: IntCounterVec,
-    /// 1 while the agent can work (it holds its lease and reaches the data plane), else 0.
+    /// How the pools of the process are doing.
+    pub pool: PoolMetrics,
+    /// 1 while the agent can work (its pool hears its wake signals and its last session went
+    /// well), else 0.
     pub agent_ready: prometheus::IntGaugeVec,
     /// Checkpoints written to the archive, by outcome (`ok`, `error`).
     pub archive_writes: IntCounterVec,
@@ -251,7 +256,7 @@ impl WorkerMetrics {
         let agent_ready = prometheus::IntGaugeVec::new(
             Opts::new(
                 "agentfleet_agent_ready",
-                "1 while the agent can work (holds its lease and reaches the data plane), else 0.",
+                "1 while the agent can work (its pool hears its wake signals and reaches the data plane), else 0.",
             ),
             &agent,
         )?;
@@ -289,6 +294,7 @@ impl WorkerMetrics {
         registry.register(Box::new(decision_time.clone()))?;
         registry.register(Box::new(consciousness_tokens.clone()))?;
         registry.register(Box::new(compactions.clone()))?;
+        let pool = PoolMetrics::register(&registry)?;
         Ok(Self {
             registry,
             cycles,
@@ -308,6 +314,7 @@ impl WorkerMetrics {
             agent_ready,
             archive_writes,
             archive_duration,
+            pool,
         })
     }
 }

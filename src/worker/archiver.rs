@@ -1,5 +1,5 @@
 //! Archiving an agent's checkpoints, off the cycle's path: after each commit (or restore) the
-//! session's archiver task takes the consciousness and notes between cycles, writes them to
+//! archiver task of the loaded agent (it lives as long as the agent stays loaded in its pool) takes the consciousness and notes between cycles, writes them to
 //! the archive as one document, reports it in the data plane (`status.checkpoint`,
 //! `CheckpointArchived`), and keeps the archive to its retention. A store that is away never
 //! holds a cycle up: the task says so, retries with backoff, and archives the newest state
@@ -16,9 +16,10 @@ use super::cycle::Agentlet;
 use super::Backoff;
 use crate::archive::{retention, Archive, ArchiveError, Document, Listed};
 use crate::crd::ArchiveSpec;
-use crate::store::{now_ms, ArchiveReport, Lease, Snapshot, StoreError};
+use crate::store::{now_ms, ArchiveReport, Snapshot, StoreError};
 
-/// How long the end of a session waits for its last checkpoint to be archived.
+/// How long an agent unloaded (or its process ending) waits for its last checkpoint to be
+/// archived.
 const FLUSH: Duration = Duration::from_secs(15);
 
 /// An agent's archive and what has been written to it.
@@ -114,7 +115,7 @@ impl std::fmt::Display for Failure {
 
 /// The session's archiving task: archives the consciousness whenever it changed, until
 /// `stop`; then archives what is left, for at most [`FLUSH`].
-pub(super) async fn run(agentlet: Arc<Agentlet>, lease: Lease, mut stop: watch::Receiver<bool>) {
+pub(super) async fn run(agentlet: Arc<Agentlet>, mut stop: watch::Receiver<bool>) {
     let Some(archiver) = agentlet.archiver() else {
         forget_report(&agentlet).await;
         return;
@@ -151,7 +152,7 @@ pub(super) async fn run(agentlet: Arc<Agentlet>, lease: Lease, mut stop: watch::
         }
         written = Some(Instant::now());
         loop {
-            match archive_once(&agentlet, archiver, &lease, &mut known).await {
+            match archive_once(&agentlet, archiver, &mut known).await {
                 Ok(()) => {
                     retry.reset();
                     if failing.take().is_some() {
@@ -173,24 +174,19 @@ pub(super) async fn run(agentlet: Arc<Agentlet>, lease: Lease, mut stop: watch::
                         _ = stop.wait_for(|v| *v) => true,
                     };
                     if stopped {
-                        flush(&agentlet, archiver, &lease, &mut known).await;
+                        flush(&agentlet, archiver, &mut known).await;
                         return;
                     }
                 }
             }
         }
     }
-    flush(&agentlet, archiver, &lease, &mut known).await;
+    flush(&agentlet, archiver, &mut known).await;
 }
 
 /// One last attempt when the session ends.
-async fn flush(
-    agentlet: &Agentlet,
-    archiver: &Archiver,
-    lease: &Lease,
-    known: &mut Option<Vec<Listed>>,
-) {
-    match tokio::time::timeout(FLUSH, archive_once(agentlet, archiver, lease, known)).await {
+async fn flush(agentlet: &Agentlet, archiver: &Archiver, known: &mut Option<Vec<Listed>>) {
+    match tokio::time::timeout(FLUSH, archive_once(agentlet, archiver, known)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             warn!(agent = %agentlet.key, error = %e, "the last checkpoint was not archived; the next worker archives it");
@@ -206,13 +202,9 @@ async fn flush(
 async fn archive_once(
     agentlet: &Agentlet,
     archiver: &Archiver,
-    lease: &Lease,
     known: &mut Option<Vec<Listed>>,
 ) -> Result<(), Failure> {
-    let snapshot = agentlet
-        .between_cycles(lease)
-        .await
-        .map_err(Failure::Store)?;
+    let snapshot = agentlet.between_cycles().await.map_err(Failure::Store)?;
     let c = &snapshot.consciousness;
     if c.cycle == 0 {
         return Ok(());
@@ -385,11 +377,10 @@ async fn report(agentlet: &Agentlet, report: &ArchiveReport) {
 
 impl Agentlet {
     /// The consciousness and notes as they are between cycles (no cycle runs while it is
-    /// read): the consciousness this worker committed under `lease` when it has it, else the
-    /// store's.
-    pub(crate) async fn between_cycles(&self, lease: &Lease) -> Result<Snapshot, StoreError> {
+    /// read): the consciousness this process last committed when it has it, else the store's.
+    pub(crate) async fn between_cycles(&self) -> Result<Snapshot, StoreError> {
         let _between = self.gate.lock().await;
-        let consciousness = match self.cached_under(lease).await {
+        let consciousness = match self.cached_consciousness().await {
             Some(c) => c,
             None => self.store.consciousness(&self.key).await?,
         };

@@ -1,6 +1,6 @@
-//! What a worker can honestly say about itself: whether it holds its agent's lease, whether
-//! its loop is alive, and why it cannot work right now (the data plane is down, it is waiting
-//! for the lease, it is restarting). `/readyz` answers from it, and so does the
+//! What a worker (a pool) can honestly say about itself: whether it hears its agents' wake
+//! signals, whether its loop is alive, and why it cannot work right now (the data plane is
+//! down, an agent's session is restarting). `/readyz` answers from it, and so does the
 //! `agentfleet_agent_ready` gauge.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -11,7 +11,7 @@ use prometheus::IntGauge;
 /// A worker's state as its endpoints see it.
 #[derive(Default)]
 pub struct Health {
-    leased: AtomicBool,
+    serving: AtomicBool,
     heartbeat: AtomicI64,
     problem: Mutex<Option<String>>,
     gauge: Option<IntGauge>,
@@ -33,13 +33,13 @@ impl Health {
         }
     }
 
-    /// Whether this worker holds its agent's lease.
-    pub fn leased(&self) -> bool {
-        self.leased.load(Ordering::Relaxed)
+    /// Whether the pool hears its agents' wake signals (it serves them).
+    pub fn serving(&self) -> bool {
+        self.serving.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_leased(&self, leased: bool) {
-        self.leased.store(leased, Ordering::Relaxed);
+    pub(crate) fn set_serving(&self, serving: bool) {
+        self.serving.store(serving, Ordering::Relaxed);
         self.update_gauge();
     }
 
@@ -83,13 +83,13 @@ impl Health {
         }
     }
 
-    /// `Ok` when the agent holds its lease and nothing stops it; else why not.
+    /// `Ok` when the pool serves its agents and nothing stops them; else why not.
     pub fn ready(&self) -> Result<(), String> {
         if let Some(p) = self.problem() {
             return Err(p);
         }
-        if !self.leased() {
-            return Err("waiting for the agent's lease".into());
+        if !self.serving() {
+            return Err("not listening for wake signals yet".into());
         }
         Ok(())
     }
@@ -106,13 +106,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ready_only_with_the_lease_and_no_problem() {
+    fn ready_only_while_serving_without_a_problem() {
         let m = crate::telemetry::WorkerMetrics::new().unwrap();
         let key = crate::store::AgentKey::new("ns", "a");
         let h = Health::for_agent(&m, &key);
         let gauge = || m.agent_ready.with_label_values(&["ns", "a"]).get();
-        assert_eq!(h.ready(), Err("waiting for the agent's lease".into()));
-        h.set_leased(true);
+        assert_eq!(h.ready(), Err("not listening for wake signals yet".into()));
+        h.set_serving(true);
         assert_eq!((h.ready(), gauge()), (Ok(()), 1));
         h.set_problem("data plane: connection refused");
         assert_eq!(h.ready(), Err("data plane: connection refused".into()));

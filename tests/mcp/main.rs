@@ -479,7 +479,7 @@ spec:
 
 struct Worker {
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), agentfleet::store::StoreError>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Worker {
@@ -500,7 +500,6 @@ impl Worker {
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
-            .unwrap()
             .unwrap()
             .unwrap();
     }

@@ -561,7 +561,7 @@ const NS: &str = "ops";
 /// A worker for `agent` running until `stop`.
 struct Running {
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), agentfleet::store::StoreError>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
@@ -569,7 +569,6 @@ impl Running {
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
-            .unwrap()
             .unwrap()
             .unwrap();
     }

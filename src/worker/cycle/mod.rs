@@ -182,14 +182,18 @@ impl Agentlet {
         self.archive.as_ref()
     }
 
-    /// The consciousness this worker committed under `lease`, if it has it.
-    pub(crate) async fn cached_under(&self, lease: &Lease) -> Option<Consciousness> {
-        self.cache
-            .lock()
-            .await
-            .as_ref()
-            .filter(|c| c.token == lease.token)
-            .map(|c| c.consciousness.clone())
+    /// Whether the consciousness this process cached is still the agent's under `lease`, which
+    /// it then belongs to: this process held the lease just before (the same token, or the
+    /// next: tokens grow with every new holder), so nobody has written since.
+    pub(crate) async fn carry_over(&self, lease: &Lease) -> bool {
+        let mut cache = self.cache.lock().await;
+        match cache.as_mut() {
+            Some(c) if c.token == lease.token || c.token + 1 == lease.token => {
+                c.token = lease.token;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Every tool the agent has.
@@ -202,7 +206,8 @@ impl Agentlet {
         *self.cache.lock().await = None;
     }
 
-    /// The cached consciousness, if any (for tests that check it against the store).
+    /// The consciousness this process last committed, if it has it (also for tests that
+    /// check it against the store).
     #[doc(hidden)]
     pub async fn cached_consciousness(&self) -> Option<Consciousness> {
         self.cache

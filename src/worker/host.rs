@@ -1,0 +1,77 @@
+//! What the agents of one process are made with, and making one from its manifest: its
+//! model client, its tools (with the Secrets of its namespace), its archive. One rule for the
+//! dedicated worker, `agentfleet dev` and the pools.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::crd::Agent;
+use crate::store::{AgentKey, Store};
+use crate::telemetry::WorkerMetrics;
+use crate::worker::cycle::Agentlet;
+use crate::worker::tools::{self, secrets::Secrets};
+
+/// What every agent of a process is made with.
+#[derive(Clone)]
+pub struct Host {
+    /// The data plane.
+    pub store: Arc<dyn Store>,
+    /// The process's metrics.
+    pub metrics: WorkerMetrics,
+    /// The model API key (`AGENTFLEET_MODEL_API_KEY`), if any.
+    pub api_key: Option<String>,
+    /// The Secrets of each namespace that tools may read (`headersFrom`).
+    pub secrets: BTreeMap<String, Secrets>,
+    /// The gateway's base URL for async tools' results.
+    pub callback_url: Option<String>,
+    /// Where checkpoints are archived.
+    pub archive: Option<crate::archive::Archive>,
+}
+
+/// The key of the agent `agent` describes (`default` namespace when none is given).
+pub fn key_of(agent: &Agent) -> AgentKey {
+    AgentKey::new(
+        agent
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        agent.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl Host {
+    /// The agent `agent` describes, ready to run cycles.
+    pub fn agentlet(&self, agent: &Agent) -> anyhow::Result<Agentlet> {
+        let key = key_of(agent);
+        let model = crate::model::from_spec(&agent.spec.model, &key.name, self.api_key.clone())
+            .with_context(|| format!("agent {key}: model"))?;
+        let external = tools::external(
+            &key,
+            &agent.spec.tools,
+            &tools::ExternalContext {
+                store: self.store.clone(),
+                secrets: self
+                    .secrets
+                    .get(&key.namespace)
+                    .cloned()
+                    .unwrap_or_default(),
+                callback_url: self.callback_url.clone(),
+            },
+        );
+        let agentlet = Agentlet::new(
+            agent.clone(),
+            key,
+            self.store.clone(),
+            Arc::from(model),
+            self.metrics.clone(),
+        )
+        .with_external(external);
+        Ok(match &self.archive {
+            Some(archive) => agentlet.with_archive(archive),
+            None => agentlet,
+        })
+    }
+}
