@@ -287,12 +287,14 @@ async fn inbox_drains_whole_batches_in_order_and_drops_duplicates(store: &dyn St
 
 async fn unacknowledged_events_come_back_to_the_next_worker(store: &dyn Store) {
     let a = AgentKey::new("fam", "assistant");
+    store.push_event(&a, &event("e1", "hello")).await.unwrap();
+    // A second of lease: enough for the steps below on a loaded machine (a durable write on a
+    // secured cluster waits for its replica).
     let first = store
-        .acquire_lease(&a, "w1", std::time::Duration::from_millis(200))
+        .acquire_lease(&a, "w1", std::time::Duration::from_secs(1))
         .await
         .unwrap()
         .unwrap();
-    store.push_event(&a, &event("e1", "hello")).await.unwrap();
     assert_eq!(store.wait_inbox(&a, &first, TTL).await.unwrap().len(), 1);
     // The worker dies mid-cycle: no ack, and its lease runs out.
     assert_eq!(
@@ -300,7 +302,7 @@ async fn unacknowledged_events_come_back_to_the_next_worker(store: &dyn Store) {
         None,
         "the lease still holds"
     );
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     let second = store.acquire_lease(&a, "w2", TTL).await.unwrap().unwrap();
     assert!(second.token > first.token, "fencing tokens grow");
     store
