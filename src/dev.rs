@@ -15,9 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -25,8 +23,8 @@ use crate::cli::Redis;
 use crate::crd::{Agent, MemberKind, Space};
 use crate::gateway::auth::{new_token, Entity, EntityKind, Tokens};
 use crate::gateway::{self, Gateway, Limits};
+use crate::manifests::{self, Manifests};
 use crate::membership::{self, SpaceKey};
-use crate::names;
 use crate::operator::dataplane::gauges::watch_fleet;
 use crate::operator::dataplane::Tuning;
 use crate::store::{AgentKey, MemoryStore, Store, WakeScope};
@@ -63,161 +61,13 @@ pub struct Args {
     pub archive: crate::archive::ArchiveFlag,
 }
 
-/// The manifests of a directory.
-#[derive(Debug, Default)]
-pub struct Manifests {
-    /// Agents, by file order.
-    pub agents: Vec<Agent>,
-    /// Spaces, by file order.
-    pub spaces: Vec<Space>,
-    /// Secrets ((namespace, name) → key → value), for the tools' `headersFrom` of the agents
-    /// of their namespace. Never printed.
-    pub secrets: BTreeMap<NamespacedName, SecretData>,
-}
-
-/// A namespaced object's (namespace, name).
-pub type NamespacedName = (String, String);
-/// A Secret's keys and values.
-pub type SecretData = BTreeMap<String, String>;
-
-impl Manifests {
-    /// The Secrets an agent of `namespace` may read (name → key → value).
-    pub fn secrets_of(&self, namespace: &str) -> BTreeMap<String, SecretData> {
-        self.secrets
-            .iter()
-            .filter(|((ns, _), _)| ns == namespace)
-            .map(|((_, name), data)| (name.clone(), data.clone()))
-            .collect()
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TypeMeta {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-}
-
-/// Reads every Agent, Space and Secret in `dir` (sorted by file name), giving `namespace` to
-/// those without one. Other objects are skipped with a warning; anything malformed is an error
-/// naming the file and document (never a Secret's value); an Agent whose `headersFrom` names
-/// a Secret the directory does not hold is refused, as the operator's `ToolsConfigured` does.
+/// Reads the manifests of `dir` ([`manifests::load_dir`]) and refuses what the operator would:
+/// duplicate objects, invalid Agent specs, an Agent whose `headersFrom` names a Secret the
+/// directory does not hold (as the operator's `ToolsConfigured` does).
 pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
-    if let Some(p) = names::namespace_problem(namespace) {
-        bail!("--namespace: {p}");
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading directory {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_file()
-                && p.extension()
-                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-        })
-        .collect();
-    files.sort();
-    let mut out = Manifests::default();
-    for file in &files {
-        let text =
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let at = || format!("{} (document {})", file.display(), i + 1);
-            let value = serde_yaml::Value::deserialize(doc).with_context(at)?;
-            if value.is_null() {
-                continue;
-            }
-            let meta: TypeMeta = serde_yaml::from_value(value.clone()).with_context(at)?;
-            if meta.api_version == "v1" && meta.kind == "Secret" {
-                let (key, data) =
-                    secret(value, namespace).map_err(|p| anyhow::anyhow!("{}: {p}", at()))?;
-                if out.secrets.insert(key.clone(), data).is_some() {
-                    bail!("{}: Secret {}/{} appears twice", at(), key.0, key.1);
-                }
-                continue;
-            }
-            if meta.api_version != "agentfleet.dev/v1alpha1" {
-                warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
-                continue;
-            }
-            if matches!(meta.kind.as_str(), "Agent" | "Space") {
-                // What the API server would refuse, refused here too.
-                let json = serde_json::to_value(&value).with_context(at)?;
-                let schema = crate::crd::validate::schema_of(&meta.kind)
-                    .with_context(|| format!("no schema for {}", meta.kind))?;
-                let problems = crate::crd::validate::check(schema, &json);
-                if !problems.is_empty() {
-                    bail!(
-                        "{}: invalid {}:\n  {}",
-                        at(),
-                        meta.kind,
-                        problems.join("\n  ")
-                    );
-                }
-            }
-            match meta.kind.as_str() {
-                "Agent" => {
-                    let mut agent: Agent = serde_yaml::from_value(value)
-                        .with_context(|| format!("{}: not a valid Agent", at()))?;
-                    place(&mut agent.metadata, namespace)
-                        .map_err(|p| anyhow::anyhow!("{}: invalid Agent: {p}", at()))?;
-                    out.agents.push(agent);
-                }
-                "Space" => {
-                    let mut space: Space = serde_yaml::from_value(value)
-                        .with_context(|| format!("{}: not a valid Space", at()))?;
-                    place(&mut space.metadata, namespace)
-                        .map_err(|p| anyhow::anyhow!("{}: invalid Space: {p}", at()))?;
-                    out.spaces.push(space);
-                }
-                other => bail!("{}: unknown agentfleet kind {other:?}", at()),
-            }
-        }
-    }
+    let out = manifests::load_dir(dir, namespace)?;
     check(&out)?;
     Ok(out)
-}
-
-/// A `kind: Secret` document: its (namespace, name) and its keys and values (`data` decoded
-/// from base64, `stringData` over it, as the API server merges them). Errors never hold a
-/// value: the document's own parse error could quote one, so it is not passed on.
-fn secret(
-    value: serde_yaml::Value,
-    namespace: &str,
-) -> Result<(NamespacedName, SecretData), String> {
-    let mut secret: k8s_openapi::api::core::v1::Secret =
-        serde_yaml::from_value(value).map_err(|_| {
-            "not a valid Secret (data: base64 strings; stringData: strings)".to_string()
-        })?;
-    place(&mut secret.metadata, namespace).map_err(|p| format!("invalid Secret: {p}"))?;
-    let name = secret.metadata.name.unwrap_or_default();
-    let mut out = BTreeMap::new();
-    for (key, bytes) in secret.data.unwrap_or_default() {
-        let text = String::from_utf8(bytes.0).map_err(|_| {
-            format!("Secret {name}, key {key}: not UTF-8 text (a header value must be)")
-        })?;
-        out.insert(key, text);
-    }
-    out.extend(secret.string_data.unwrap_or_default());
-    Ok(((secret.metadata.namespace.unwrap_or_default(), name), out))
-}
-
-/// What the API server refuses in an object's name and namespace (as `kubectl apply` would
-/// be refused), then the object placed in `namespace` when it names none.
-fn place(meta: &mut ObjectMeta, namespace: &str) -> Result<(), String> {
-    let name = meta.name.as_deref().unwrap_or_default();
-    if name.is_empty() {
-        return Err("metadata.name is required".into());
-    }
-    if let Some(p) = names::object_name_problem(name) {
-        return Err(format!("metadata.name: {p}"));
-    }
-    if let Some(p) = meta.namespace.as_deref().and_then(names::namespace_problem) {
-        return Err(format!("metadata.namespace: {p}"));
-    }
-    meta.namespace.get_or_insert_with(|| namespace.to_string());
-    Ok(())
 }
 
 /// Refuses what the operator would: duplicate objects, invalid Agent specs.

@@ -10,6 +10,7 @@ pub mod gateway;
 #[cfg(test)]
 pub(crate) mod hostile;
 pub mod keys;
+pub mod manifests;
 pub mod membership;
 pub mod names;
 pub mod operator;

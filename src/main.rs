@@ -29,6 +29,8 @@ enum Command {
     Gateway(Box<agentfleet::gateway::Args>),
     /// Run one agent's process loop.
     Worker(Box<agentfleet::worker::Args>),
+    /// Run many Agents of one namespace in one process.
+    Pool(Box<agentfleet::worker::pool::command::Args>),
     /// Post to and read a space of the data plane.
     #[command(subcommand)]
     Space(agentfleet::cli::SpaceCommand),
@@ -51,6 +53,7 @@ impl Command {
             Command::Dev(_) => "dev",
             Command::Gateway(_) => "gateway",
             Command::Worker(_) => "worker",
+            Command::Pool(_) => "pool",
             Command::Space(_) | Command::Consciousness(_) | Command::Calls(_) | Command::Crd => {
                 "cli"
             }
@@ -115,6 +118,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Dev(args) => agentfleet::dev::run(*args).await,
             Command::Gateway(args) => agentfleet::gateway::run(*args).await,
             Command::Worker(args) => agentfleet::worker::run(*args).await,
+            Command::Pool(args) => agentfleet::worker::pool::command::run(*args).await,
             Command::Space(cmd) => agentfleet::cli::space(cmd).await,
             Command::Consciousness(cmd) => agentfleet::cli::consciousness(cmd).await,
             Command::Calls(cmd) => agentfleet::cli::calls(cmd).await,

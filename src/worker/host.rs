@@ -20,7 +20,9 @@ pub struct Host {
     pub store: Arc<dyn Store>,
     /// The process's metrics.
     pub metrics: WorkerMetrics,
-    /// The model API key (`AGENTFLEET_MODEL_API_KEY`), if any.
+    /// The model API key of every agent (`AGENTFLEET_MODEL_API_KEY`: a dedicated worker's,
+    /// `dev`'s); none: each agent's own, read from its `apiKeySecretRef` in [`Host::secrets`]
+    /// (a pool's).
     pub api_key: Option<String>,
     /// The Secrets of each namespace that tools may read (`headersFrom`).
     pub secrets: BTreeMap<String, Secrets>,
@@ -46,18 +48,35 @@ impl Host {
     /// The agent `agent` describes, ready to run cycles.
     pub fn agentlet(&self, agent: &Agent) -> anyhow::Result<Agentlet> {
         let key = key_of(agent);
-        let model = crate::model::from_spec(&agent.spec.model, &key.name, self.api_key.clone())
+        let secrets = self
+            .secrets
+            .get(&key.namespace)
+            .cloned()
+            .unwrap_or_default();
+        let api_key = match (&self.api_key, &agent.spec.model.api_key_secret_ref) {
+            (Some(k), _) => Some(k.clone()),
+            (None, Some(r)) => Some(
+                secrets
+                    .get(&r.name)
+                    .map_err(anyhow::Error::msg)?
+                    .remove(&r.key)
+                    .with_context(|| {
+                        format!(
+                            "Secret {:?} has no key {:?} (model.apiKeySecretRef)",
+                            r.name, r.key
+                        )
+                    })?,
+            ),
+            (None, None) => None,
+        };
+        let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key)
             .with_context(|| format!("agent {key}: model"))?;
         let external = tools::external(
             &key,
             &agent.spec.tools,
             &tools::ExternalContext {
                 store: self.store.clone(),
-                secrets: self
-                    .secrets
-                    .get(&key.namespace)
-                    .cloned()
-                    .unwrap_or_default(),
+                secrets,
                 callback_url: self.callback_url.clone(),
             },
         );

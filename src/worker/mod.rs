@@ -138,6 +138,27 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, String) {
     }
 }
 
+/// Serves `/metrics`, `/healthz` (the loop is alive) and `/readyz` (the data plane answers
+/// and `health` has nothing against it) until `shutdown`.
+pub(crate) fn serve_endpoints(
+    addr: SocketAddr,
+    metrics: &WorkerMetrics,
+    health: Arc<Health>,
+    store: Arc<dyn Store>,
+    shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let router = telemetry::metrics_router(metrics.registry.clone()).merge(
+        Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .with_state(HttpState { health, store }),
+    );
+    let mut rx = shutdown;
+    tokio::spawn(telemetry::serve(addr, router, async move {
+        let _ = rx.wait_for(|v| *v).await;
+    }))
+}
+
 /// `agentfleet worker`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let agent = load_manifest(&args.agent)?;
@@ -150,21 +171,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     health.beat();
     let holder = telemetry::process_identity(args.identity.as_deref(), "worker");
     let shutdown_rx = telemetry::shutdown_channel("shutting down after the current cycle");
-    let router = telemetry::metrics_router(metrics.registry.clone()).merge(
-        Router::new()
-            .route("/healthz", get(healthz))
-            .route("/readyz", get(readyz))
-            .with_state(HttpState {
-                health: health.clone(),
-                store: store.clone(),
-            }),
+    let server = serve_endpoints(
+        args.metrics_addr,
+        &metrics,
+        health.clone(),
+        store.clone(),
+        shutdown_rx.clone(),
     );
-    let server = {
-        let mut rx = shutdown_rx.clone();
-        tokio::spawn(telemetry::serve(args.metrics_addr, router, async move {
-            let _ = rx.wait_for(|v| *v).await;
-        }))
-    };
     info!(agent = %key, model = %agent.spec.model.name, provider = agent.spec.model.provider.as_str(), "worker starting");
     let host = host::Host {
         store,

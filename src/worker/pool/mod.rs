@@ -18,8 +18,10 @@
 //! |---|---|
 //! | `mod.rs` | [`Pool`]: the agents, waking (signals, timers, sweep), warm agents |
 //! | `activation.rs` | one session of one agent, driven by [`crate::worker::session`] |
+//! | `command.rs` | `agentfleet pool`: a namespace's Agents from a directory, their Secrets |
 
 pub(crate) mod activation;
+pub mod command;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -98,6 +100,8 @@ struct Inner {
     timers_changed: Notify,
     /// Stamps of activity, for the least recently active warm agent.
     clock: AtomicU64,
+    /// Loaded agents given by manifest (those made by the caller are not counted).
+    warm: AtomicUsize,
     /// Sessions under way (aborted with the pool: a process killed takes them along), and a
     /// signal when one ends.
     tasks: Mutex<HashMap<AgentKey, tokio::task::AbortHandle>>,
@@ -186,6 +190,7 @@ impl Pool {
                 timers: Mutex::new(BTreeSet::new()),
                 timers_changed: Notify::new(),
                 clock: AtomicU64::new(0),
+                warm: AtomicUsize::new(0),
                 tasks: Mutex::new(HashMap::new()),
                 running: AtomicUsize::new(0),
                 ended: Notify::new(),
@@ -202,9 +207,10 @@ impl Pool {
         self.inner.clone().poke(&key);
     }
 
-    /// Hosts exactly `agents` from now on: new ones are added and looked at once (a restore
-    /// or seed their spec asks for is applied as they settle), changed ones are loaded anew
-    /// when they next wake, and the rest are dropped (a session under way ends first).
+    /// Hosts exactly `agents` from now on: new and changed ones are added (loaded anew when
+    /// they next wake; looked at once when their spec asks for a restore or a seed, which is
+    /// applied as they settle), and the rest are dropped (a session under way ends first).
+    /// What waits for them is found by the sweep.
     pub fn set_manifests(&self, agents: Vec<Agent>) {
         let mut look = Vec::new();
         {
@@ -225,18 +231,24 @@ impl Pool {
                         let same =
                             matches!(&entry.host, Host::Manifest(m) if same_agent(m, &agent));
                         if !same {
+                            if restores(&agent) {
+                                look.push(key);
+                            }
+                            self.inner.unload(entry);
                             entry.host = Host::Manifest(Arc::new(agent));
-                            entry.warm = None;
-                            look.push(key);
                         }
                     }
                     None => {
-                        map.insert(
-                            key.clone(),
-                            Entry::new(Host::Manifest(Arc::new(agent)), None),
-                        );
-                        look.push(key);
+                        if restores(&agent) {
+                            look.push(key.clone());
+                        }
+                        map.insert(key, Entry::new(Host::Manifest(Arc::new(agent)), None));
                     }
+                }
+            }
+            for (key, entry) in map.iter_mut() {
+                if !keep.contains(key) {
+                    self.inner.unload(entry);
                 }
             }
             map.retain(|k, e| keep.contains(k) || matches!(e.host, Host::Made));
@@ -310,6 +322,12 @@ impl Drop for PoolTasks {
     }
 }
 
+/// Whether `agent`'s spec asks for a restore or a seed (applied by a session as it settles).
+fn restores(agent: &Agent) -> bool {
+    let c = &agent.spec.consciousness;
+    c.restore.is_some() || c.seed_from.is_some()
+}
+
 /// Whether two manifests make the same agent (a new generation makes a new one).
 fn same_agent(a: &Agent, b: &Agent) -> bool {
     a.metadata.generation == b.metadata.generation && a.spec == b.spec
@@ -363,20 +381,22 @@ impl Inner {
 
     /// Keeps the hosted and warm gauges.
     fn count(&self) {
-        let map = lock(&self.agents);
-        let warm = map.values().filter(|e| e.warm.is_some()).count();
-        let labels = self.labels();
-        let labels = [labels[0], labels[1]];
-        self.setting
-            .metrics
-            .hosted
-            .with_label_values(&labels)
-            .set(i64::try_from(map.len()).unwrap_or(i64::MAX));
-        self.setting
-            .metrics
-            .warm
-            .with_label_values(&labels)
-            .set(i64::try_from(warm).unwrap_or(i64::MAX));
+        let hosted = lock(&self.agents).len();
+        let warm = self.warm.load(Ordering::Relaxed);
+        let [ns, pool] = self.labels();
+        let gauge = |g: &prometheus::IntGaugeVec, n: usize| {
+            g.with_label_values(&[ns, pool])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        gauge(&self.setting.metrics.hosted, hosted);
+        gauge(&self.setting.metrics.warm, warm);
+    }
+
+    /// Unloads a loaded agent given by manifest.
+    fn unload(&self, entry: &mut Entry) {
+        if matches!(entry.host, Host::Manifest(_)) && entry.warm.take().is_some() {
+            self.warm.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// The `namespace` and `pool` labels.
@@ -423,23 +443,34 @@ impl Inner {
 
     /// The agent, loaded if it was not; and whether it was just loaded.
     fn load(&self, key: &AgentKey) -> Option<anyhow::Result<(Arc<Agentlet>, bool)>> {
-        let mut map = lock(&self.agents);
-        let entry = map.get_mut(key)?;
-        if let Some(warm) = &mut entry.warm {
-            let fresh = std::mem::replace(&mut warm.fresh, false);
-            return Some(Ok((warm.agentlet.clone(), fresh)));
-        }
-        let Host::Manifest(agent) = &entry.host else {
-            return None;
+        let agent = {
+            let mut map = lock(&self.agents);
+            let entry = map.get_mut(key)?;
+            if let Some(warm) = &mut entry.warm {
+                let fresh = std::mem::replace(&mut warm.fresh, false);
+                return Some(Ok((warm.agentlet.clone(), fresh)));
+            }
+            let Host::Manifest(agent) = &entry.host else {
+                return None;
+            };
+            agent.clone()
         };
         let Some(build) = &self.build else {
             return Some(Err(anyhow::anyhow!("this pool cannot load agents")));
         };
-        let agentlet = match build(agent) {
+        // Made without the lock: the other agents wake meanwhile.
+        let agentlet = match build(&agent) {
             Ok(a) => Arc::new(a),
             Err(e) => return Some(Err(e)),
         };
+        let mut map = lock(&self.agents);
+        let entry = map.get_mut(key)?;
+        if !matches!(&entry.host, Host::Manifest(m) if Arc::ptr_eq(m, &agent)) {
+            // Its manifest changed meanwhile: the next session loads the new one.
+            return None;
+        }
         entry.warm = Some(Warm::new(agentlet.clone(), false));
+        self.warm.fetch_add(1, Ordering::Relaxed);
         drop(map);
         self.count();
         Some(Ok((agentlet, true)))
@@ -504,9 +535,7 @@ impl Inner {
                     self.restart(ns, name, reason);
                     // Loaded again: its cache and tools may be what broke.
                     if let Some(entry) = lock(&self.agents).get_mut(key) {
-                        if matches!(entry.host, Host::Manifest(_)) {
-                            entry.warm = None;
-                        }
+                        self.unload(entry);
                     }
                     agentlet.forget_cache().await;
                     self.restart_later(key, reason);
@@ -572,30 +601,25 @@ impl Inner {
         }
     }
 
-    /// Drops the least recently active loaded agents beyond `warm_agents` (never one in a
-    /// session, never one made by the caller).
+    /// Drops the least recently active loaded agents when more than `warm_agents` are loaded,
+    /// down to nine tenths of it (never one in a session, never one made by the caller).
     fn evict(&self) {
+        let limit = self.config.warm_agents;
+        if self.warm.load(Ordering::Relaxed) <= limit {
+            return;
+        }
         let mut map = lock(&self.agents);
         let mut warm: Vec<(u64, AgentKey)> = map
             .iter()
-            .filter(|(_, e)| e.warm.is_some() && matches!(e.host, Host::Manifest(_)))
+            .filter(|(_, e)| e.warm.is_some() && !e.running && matches!(e.host, Host::Manifest(_)))
             .map(|(k, e)| (e.used, k.clone()))
             .collect();
-        let limit = self.config.warm_agents;
-        if warm.len() <= limit {
-            return;
-        }
         warm.sort_unstable();
-        let mut over = warm.len() - limit;
-        for (_, key) in warm {
-            if over == 0 {
-                break;
-            }
+        let keep = limit - limit / 10;
+        let over = self.warm.load(Ordering::Relaxed).saturating_sub(keep);
+        for (_, key) in warm.into_iter().take(over) {
             if let Some(entry) = map.get_mut(&key) {
-                if !entry.running {
-                    entry.warm = None;
-                    over -= 1;
-                }
+                self.unload(entry);
             }
         }
         drop(map);
@@ -660,6 +684,7 @@ impl Inner {
     async fn hear_wakes(self: Arc<Self>) {
         let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         loop {
+            self.health.beat();
             let mut wakes = match self.setting.store.subscribe_wakes(&self.config.scope).await {
                 Ok(w) => {
                     retry.reset();
@@ -686,7 +711,11 @@ impl Inner {
                         Some(key) => self.clone().poke(&key),
                         None => break,
                     },
-                    _ = sweep.tick() => self.sweep().await,
+                    _ = sweep.tick() => {
+                        // The loop is alive (`/healthz`).
+                        self.health.beat();
+                        self.sweep().await;
+                    }
                 }
             }
             self.health.set_serving(false);

@@ -1,0 +1,144 @@
+//! `agentfleet pool`: many Agents of one namespace in one process (see [`super::Pool`]).
+//!
+//! The Agents come from a directory of manifests (`--agents DIR`, as `kubectl apply -f DIR`
+//! takes them; those of other namespaces are refused). The Secrets their tools and models
+//! read are mounted at `/etc/agentfleet/secrets/NAME/KEY` as a dedicated worker's are, or given
+//! as `kind: Secret` documents of the directory: a pool reads no Secret it was not given, and
+//! no secret value goes into the data plane. Each model's API key is read from its Agent's
+//! `model.apiKeySecretRef`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use tracing::info;
+
+use super::{Pool, PoolConfig};
+use crate::store::{Store, WakeScope};
+use crate::telemetry::{self, WorkerMetrics};
+use crate::worker::host::Host;
+use crate::worker::tools::secrets::Secrets;
+use crate::worker::Health;
+
+/// Flags of `agentfleet pool`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// The namespace whose Agents the pool serves (it serves no other).
+    #[arg(long, env = "AGENTFLEET_NAMESPACE")]
+    pub namespace: String,
+    /// The pool's name (metrics, logs).
+    #[arg(long, env = "AGENTFLEET_POOL")]
+    pub name: String,
+    /// A directory of Agent manifests (and `kind: Secret` documents) to serve.
+    #[arg(long)]
+    pub agents: PathBuf,
+    /// The data plane (`--redis`).
+    #[command(flatten)]
+    pub redis: crate::cli::Redis,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    pub metrics_addr: SocketAddr,
+    /// This process's identity in the agents' leases (the pod name in a pod).
+    #[arg(long, env = "AGENTFLEET_POD_NAME")]
+    pub identity: Option<String>,
+    /// Seconds a lease lasts without renewal: how long the other replicas wait for the agents
+    /// of a replica that died mid-cycle.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub lease_seconds: u64,
+    /// Looks and cycles at once in this process.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub cycles_at_once: u64,
+    /// Agents kept loaded between their sessions (the most recently active).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub warm_agents: u64,
+    /// Seconds between two sweeps of the sleeping agents' inboxes (for wake signals pub/sub
+    /// lost).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub sweep_seconds: u64,
+    /// The gateway's base URL (`http://…`) the services of async tools post their results to.
+    #[arg(long, env = "AGENTFLEET_CALLBACK_URL")]
+    pub callback_url: Option<String>,
+    /// Where checkpoints are archived.
+    #[command(flatten)]
+    pub archive: crate::archive::ArchiveFlag,
+}
+
+/// How long the sessions under way may take to end at shutdown (a cycle is finished first).
+const DRAIN: Duration = Duration::from_secs(120);
+
+/// `agentfleet pool`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let manifests = crate::manifests::load_dir(&args.agents, &args.namespace)?;
+    let foreign: Vec<String> = manifests
+        .agents
+        .iter()
+        .map(crate::worker::host::key_of)
+        .filter(|k| k.namespace != args.namespace)
+        .map(|k| k.to_string())
+        .collect();
+    if !foreign.is_empty() {
+        bail!(
+            "pool {} serves namespace {} only; refused: {}",
+            args.name,
+            args.namespace,
+            foreign.join(", ")
+        );
+    }
+    let given = manifests.secrets_of(&args.namespace);
+    let secrets = if given.is_empty() {
+        Secrets::default()
+    } else {
+        Secrets::from_map(given)
+    };
+    let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
+    let metrics = WorkerMetrics::new().context("registering metrics")?;
+    let health = Arc::new(Health::default());
+    health.beat();
+    let shutdown = telemetry::shutdown_channel("shutting down after the cycles under way");
+    let server = crate::worker::serve_endpoints(
+        args.metrics_addr,
+        &metrics,
+        health.clone(),
+        store.clone(),
+        shutdown.clone(),
+    );
+    let host = Host {
+        store: store.clone(),
+        metrics: metrics.clone(),
+        api_key: None,
+        secrets: [(args.namespace.clone(), secrets)].into(),
+        callback_url: args.callback_url.clone(),
+        archive: args.archive.open()?,
+    };
+    let agents: Vec<_> = manifests
+        .agents
+        .into_iter()
+        .filter(|a| !a.spec.paused)
+        .collect();
+    info!(pool = %args.name, namespace = %args.namespace, agents = agents.len(), "pool starting");
+    let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    let pool = Pool::new(
+        PoolConfig {
+            name: args.name.clone(),
+            scope: WakeScope::Namespace(args.namespace.clone()),
+            holder: telemetry::process_identity(args.identity.as_deref(), "pool"),
+            lease_ttl: Duration::from_secs(args.lease_seconds),
+            cycles_at_once: usize_of(args.cycles_at_once),
+            warm_agents: usize_of(args.warm_agents),
+            sweep_every: Duration::from_secs(args.sweep_seconds),
+        },
+        store,
+        metrics,
+        health,
+        Some(Arc::new(move |agent: &crate::crd::Agent| {
+            host.agentlet(agent)
+        })),
+        shutdown,
+    );
+    pool.set_manifests(agents);
+    pool.run(DRAIN).await;
+    server.abort();
+    Ok(())
+}
