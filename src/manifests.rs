@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use tracing::warn;
 
-use crate::crd::{Agent, Space};
+use crate::crd::{Agent, Pool, Space};
 use crate::names;
 
 /// The manifests of a directory.
@@ -19,6 +19,8 @@ pub struct Manifests {
     pub agents: Vec<Agent>,
     /// Spaces, by file order.
     pub spaces: Vec<Space>,
+    /// Pools, by file order (`dev` runs every agent in one pool of its own).
+    pub pools: Vec<Pool>,
     /// Secrets ((namespace, name) → key → value), for the tools' `headersFrom` of the agents
     /// of their namespace. Never printed.
     pub secrets: BTreeMap<NamespacedName, SecretData>,
@@ -90,7 +92,7 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
                 warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
                 continue;
             }
-            if matches!(meta.kind.as_str(), "Agent" | "Space") {
+            if matches!(meta.kind.as_str(), "Agent" | "Space" | "Pool") {
                 // What the API server would refuse, refused here too.
                 let json = serde_json::to_value(&value).with_context(at)?;
                 let schema = crate::crd::validate::schema_of(&meta.kind)
@@ -119,6 +121,13 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
                     place(&mut space.metadata, namespace)
                         .map_err(|p| anyhow::anyhow!("{}: invalid Space: {p}", at()))?;
                     out.spaces.push(space);
+                }
+                "Pool" => {
+                    let mut pool: Pool = serde_yaml::from_value(value)
+                        .with_context(|| format!("{}: not a valid Pool", at()))?;
+                    place(&mut pool.metadata, namespace)
+                        .map_err(|p| anyhow::anyhow!("{}: invalid Pool: {p}", at()))?;
+                    out.pools.push(pool);
                 }
                 other => bail!("{}: unknown agentfleet kind {other:?}", at()),
             }

@@ -83,7 +83,12 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<super::BudgetSpec>,
 
-    /// The worker pod that runs the agent.
+    /// Where the agent runs: a Pool of this namespace (`runtime.pool`), or, when unset, a
+    /// worker Deployment of its own (`worker`, `scaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<super::RuntimeSpec>,
+
+    /// The worker pod that runs the agent (not in a pool).
     #[serde(default)]
     pub worker: WorkerSpec,
 

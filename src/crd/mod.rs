@@ -1,4 +1,4 @@
-//! Custom resources of the `agentfleet.dev/v1alpha1` API: [`Agent`] and [`Space`].
+//! Custom resources of the `agentfleet.dev/v1alpha1` API: [`Agent`], [`Space`] and [`Pool`].
 //!
 //! The rustdoc on every field becomes the schema description that `kubectl explain` shows,
 //! and the YAML in `crds/` is generated from these types (`agentfleet crd`).
@@ -6,6 +6,7 @@
 mod agent;
 mod budget;
 mod consciousness;
+mod pool;
 mod space;
 mod tools;
 pub mod url;
@@ -14,6 +15,7 @@ pub mod validate;
 pub use agent::*;
 pub use budget::*;
 pub use consciousness::*;
+pub use pool::*;
 pub use space::*;
 pub use tools::*;
 
@@ -28,7 +30,7 @@ pub const GROUP: &str = "agentfleet.dev";
 /// Every CRD of the project, as the API server gets it: the generated schema with rustdoc
 /// paragraphs unwrapped (so `kubectl explain` reflows them) and the kind's own doc at the root.
 pub fn definitions() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![Agent::crd(), Space::crd()];
+    let mut crds = vec![Agent::crd(), Space::crd(), Pool::crd()];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version

@@ -1,5 +1,5 @@
-//! The Agent controller: Agent → rendered ConfigMap + worker Deployment, and the Agent's
-//! status (phase, conditions).
+//! The Agent controller: Agent → rendered ConfigMap + worker Deployment (none for an agent
+//! that runs in a Pool, see [`super::pooled`]), and the Agent's status (phase, conditions).
 //!
 //! Stages: validate ([`super::validate`]) → check the Secrets of the model and the tools
 //! ([`super::conditions`]) → build (pure, [`super::build`]) → apply (server-side, one field
@@ -27,6 +27,7 @@ use super::build::{self, FIELD_MANAGER};
 use super::conditions::{check_model, check_tools, failed, ready_condition, worker_condition};
 use super::context::{Context, Error};
 use super::dataplane::Tracked;
+use super::pooled;
 use super::status::{self, Cond};
 use crate::crd::{Agent, AgentStatus, Space};
 use crate::membership;
@@ -48,6 +49,7 @@ const WARNING_REASONS: &[&str] = &[
     "SecretUnreadable",
     "SpaceNotFound",
     "WorkerRejected",
+    "PoolNotFound",
 ];
 
 /// The finalizer that keeps a deleted Agent until its data-plane state is removed.
@@ -273,7 +275,15 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         ..previous.clone()
     };
     let key = AgentKey::new(ns.clone(), name.clone());
-    let worker = if problems.is_empty() {
+    let pool = agent.spec.runtime.as_ref().map(|r| r.pool.as_str());
+    let worker = if let (true, Some(pool)) = (problems.is_empty(), pool) {
+        // A pool runs it: no worker of its own (one left from before goes).
+        let placed = pooled::place(&ctx.client, &ns, &name, pool).await?;
+        status.config_hash = None;
+        status.replicas = None;
+        status.available_replicas = Some(placed.ready.min(1));
+        placed.condition
+    } else if problems.is_empty() {
         let owner = agent
             .controller_owner_ref(&())
             .ok_or(Error::MissingField("metadata.uid"))?;
@@ -375,13 +385,26 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     if status::reconcile_part(&previous) != own {
         write_status(&ctx, &ns, &name, &own).await?;
     }
+    // A pooled agent's replicas are its pool's: the loop never scales them.
+    let tracked_spec = match pool {
+        Some(_) => {
+            let mut spec = agent.spec.clone();
+            spec.scaling.external = true;
+            std::borrow::Cow::Owned(spec)
+        }
+        None => std::borrow::Cow::Borrowed(&agent.spec),
+    };
     ctx.scaler.track(
         &key,
         Tracked {
             object: agent.object_ref(&()),
-            spec: &agent.spec,
+            spec: &tracked_spec,
             failed: is_failed,
-            replicas: status.replicas,
+            replicas: if pool.is_some() {
+                status.available_replicas
+            } else {
+                status.replicas
+            },
             available: status.available_replicas.unwrap_or(0),
             status: &previous,
             generation: agent.metadata.generation,

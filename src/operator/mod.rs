@@ -17,6 +17,7 @@ pub mod controllers;
 pub mod dataplane;
 pub mod health;
 pub mod leader;
+pub mod pooled;
 pub mod space;
 pub mod status;
 pub mod validate;

@@ -462,3 +462,93 @@ async fn deletion_goes_ahead_after_the_cleanup_timeout() {
         .contains("agentfleet:{agent:default/echo}:*"));
     assert!(removes_finalizer(&bodies[1]), "{}", bodies[1]);
 }
+
+/// A pooled Agent (`spec.runtime.pool`) gets no worker of its own: the reconcile reads its
+/// Pool, removes the Deployment and ConfigMap it had when it ran alone (a move loses nothing:
+/// its state is in the data plane), and says in `WorkerAvailable` which pool runs it.
+#[tokio::test]
+async fn a_pooled_agent_gets_no_worker_and_says_which_pool_runs_it() {
+    let pool = json!({
+        "apiVersion": "agentfleet.dev/v1alpha1", "kind": "Pool",
+        "metadata": {"name": "shared", "namespace": "default"},
+        "spec": {"replicas": {"min": 1, "max": 3}},
+        "status": {"replicas": 2, "readyReplicas": 2, "agents": 1},
+    });
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let (result, bodies) = h
+        .run_agent(
+            agent_yaml("  runtime: {pool: shared}"),
+            vec![
+                answering(
+                    expect(Method::GET, "/apis/agentfleet.dev/v1alpha1/namespaces/default/pools/shared"),
+                    StatusCode::OK,
+                    pool,
+                ),
+                // It ran alone before: its worker goes.
+                answering(
+                    expect(Method::DELETE, "/apis/apps/v1/namespaces/default/deployments/echo-worker"),
+                    StatusCode::OK,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200}),
+                ),
+                answering(
+                    expect(Method::DELETE, "/api/v1/namespaces/default/configmaps/echo-agent"),
+                    StatusCode::NOT_FOUND,
+                    not_found("configmaps", "echo-agent"),
+                ),
+                expect(Method::PATCH, "/apis/agentfleet.dev/v1alpha1/namespaces/default/agents/echo/status"),
+            ],
+        )
+        .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(300)));
+    let status = &bodies[3]["status"];
+    let worker = condition(status, "WorkerAvailable");
+    assert_eq!(
+        (&worker["status"], &worker["reason"], &worker["message"]),
+        (
+            &json!("True"),
+            &json!("Pooled"),
+            &json!("runs in Pool shared (2 replica(s) ready)")
+        )
+    );
+    assert_eq!(condition(status, "Ready")["status"], "True");
+    assert!(status.get("configHash").is_none(), "{status}");
+    assert_eq!(tracked_phase(&h), Some(AgentPhase::Sleeping));
+
+    // No such Pool: not ready, and said so.
+    let mut h = harness(vec![], vec![lobby(true)]);
+    let (result, bodies) = h
+        .run_agent(
+            agent_yaml("  runtime: {pool: nowhere}"),
+            vec![
+                answering(
+                    expect(Method::GET, "/pools/nowhere"),
+                    StatusCode::NOT_FOUND,
+                    not_found("pools", "nowhere"),
+                ),
+                answering(
+                    expect(Method::DELETE, "/deployments/echo-worker"),
+                    StatusCode::NOT_FOUND,
+                    not_found("deployments", "echo-worker"),
+                ),
+                answering(
+                    expect(Method::DELETE, "/configmaps/echo-agent"),
+                    StatusCode::NOT_FOUND,
+                    not_found("configmaps", "echo-agent"),
+                ),
+                expect(Method::POST, "/events"),
+                expect(Method::PATCH, "/agents/echo/status"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    assert_eq!(
+        (&bodies[3]["type"], &bodies[3]["reason"]),
+        (&json!("Warning"), &json!("PoolNotFound"))
+    );
+    let status = &bodies[4]["status"];
+    assert_eq!(
+        condition(status, "WorkerAvailable")["reason"],
+        "PoolNotFound"
+    );
+    assert_eq!(condition(status, "Ready")["status"], "False");
+}
