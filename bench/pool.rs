@@ -1,9 +1,9 @@
 //! The pooled runtime: `cargo bench --bench pool`.
 //!
-//! Starts the release `agentfleet dev --redis URL DIR` (pool, gateway and the fleet's scaling
-//! loop in one process) on a real `redis-server` with N scripted agents, each alone with a
-//! human in its own space, and measures:
-//! - **start**: spawn to the banner;
+//! Starts the release `agentfleet pool` (the pool alone), then `agentfleet dev --redis URL DIR`
+//! (pool, gateway and the fleet's gauges in one process), each on a fresh real `redis-server`
+//! with N scripted agents, each alone with a human in its own space, and measures:
+//! - **start**: spawn to the banner (dev) or to listening for wake signals (pool);
 //! - **at rest**: the process's RSS and the Redis connections it holds (`CLIENT LIST`, less
 //!   the benchmark's own), 3 s after the banner;
 //! - **one wake**: a human's post to one sleeping agent → its reply in the space's live
@@ -11,8 +11,9 @@
 //!   one after another to random agents while the others sleep: p50 and p99;
 //! - **a burst**: one post to each of 1,000 different sleeping agents at once → all answered.
 //!
-//! `AGENTFLEET_BENCH_BIN` runs an older build instead, to compare in one sitting;
-//! `AGENTFLEET_BENCH_AGENTS=1000,10000` chooses the sizes.
+//! `AGENTFLEET_BENCH_BIN` runs an older build instead, to compare in one sitting (older builds
+//! have no `pool`: `AGENTFLEET_BENCH_MODES=dev`); `AGENTFLEET_BENCH_AGENTS=1000,10000` chooses
+//! the sizes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
 
@@ -65,40 +66,98 @@ fn post(space: &str, text: &str) -> (SpaceKey, NewMessage) {
     )
 }
 
-/// Redis connections now, less the benchmark's own.
+/// Redis connections now (the one asking included).
 fn connections(url: &str) -> usize {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_connection().unwrap();
     let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
-    list.lines().filter(|l| !l.contains("name=bench")).count() - 1
+    list.lines().count()
 }
 
-async fn run(bin: &str, agents: usize) {
+/// What runs the agents.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// `agentfleet dev --redis`: pool, gateway and the fleet's gauges in one process.
+    Dev,
+    /// `agentfleet pool`: the pool alone (the benchmark applies the spaces).
+    Pool,
+}
+
+async fn run(bin: &str, agents: usize, mode: Mode) {
     let redis = RedisServer::start().unwrap();
     let url = redis.url();
     let dir = manifests(agents);
+    let store = Arc::new(RedisStore::new(&url).unwrap());
+    if mode == Mode::Pool {
+        for i in 0..agents {
+            store
+                .apply_space(
+                    &SpaceKey::new("default", format!("s{i:05}")),
+                    &agentfleet::testing::space_record(
+                        &format!("s{i:05}"),
+                        &[&format!("a{i:05}")],
+                        &["Ann"],
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let before = connections(&url);
     let started = Instant::now();
-    let mut child = common::Kill(
-        Command::new(bin)
-            .arg("dev")
+    let mut command = Command::new(bin);
+    match mode {
+        Mode::Dev => command.arg("dev").arg(&dir).args(["--addr", "127.0.0.1:0"]),
+        Mode::Pool => command
+            .args([
+                "pool",
+                "--namespace",
+                "default",
+                "--name",
+                "bench",
+                "--agents",
+            ])
             .arg(&dir)
-            .args(["--addr", "127.0.0.1:0", "--redis", &url])
-            .env("RUST_LOG", "error")
+            .args(["--metrics-addr", "127.0.0.1:0", "--cycles-at-once", "64"]),
+    };
+    let mut child = common::Kill(
+        command
+            .args(["--redis", &url])
+            .env("RUST_LOG", "info")
+            .env("AGENTFLEET_LOG_FORMAT", "text")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
+    // Started: dev prints its banner; a pool logs that it listens for wake signals.
+    let (tx, rx) = std::sync::mpsc::channel();
     let out = child.0.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    lines.next().expect("dev printed nothing").unwrap();
+    let err = child.0.stderr.take().unwrap();
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for (i, _) in BufReader::new(out).lines().enumerate() {
+                if i == 0 && mode == Mode::Dev {
+                    let _ = tx.send(());
+                }
+            }
+        });
+    }
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if mode == Mode::Pool && line.contains("listening for wake signals") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("never started");
     let start = started.elapsed();
-    std::thread::spawn(move || for _ in lines {});
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss = common::rss_kib(child.0.id());
-    let conns = connections(&url);
+    let conns = connections(&url) - before;
 
-    let store = Arc::new(RedisStore::new(&url).unwrap());
     // One wake at a time, the others asleep.
     let mut waits = Vec::new();
     for n in 0..200usize {
@@ -161,8 +220,12 @@ async fn run(bin: &str, agents: usize) {
     }
     let all = t.elapsed();
     let rss_after = common::rss_kib(child.0.id());
+    let what = match mode {
+        Mode::Dev => "dev --redis",
+        Mode::Pool => "pool",
+    };
     println!(
-        "  {agents:>6} agents: start {:>6.2} s | at rest {:>4} MB RSS, {:>4} Redis connections | one wake p50 {:>6.1} ms p99 {:>6.1} ms | {burst} at once: all answered in {:>6.2} s ({} MB RSS after)",
+        "  {what:<11} {agents:>6} agents: start {:>6.2} s | at rest {:>4} MB RSS, {:>4} Redis connections | one wake p50 {:>6.1} ms p99 {:>6.1} ms | {burst} at once: all answered in {:>6.2} s ({} MB RSS after)",
         start.as_secs_f64(),
         rss / 1024,
         conns,
@@ -178,11 +241,18 @@ async fn run(bin: &str, agents: usize) {
 #[tokio::main]
 async fn main() {
     let bin = common::agentfleet_bin();
-    println!("agentfleet dev --redis ({bin}), N agents each alone with a human:");
+    println!("agentfleet ({bin}), N scripted agents each alone with a human, one Redis:");
     let sizes: Vec<usize> = std::env::var("AGENTFLEET_BENCH_AGENTS")
         .map(|v| v.split(',').map(|n| n.trim().parse().unwrap()).collect())
         .unwrap_or_else(|_| vec![1_000, 10_000]);
+    let modes: Vec<Mode> = match std::env::var("AGENTFLEET_BENCH_MODES").as_deref() {
+        Ok("dev") => vec![Mode::Dev],
+        Ok("pool") => vec![Mode::Pool],
+        _ => vec![Mode::Pool, Mode::Dev],
+    };
     for agents in sizes {
-        run(&bin, agents).await;
+        for &mode in &modes {
+            run(&bin, agents, mode).await;
+        }
     }
 }

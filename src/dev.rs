@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use futures::{StreamExt as _, TryStreamExt as _};
 use kube::ResourceExt;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -34,6 +35,8 @@ use crate::worker::pool::{Pool, PoolConfig};
 use crate::worker::tools::secrets::Secrets;
 use crate::worker::Health;
 
+/// Data-plane writes at once while `dev` starts.
+const AT_ONCE: usize = 64;
 /// Cycles at once in `dev`'s pool.
 const DEV_CYCLES_AT_ONCE: usize = 64;
 /// Agents `dev` keeps loaded between their sessions.
@@ -188,6 +191,7 @@ impl Dev {
         }
         let derived = membership::derive(&agent_refs, &space_refs);
         let mut spaces = BTreeMap::new();
+        let mut records = Vec::new();
         let mut humans: BTreeMap<String, DevHuman> = BTreeMap::new();
         for s in &manifests.spaces {
             let key = SpaceKey::of(s);
@@ -210,11 +214,22 @@ impl Dev {
                 key.clone(),
                 members.iter().map(|m| m.name.clone()).collect(),
             );
-            store
-                .apply_space(&key, &membership::record(s, members))
-                .await
-                .with_context(|| format!("applying space {key}"))?;
+            records.push((key, membership::record(s, members)));
         }
+        // Many at once: a large fleet starts in about a second on a remote Redis too.
+        futures::stream::iter(records.iter().map(|(key, record)| {
+            let store = store.clone();
+            async move {
+                store
+                    .apply_space(key, record)
+                    .await
+                    .map(|_| ())
+                    .with_context(|| format!("applying space {key}"))
+            }
+        }))
+        .buffer_unordered(AT_ONCE)
+        .try_collect::<Vec<()>>()
+        .await?;
 
         let service_token = new_token("af_")?;
         let mut pairs: Vec<(String, Entity)> = humans
@@ -287,12 +302,25 @@ impl Dev {
             callback_url: Some(format!("http://{addr}")),
             archive,
         };
-        for agent in manifests.agents {
-            let key = crate::worker::host::key_of(&agent);
-            store
-                .register_agent(&key)
-                .await
-                .with_context(|| format!("registering agent {key}"))?;
+        let keys: Vec<AgentKey> = manifests
+            .agents
+            .iter()
+            .map(crate::worker::host::key_of)
+            .collect();
+        futures::stream::iter(keys.iter().map(|key| {
+            let store = store.clone();
+            async move {
+                store
+                    .register_agent(key)
+                    .await
+                    .map(|_| ())
+                    .with_context(|| format!("registering agent {key}"))
+            }
+        }))
+        .buffer_unordered(AT_ONCE)
+        .try_collect::<Vec<()>>()
+        .await?;
+        for (agent, key) in manifests.agents.into_iter().zip(keys) {
             // Plans fire into the inbox as the operator would fire them (a paused agent's
             // queue until it is resumed).
             plans.push((key.clone(), agent.spec.plans.clone()));

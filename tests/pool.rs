@@ -29,7 +29,12 @@ impl Drop for Kill {
 /// Writes `n` Agents (`a000`…), each alone with Ann in its own Space, thinking with the model
 /// at `base_url`.
 fn fleet(n: usize, base_url: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("agentfleet-pool-{}-{n}", std::process::id()));
+    static DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "agentfleet-pool-{}-{n}-{}",
+        std::process::id(),
+        DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut text = String::new();
@@ -60,6 +65,8 @@ fn replica(dir: &std::path::Path, url: &str, identity: &str) -> Kill {
             "1",
             "--cycles-at-once",
             "200",
+            "--reload-seconds",
+            "1",
         ])
         .env("RUST_LOG", "info")
         .env("AGENTFLEET_LOG_FORMAT", "text")
@@ -219,4 +226,184 @@ async fn a_replica_killed_mid_cycle_hands_its_agents_over_and_nothing_is_answere
         assert_eq!(replies(&store, &format!("s{i:03}")).await, 1);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The directory changes in place (as a mounted ConfigMap does): an Agent added is served, an
+/// Agent removed is not, without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pool_follows_its_directory() {
+    let redis = RedisServer::start().unwrap();
+    let url = redis.url();
+    let store = RedisStore::new(&url).unwrap();
+    let mock = MockModel::responding(|req| {
+        if conversation_last_role(req) == "tool" {
+            MockTurn::text("done")
+        } else {
+            MockTurn::tools(&[("send_message", json!({"text": "answered"}))])
+        }
+    })
+    .await
+    .unwrap();
+    let dir = fleet(1, &mock.base_url);
+    for i in 0..2 {
+        let agent = format!("a{i:03}");
+        store
+            .apply_space(
+                &SpaceKey::new(NS, format!("s{i:03}")),
+                &space_record(&format!("S{i:03}"), &[&agent], &["Ann"]),
+            )
+            .await
+            .unwrap();
+    }
+    let _pool = replica(&dir, &url, "p-0");
+    let ask = async |space: &str| {
+        store
+            .post_message(
+                &SpaceKey::new(NS, space),
+                &NewMessage {
+                    sender: Sender {
+                        id: "ann".into(),
+                        name: "Ann".into(),
+                        kind: Some(MemberKind::Human),
+                    },
+                    text: "hello".into(),
+                    mention: None,
+                    idempotency_key: None,
+                    urgent: false,
+                    depth: 0,
+                },
+            )
+            .await
+            .unwrap();
+    };
+    let until_answered = async |space: &str, n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while replies(&store, space).await < n {
+            assert!(Instant::now() < deadline, "{space} not answered");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    ask("s000").await;
+    until_answered("s000", 1).await;
+    // a001 joins the directory (written beside, then moved in, as the kubelet swaps files).
+    let fleet2 = fleet(2, &mock.base_url);
+    std::fs::rename(fleet2.join("fleet.yaml"), dir.join("fleet.yaml")).unwrap();
+    ask("s001").await;
+    until_answered("s001", 1).await;
+    // a000 leaves it: its events wait in its inbox.
+    let only_second = std::fs::read_to_string(dir.join("fleet.yaml"))
+        .unwrap()
+        .split("---\n")
+        .filter(|d| d.contains("a001"))
+        .map(|d| format!("---\n{d}"))
+        .collect::<String>();
+    std::fs::write(dir.join("next.tmp"), only_second).unwrap();
+    std::fs::rename(dir.join("next.tmp"), dir.join("fleet.yaml")).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ask("s000").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(replies(&store, "s000").await, 1, "not served any more");
+    let a000 = agentfleet::store::AgentKey::new(NS, "a000");
+    assert_eq!(store.inbox_depth(&a000).await.unwrap(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&fleet2);
+}
+
+/// With no sweep to catch up, every message of a quick conversation (the next one posted as
+/// soon as the reply appears, while the cycle is still closing) is answered: no wake signal
+/// is lost between a session's last look and its lease going.
+#[tokio::test(flavor = "multi_thread")]
+async fn back_to_back_messages_need_no_sweep() {
+    use agentfleet::worker::pool::{Pool, PoolConfig};
+    use futures::StreamExt;
+    let redis = RedisServer::start().unwrap();
+    let store = std::sync::Arc::new(RedisStore::new(&redis.url()).unwrap());
+    store
+        .apply_space(
+            &SpaceKey::new(NS, "family"),
+            &space_record("Family", &["assistant"], &["Ann"]),
+        )
+        .await
+        .unwrap();
+    // A model over HTTP, as in production: the reply is posted mid-cycle, so the next message
+    // arrives while the cycle closes.
+    let mock = MockModel::responding(|req| {
+        if conversation_last_role(req) == "tool" {
+            MockTurn::text("done")
+        } else {
+            MockTurn::tools(&[("send_message", json!({"text": "pong"}))])
+        }
+    })
+    .await
+    .unwrap();
+    let agent: agentfleet::crd::Agent = serde_yaml::from_str(&format!(
+        "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: {NS}}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: \"{}\"}}\n  spaces: [family]\n",
+        mock.base_url
+    ))
+    .unwrap();
+    let agent_model = agent.spec.model.clone();
+    let metrics = agentfleet::telemetry::WorkerMetrics::new().unwrap();
+    let key = agentfleet::store::AgentKey::new(NS, "assistant");
+    let agentlet = std::sync::Arc::new(agentfleet::worker::cycle::Agentlet::new(
+        agent,
+        key.clone(),
+        store.clone(),
+        std::sync::Arc::new(
+            agentfleet::model::openai::OpenAi::new(&agent_model, None)
+                .unwrap()
+                .with_backoff(Duration::from_millis(10)),
+        ),
+        metrics.clone(),
+    ));
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let pool = Pool::new(
+        PoolConfig {
+            sweep_every: Duration::from_secs(3600),
+            ..PoolConfig::dedicated(&key, "w".into(), Duration::from_secs(15))
+        },
+        store.clone(),
+        metrics,
+        std::sync::Arc::new(agentfleet::worker::Health::default()),
+        None,
+        shutdown,
+    );
+    pool.add_agentlet(agentlet);
+    let running = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.run(Duration::from_secs(5)).await }
+    });
+    let family = SpaceKey::new(NS, "family");
+    let mut live = store.subscribe_live(&family).await.unwrap();
+    for i in 0..300 {
+        store
+            .post_message(
+                &family,
+                &NewMessage {
+                    sender: Sender {
+                        id: "ann".into(),
+                        name: "Ann".into(),
+                        kind: Some(MemberKind::Human),
+                    },
+                    text: format!("ping {i}"),
+                    mention: None,
+                    idempotency_key: None,
+                    urgent: false,
+                    depth: 0,
+                },
+            )
+            .await
+            .unwrap();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), live.next())
+                .await
+                .unwrap_or_else(|_| panic!("message {i} never answered"))
+                .unwrap();
+            if matches!(&event, agentfleet::store::LiveEvent::Message { message } if message.sender.id == "assistant")
+            {
+                break;
+            }
+        }
+    }
+    let _ = stop.send(true);
+    running.await.unwrap();
 }

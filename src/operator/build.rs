@@ -2,6 +2,7 @@
 //! tested from YAML fixtures. The workers' archive Secret is built in `archive`.
 
 mod archive;
+mod pod;
 
 pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
 
@@ -9,12 +10,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, EnvVar, EnvVarSource, KeyToPath, PodTemplateSpec, Secret,
+    SecretKeySelector, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use serde::Serialize;
@@ -292,34 +290,6 @@ pub fn secret_volume_name(name: &str) -> String {
     format!("secret-{}", crate::hex(&digest[..8]))
 }
 
-/// A read-only volume and its mount for each Secret the tools take headers from (required:
-/// a pod whose Secret is missing does not start, and `ToolsConfigured` says why).
-fn secret_volumes(secrets: &[&str]) -> (Vec<Volume>, Vec<VolumeMount>) {
-    secrets
-        .iter()
-        .map(|name| {
-            let volume = secret_volume_name(name);
-            (
-                Volume {
-                    name: volume.clone(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some((*name).to_string()),
-                        optional: Some(false),
-                        ..SecretVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                },
-                VolumeMount {
-                    name: volume,
-                    mount_path: format!("{SECRETS_DIR}/{name}"),
-                    read_only: Some(true),
-                    ..VolumeMount::default()
-                },
-            )
-        })
-        .unzip()
-}
-
 /// Metadata of a child object of an Agent: its namespace, labels and controller reference.
 fn child_meta(agent: &Agent, name: String, owner: &OwnerReference) -> ObjectMeta {
     ObjectMeta {
@@ -360,20 +330,6 @@ pub fn configmap(agent: &Agent, owner: &OwnerReference, manifest: &str) -> Confi
     }
 }
 
-fn default_resources() -> ResourceRequirements {
-    ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".into(), Quantity("10m".into())),
-            ("memory".into(), Quantity("32Mi".into())),
-        ])),
-        limits: Some(BTreeMap::from([(
-            "memory".into(),
-            Quantity("256Mi".into()),
-        )])),
-        ..ResourceRequirements::default()
-    }
-}
-
 /// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent/agent.yaml`,
 /// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
 /// filesystem, no service-account token, the model key from the Agent's Secret, each
@@ -388,177 +344,50 @@ pub fn deployment(
 ) -> Deployment {
     let name = agent.name_any();
     let spec = &agent.spec;
-    let mut env = vec![defaults.redis.env(&name)];
-    env.extend(defaults.redis_env.iter().map(|(name, value)| EnvVar {
-        name: name.clone(),
-        value: Some(value.clone()),
-        ..EnvVar::default()
-    }));
-    env.extend([
-        EnvVar {
-            name: LOG_FORMAT_ENV.into(),
-            value: Some(log_format_value(defaults.log_format).into()),
-            ..EnvVar::default()
+    let env = spec
+        .model
+        .api_key_secret_ref
+        .iter()
+        .map(|key_ref| secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key))
+        .collect();
+    let config = (
+        Volume {
+            name: "agent".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: configmap_name(&name),
+                items: Some(vec![KeyToPath {
+                    key: AGENT_FILE_KEY.into(),
+                    path: AGENT_FILE_KEY.into(),
+                    ..KeyToPath::default()
+                }]),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
         },
-        EnvVar {
-            name: "AGENTFLEET_POD_NAME".into(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    // Spelled out as the API server defaults it: a field it has to default
-                    // makes every server-side apply a write (a new resourceVersion), and every
-                    // write a new reconcile.
-                    api_version: Some("v1".into()),
-                    field_path: "metadata.name".into(),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
+        VolumeMount {
+            name: "agent".into(),
+            mount_path: AGENT_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
         },
-    ]);
-    if let Some(key_ref) = &spec.model.api_key_secret_ref {
-        env.push(secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key));
-    }
-    if let Some(url) = &defaults.callback_url {
-        env.push(EnvVar {
-            name: CALLBACK_URL_ENV.into(),
-            value: Some(url.clone()),
-            ..EnvVar::default()
-        });
-    }
-    if let Some(endpoint) = defaults
-        .otlp_endpoint
-        .as_ref()
-        .filter(|_| !spec.worker.env.iter().any(|e| e.name == OTLP_ENDPOINT_ENV))
-    {
-        env.push(EnvVar {
-            name: OTLP_ENDPOINT_ENV.into(),
-            value: Some(endpoint.clone()),
-            ..EnvVar::default()
-        });
-    }
-    let (secret_volumes, secret_mounts) = secret_volumes(&spec.tools.secrets());
-    env.extend(spec.worker.env.iter().cloned().map(|mut e| {
-        // The API server's default, spelled out (see AGENTFLEET_POD_NAME above).
-        if let Some(f) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
-            f.api_version.get_or_insert_with(|| "v1".into());
-        }
-        e
-    }));
-
-    let container = Container {
-        name: "worker".into(),
-        image: Some(
-            spec.worker
-                .image
-                .clone()
-                .unwrap_or_else(|| defaults.image.clone()),
-        ),
-        image_pull_policy: defaults.image_pull_policy.clone(),
-        args: Some(vec![
-            "worker".into(),
-            "--agent".into(),
-            AGENT_FILE.into(),
-            "--metrics-addr".into(),
-            format!("0.0.0.0:{WORKER_METRICS_PORT}"),
-        ]),
-        env: Some(env),
-        env_from: defaults
-            .archive
-            .as_ref()
-            .map(|_| vec![archive::archive_env_from(&name)]),
-        ports: Some(vec![ContainerPort {
-            name: Some("metrics".into()),
-            container_port: WORKER_METRICS_PORT,
-            protocol: Some("TCP".into()),
-            ..ContainerPort::default()
-        }]),
-        resources: Some(
-            spec.worker
-                .resources
-                .clone()
-                .unwrap_or_else(default_resources),
-        ),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
-        }),
-        volume_mounts: Some(
-            [
-                VolumeMount {
-                    name: "agent".into(),
-                    mount_path: AGENT_DIR.into(),
-                    read_only: Some(true),
-                    ..VolumeMount::default()
-                },
-                VolumeMount {
-                    name: "tmp".into(),
-                    mount_path: "/tmp".into(),
-                    ..VolumeMount::default()
-                },
-            ]
-            .into_iter()
-            .chain(secret_mounts)
-            .collect(),
-        ),
-        ..Container::default()
-    };
-
-    let pod = PodSpec {
-        containers: vec![container],
-        automount_service_account_token: Some(false),
-        service_account_name: spec.worker.service_account_name.clone(),
-        node_selector: (!spec.worker.node_selector.is_empty())
-            .then(|| spec.worker.node_selector.clone()),
-        tolerations: (!spec.worker.tolerations.is_empty()).then(|| spec.worker.tolerations.clone()),
-        // A cycle in flight is finished on SIGTERM; give it time.
-        termination_grace_period_seconds: Some(120),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(WORKER_UID),
-            run_as_group: Some(WORKER_UID),
-            fs_group: Some(WORKER_UID),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..SeccompProfile::default()
-            }),
-            ..PodSecurityContext::default()
-        }),
-        volumes: Some(
-            [
-                Volume {
-                    name: "agent".into(),
-                    config_map: Some(ConfigMapVolumeSource {
-                        name: configmap_name(&name),
-                        items: Some(vec![KeyToPath {
-                            key: AGENT_FILE_KEY.into(),
-                            path: AGENT_FILE_KEY.into(),
-                            ..KeyToPath::default()
-                        }]),
-                        ..ConfigMapVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                },
-                Volume {
-                    name: "tmp".into(),
-                    empty_dir: Some(EmptyDirVolumeSource {
-                        size_limit: Some(Quantity("64Mi".into())),
-                        ..EmptyDirVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                },
-            ]
-            .into_iter()
-            .chain(secret_volumes)
-            .collect(),
-        ),
-        ..PodSpec::default()
-    };
+    );
+    let pod = pod::pod_spec(
+        pod::Pod {
+            owner_name: &name,
+            worker: &spec.worker,
+            args: vec![
+                "worker".into(),
+                "--agent".into(),
+                AGENT_FILE.into(),
+                "--metrics-addr".into(),
+                format!("0.0.0.0:{WORKER_METRICS_PORT}"),
+            ],
+            env,
+            config,
+            secrets: spec.tools.secrets(),
+        },
+        defaults,
+    );
 
     Deployment {
         metadata: child_meta(agent, deployment_name(&name), owner),
@@ -591,7 +420,10 @@ pub fn deployment(
 
 #[cfg(test)]
 mod tests {
+    use super::pod::default_resources;
     use super::*;
+    use k8s_openapi::api::core::v1::Container;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use kube::Resource;
 
     pub(super) fn fixture(name: &str) -> Agent {

@@ -187,6 +187,9 @@ fn budget_gauges(
     }
 }
 
+/// Agents read in one `observe` by [`watch_fleet`].
+const OBSERVE_AT_ONCE: usize = 1_000;
+
 /// Keeps the gauges of a fleet that nothing scales (`agentfleet dev`): looks at `agents`
 /// every `every` until `stop` turns true. Each agent comes with its replicas (1 running, 0
 /// paused) and its `spec.budget`, the phase is the operator's [`phase`] of that; a look that fails leaves the
@@ -207,22 +210,32 @@ pub async fn watch_fleet(
             _ = stop.wait_for(|v| *v) => return,
             _ = tick.tick() => {}
         }
-        let seen = match store.observe(&keys).await {
-            Ok(seen) => seen,
-            Err(e) => {
-                warn!(error = %crate::report::chain(&e), "cannot read the data plane; the fleet's gauges wait");
-                continue;
-            }
-        };
         let now = now_ms();
         let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
-        for ((key, replicas, budget), o) in agents.iter().zip(&seen) {
-            gauges.agent(&metrics, key, budget.as_ref(), o, now);
-            *phases
-                .entry(phase(false, Some(*replicas), 0, o))
-                .or_default() += 1;
+        let mut complete = true;
+        // A thousand agents at a time: one read's answer stays small however large the fleet.
+        for (chunk, watched) in keys
+            .chunks(OBSERVE_AT_ONCE)
+            .zip(agents.chunks(OBSERVE_AT_ONCE))
+        {
+            let seen = match store.observe(chunk).await {
+                Ok(seen) => seen,
+                Err(e) => {
+                    warn!(error = %crate::report::chain(&e), "cannot read the data plane; the fleet's gauges wait");
+                    complete = false;
+                    break;
+                }
+            };
+            for ((key, replicas, budget), o) in watched.iter().zip(&seen) {
+                gauges.agent(&metrics, key, budget.as_ref(), o, now);
+                *phases
+                    .entry(phase(false, Some(*replicas), 0, o))
+                    .or_default() += 1;
+            }
         }
-        gauges.fleet(&metrics, &phases, &keys.iter().collect());
+        if complete {
+            gauges.fleet(&metrics, &phases, &keys.iter().collect());
+        }
     }
 }
 

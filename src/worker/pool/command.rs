@@ -1,7 +1,9 @@
 //! `agentfleet pool`: many Agents of one namespace in one process (see [`super::Pool`]).
 //!
 //! The Agents come from a directory of manifests (`--agents DIR`, as `kubectl apply -f DIR`
-//! takes them; those of other namespaces are refused). The Secrets their tools and models
+//! takes them; those of other namespaces are refused), looked at again every few seconds: in
+//! a pod it is the Pool's ConfigMaps, which the operator renders and the kubelet updates in
+//! place, so the pool needs no access to the Kubernetes API. The Secrets their tools and models
 //! read are mounted at `/etc/agentfleet/secrets/NAME/KEY` as a dedicated worker's are, or given
 //! as `kind: Secret` documents of the directory: a pool reads no Secret it was not given, and
 //! no secret value goes into the data plane. Each model's API key is read from its Agent's
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{Pool, PoolConfig};
 use crate::store::{Store, WakeScope};
@@ -57,6 +59,10 @@ pub struct Args {
     /// lost).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub sweep_seconds: u64,
+    /// Seconds between two looks at the directory for changed manifests (a mounted ConfigMap
+    /// changes in place).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub reload_seconds: u64,
     /// The gateway's base URL (`http://…`) the services of async tools post their results to.
     #[arg(long, env = "AGENTFLEET_CALLBACK_URL")]
     pub callback_url: Option<String>,
@@ -68,8 +74,9 @@ pub struct Args {
 /// How long the sessions under way may take to end at shutdown (a cycle is finished first).
 const DRAIN: Duration = Duration::from_secs(120);
 
-/// `agentfleet pool`.
-pub async fn run(args: Args) -> anyhow::Result<()> {
+/// The Agents of the directory that the pool serves (its namespace's, not paused), and the
+/// Secret documents of the directory.
+fn read(args: &Args) -> anyhow::Result<(Vec<crate::crd::Agent>, Secrets)> {
     let manifests = crate::manifests::load_dir(&args.agents, &args.namespace)?;
     let foreign: Vec<String> = manifests
         .agents
@@ -92,6 +99,35 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Secrets::from_map(given)
     };
+    let agents = manifests
+        .agents
+        .into_iter()
+        .filter(|a| !a.spec.paused)
+        .collect();
+    Ok((agents, secrets))
+}
+
+/// What the directory holds now, cheaply: each file's name, size and modification time.
+fn fingerprint(dir: &std::path::Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let meta = std::fs::metadata(e.path()).ok()?;
+                    meta.is_file()
+                        .then(|| (e.path(), meta.len(), meta.modified().ok()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// `agentfleet pool`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let (agents, secrets) = read(&args)?;
     let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
     let metrics = WorkerMetrics::new().context("registering metrics")?;
     let health = Arc::new(Health::default());
@@ -112,11 +148,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         callback_url: args.callback_url.clone(),
         archive: args.archive.open()?,
     };
-    let agents: Vec<_> = manifests
-        .agents
-        .into_iter()
-        .filter(|a| !a.spec.paused)
-        .collect();
     info!(pool = %args.name, namespace = %args.namespace, agents = agents.len(), "pool starting");
     let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     let pool = Pool::new(
@@ -135,10 +166,40 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(Arc::new(move |agent: &crate::crd::Agent| {
             host.agentlet(agent)
         })),
-        shutdown,
+        shutdown.clone(),
     );
     pool.set_manifests(agents);
+    // The directory changes in place (a mounted ConfigMap): the pool follows it.
+    let reloading = {
+        let pool = pool.clone();
+        let mut seen = fingerprint(&args.agents);
+        let mut stop = shutdown;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(args.reload_seconds)) => {}
+                    _ = stop.wait_for(|v| *v) => return,
+                }
+                let now = fingerprint(&args.agents);
+                if now == seen {
+                    continue;
+                }
+                match read(&args) {
+                    Ok((agents, _)) => {
+                        info!(pool = %args.name, agents = agents.len(), "the agents changed");
+                        pool.set_manifests(agents);
+                        seen = now;
+                    }
+                    Err(e) => {
+                        warn!(pool = %args.name, error = %crate::report::chain(&*e), "the changed agents are refused; the pool goes on with those it has");
+                        seen = now;
+                    }
+                }
+            }
+        })
+    };
     pool.run(DRAIN).await;
+    reloading.abort();
     server.abort();
     Ok(())
 }
