@@ -24,9 +24,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, LiveEvent, NewMessage, ReadQuery, RedisStore, Sender};
+use agentfleet::store::{prelude::*, LiveEvent, NewMessage, ReadQuery, RedisStore};
 use agentfleet::testing::RedisServer;
 use futures::StreamExt;
 
@@ -51,18 +50,7 @@ fn manifests(agents: usize) -> std::path::PathBuf {
 fn post(space: &str, text: &str) -> (SpaceKey, NewMessage) {
     (
         SpaceKey::new("default", space),
-        NewMessage {
-            sender: Sender {
-                id: "ann".into(),
-                name: "Ann".into(),
-                kind: Some(MemberKind::Human),
-            },
-            text: text.into(),
-            mention: None,
-            idempotency_key: None,
-            urgent: false,
-            depth: 0,
-        },
+        agentfleet::testing::human_message("Ann", text),
     )
 }
 

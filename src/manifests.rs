@@ -108,32 +108,26 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
                 }
             }
             match meta.kind.as_str() {
-                "Agent" => {
-                    let mut agent: Agent = serde_yaml::from_value(value)
-                        .with_context(|| format!("{}: not a valid Agent", at()))?;
-                    place(&mut agent.metadata, namespace)
-                        .map_err(|p| anyhow::anyhow!("{}: invalid Agent: {p}", at()))?;
-                    out.agents.push(agent);
-                }
-                "Space" => {
-                    let mut space: Space = serde_yaml::from_value(value)
-                        .with_context(|| format!("{}: not a valid Space", at()))?;
-                    place(&mut space.metadata, namespace)
-                        .map_err(|p| anyhow::anyhow!("{}: invalid Space: {p}", at()))?;
-                    out.spaces.push(space);
-                }
-                "Pool" => {
-                    let mut pool: Pool = serde_yaml::from_value(value)
-                        .with_context(|| format!("{}: not a valid Pool", at()))?;
-                    place(&mut pool.metadata, namespace)
-                        .map_err(|p| anyhow::anyhow!("{}: invalid Pool: {p}", at()))?;
-                    out.pools.push(pool);
-                }
+                "Agent" => out.agents.push(object(value, namespace, "Agent", &at())?),
+                "Space" => out.spaces.push(object(value, namespace, "Space", &at())?),
+                "Pool" => out.pools.push(object(value, namespace, "Pool", &at())?),
                 other => bail!("{}: unknown agentfleet kind {other:?}", at()),
             }
         }
     }
     Ok(out)
+}
+
+/// A document of kind `kind` at `at`, placed in `namespace` when it names none.
+fn object<K>(value: serde_yaml::Value, namespace: &str, kind: &str, at: &str) -> anyhow::Result<K>
+where
+    K: kube::Resource + serde::de::DeserializeOwned,
+{
+    let mut object: K =
+        serde_yaml::from_value(value).with_context(|| format!("{at}: not a valid {kind}"))?;
+    place(object.meta_mut(), namespace)
+        .map_err(|p| anyhow::anyhow!("{at}: invalid {kind}: {p}"))?;
+    Ok(object)
 }
 
 /// A `kind: Secret` document: its (namespace, name) and its keys and values (`data` decoded

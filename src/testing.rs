@@ -152,6 +152,22 @@ pub fn human_event(id: &str, text: &str) -> crate::store::InboxEvent {
     }
 }
 
+/// A human's message `text` to post (id: the name in lower case), starting a chain.
+pub fn human_message(name: &str, text: &str) -> crate::store::NewMessage {
+    crate::store::NewMessage {
+        sender: crate::store::Sender {
+            id: name.to_lowercase(),
+            name: name.into(),
+            kind: Some(crate::crd::MemberKind::Human),
+        },
+        text: text.into(),
+        mention: None,
+        idempotency_key: None,
+        urgent: false,
+        depth: 0,
+    }
+}
+
 /// A space record with these agents, then these humans (id: the name in lower case), keeping
 /// up to 1,000 messages.
 pub fn space_record(

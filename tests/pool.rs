@@ -8,10 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, NewMessage, ReadQuery, RedisStore, Sender};
-use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer};
+use agentfleet::store::{prelude::*, ReadQuery, RedisStore};
+use agentfleet::testing::{human_message, space_record, MockModel, MockTurn, RedisServer};
 use serde_json::{json, Value};
 
 const NS: &str = "fam";
@@ -88,12 +87,38 @@ fn replica(dir: &std::path::Path, url: &str, identity: &str) -> Kill {
     Kill(child)
 }
 
+/// A model that answers each message with `send_message` (after `delay`), then says "done".
+async fn answering_model(delay: Duration) -> MockModel {
+    MockModel::responding(move |req| {
+        if conversation_last_role(req) == "tool" {
+            MockTurn::text("done")
+        } else {
+            let send = MockTurn::tools(&[("send_message", json!({"text": "answered"}))]);
+            if delay.is_zero() {
+                send
+            } else {
+                MockTurn::Slow(delay, Box::new(send))
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
 fn conversation_last_role(request: &Value) -> String {
     agentfleet::testing::conversation(request)
         .last()
         .and_then(|m| m["role"].as_str())
         .unwrap_or_default()
         .to_string()
+}
+
+/// Ann's message in `space`.
+async fn ask(store: &RedisStore, space: &str, text: &str) {
+    store
+        .post_message(&SpaceKey::new(NS, space), &human_message("Ann", text))
+        .await
+        .unwrap();
 }
 
 async fn replies(store: &RedisStore, space: &str) -> usize {
@@ -123,21 +148,7 @@ async fn a_replica_killed_mid_cycle_hands_its_agents_over_and_nothing_is_answere
     let url = redis.url();
     let store = RedisStore::new(&url).unwrap();
     // The model takes its time over each message, so that the kill finds cycles under way.
-    let mock = MockModel::responding(|req| {
-        if conversation_last_role(req) == "tool" {
-            MockTurn::text("done")
-        } else {
-            MockTurn::Slow(
-                Duration::from_millis(1500),
-                Box::new(MockTurn::tools(&[(
-                    "send_message",
-                    json!({"text": "answered"}),
-                )])),
-            )
-        }
-    })
-    .await
-    .unwrap();
+    let mock = answering_model(Duration::from_millis(1500)).await;
     let dir = fleet(AGENTS, &mock.base_url);
     for i in 0..AGENTS {
         let agent = format!("a{i:03}");
@@ -153,46 +164,35 @@ async fn a_replica_killed_mid_cycle_hands_its_agents_over_and_nothing_is_answere
     let _second = replica(&dir, &url, "p-1");
 
     for i in 0..AGENTS {
-        store
-            .post_message(
-                &SpaceKey::new(NS, format!("s{i:03}")),
-                &NewMessage {
-                    sender: Sender {
-                        id: "ann".into(),
-                        name: "Ann".into(),
-                        kind: Some(MemberKind::Human),
-                    },
-                    text: format!("question {i}"),
-                    mention: None,
-                    idempotency_key: None,
-                    urgent: false,
-                    depth: 0,
-                },
-            )
-            .await
-            .unwrap();
+        ask(&store, &format!("s{i:03}"), &format!("question {i}")).await;
     }
-    // Both replicas are thinking: count the leases each holds, then kill the first.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Both replicas are thinking (each holds leases): then the first is killed.
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let mut held = [0usize; 2];
-    for i in 0..AGENTS {
-        let lease: Option<String> = redis::cmd("GET")
-            .arg(format!("agentfleet:{{agent:{NS}/a{i:03}}}:lease"))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        match lease.as_deref().and_then(|l| l.split('|').next()) {
-            Some("p-0") => held[0] += 1,
-            Some("p-1") => held[1] += 1,
-            _ => {}
+    let started = Instant::now();
+    let held = loop {
+        let mut held = [0usize; 2];
+        for i in 0..AGENTS {
+            let lease: Option<String> = redis::cmd("GET")
+                .arg(format!("agentfleet:{{agent:{NS}/a{i:03}}}:lease"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            match lease.as_deref().and_then(|l| l.split('|').next()) {
+                Some("p-0") => held[0] += 1,
+                Some("p-1") => held[1] += 1,
+                _ => {}
+            }
         }
-    }
-    assert!(
-        held[0] > 0 && held[1] > 0,
-        "both replicas think at the kill: {held:?}"
-    );
+        if held[0] > 0 && held[1] > 0 {
+            break held;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "both replicas never thought at once: {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let killed = Instant::now();
     first.0.kill().unwrap();
     let _ = first.0.wait();
@@ -235,15 +235,7 @@ async fn the_pool_follows_its_directory() {
     let redis = RedisServer::start().unwrap();
     let url = redis.url();
     let store = RedisStore::new(&url).unwrap();
-    let mock = MockModel::responding(|req| {
-        if conversation_last_role(req) == "tool" {
-            MockTurn::text("done")
-        } else {
-            MockTurn::tools(&[("send_message", json!({"text": "answered"}))])
-        }
-    })
-    .await
-    .unwrap();
+    let mock = answering_model(Duration::ZERO).await;
     let dir = fleet(1, &mock.base_url);
     for i in 0..2 {
         let agent = format!("a{i:03}");
@@ -256,26 +248,6 @@ async fn the_pool_follows_its_directory() {
             .unwrap();
     }
     let _pool = replica(&dir, &url, "p-0");
-    let ask = async |space: &str| {
-        store
-            .post_message(
-                &SpaceKey::new(NS, space),
-                &NewMessage {
-                    sender: Sender {
-                        id: "ann".into(),
-                        name: "Ann".into(),
-                        kind: Some(MemberKind::Human),
-                    },
-                    text: "hello".into(),
-                    mention: None,
-                    idempotency_key: None,
-                    urgent: false,
-                    depth: 0,
-                },
-            )
-            .await
-            .unwrap();
-    };
     let until_answered = async |space: &str, n: usize| {
         let deadline = Instant::now() + Duration::from_secs(30);
         while replies(&store, space).await < n {
@@ -283,12 +255,12 @@ async fn the_pool_follows_its_directory() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    ask("s000").await;
+    ask(&store, "s000", "hello").await;
     until_answered("s000", 1).await;
     // a001 joins the directory (written beside, then moved in, as the kubelet swaps files).
     let fleet2 = fleet(2, &mock.base_url);
     std::fs::rename(fleet2.join("fleet.yaml"), dir.join("fleet.yaml")).unwrap();
-    ask("s001").await;
+    ask(&store, "s001", "hello").await;
     until_answered("s001", 1).await;
     // a000 leaves it: its events wait in its inbox.
     let only_second = std::fs::read_to_string(dir.join("fleet.yaml"))
@@ -300,7 +272,7 @@ async fn the_pool_follows_its_directory() {
     std::fs::write(dir.join("next.tmp"), only_second).unwrap();
     std::fs::rename(dir.join("next.tmp"), dir.join("fleet.yaml")).unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    ask("s000").await;
+    ask(&store, "s000", "hello").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(replies(&store, "s000").await, 1, "not served any more");
     let a000 = agentfleet::store::AgentKey::new(NS, "a000");
@@ -327,15 +299,7 @@ async fn back_to_back_messages_need_no_sweep() {
         .unwrap();
     // A model over HTTP, as in production: the reply is posted mid-cycle, so the next message
     // arrives while the cycle closes.
-    let mock = MockModel::responding(|req| {
-        if conversation_last_role(req) == "tool" {
-            MockTurn::text("done")
-        } else {
-            MockTurn::tools(&[("send_message", json!({"text": "pong"}))])
-        }
-    })
-    .await
-    .unwrap();
+    let mock = answering_model(Duration::ZERO).await;
     let agent: agentfleet::crd::Agent = serde_yaml::from_str(&format!(
         "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: {NS}}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: \"{}\"}}\n  spaces: [family]\n",
         mock.base_url
@@ -375,24 +339,7 @@ async fn back_to_back_messages_need_no_sweep() {
     let family = SpaceKey::new(NS, "family");
     let mut live = store.subscribe_live(&family).await.unwrap();
     for i in 0..300 {
-        store
-            .post_message(
-                &family,
-                &NewMessage {
-                    sender: Sender {
-                        id: "ann".into(),
-                        name: "Ann".into(),
-                        kind: Some(MemberKind::Human),
-                    },
-                    text: format!("ping {i}"),
-                    mention: None,
-                    idempotency_key: None,
-                    urgent: false,
-                    depth: 0,
-                },
-            )
-            .await
-            .unwrap();
+        ask(&store, "family", &format!("ping {i}")).await;
         loop {
             let event = tokio::time::timeout(Duration::from_secs(10), live.next())
                 .await

@@ -48,17 +48,25 @@ pub struct Args {
     /// The Agent manifest (YAML, as `kubectl apply` takes it).
     #[arg(long)]
     pub agent: PathBuf,
+    /// What every process that runs agents is given.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+/// Flags of every process that runs agents (`agentfleet worker`, `agentfleet pool`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct RuntimeArgs {
     /// The data plane (`--redis`).
     #[command(flatten)]
     pub redis: crate::cli::Redis,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:9090")]
     pub metrics_addr: SocketAddr,
-    /// This worker's identity in the agent's lease (the pod name in a pod).
+    /// This process's identity in the agents' leases (the pod name in a pod).
     #[arg(long, env = "AGENTFLEET_POD_NAME")]
     pub identity: Option<String>,
-    /// Seconds the agent's lease lasts without renewal: how long a replacement waits after
-    /// this worker dies without releasing it.
+    /// Seconds an agent's lease lasts without renewal: how long another process waits for an
+    /// agent whose process died mid-cycle.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub lease_seconds: u64,
     /// The gateway's base URL (`http://…`) the services of async tools post their results to.
@@ -82,7 +90,7 @@ pub fn load_manifest(path: &std::path::Path) -> anyhow::Result<Agent> {
 }
 
 /// How long the sessions under way may take to end at shutdown (a cycle is finished first).
-const DRAIN: Duration = Duration::from_secs(120);
+pub(crate) const DRAIN: Duration = Duration::from_secs(120);
 
 /// Runs one agent until `shutdown`: a pool of one ([`pool::Pool`]). It sleeps on its own
 /// wake signal, takes its lease for each session and gives it up when nothing waits; a
@@ -163,16 +171,16 @@ pub(crate) fn serve_endpoints(
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let agent = load_manifest(&args.agent)?;
     let key = host::key_of(&agent);
-    let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
-    let archive = args.archive.open()?;
+    let store: Arc<dyn Store> = Arc::new(args.runtime.redis.store().context("data plane")?);
+    let archive = args.runtime.archive.open()?;
     let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
     let metrics = WorkerMetrics::new().context("registering metrics")?;
     let health = Arc::new(Health::for_agent(&metrics, &key));
     health.beat();
-    let holder = telemetry::process_identity(args.identity.as_deref(), "worker");
+    let holder = telemetry::process_identity(args.runtime.identity.as_deref(), "worker");
     let shutdown_rx = telemetry::shutdown_channel("shutting down after the current cycle");
     let server = serve_endpoints(
-        args.metrics_addr,
+        args.runtime.metrics_addr,
         &metrics,
         health.clone(),
         store.clone(),
@@ -184,14 +192,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         api_key,
         secrets: Default::default(),
-        callback_url: args.callback_url.clone(),
+        callback_url: args.runtime.callback_url.clone(),
         archive,
     };
     let agentlet = Arc::new(host.agentlet(&agent)?);
     run_agent(
         agentlet,
         holder,
-        Duration::from_secs(args.lease_seconds),
+        Duration::from_secs(args.runtime.lease_seconds),
         health,
         shutdown_rx,
     )

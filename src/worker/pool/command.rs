@@ -9,7 +9,6 @@
 //! no secret value goes into the data plane. Each model's API key is read from its Agent's
 //! `model.apiKeySecretRef`.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,19 +35,9 @@ pub struct Args {
     /// A directory of Agent manifests (and `kind: Secret` documents) to serve.
     #[arg(long)]
     pub agents: PathBuf,
-    /// The data plane (`--redis`).
+    /// What every process that runs agents is given.
     #[command(flatten)]
-    pub redis: crate::cli::Redis,
-    /// Address of `/metrics`, `/healthz` and `/readyz`.
-    #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:9090")]
-    pub metrics_addr: SocketAddr,
-    /// This process's identity in the agents' leases (the pod name in a pod).
-    #[arg(long, env = "AGENTFLEET_POD_NAME")]
-    pub identity: Option<String>,
-    /// Seconds a lease lasts without renewal: how long the other replicas wait for the agents
-    /// of a replica that died mid-cycle.
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
-    pub lease_seconds: u64,
+    pub runtime: crate::worker::RuntimeArgs,
     /// Looks and cycles at once in this process.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub cycles_at_once: u64,
@@ -63,16 +52,7 @@ pub struct Args {
     /// changes in place).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub reload_seconds: u64,
-    /// The gateway's base URL (`http://…`) the services of async tools post their results to.
-    #[arg(long, env = "AGENTFLEET_CALLBACK_URL")]
-    pub callback_url: Option<String>,
-    /// Where checkpoints are archived.
-    #[command(flatten)]
-    pub archive: crate::archive::ArchiveFlag,
 }
-
-/// How long the sessions under way may take to end at shutdown (a cycle is finished first).
-const DRAIN: Duration = Duration::from_secs(120);
 
 /// The Agents of the directory that the pool serves (its namespace's, not paused), and the
 /// Secret documents of the directory.
@@ -128,13 +108,13 @@ fn fingerprint(dir: &std::path::Path) -> Vec<(PathBuf, u64, Option<std::time::Sy
 /// `agentfleet pool`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let (agents, secrets) = read(&args)?;
-    let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
+    let store: Arc<dyn Store> = Arc::new(args.runtime.redis.store().context("data plane")?);
     let metrics = WorkerMetrics::new().context("registering metrics")?;
     let health = Arc::new(Health::default());
     health.beat();
     let shutdown = telemetry::shutdown_channel("shutting down after the cycles under way");
     let server = crate::worker::serve_endpoints(
-        args.metrics_addr,
+        args.runtime.metrics_addr,
         &metrics,
         health.clone(),
         store.clone(),
@@ -145,8 +125,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         api_key: None,
         secrets: [(args.namespace.clone(), secrets)].into(),
-        callback_url: args.callback_url.clone(),
-        archive: args.archive.open()?,
+        callback_url: args.runtime.callback_url.clone(),
+        archive: args.runtime.archive.open()?,
     };
     info!(pool = %args.name, namespace = %args.namespace, agents = agents.len(), "pool starting");
     let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
@@ -154,8 +134,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         PoolConfig {
             name: args.name.clone(),
             scope: WakeScope::Namespace(args.namespace.clone()),
-            holder: telemetry::process_identity(args.identity.as_deref(), "pool"),
-            lease_ttl: Duration::from_secs(args.lease_seconds),
+            holder: telemetry::process_identity(args.runtime.identity.as_deref(), "pool"),
+            lease_ttl: Duration::from_secs(args.runtime.lease_seconds),
             cycles_at_once: usize_of(args.cycles_at_once),
             warm_agents: usize_of(args.warm_agents),
             sweep_every: Duration::from_secs(args.sweep_seconds),
@@ -198,7 +178,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         })
     };
-    pool.run(DRAIN).await;
+    pool.run(crate::worker::DRAIN).await;
     reloading.abort();
     server.abort();
     Ok(())

@@ -217,14 +217,7 @@ impl Pool {
             let mut map = lock(&self.inner.agents);
             let mut keep = std::collections::HashSet::new();
             for agent in agents {
-                let key = AgentKey::new(
-                    agent
-                        .metadata
-                        .namespace
-                        .clone()
-                        .unwrap_or_else(|| "default".into()),
-                    agent.metadata.name.clone().unwrap_or_default(),
-                );
+                let key = crate::worker::host::key_of(&agent);
                 keep.insert(key.clone());
                 match map.get_mut(&key) {
                     Some(entry) => {
