@@ -143,32 +143,51 @@ async fn replies(store: &RedisStore, space: &str) -> usize {
 /// their leases run out, resuming each cycle from its journal.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_killed_mid_cycle_hands_its_agents_over_and_nothing_is_answered_twice() {
-    const AGENTS: usize = 200;
     let redis = RedisServer::start().unwrap();
-    let url = redis.url();
-    let store = RedisStore::new(&url).unwrap();
+    let client = redis::Client::open(redis.url().as_str()).unwrap();
+    let conn = client.get_multiplexed_async_connection().await.unwrap();
+    a_replica_killed_mid_cycle(&redis.url(), conn).await;
+}
+
+/// The same on a real Redis Cluster (three primaries, three replicas): wake signals on each
+/// agent's own sharded channel, leases on each agent's slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_killed_mid_cycle_on_a_redis_cluster_hands_its_agents_over() {
+    let cluster = agentfleet::testing::RedisCluster::start().unwrap();
+    let client = redis::cluster::ClusterClient::new(vec![cluster.url()]).unwrap();
+    let conn = client.get_async_connection().await.unwrap();
+    a_replica_killed_mid_cycle(&cluster.url(), conn).await;
+}
+
+async fn a_replica_killed_mid_cycle(url: &str, mut conn: impl redis::aio::ConnectionLike) {
+    const AGENTS: usize = 200;
+    let store = RedisStore::new(url).unwrap();
     // The model takes its time over each message, so that the kill finds cycles under way.
     let mock = answering_model(Duration::from_millis(1500)).await;
     let dir = fleet(AGENTS, &mock.base_url);
     for i in 0..AGENTS {
         let agent = format!("a{i:03}");
+        let space = SpaceKey::new(NS, format!("s{i:03}"));
         store
             .apply_space(
-                &SpaceKey::new(NS, format!("s{i:03}")),
+                &space,
                 &space_record(&format!("S{i:03}"), &[&agent], &["Ann"]),
             )
             .await
             .unwrap();
+        // On a cluster a listener hears registered agents' channels (the operator registers).
+        store
+            .register_agent(&agentfleet::store::AgentKey::new(NS, agent))
+            .await
+            .unwrap();
     }
-    let mut first = replica(&dir, &url, "p-0");
-    let _second = replica(&dir, &url, "p-1");
+    let mut first = replica(&dir, url, "p-0");
+    let _second = replica(&dir, url, "p-1");
 
     for i in 0..AGENTS {
         ask(&store, &format!("s{i:03}"), &format!("question {i}")).await;
     }
     // Both replicas are thinking (each holds leases): then the first is killed.
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let started = Instant::now();
     let held = loop {
         let mut held = [0usize; 2];
@@ -216,9 +235,13 @@ async fn a_replica_killed_mid_cycle_hands_its_agents_over_and_nothing_is_answere
         "leases at the kill {held:?}; every agent answered {:?} after the kill (leases of 2 s, model 1.5 s)",
         killed.elapsed()
     );
+    // Each cycle then commits (the reply is posted mid-cycle): nothing is left in flight.
     for i in 0..AGENTS {
         let agent = agentfleet::store::AgentKey::new(NS, format!("a{i:03}"));
-        assert_eq!(store.inflight(&agent).await.unwrap(), 0, "{agent}");
+        while store.inflight(&agent).await.unwrap() > 0 {
+            assert!(Instant::now() < deadline, "{agent} never committed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     // A little later, still once each (no late duplicate from a resumed journal).
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -353,4 +376,111 @@ async fn back_to_back_messages_need_no_sweep() {
     }
     let _ = stop.send(true);
     running.await.unwrap();
+}
+
+/// One agent flooded with messages beside quiet ones, in a pool of one cycle at a time: each
+/// quiet agent is answered while the flooded one still has work waiting (it takes its turn
+/// like the others), and the wait for the slot is measured.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flooded_agent_does_not_starve_the_quiet_ones() {
+    use agentfleet::worker::pool::{Pool, PoolConfig};
+    const QUIET: usize = 5;
+    let redis = RedisServer::start().unwrap();
+    let store = std::sync::Arc::new(RedisStore::new(&redis.url()).unwrap());
+    let mock = answering_model(Duration::from_millis(150)).await;
+    let dir = fleet(QUIET + 1, &mock.base_url);
+    for i in 0..=QUIET {
+        store
+            .apply_space(
+                &SpaceKey::new(NS, format!("s{i:03}")),
+                &space_record(&format!("S{i:03}"), &[&format!("a{i:03}")], &["Ann"]),
+            )
+            .await
+            .unwrap();
+    }
+    let agents = agentfleet::manifests::load_dir(&dir, NS).unwrap().agents;
+    let metrics = agentfleet::telemetry::WorkerMetrics::new().unwrap();
+    let host = agentfleet::worker::host::Host {
+        store: store.clone(),
+        metrics: metrics.clone(),
+        api_key: None,
+        secrets: Default::default(),
+        callback_url: None,
+        archive: None,
+    };
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let pool = Pool::new(
+        PoolConfig {
+            name: "fair".into(),
+            scope: agentfleet::store::WakeScope::Namespace(NS.into()),
+            holder: "fair-0".into(),
+            lease_ttl: Duration::from_secs(15),
+            cycles_at_once: 1,
+            warm_agents: 16,
+            sweep_every: Duration::from_secs(5),
+        },
+        store.clone(),
+        metrics.clone(),
+        std::sync::Arc::new(agentfleet::worker::Health::default()),
+        Some(std::sync::Arc::new(
+            move |agent: &agentfleet::crd::Agent| host.agentlet(agent),
+        )),
+        shutdown,
+    );
+    pool.set_manifests(agents);
+    let running = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.run(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // a000 is flooded: a message every 20 ms for as long as the test runs.
+    let flood = tokio::spawn({
+        let store = store.clone();
+        async move {
+            for n in 0.. {
+                ask(&store, "s000", &format!("flood {n}")).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 1..=QUIET {
+        ask(&store, &format!("s{i:03}"), "a quiet question").await;
+    }
+    let flooded = agentfleet::store::AgentKey::new(NS, "a000");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut answered = [false; QUIET];
+    while answered.iter().any(|a| !a) {
+        assert!(
+            Instant::now() < deadline,
+            "quiet agents starved: {answered:?}"
+        );
+        for (i, done) in answered.iter_mut().enumerate() {
+            if !*done && replies(&store, &format!("s{:03}", i + 1)).await == 1 {
+                *done = true;
+                // The flood goes on: the quiet one did not wait for it to end.
+                let busy = store.inbox_depth(&flooded).await.unwrap()
+                    + store.inflight(&flooded).await.unwrap();
+                assert!(
+                    busy > 0,
+                    "a{:03} answered only once the flood was done",
+                    i + 1
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    flood.abort();
+    let waited = metrics
+        .pool
+        .slot_wait
+        .with_label_values(&[NS, "fair"])
+        .get_sample_count();
+    assert!(
+        waited > QUIET as u64,
+        "every look waited for the slot: {waited}"
+    );
+    let _ = stop.send(true);
+    running.await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

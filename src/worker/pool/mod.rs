@@ -213,6 +213,7 @@ impl Pool {
     /// What waits for them is found by the sweep.
     pub fn set_manifests(&self, agents: Vec<Agent>) {
         let mut look = Vec::new();
+        let mut added = Vec::new();
         {
             let mut map = lock(&self.inner.agents);
             let mut keep = std::collections::HashSet::new();
@@ -235,6 +236,7 @@ impl Pool {
                         if restores(&agent) {
                             look.push(key.clone());
                         }
+                        added.push(key.clone());
                         map.insert(key, Entry::new(Host::Manifest(Arc::new(agent)), None));
                     }
                 }
@@ -247,6 +249,16 @@ impl Pool {
             map.retain(|k, e| keep.contains(k) || matches!(e.host, Host::Made));
         }
         self.inner.count();
+        // Registered, so that a listener on a Redis Cluster subscribes their wake channels
+        // now (the operator registers them too; registering twice changes nothing).
+        let store = self.inner.setting.store.clone();
+        tokio::spawn(async move {
+            for key in added {
+                if let Err(e) = store.register_agent(&key).await {
+                    debug!(agent = %key, error = %e, "not registered; the sweep finds its events");
+                }
+            }
+        });
         for key in look {
             self.inner.clone().poke(&key);
         }
