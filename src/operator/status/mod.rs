@@ -325,6 +325,11 @@ pub fn time_of(ms: i64) -> Timestamp {
 
 #[cfg(test)]
 mod tests {
+    /// The data-plane status of an agent whose one worker runs, nothing written before.
+    fn running(o: &AgentObservation, key: &AgentKey) -> AgentStatus {
+        data_status(false, Some(1), 1, None, None, o, &[], t0(), redis_ref(key))
+    }
+
     use super::*;
     use crate::store::{prelude::*, AgentKey};
 
@@ -509,19 +514,7 @@ mod tests {
             c[0].last_transition_time.0.to_string(),
             "2026-11-18T11:06:40Z"
         );
-        let pass = || {
-            data_status(
-                false,
-                Some(1),
-                1,
-                None,
-                None,
-                &o,
-                &[],
-                t0(),
-                redis_ref(&key),
-            )
-        };
+        let pass = || running(&o, &key);
         assert_eq!(pass(), pass(), "the same on every pass");
         o.model.as_mut().unwrap().reason = "Not a reason!".into();
         assert_eq!(model(&o)[0].reason, "Unknown");
@@ -633,17 +626,7 @@ mod tests {
         let types = |s: &AgentStatus| -> Vec<String> {
             s.conditions.iter().map(|c| c.type_.clone()).collect()
         };
-        let s = data_status(
-            false,
-            Some(1),
-            1,
-            None,
-            None,
-            &o,
-            &[],
-            t0(),
-            redis_ref(&key),
-        );
+        let s = running(&o, &key);
         assert_eq!(types(&s), [TOOLS_READY], "nothing reported: no condition");
         assert_eq!(s.restored_from, None);
         o.archive = Some(crate::store::ArchiveReport {
@@ -670,17 +653,7 @@ mod tests {
                 time: None,
             }),
         });
-        let s = data_status(
-            false,
-            Some(1),
-            1,
-            None,
-            None,
-            &o,
-            &[],
-            t0(),
-            redis_ref(&key),
-        );
+        let s = running(&o, &key);
         assert_eq!(
             types(&s),
             [TOOLS_READY, CHECKPOINT_ARCHIVED, RESTORED],
@@ -692,21 +665,7 @@ mod tests {
             ("s3://fleet/fam/assistant/7", Some(7))
         );
         assert_eq!(s.restored_from.as_ref().unwrap().cycle, 5);
-        assert_eq!(
-            s,
-            data_status(
-                false,
-                Some(1),
-                1,
-                None,
-                None,
-                &o,
-                &[],
-                t0(),
-                redis_ref(&key)
-            ),
-            "the same on every pass"
-        );
+        assert_eq!(s, running(&o, &key), "the same on every pass");
         // Written by the loop, not the reconcile.
         assert_eq!(data_part(&s), s);
         assert_eq!(reconcile_part(&s).restored_from, None);
