@@ -107,7 +107,10 @@ pub(crate) async fn run(
     };
     let warm = agentlet.carry_over(&lease).await;
     debug!(agent = %key, token = lease.token, warm, "session starts");
-    agentlet.report_tools().await;
+    // A warm agent's tools are reported as they change (the pool's reporter); a cold one's now.
+    if !warm {
+        agentlet.report_tools().await;
+    }
 
     // Renew in the background; losing it ends the session (and the store refuses our writes).
     let (lost_tx, lost) = watch::channel(false);
