@@ -19,7 +19,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the Agent and Space controllers.
+    /// Run the Agent, Space and Pool controllers.
     Operator(Box<agentfleet::operator::Args>),
     /// Chat in a space through the gateway, as a human member.
     Chat(Box<agentfleet::chat::Args>),

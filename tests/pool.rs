@@ -48,9 +48,32 @@ fn fleet(n: usize, base_url: &str) -> std::path::PathBuf {
 
 /// Starts `agentfleet pool` as replica `identity`; returns it once it hears wake signals.
 fn replica(dir: &std::path::Path, url: &str, identity: &str) -> Kill {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentfleet"))
-        .args(["pool", "--namespace", NS, "--name", "p", "--agents"])
+    let mut pool = Command::new(env!("CARGO_BIN_EXE_agentfleet"));
+    pool.args(["pool", "--namespace", NS, "--name", "p", "--agents"])
         .arg(dir)
+        .args([
+            "--sweep-seconds",
+            "1",
+            "--cycles-at-once",
+            "200",
+            "--reload-seconds",
+            "1",
+        ]);
+    listening(pool, url, identity)
+}
+
+/// Starts `agentfleet worker` for the agent of `manifest` as `identity`, once it hears its
+/// wake signal.
+fn worker(manifest: &std::path::Path, url: &str, identity: &str) -> Kill {
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_agentfleet"));
+    worker.args(["worker", "--agent"]).arg(manifest);
+    listening(worker, url, identity)
+}
+
+/// Starts `command` (a process that runs agents) on Redis `url` as `identity`; returns it once
+/// it hears wake signals.
+fn listening(mut command: Command, url: &str, identity: &str) -> Kill {
+    let mut child = command
         .args([
             "--redis",
             url,
@@ -60,12 +83,6 @@ fn replica(dir: &std::path::Path, url: &str, identity: &str) -> Kill {
             identity,
             "--lease-seconds",
             "2",
-            "--sweep-seconds",
-            "1",
-            "--cycles-at-once",
-            "200",
-            "--reload-seconds",
-            "1",
         ])
         .env("RUST_LOG", "info")
         .env("AGENTFLEET_LOG_FORMAT", "text")
@@ -83,8 +100,18 @@ fn replica(dir: &std::path::Path, url: &str, identity: &str) -> Kill {
         }
     });
     rx.recv_timeout(Duration::from_secs(30))
-        .expect("the pool never listened for wake signals");
+        .expect("the process never listened for wake signals");
     Kill(child)
+}
+
+/// Stops a process as Kubernetes does (SIGTERM: the cycle under way finishes first).
+fn terminate(mut process: Kill) {
+    let pid = i32::try_from(process.0.id()).unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = process.0.wait().unwrap();
+    assert!(status.success(), "stopped with {status}");
 }
 
 /// A model that answers each message with `send_message` (after `delay`), then says "done".
@@ -302,6 +329,70 @@ async fn the_pool_follows_its_directory() {
     assert_eq!(store.inbox_depth(&a000).await.unwrap(), 1);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&fleet2);
+}
+
+/// An agent moves from its own worker into a pool and back (as the operator does it: the old
+/// process is stopped, the new one started): every message is answered once, the agent keeps
+/// its memory, and the data plane names the process that ran it last.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_moves_between_its_own_worker_and_a_pool_and_forgets_nothing() {
+    let redis = RedisServer::start().unwrap();
+    let url = redis.url();
+    let store = RedisStore::new(&url).unwrap();
+    let mock = answering_model(Duration::ZERO).await;
+    let dir = fleet(1, &mock.base_url);
+    store
+        .apply_space(
+            &SpaceKey::new(NS, "s000"),
+            &space_record("S000", &["a000"], &["Ann"]),
+        )
+        .await
+        .unwrap();
+    let a000 = agentfleet::store::AgentKey::new(NS, "a000");
+    let manifest = dir.join("fleet.yaml");
+    let answered = async |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while replies(&store, "s000").await < n {
+            assert!(Instant::now() < deadline, "message {n} not answered");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let host = async || {
+        store.observe(std::slice::from_ref(&a000)).await.unwrap()[0]
+            .host
+            .clone()
+    };
+    let steps: [(&str, &str); 3] = [
+        ("worker", "a000-worker-0"),
+        ("pool", "p-0"),
+        ("worker", "a000-worker-1"),
+    ];
+    for (i, (kind, identity)) in steps.into_iter().enumerate() {
+        let process = if kind == "worker" {
+            worker(&manifest, &url, identity)
+        } else {
+            replica(&dir, &url, identity)
+        };
+        ask(&store, "s000", &format!("message number {i}")).await;
+        answered(i + 1).await;
+        assert_eq!(host().await.as_deref(), Some(identity));
+        terminate(process);
+    }
+    assert_eq!(replies(&store, "s000").await, 3, "each answered once");
+    let seen = store.observe(std::slice::from_ref(&a000)).await.unwrap();
+    assert_eq!(seen[0].cycles, 3);
+    // The last cycle's model request holds the two before it: nothing was forgotten.
+    let last = mock
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| conversation_last_role(r) == "user")
+        .unwrap()
+        .to_string();
+    for i in 0..3 {
+        assert!(last.contains(&format!("message number {i}")), "{last}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With no sweep to catch up, every message of a quick conversation (the next one posted as

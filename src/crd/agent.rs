@@ -28,6 +28,8 @@ use super::{ConsciousnessSpec, ToolsSpec};
     printcolumn = r#"{"name":"Budget","type":"string","jsonPath":".status.conditions[?(@.type==\"BudgetExhausted\")].reason"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Tools","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"ToolsReady\")].reason"}"#,
+    printcolumn = r#"{"name":"Pool","type":"string","priority":1,"jsonPath":".spec.runtime.pool"}"#,
+    printcolumn = r#"{"name":"Host","type":"string","priority":1,"jsonPath":".status.host"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -441,6 +443,11 @@ pub struct AgentStatus {
     /// Worker replicas that are available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_replicas: Option<i32>,
+
+    /// The process (pod) that ran the agent's latest session: its worker, or the replica of
+    /// its Pool where it stays loaded between cycles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 
     /// Hash of the rendered agent configuration the worker Deployment runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -77,6 +77,12 @@ pub struct PoolReplicas {
     #[serde(default = "default_max_replicas")]
     #[schemars(range(min = 1, max = 100))]
     pub max: i32,
+
+    /// Seconds the load must have asked for fewer replicas before the pool scales down (a
+    /// replica that goes finishes its cycles first and hands its agents on).
+    #[serde(default = "default_scale_down_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub scale_down_seconds: u32,
 }
 
 impl Default for PoolReplicas {
@@ -84,6 +90,7 @@ impl Default for PoolReplicas {
         Self {
             min: default_min_replicas(),
             max: default_max_replicas(),
+            scale_down_seconds: default_scale_down_seconds(),
         }
     }
 }
@@ -94,6 +101,10 @@ fn default_min_replicas() -> i32 {
 
 fn default_max_replicas() -> i32 {
     3
+}
+
+fn default_scale_down_seconds() -> u32 {
+    60
 }
 
 fn default_cycles_at_once() -> u32 {

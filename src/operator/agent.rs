@@ -293,7 +293,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         // The Secrets beside the worker first (the managed Redis URL, the archive), then the
         // ConfigMap.
         let mut applied = Ok(());
-        for secret in build::worker_secrets(&agent, &owner, &ctx.worker) {
+        for secret in build::agent_worker_secrets(&agent, &owner, &ctx.worker) {
             if let Err(rejected) = apply(&secrets, &secret).await? {
                 // Never a value: only what the API server said about the Secret.
                 applied = Err(format!("Secret {} rejected: {rejected}", secret.name_any()));
@@ -447,7 +447,7 @@ async fn apply_worker(
 
 /// Server-side applies `obj`. `Ok(Err(message))` when the API server refuses it as invalid
 /// (a spec problem to report, not to retry); `Err` for everything worth retrying.
-async fn apply<K>(api: &Api<K>, obj: &K) -> Result<Result<K, String>, Error>
+pub(super) async fn apply<K>(api: &Api<K>, obj: &K) -> Result<Result<K, String>, Error>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {

@@ -3,8 +3,14 @@
 
 mod archive;
 mod pod;
+mod pool;
 
 pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
+pub use self::pool::{
+    pool_configmap, pool_configmap_name, pool_deployment, pool_deployment_name,
+    pool_network_policy, pool_pdb, pool_secrets, shard, PoolPods, MAX_SHARDS, POOL_AGENTS_DIR,
+    POOL_LABEL, SHARD_LIMIT,
+};
 
 use std::collections::BTreeMap;
 
@@ -98,7 +104,7 @@ pub enum RedisUrlSource {
 }
 
 impl RedisUrlSource {
-    fn env(&self, agent: &str) -> EnvVar {
+    fn env(&self, base: &str) -> EnvVar {
         match self {
             RedisUrlSource::Value(url) => EnvVar {
                 name: REDIS_URL_ENV.into(),
@@ -107,7 +113,7 @@ impl RedisUrlSource {
             },
             RedisUrlSource::Secret { name, key } => secret_env(REDIS_URL_ENV, name, key),
             RedisUrlSource::Managed(_) => {
-                secret_env(REDIS_URL_ENV, &redis_secret_name(agent), REDIS_SECRET_KEY)
+                secret_env(REDIS_URL_ENV, &redis_secret_name(base), REDIS_SECRET_KEY)
             }
         }
     }
@@ -128,17 +134,17 @@ impl RedisUrlSource {
 /// Key of the Redis URL in a managed worker Secret.
 pub const REDIS_SECRET_KEY: &str = "url";
 
-/// Name of the Secret holding a worker's Redis URL when the operator manages it.
-pub fn redis_secret_name(agent: &str) -> String {
-    format!("{agent}-worker-redis")
+/// Name of the Secret holding the Redis URL of the workers of Deployment `base` when the
+/// operator manages it (`NAME-worker-redis` for an Agent, `NAME-pool-redis` for a Pool).
+pub fn redis_secret_name(base: &str) -> String {
+    format!("{base}-redis")
 }
 
-/// The Secret holding the worker's Redis URL ([`RedisUrlSource::Managed`]), owned by the
-/// Agent so that it goes with it.
-pub fn redis_secret(agent: &Agent, owner: &OwnerReference, url: &str) -> Secret {
-    let name = agent.name_any();
+/// The Secret holding the workers' Redis URL ([`RedisUrlSource::Managed`]), with `metadata`
+/// (named by [`redis_secret_name`], owned by the Agent or Pool so that it goes with it).
+pub fn redis_secret(metadata: ObjectMeta, url: &str) -> Secret {
     Secret {
-        metadata: child_meta(agent, redis_secret_name(&name), owner),
+        metadata,
         data: Some(BTreeMap::from([(
             REDIS_SECRET_KEY.to_string(),
             k8s_openapi::ByteString(url.as_bytes().to_vec()),
@@ -148,22 +154,36 @@ pub fn redis_secret(agent: &Agent, owner: &OwnerReference, url: &str) -> Secret 
     }
 }
 
-/// The Secrets the operator writes beside the worker of `agent` (owned by it): the managed
-/// Redis URL and the archive's environment, as the operator's configuration has them.
+/// The Secrets the operator writes beside the workers of Deployment `base`: the managed Redis
+/// URL and the archive's environment, as the operator's configuration has them; `meta` gives
+/// each its metadata (owner, labels) from its name.
 pub fn worker_secrets(
-    agent: &Agent,
-    owner: &OwnerReference,
+    base: &str,
+    meta: impl Fn(String) -> ObjectMeta,
     defaults: &WorkerDefaults,
 ) -> Vec<Secret> {
     let redis = match &defaults.redis {
-        RedisUrlSource::Managed(url) => Some(redis_secret(agent, owner, url)),
+        RedisUrlSource::Managed(url) => Some(redis_secret(meta(redis_secret_name(base)), url)),
         _ => None,
     };
     let archive = defaults
         .archive
         .as_ref()
-        .map(|a| archive_secret(agent, owner, a));
+        .map(|a| archive_secret(meta(archive_secret_name(base)), a));
     redis.into_iter().chain(archive).collect()
+}
+
+/// The Secrets beside an Agent's worker ([`worker_secrets`]), owned by the Agent.
+pub fn agent_worker_secrets(
+    agent: &Agent,
+    owner: &OwnerReference,
+    defaults: &WorkerDefaults,
+) -> Vec<Secret> {
+    worker_secrets(
+        &deployment_name(&agent.name_any()),
+        |name| child_meta(agent, name, owner),
+        defaults,
+    )
 }
 
 /// `--log-format`'s value for `format`.
@@ -291,7 +311,7 @@ pub fn secret_volume_name(name: &str) -> String {
 }
 
 /// Metadata of a child object of an Agent: its namespace, labels and controller reference.
-fn child_meta(agent: &Agent, name: String, owner: &OwnerReference) -> ObjectMeta {
+pub(super) fn child_meta(agent: &Agent, name: String, owner: &OwnerReference) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: agent.namespace(),
@@ -373,7 +393,7 @@ pub fn deployment(
     );
     let pod = pod::pod_spec(
         pod::Pod {
-            owner_name: &name,
+            base: &deployment_name(&name),
             worker: &spec.worker,
             args: vec![
                 "worker".into(),
@@ -385,6 +405,8 @@ pub fn deployment(
             env,
             config,
             secrets: spec.tools.secrets(),
+            secrets_optional: false,
+            default_resources: pod::default_resources(),
         },
         defaults,
     );
@@ -547,9 +569,13 @@ mod tests {
         let agent = fixture("agent-scripted.yaml");
         let mut d = defaults();
         d.redis = RedisUrlSource::Managed(URL.into());
-        let secret = redis_secret(&agent, &owner(&agent), URL);
         let name = agent.name_any();
-        assert_eq!(secret.metadata.name, Some(redis_secret_name(&name)));
+        let secret = agent_worker_secrets(&agent, &owner(&agent), &d).remove(0);
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("echo-worker-redis"),
+            "the name it always had"
+        );
         assert_eq!(secret.metadata.namespace, agent.namespace());
         assert_eq!(
             secret.metadata.owner_references.as_ref().unwrap()[0].name,
@@ -562,7 +588,7 @@ mod tests {
         let deploy = deployment(&agent, &owner(&agent), &d, "h", Some(1));
         assert_eq!(
             secret_ref(&deploy, REDIS_URL_ENV),
-            (redis_secret_name(&name), "url".into())
+            (redis_secret_name(&deployment_name(&name)), "url".into())
         );
         // The password is nowhere in the Deployment, the ConfigMap or the hash's input.
         let shown = format!(

@@ -1,4 +1,4 @@
-//! The two controllers wired to what they watch, and the loops that run beside them: the
+//! The three controllers (Agents, Spaces, Pools) wired to what they watch, and the loops that run beside them: the
 //! cache-sync gate, the data-plane loop (after the caches synced) and the orphan sweep. A failed
 //! reconcile is counted and requeued after its backoff.
 
@@ -19,16 +19,19 @@ use super::context::{Config, Context, Error};
 use super::dataplane::cluster::KubeCluster;
 use super::dataplane::Deps;
 use super::health::Health;
-use super::watches::{agents_naming, worker_changes, MembershipChanges};
-use super::{agent, build, space};
-use crate::crd::{Agent, Space};
+use super::watches::{
+    agents_in_pool, agents_naming, pool_placement_changes, worker_changes, MembershipChanges,
+    PoolChanges,
+};
+use super::{agent, build, pool, space};
+use crate::crd::{Agent, Pool, Space};
 use crate::store::Store;
 use crate::telemetry::OperatorMetrics;
 
 /// Reconciles run at once, per controller.
 const RECONCILERS: u16 = 16;
 
-/// Runs both controllers until `shutdown` resolves or a controller stops.
+/// Runs the controllers until `shutdown` resolves or a controller stops.
 pub async fn run_controllers(
     client: Client,
     store: Arc<dyn Store>,
@@ -62,7 +65,8 @@ pub async fn run_controllers(
     let reconcilers = kube::runtime::controller::Config::default().concurrency(RECONCILERS);
     let agent_ctl =
         Controller::for_stream(agent_events, agent_cache.clone()).with_config(reconcilers.clone());
-    let space_ctl = Controller::new(spaces_api.clone(), wc.clone()).with_config(reconcilers);
+    let space_ctl =
+        Controller::new(spaces_api.clone(), wc.clone()).with_config(reconcilers.clone());
     let space_cache = space_ctl.store();
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -82,8 +86,10 @@ pub async fn run_controllers(
         let _ = stop_tx.send(true);
     });
 
+    let pools_api = Api::<Pool>::all(client.clone());
     let agents = {
         let spaces_for_agents = agent_cache.clone();
+        let pools_for_agents = agent_cache.clone();
         agent_ctl
             .owns_stream(worker_changes(
                 Api::<Deployment>::all(client.clone()),
@@ -94,6 +100,10 @@ pub async fn run_controllers(
             .watches(spaces_api, wc.clone(), move |space| {
                 agents_naming(&spaces_for_agents, &space)
             })
+            .watches_stream(
+                pool_placement_changes(pools_api.clone(), wc.clone()),
+                move |pool| agents_in_pool(&pools_for_agents, &pool),
+            )
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
                 |obj, ctx| instrumented("agent", obj, ctx, agent::run),
@@ -107,7 +117,7 @@ pub async fn run_controllers(
         let changes = changes.clone();
         let cache = space_cache.clone();
         space_ctl
-            .watches(agents_api, wc, move |agent| {
+            .watches(agents_api.clone(), wc.clone(), move |agent| {
                 changes.affected(&agent, &cache)
             })
             .graceful_shutdown_on(stopped(stop_rx.clone()))
@@ -117,6 +127,31 @@ pub async fn run_controllers(
                 ctx.clone(),
             )
             .for_each(|res| async move { report("space", res) })
+    };
+    let pool_changes = Arc::new(PoolChanges::default());
+    let pools = {
+        let changes = pool_changes.clone();
+        // Load changes the data-plane loop saw: the Pool's status to write.
+        let mut loads = ctx.scaler.pools.changes();
+        let load_changes = futures::stream::poll_fn(move |cx| match loads.as_mut() {
+            Some(rx) => rx.poll_recv(cx),
+            None => std::task::Poll::Ready(None),
+        });
+        let pool_children = watcher::Config::default()
+            .labels(build::POOL_LABEL)
+            .any_semantic();
+        Controller::new(pools_api, wc.clone())
+            .with_config(reconcilers)
+            .owns(Api::<Deployment>::all(client.clone()), pool_children)
+            .watches(agents_api, wc, move |agent| changes.affected(&agent))
+            .reconcile_on(load_changes)
+            .graceful_shutdown_on(stopped(stop_rx.clone()))
+            .run(
+                |obj, ctx| instrumented("pool", obj, ctx, pool::reconcile),
+                error_policy("pool"),
+                ctx.clone(),
+            )
+            .for_each(|res| async move { report("pool", res) })
     };
     let synced = {
         let health = health.clone();
@@ -153,6 +188,7 @@ pub async fn run_controllers(
         async move {
             loop {
                 changes.retain(&ctx.agents);
+                pool_changes.retain(&ctx.agents);
                 match space::sweep_orphans(&ctx).await {
                     Ok(0) => {}
                     Ok(n) => info!(removed = n, "orphaned space memberships removed"),
@@ -165,7 +201,7 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(agents, spaces, synced, sweeper, data_plane);
+    tokio::join!(agents, spaces, pools, synced, sweeper, data_plane);
     health.mark_controllers_stopped();
 }
 

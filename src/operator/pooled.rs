@@ -5,12 +5,12 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::DeleteParams;
 use kube::{Api, Client};
 
 use super::build;
 use super::conditions::WORKER_AVAILABLE;
 use super::context::Error;
+use super::pool::remove;
 use super::status::Cond;
 use crate::crd::Pool;
 
@@ -76,18 +76,6 @@ pub async fn place(client: &Client, ns: &str, name: &str, pool: &str) -> Result<
     )
     .await?;
     Ok(condition(pool, found.as_ref()))
-}
-
-/// Deletes `name` if it exists.
-async fn remove<K>(api: &Api<K>, name: &str) -> Result<(), Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::Kube(e)),
-    }
 }
 
 #[cfg(test)]

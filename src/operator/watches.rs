@@ -2,7 +2,9 @@
 //! it ([`agents_naming`]); an Agent wakes the Spaces whose membership it changed
 //! ([`MembershipChanges`]), not on its frequent status writes; a worker Deployment wakes its
 //! Agent only when it needs repair or its availability changed ([`worker_changes`]), not on
-//! the scaler's own replica changes.
+//! the scaler's own replica changes. A Pool wakes the Agents it runs only when whether it can
+//! run them changed ([`pool_placement_changes`]); an Agent wakes the Pools it left or joined,
+//! or whose manifest it changed ([`PoolChanges`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,7 +17,7 @@ use kube::{Api, ResourceExt};
 
 use super::build;
 use super::dataplane::Scaler;
-use crate::crd::{Agent, Space};
+use crate::crd::{Agent, Pool, Space};
 use crate::store::AgentKey;
 
 /// Agents in `space`'s namespace that name it.
@@ -82,6 +84,102 @@ impl MembershipChanges {
     }
 }
 
+/// Agents in `pool`'s namespace that name it.
+pub(super) fn agents_in_pool(agents: &Cache<Agent>, pool: &Pool) -> Vec<ObjectRef<Agent>> {
+    let ns = pool.namespace();
+    let name = pool.name_any();
+    agents
+        .state()
+        .iter()
+        .filter(|a| a.namespace() == ns && a.spec.runtime.as_ref().is_some_and(|r| r.pool == name))
+        .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .collect()
+}
+
+/// Which Pools an Agent event concerns: the one it named before and the one it names now,
+/// when its spec (its generation), its pool or its deletion changed — not its status writes.
+#[derive(Default)]
+pub(super) struct PoolChanges {
+    seen: Mutex<HashMap<String, PoolSeen>>,
+}
+
+/// What [`PoolChanges`] remembers of an Agent: its pool, generation and deletion.
+type PoolSeen = (Option<String>, Option<i64>, bool);
+
+impl PoolChanges {
+    /// The Pools to reconcile for this version of `agent`.
+    pub(super) fn affected(&self, agent: &Agent) -> Vec<ObjectRef<Pool>> {
+        let Some(uid) = agent.uid() else {
+            return Vec::new();
+        };
+        let now = (
+            agent.spec.runtime.as_ref().map(|r| r.pool.clone()),
+            agent.metadata.generation,
+            agent.metadata.deletion_timestamp.is_some(),
+        );
+        let before = {
+            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            match seen.insert(uid, now.clone()) {
+                Some(before) if before == now => return Vec::new(),
+                before => before.and_then(|b| b.0),
+            }
+        };
+        let ns = agent.namespace().unwrap_or_default();
+        let mut names: Vec<String> = before.into_iter().chain(now.0).collect();
+        names.sort();
+        names.dedup();
+        names
+            .into_iter()
+            .map(|n| ObjectRef::new(&n).within(&ns))
+            .collect()
+    }
+
+    /// Forgets Agents that no longer exist.
+    pub(super) fn retain(&self, agents: &Cache<Agent>) {
+        let live: HashSet<String> = agents.state().iter().filter_map(|a| a.uid()).collect();
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|uid, _| live.contains(uid));
+    }
+}
+
+/// Pool events that matter to its Agents' `WorkerAvailable`: its creation and deletion, and a
+/// change of whether a replica is ready or it is scaled to zero — not its frequent load
+/// writes.
+pub(super) fn pool_placement_changes(
+    api: Api<Pool>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<Pool, watcher::Error>> + Send + 'static {
+    let placement = |p: &Pool| {
+        let status = p.status.clone().unwrap_or_default();
+        (
+            status.ready_replicas.unwrap_or(0) >= 1,
+            status.replicas.unwrap_or(0) == 0,
+            p.spec.replicas.min == 0,
+        )
+    };
+    let mut seen: HashMap<String, (bool, bool, bool)> = HashMap::new();
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    let now = placement(&p);
+                    let key = p.uid().unwrap_or_else(|| p.name_any());
+                    (seen.insert(key, now) != Some(now)).then_some(Ok(p))
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    seen.remove(&p.uid().unwrap_or_else(|| p.name_any()));
+                    Some(Ok(p))
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            };
+            futures::future::ready(out)
+        })
+}
+
 /// Worker Deployment events that matter to their Agent: a spec change other than replicas
 /// (someone edited it: repair), an availability change (conditions), or a deletion (repair).
 /// A scale change (the scaler's own) and a write that changes only metadata — such as the
@@ -145,6 +243,44 @@ pub(super) fn worker_changes(
 mod tests {
     use super::*;
     use crate::operator::tests::{agent_yaml, cache, lobby};
+
+    #[test]
+    fn an_agent_wakes_the_pools_it_left_joined_or_changed_in() {
+        let changes = PoolChanges::default();
+        let names =
+            |refs: Vec<ObjectRef<Pool>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        let mut a = agent_yaml("  runtime: {pool: shared}");
+        assert_eq!(names(changes.affected(&a)), ["shared"]);
+        assert!(changes.affected(&a).is_empty(), "the same again");
+        a.status = Some(crate::crd::AgentStatus {
+            inbox_depth: Some(3),
+            ..Default::default()
+        });
+        assert!(changes.affected(&a).is_empty(), "a status write");
+        a.metadata.generation = Some(3);
+        assert_eq!(
+            names(changes.affected(&a)),
+            ["shared"],
+            "its manifest changed"
+        );
+        a.spec.runtime = Some(crate::crd::RuntimeSpec {
+            pool: "other".into(),
+        });
+        a.metadata.generation = Some(4);
+        assert_eq!(names(changes.affected(&a)), ["other", "shared"], "moved");
+        a.spec.runtime = None;
+        a.metadata.generation = Some(5);
+        assert_eq!(
+            names(changes.affected(&a)),
+            ["other"],
+            "left for its own worker"
+        );
+        a.metadata.generation = Some(6);
+        assert!(
+            changes.affected(&a).is_empty(),
+            "a dedicated agent's change"
+        );
+    }
     #[test]
     fn only_membership_changes_of_an_agent_reconcile_spaces() {
         let changes = MembershipChanges::default();

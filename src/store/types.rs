@@ -574,6 +574,8 @@ pub struct AgentObservation {
     pub paused: bool,
     /// A worker holds the agent's lease.
     pub worker: bool,
+    /// The process that took the agent's lease last (a pod name in a cluster).
+    pub host: Option<String>,
     /// Committed cycles.
     pub cycles: u64,
     /// Model tokens used over the agent's life.

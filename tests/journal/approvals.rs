@@ -248,6 +248,14 @@ impl agentfleet::operator::dataplane::cluster::Cluster for Processes {
         Ok(())
     }
 
+    async fn set_pool_replicas(
+        &self,
+        pool: &agentfleet::operator::dataplane::pools::PoolKey,
+        _replicas: i32,
+    ) -> Result<(), kube::Error> {
+        panic!("this test has no pools, yet {pool} was scaled");
+    }
+
     async fn write_status(
         &self,
         _agent: &AgentKey,

@@ -1,18 +1,15 @@
 //! The workers' archive: the operator's `--archive` URL and the store's credential and
 //! endpoint variables it was opened with, written into a Secret beside each worker
-//! (`AGENT-worker-archive`, owned by the Agent) and loaded whole into the worker's
+//! (`AGENT-worker-archive` owned by the Agent, `POOL-pool-archive` owned by the Pool) and loaded whole into the worker's
 //! environment (`envFrom`), never into the Deployment or the ConfigMap.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{EnvFromSource, Secret, SecretEnvSource};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use super::child_meta;
 use crate::archive::{Archive, URL_ENV};
-use crate::crd::Agent;
 
 /// What every worker gets of the operator's archive: the variables of its environment that
 /// open it (`AGENTFLEET_ARCHIVE_URL`, the store's `AWS_*`, `GOOGLE_*`, `AZURE_*`, and the
@@ -55,16 +52,16 @@ impl WorkerArchive {
     }
 }
 
-/// Name of the Secret holding a worker's archive environment.
-pub fn archive_secret_name(agent: &str) -> String {
-    format!("{agent}-worker-archive")
+/// Name of the Secret holding the archive environment of the workers of Deployment `base`.
+pub fn archive_secret_name(base: &str) -> String {
+    format!("{base}-archive")
 }
 
-/// The Secret holding the worker's archive environment, one key per variable, owned by the
-/// Agent so that it goes with it.
-pub fn archive_secret(agent: &Agent, owner: &OwnerReference, archive: &WorkerArchive) -> Secret {
+/// The Secret holding the workers' archive environment, one key per variable, with `metadata`
+/// (named by [`archive_secret_name`], owned by the Agent or Pool so that it goes with it).
+pub fn archive_secret(metadata: ObjectMeta, archive: &WorkerArchive) -> Secret {
     Secret {
-        metadata: child_meta(agent, archive_secret_name(&agent.name_any()), owner),
+        metadata,
         data: Some(
             archive
                 .env
@@ -78,10 +75,10 @@ pub fn archive_secret(agent: &Agent, owner: &OwnerReference, archive: &WorkerArc
 }
 
 /// The worker's environment from that Secret (required: a pod without it does not start).
-pub(super) fn archive_env_from(agent: &str) -> EnvFromSource {
+pub(super) fn archive_env_from(base: &str) -> EnvFromSource {
     EnvFromSource {
         secret_ref: Some(SecretEnvSource {
-            name: archive_secret_name(agent),
+            name: archive_secret_name(base),
             optional: Some(false),
         }),
         ..EnvFromSource::default()
@@ -91,9 +88,12 @@ pub(super) fn archive_env_from(agent: &str) -> EnvFromSource {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{defaults, fixture, owner, worker_container};
-    use super::super::{config_hash, configmap, deployment, render_manifest, worker_secrets};
+    use super::super::{
+        agent_worker_secrets, config_hash, configmap, deployment, deployment_name, render_manifest,
+    };
     use super::*;
     use crate::archive::SIGNING_KEY_ENV;
+    use kube::ResourceExt;
 
     const SECRET: &str = "archive-secret-9d8c7b6a";
     const SIGNING_KEY: &str = "archive-signing-key-of-32-bytes-4f";
@@ -116,14 +116,17 @@ mod tests {
         let name = agent.name_any();
         let mut d = defaults();
         d.archive = Some(archive(SECRET));
-        let secrets = worker_secrets(&agent, &owner(&agent), &d);
+        let secrets = agent_worker_secrets(&agent, &owner(&agent), &d);
         assert_eq!(
             secrets.len(),
             1,
             "no managed Redis here: the archive's only"
         );
         let secret = &secrets[0];
-        assert_eq!(secret.metadata.name, Some(archive_secret_name(&name)));
+        assert_eq!(
+            secret.metadata.name,
+            Some(archive_secret_name(&deployment_name(&name)))
+        );
         assert_eq!(secret.metadata.name.as_deref(), Some("echo-worker-archive"));
         assert_eq!(secret.metadata.namespace, agent.namespace());
         assert_eq!(
@@ -174,7 +177,7 @@ mod tests {
     #[test]
     fn without_an_archive_the_worker_has_no_archive_environment() {
         let agent = fixture("agent-scripted.yaml");
-        assert!(worker_secrets(&agent, &owner(&agent), &defaults()).is_empty());
+        assert!(agent_worker_secrets(&agent, &owner(&agent), &defaults()).is_empty());
         let deploy = deployment(&agent, &owner(&agent), &defaults(), "h", Some(1));
         let c = worker_container(&deploy);
         assert_eq!(c.env_from, None);

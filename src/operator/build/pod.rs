@@ -21,8 +21,9 @@ use crate::crd::WorkerSpec;
 
 /// What differs between the pods of a dedicated worker and of a pool.
 pub(super) struct Pod<'a> {
-    /// The name the Secrets beside it are named after (the managed Redis URL, the archive).
-    pub owner_name: &'a str,
+    /// The Deployment's name, which the Secrets beside it are named after (the managed Redis
+    /// URL, the archive).
+    pub base: &'a str,
     /// The pod's part of the spec (image, resources, environment, placement).
     pub worker: &'a WorkerSpec,
     /// The container's arguments.
@@ -33,17 +34,24 @@ pub(super) struct Pod<'a> {
     pub config: (Volume, VolumeMount),
     /// The Secrets mounted at `SECRETS_DIR/NAME`.
     pub secrets: Vec<&'a str>,
+    /// Whether the pod starts without them (a pool's: one agent's missing Secret must not
+    /// keep the others from running).
+    pub secrets_optional: bool,
+    /// The resources unless the spec sets them.
+    pub default_resources: ResourceRequirements,
 }
 
 /// The pod of a worker (see the module's doc).
 pub(super) fn pod_spec(pod: Pod<'_>, defaults: &WorkerDefaults) -> PodSpec {
     let Pod {
-        owner_name: name,
+        base: name,
         worker,
         args,
         env: own,
         config: (config_volume, config_mount),
         secrets,
+        secrets_optional,
+        default_resources,
     } = pod;
     let mut env = vec![defaults.redis.env(name)];
     env.extend(defaults.redis_env.iter().map(|(name, value)| EnvVar {
@@ -91,7 +99,7 @@ pub(super) fn pod_spec(pod: Pod<'_>, defaults: &WorkerDefaults) -> PodSpec {
             ..EnvVar::default()
         });
     }
-    let (secret_volumes, secret_mounts) = secret_volumes(&secrets);
+    let (secret_volumes, secret_mounts) = secret_volumes(&secrets, secrets_optional);
     env.extend(worker.env.iter().cloned().map(|mut e| {
         // The API server's default, spelled out (see AGENTFLEET_POD_NAME above).
         if let Some(f) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
@@ -121,7 +129,7 @@ pub(super) fn pod_spec(pod: Pod<'_>, defaults: &WorkerDefaults) -> PodSpec {
             protocol: Some("TCP".into()),
             ..ContainerPort::default()
         }]),
-        resources: Some(worker.resources.clone().unwrap_or_else(default_resources)),
+        resources: Some(worker.resources.clone().unwrap_or(default_resources)),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
@@ -188,8 +196,9 @@ pub(super) fn pod_spec(pod: Pod<'_>, defaults: &WorkerDefaults) -> PodSpec {
 }
 
 /// A read-only volume and its mount for each Secret the tools take headers from (required:
-/// a pod whose Secret is missing does not start, and `ToolsConfigured` says why).
-fn secret_volumes(secrets: &[&str]) -> (Vec<Volume>, Vec<VolumeMount>) {
+/// a dedicated worker whose Secret is missing does not start, and `ToolsConfigured` says why;
+/// a pool's are optional).
+fn secret_volumes(secrets: &[&str], optional: bool) -> (Vec<Volume>, Vec<VolumeMount>) {
     secrets
         .iter()
         .map(|name| {
@@ -199,7 +208,7 @@ fn secret_volumes(secrets: &[&str]) -> (Vec<Volume>, Vec<VolumeMount>) {
                     name: volume.clone(),
                     secret: Some(SecretVolumeSource {
                         secret_name: Some((*name).to_string()),
-                        optional: Some(false),
+                        optional: Some(optional),
                         ..SecretVolumeSource::default()
                     }),
                     ..Volume::default()

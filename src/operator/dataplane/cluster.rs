@@ -11,6 +11,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use tracing::warn;
 
+use super::pools::PoolKey;
 use crate::crd::{Agent, AgentStatus};
 use crate::operator::build;
 use crate::store::AgentKey;
@@ -38,6 +39,8 @@ pub struct Notice {
 pub trait Cluster: Send + Sync + 'static {
     /// Sets the replicas of the agent's worker Deployment.
     async fn set_replicas(&self, agent: &AgentKey, replicas: i32) -> Result<(), kube::Error>;
+    /// Sets the replicas of a Pool's Deployment.
+    async fn set_pool_replicas(&self, pool: &PoolKey, replicas: i32) -> Result<(), kube::Error>;
     /// Writes the data-plane status fields of the agent.
     async fn write_status(&self, agent: &AgentKey, status: &AgentStatus)
         -> Result<(), kube::Error>;
@@ -59,21 +62,41 @@ impl KubeCluster {
     }
 }
 
-#[async_trait]
-impl Cluster for KubeCluster {
-    async fn set_replicas(&self, agent: &AgentKey, replicas: i32) -> Result<(), kube::Error> {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &agent.namespace);
+impl KubeCluster {
+    async fn scale(&self, namespace: &str, name: &str, replicas: i32) -> Result<(), kube::Error> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
             field_manager: Some(SCALE_MANAGER.into()),
             ..PatchParams::default()
         };
         api.patch_scale(
-            &build::deployment_name(&agent.name),
+            name,
             &params,
             &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
         )
         .await
         .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Cluster for KubeCluster {
+    async fn set_replicas(&self, agent: &AgentKey, replicas: i32) -> Result<(), kube::Error> {
+        self.scale(
+            &agent.namespace,
+            &build::deployment_name(&agent.name),
+            replicas,
+        )
+        .await
+    }
+
+    async fn set_pool_replicas(&self, pool: &PoolKey, replicas: i32) -> Result<(), kube::Error> {
+        self.scale(
+            &pool.namespace,
+            &build::pool_deployment_name(&pool.name),
+            replicas,
+        )
+        .await
     }
 
     async fn write_status(

@@ -117,6 +117,33 @@ pub fn replicas_to_apply(spec: &AgentSpec, current: Option<i32>) -> Option<i32> 
     }
 }
 
+/// Why replicas change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// A wake signal.
+    Wake,
+    /// A sweep of every agent.
+    Sweep,
+}
+
+impl Trigger {
+    /// How an Event says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Wake => "wake signal",
+            Trigger::Sweep => "sweep",
+        }
+    }
+
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Trigger::Wake => "wake",
+            Trigger::Sweep => "sweep",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

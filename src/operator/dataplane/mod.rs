@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod decide;
 pub mod gauges;
 mod plans;
+pub mod pools;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,9 +37,10 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use self::cluster::{Cluster, Notice};
-use self::decide::{decide, has_work, replicas_to_apply, Decision};
+use self::decide::{decide, has_work, replicas_to_apply, Decision, Trigger};
 use self::gauges::Gauges;
 use self::plans::Firing;
+use self::pools::{PoolKey, PoolLoad, PoolScale, Pools};
 use crate::crd::{
     AgentPhase, AgentSpec, AgentStatus, BudgetSpec, ConsciousnessSpec, PlanSpec, ScalingSpec,
 };
@@ -109,29 +111,8 @@ struct Entry {
     conditions: Vec<Condition>,
     /// The Agent's generation as last tracked.
     generation: Option<i64>,
-}
-
-/// Why replicas change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Trigger {
-    Wake,
-    Sweep,
-}
-
-impl Trigger {
-    fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Wake => "wake signal",
-            Trigger::Sweep => "sweep",
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Trigger::Wake => "wake",
-            Trigger::Sweep => "sweep",
-        }
-    }
+    /// The Pool that runs it (`spec.runtime.pool`).
+    pool: Option<PoolKey>,
 }
 
 /// One thing a pass decided to do.
@@ -145,6 +126,7 @@ enum Action {
     Status(AgentKey, Box<AgentStatus>),
     Plan(Firing),
     Event(ObjectReference, Notice),
+    ScalePool(PoolScale),
 }
 
 /// The loop's state, shared with the reconcile.
@@ -156,6 +138,8 @@ pub struct Scaler {
     /// The fleet's gauges (set by every pass).
     gauges: Mutex<Gauges>,
     poke: Notify,
+    /// The Pools, scaled by their agents' load.
+    pub pools: Pools,
     /// Timing.
     pub tuning: Tuning,
 }
@@ -179,6 +163,7 @@ impl Scaler {
             pending: Mutex::new(HashSet::new()),
             gauges: Mutex::new(Gauges::default()),
             poke: Notify::new(),
+            pools: Pools::default(),
             tuning,
         }
     }
@@ -243,8 +228,13 @@ impl Scaler {
                 written_at: None,
                 conditions: data_part(t.status).conditions,
                 generation: t.generation,
+                pool: None,
             });
             e.generation = t.generation;
+            e.pool = spec
+                .runtime
+                .as_ref()
+                .map(|r| PoolKey::new(agent.namespace.clone(), r.pool.clone()));
             e.object = t.object;
             e.scaling = spec.scaling.clone();
             e.paused = spec.paused;
@@ -359,18 +349,20 @@ impl Scaler {
             let mut entries = self.entries();
             match entries.get_mut(&agent) {
                 None => Err("unknown"),
+                Some(e) if e.pool.is_some() && !e.paused => Ok(None),
                 Some(e) if e.scaling.external || e.paused => Err("held"),
                 Some(e) if e.spent_until_ms.is_some_and(|t| t > now_ms()) => Err("budget_spent"),
                 Some(e) if e.replicas.unwrap_or(0) >= 1 => Err("already_up"),
                 Some(e) => {
                     e.replicas = Some(1);
                     e.idle_since_ms = None;
-                    Ok(e.object.clone())
+                    Ok(Some(e.object.clone()))
                 }
             }
         };
         let object = match scale {
-            Ok(object) => object,
+            Ok(Some(object)) => object,
+            Ok(None) => return self.on_pooled_wake(&agent, deps),
             Err(outcome) => {
                 deps.metrics.wakes.with_label_values(&[outcome]).inc();
                 return;
@@ -399,6 +391,19 @@ impl Scaler {
                     .observe(received.elapsed().as_secs_f64());
             }
         });
+    }
+
+    /// A wake signal for a pooled agent: its Pool gets a replica at once if it runs none.
+    fn on_pooled_wake(self: &Arc<Self>, agent: &AgentKey, deps: &Arc<Deps>) {
+        let pool = self.entries().get(agent).and_then(|e| e.pool.clone());
+        let Some(scale) = pool.and_then(|p| self.pools.wake(&p)) else {
+            deps.metrics.wakes.with_label_values(&["already_up"]).inc();
+            return;
+        };
+        deps.metrics.wakes.with_label_values(&["scaled"]).inc();
+        let this = self.clone();
+        let deps = deps.clone();
+        tokio::spawn(async move { this.pools.scale(&deps, scale, Trigger::Wake).await });
     }
 
     /// Sets the replicas; on failure the entry goes back to what it was, so the next sweep
@@ -534,6 +539,7 @@ impl Scaler {
         let mut actions = Vec::new();
         let mut next_due: Option<i64> = None;
         let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
+        let mut loads: HashMap<PoolKey, PoolLoad> = HashMap::new();
         let mut entries = self.entries();
         let mut gauges = self
             .gauges
@@ -556,6 +562,12 @@ impl Scaler {
                 let from = since.max(o.last_cycle_ms.unwrap_or(0));
                 Duration::from_millis(u64::try_from(now - from).unwrap_or(0))
             });
+            if let Some(pool) = e.pool.as_ref().filter(|_| !e.paused && !e.failed) {
+                let load = loads.entry(pool.clone()).or_default();
+                load.agents += 1;
+                load.thinking += u32::from(o.thinking);
+                load.waiting += u32::from(!o.thinking && has_work(o, spent.is_some()));
+            }
             let replicas = e.replicas.unwrap_or(0);
             e.spent_until_ms = spent.as_ref().map(|s| s.until_ms);
             if let Some(t) = e.spent_until_ms {
@@ -630,6 +642,8 @@ impl Scaler {
         }
         if full {
             gauges.fleet(metrics, &phases, &entries.keys().collect());
+            let scales = self.pools.observe(&loads, Instant::now());
+            actions.extend(scales.into_iter().map(Action::ScalePool));
         }
         (actions, next_due)
     }
@@ -665,6 +679,7 @@ impl Scaler {
                 plans::fire(deps.store.as_ref(), &deps.metrics, firing).await;
             }
             Action::Event(object, notice) => deps.cluster.publish(&object, notice).await,
+            Action::ScalePool(scale) => self.pools.scale(deps, scale, Trigger::Sweep).await,
         }
     }
 }

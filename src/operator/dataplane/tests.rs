@@ -1,6 +1,7 @@
 //! The data-plane loop against a recording [`Cluster`] and the embedded store: wake signals,
 //! sweeps, refused scale changes, the status write rate.
 
+use super::pools::PoolKey;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::telemetry::OperatorMetrics;
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Call {
     Replicas(AgentKey, i32),
+    PoolReplicas(PoolKey, i32),
     Status(AgentKey, Box<AgentStatus>),
     /// A Normal Event: reason, note.
     Event(String, String),
@@ -42,6 +44,16 @@ impl Recording {
             .into_iter()
             .filter_map(|c| match c {
                 Call::Replicas(k, n) => Some((k, n)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn pool_replicas(&self) -> Vec<i32> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::PoolReplicas(_, n) => Some(n),
                 _ => None,
             })
             .collect()
@@ -72,6 +84,14 @@ impl Cluster for Recording {
             .lock()
             .unwrap()
             .push(Call::Replicas(agent.clone(), replicas));
+        Ok(())
+    }
+
+    async fn set_pool_replicas(&self, pool: &PoolKey, replicas: i32) -> Result<(), kube::Error> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::PoolReplicas(pool.clone(), replicas));
         Ok(())
     }
 
@@ -233,6 +253,80 @@ async fn a_wake_signal_scales_up_at_once_and_only_agents_that_may() {
     assert_eq!(wakes.with_label_values(&["unknown"]).get(), 1);
     assert_eq!(wakes.with_label_values(&["already_up"]).get(), 1);
     assert_eq!(r.metrics.wake_to_scale.get_sample_count(), 1);
+    r.stop().await;
+}
+
+fn track_pool(r: &Running, min: i32, max: i32) -> PoolKey {
+    let key = PoolKey::new("fam", "shared");
+    r.scaler.pools.track(
+        &key,
+        super::pools::PoolTracked {
+            object: ObjectReference::default(),
+            min,
+            max,
+            cycles_at_once: 1,
+            scale_down: Duration::ZERO,
+            replicas: Some(0),
+        },
+    );
+    key
+}
+
+#[tokio::test]
+async fn a_pooled_agent_wakes_its_pool_and_the_sweep_sizes_it_by_load() {
+    let pooled = spec("runtime: {pool: shared}, scaling: {external: true}");
+    // Only the wake signal can scale here.
+    let r = start(
+        Arc::new(MemoryStore::new()),
+        Tuning {
+            sweep: Duration::from_secs(3600),
+            ..fast()
+        },
+    );
+    track_pool(&r, 0, 3);
+    let a = AgentKey::new("fam", "a");
+    track(&r, &a, &pooled, 0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    r.store.push_event(&a, &ev("e1")).await.unwrap();
+    until("the pool started a replica", || {
+        r.cluster.pool_replicas() == [1]
+    })
+    .await;
+    r.store.push_event(&a, &ev("e2")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(r.cluster.pool_replicas(), [1], "one wake, one replica");
+    assert!(r.cluster.replicas().is_empty(), "no worker of its own");
+    r.stop().await;
+
+    // The sweep: a replica per agent with work (one slot each here), at most max; none once
+    // every inbox is empty.
+    let r = start(Arc::new(MemoryStore::new()), fast());
+    let pool = track_pool(&r, 0, 2);
+    let keys: Vec<AgentKey> = (0..3)
+        .map(|i| AgentKey::new("fam", format!("a{i}")))
+        .collect();
+    for k in &keys {
+        track(&r, k, &pooled, 0);
+        r.store.push_event(k, &ev("e1")).await.unwrap();
+    }
+    until("the pool at its max", || {
+        r.cluster.pool_replicas().last() == Some(&2)
+    })
+    .await;
+    assert_eq!(
+        r.scaler.pools.load(&pool).map(|l| (l.agents, l.waiting)),
+        Some((3, 3))
+    );
+    for k in &keys {
+        r.store.purge_agent(k).await.unwrap();
+    }
+    until("the pool back at zero", || {
+        r.cluster.pool_replicas().last() == Some(&0)
+    })
+    .await;
+    assert!(r.cluster.calls().iter().any(
+        |c| matches!(c, Call::Event(reason, note) if reason == "ScaledDown" && note.contains("0 waiting"))
+    ));
     r.stop().await;
 }
 

@@ -211,6 +211,7 @@ pub fn data_part(s: &AgentStatus) -> AgentStatus {
     AgentStatus {
         phase: s.phase,
         replicas: s.replicas,
+        host: s.host.clone(),
         inbox_depth: s.inbox_depth,
         cycles: s.cycles,
         last_cycle_time: s.last_cycle_time.clone(),
@@ -282,6 +283,7 @@ pub fn data_status(
     AgentStatus {
         phase: Some(phase(failed, replicas, available, seen)),
         replicas,
+        host: seen.host.clone(),
         inbox_depth: Some(i64::try_from(seen.waiting).unwrap_or(i64::MAX)),
         cycles: Some(seen.cycles),
         tokens_used: Some(seen.tokens_used),
@@ -407,7 +409,7 @@ mod tests {
     #[test]
     fn status_parts_are_disjoint_and_complete() {
         let s: AgentStatus = serde_json::from_value(serde_json::json!({
-            "phase": "Sleeping", "observedGeneration": 3, "replicas": 1,
+            "phase": "Sleeping", "observedGeneration": 3, "replicas": 1, "host": "shared-pool-7d9-x2",
             "conditions": [
                 {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},
                 {"type": "ModelAvailable", "status": "False", "reason": "Unauthorized", "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"},

@@ -4,6 +4,7 @@
 
 mod agents;
 mod archive;
+mod pools;
 mod spaces;
 mod tools;
 

@@ -30,6 +30,7 @@ impl Leases for MemoryStore {
                 None => {
                     a.fence += 1;
                     a.lease = Some((holder.to_string(), a.fence, expires));
+                    a.host = Some(holder.to_string());
                     Some(Lease {
                         holder: holder.to_string(),
                         token: a.fence,

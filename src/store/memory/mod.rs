@@ -72,6 +72,8 @@ struct AgentState {
     paused: bool,
     lease: Option<(String, u64, Instant)>,
     fence: u64,
+    /// Who took the lease last.
+    host: Option<String>,
     notify: Arc<Notify>,
     log: Vec<String>,
     base: u64,

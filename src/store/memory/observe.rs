@@ -27,6 +27,7 @@ impl Observe for MemoryStore {
                         thinking: a.thinking,
                         paused: a.paused,
                         worker: a.lease_holder().is_some(),
+                        host: a.host.clone(),
                         cycles: a.window.cycle,
                         tokens_used: a.tokens_used,
                         last_cycle_ms: a.last_cycle_ms,

@@ -40,6 +40,7 @@
 //! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
 //! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
 //! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
+//! | `agentfleet:{agent:NS/NAME}:host` | string | the process that took the lease last (a worker's or a pool replica's pod name) |
 //! | `agentfleet:wake` | channel | every agent's wake signals on one Redis: the agent's `NS/NAME` ([`WAKE_CHANNEL`](crate::store::WAKE_CHANNEL)); the operator and pools listen here |
 //! | `agentfleet:{agent:NS/NAME}:wake` | channel | the agent's own wake signals (payload as above), which its dedicated worker listens to; on a Redis Cluster the only one (sharded, `SPUBLISH`) |
 //!
@@ -60,6 +61,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "state",
     "lease",
     "fence",
+    "host",
     "clog",
     "cmeta",
     "checkpoints",
@@ -137,6 +139,11 @@ impl AgentKeys {
     /// The last fencing token handed out.
     pub(super) fn fence(&self) -> String {
         self.key("fence")
+    }
+
+    /// The process that took the lease last.
+    pub(super) fn host(&self) -> String {
+        self.key("host")
     }
 
     /// The consciousness log.
@@ -350,6 +357,7 @@ pub(super) mod tests {
             a.state(),
             a.lease(),
             a.fence(),
+            a.host(),
             a.clog(),
             a.cmeta(),
             a.checkpoints(),

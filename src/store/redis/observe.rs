@@ -67,10 +67,11 @@ impl Observe for RedisStore {
                 };
                 let row: Row = redis::from_redis_value(redis::Value::Array(chunk[..12].to_vec()))
                     .map_err(decode)?;
-                let (archive, restore, tokens): (
+                let (archive, restore, tokens, host): (
                     Option<String>,
                     Option<String>,
                     std::collections::HashMap<String, String>,
+                    Option<String>,
                 ) = redis::from_redis_value(redis::Value::Array(chunk[12..].to_vec()))
                     .map_err(decode)?;
                 let (
@@ -93,6 +94,7 @@ impl Observe for RedisStore {
                     thinking: state.as_deref() == Some("thinking"),
                     paused: state.as_deref() == Some("paused"),
                     worker: leased,
+                    host,
                     cycles: meta.0.unwrap_or(0),
                     tokens_used: meta.1.unwrap_or(0),
                     last_cycle_ms: meta.2,
@@ -199,7 +201,7 @@ impl Observe for RedisStore {
 }
 
 /// Replies per agent of [`observe_agent`].
-const ROW: usize = 15;
+const ROW: usize = 16;
 
 /// The reads of one agent for [`Observe::observe`], all on its slot ([`ROW`] replies).
 fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
@@ -222,7 +224,8 @@ fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
         .hgetall(a.calls())
         .get(a.archive())
         .get(a.restore_report())
-        .hgetall(a.tokens());
+        .hgetall(a.tokens())
+        .get(a.host());
 }
 
 /// The observation replies of `agents` on a cluster, in their order: one pipeline per node;

@@ -284,6 +284,7 @@ pub(super) async fn acquire(
     ACQUIRE
         .key(agent.lease())
         .key(agent.fence())
+        .key(agent.host())
         .arg(holder)
         .arg(ttl_ms)
         .invoke_async(conn)
