@@ -395,6 +395,81 @@ async fn an_agent_moves_between_its_own_worker_and_a_pool_and_forgets_nothing() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An agent taken out of a pool while its cycle keeps failing (its model is down) is let go:
+/// its session ends at the next retry instead of holding the lease, and the worker it moved
+/// to answers the message, which was not lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_leaves_a_pool_mid_retry_is_let_go() {
+    let redis = RedisServer::start().unwrap();
+    let url = redis.url();
+    let store = RedisStore::new(&url).unwrap();
+    // A model nobody listens on: every call fails to connect, and is retried.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down_url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let up = answering_model(Duration::ZERO).await;
+    let pooled = fleet(1, &down_url);
+    let own = fleet(1, &up.base_url);
+    store
+        .apply_space(
+            &SpaceKey::new(NS, "s000"),
+            &space_record("S000", &["a000"], &["Ann"]),
+        )
+        .await
+        .unwrap();
+    let _pool = replica(&pooled, &url, "p-0");
+    ask(&store, "s000", "hello").await;
+    let a000 = agentfleet::store::AgentKey::new(NS, "a000");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !store.observe(std::slice::from_ref(&a000)).await.unwrap()[0].worker {
+        assert!(Instant::now() < deadline, "the pool never took the agent");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Out of the pool (its directory empties, as its ConfigMap would), into its own worker.
+    std::fs::write(pooled.join("empty.tmp"), "").unwrap();
+    std::fs::rename(pooled.join("empty.tmp"), pooled.join("fleet.yaml")).unwrap();
+    let _worker = worker(&own.join("fleet.yaml"), &url, "a000-worker");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while up.request_count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the pool kept the agent; its worker never thought"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answered = store
+            .read_messages(
+                &SpaceKey::new(NS, "s000"),
+                &ReadQuery {
+                    limit: 50,
+                    before: None,
+                    after: None,
+                },
+            )
+            .await
+            .unwrap()
+            .iter()
+            .filter(|m| m.sender.id == "a000" && m.text == "answered")
+            .count();
+        if answered == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "answered {answered} times");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        store.observe(std::slice::from_ref(&a000)).await.unwrap()[0]
+            .host
+            .as_deref(),
+        Some("a000-worker")
+    );
+    let _ = std::fs::remove_dir_all(&pooled);
+    let _ = std::fs::remove_dir_all(&own);
+}
+
 /// With no sweep to catch up, every message of a quick conversation (the next one posted as
 /// soon as the reply appears, while the cycle is still closing) is answered: no wake signal
 /// is lost between a session's last look and its lease going.

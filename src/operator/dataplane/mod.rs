@@ -396,7 +396,7 @@ impl Scaler {
     /// A wake signal for a pooled agent: its Pool gets a replica at once if it runs none.
     fn on_pooled_wake(self: &Arc<Self>, agent: &AgentKey, deps: &Arc<Deps>) {
         let pool = self.entries().get(agent).and_then(|e| e.pool.clone());
-        let Some(scale) = pool.and_then(|p| self.pools.wake(&p)) else {
+        let Some(scale) = pool.and_then(|p| self.pools.wake(&p, &agent.name)) else {
             deps.metrics.wakes.with_label_values(&["already_up"]).inc();
             return;
         };

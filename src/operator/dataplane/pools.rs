@@ -4,11 +4,12 @@
 //!
 //! Replicas: enough for every agent with work to have a cycle slot (`thinking + waiting`
 //! over `cyclesAtOnce`, at least one while any has work), between `replicas.min` and
-//! `replicas.max`. Up at once; down only after the load has asked for fewer for
-//! `replicas.scaleDownSeconds`, so that a pause between bursts does not churn pods. A replica
-//! that goes finishes its cycles and gives its agents up; they wake on another.
+//! `replicas.max`. Up at once; down to the most the load asked for over the last
+//! `replicas.scaleDownSeconds` (as a HorizontalPodAutoscaler's stabilization window), so that
+//! a pause between bursts does not churn pods. A replica that goes finishes its cycles and
+//! gives its agents up; they wake on another.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -83,8 +84,8 @@ struct Entry {
     /// The replicas asked for: the scaler's own after the first sight.
     replicas: Option<i32>,
     load: Option<PoolLoad>,
-    /// Since when the load asks for fewer replicas than it has.
-    fewer_since: Option<Instant>,
+    /// What the load asked for over the scale-down window, oldest first.
+    recent: VecDeque<(Instant, i32)>,
 }
 
 /// A change of a Pool's replicas.
@@ -95,6 +96,8 @@ pub struct PoolScale {
     to: i32,
     load: PoolLoad,
     slots: u32,
+    /// The agent whose wake signal started it.
+    woken_by: Option<String>,
 }
 
 /// The replicas `load` needs: a cycle slot for each agent with work, between `min` and `max`.
@@ -172,7 +175,7 @@ impl Pools {
                         replicas: spec.replicas,
                         spec,
                         load: None,
-                        fewer_since: None,
+                        recent: VecDeque::new(),
                     },
                 );
             }
@@ -205,15 +208,15 @@ impl Pools {
         self.entries().get(key).and_then(|e| e.load)
     }
 
-    /// A wake signal for an agent of `key`: a replica at once if it runs none.
-    pub fn wake(&self, key: &PoolKey) -> Option<PoolScale> {
+    /// A wake signal for `agent` of `key`: a replica at once if it runs none.
+    pub fn wake(&self, key: &PoolKey, agent: &str) -> Option<PoolScale> {
         let mut entries = self.entries();
         let e = entries.get_mut(key)?;
         if e.replicas.unwrap_or(0) >= 1 || e.spec.max < 1 {
             return None;
         }
         e.replicas = Some(1);
-        e.fewer_since = None;
+        e.recent.push_back((Instant::now(), 1));
         Some(PoolScale {
             key: key.clone(),
             object: e.spec.object.clone(),
@@ -221,6 +224,7 @@ impl Pools {
             to: 1,
             load: e.load.unwrap_or_default(),
             slots: e.spec.cycles_at_once,
+            woken_by: Some(agent.to_string()),
         })
     }
 
@@ -237,20 +241,23 @@ impl Pools {
             let s = &e.spec;
             let current = e.replicas.unwrap_or(s.min);
             let want = desired(s.min, s.max, s.cycles_at_once, load);
+            while e
+                .recent
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > s.scale_down)
+            {
+                e.recent.pop_front();
+            }
+            e.recent.push_back((now, want));
+            // Down only as far as the most the window asked for.
+            let floor = e.recent.iter().map(|(_, n)| *n).max().unwrap_or(want);
             let to = if want > current {
                 Some(want)
-            } else if want < current {
-                let since = *e.fewer_since.get_or_insert(now);
-                (now.duration_since(since) >= s.scale_down).then_some(want)
             } else {
-                None
+                (floor < current).then_some(floor)
             };
-            if want >= current {
-                e.fewer_since = None;
-            }
             if let Some(to) = to {
                 e.replicas = Some(to);
-                e.fewer_since = None;
                 out.push(PoolScale {
                     key: key.clone(),
                     object: s.object.clone(),
@@ -258,6 +265,7 @@ impl Pools {
                     to,
                     load,
                     slots: s.cycles_at_once,
+                    woken_by: None,
                 });
             }
         }
@@ -291,10 +299,13 @@ impl Pools {
         } else {
             "ScaledDown"
         };
-        let why = format!(
-            "{} agent(s) thinking and {} waiting, {} cycle slot(s) per replica",
-            s.load.thinking, s.load.waiting, s.slots
-        );
+        let why = match &s.woken_by {
+            Some(agent) => format!("an event for agent {agent}"),
+            None => format!(
+                "{} agent(s) thinking and {} waiting, {} cycle slot(s) per replica",
+                s.load.thinking, s.load.waiting, s.slots
+            ),
+        };
         let trigger = trigger.as_str();
         info!(pool = %s.key, from = s.from, to = s.to, trigger, "pool scaled");
         let notice = Notice {
@@ -363,39 +374,30 @@ mod tests {
             "status to write"
         );
         assert_eq!(pools.load(&key), Some(load(4, 5)));
-        // Quiet: down only after a minute of asking for fewer.
-        assert!(pools.observe(&loads(1, 0), t0).is_empty());
-        assert!(pools
-            .observe(&loads(1, 0), t0 + Duration::from_secs(59))
-            .is_empty());
-        let down: Vec<(i32, i32)> = pools
-            .observe(&loads(1, 0), t0 + Duration::from_secs(60))
-            .iter()
-            .map(|s| (s.from, s.to))
-            .collect();
-        assert_eq!(down, [(3, 1)]);
-        // A burst in between restarts the delay.
-        let t1 = t0 + Duration::from_secs(100);
-        assert!(pools.observe(&loads(0, 0), t1).is_empty());
-        assert!(pools
-            .observe(&loads(3, 0), t1 + Duration::from_secs(30))
-            .is_empty());
-        assert!(pools
-            .observe(&loads(0, 0), t1 + Duration::from_secs(70))
-            .is_empty());
-        assert_eq!(
-            pools
-                .observe(&loads(0, 0), t1 + Duration::from_secs(130))
-                .iter()
-                .map(|s| s.to)
-                .collect::<Vec<_>>(),
-            [0]
+        // Quiet: down only once a minute has asked for fewer.
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let to = |v: Vec<PoolScale>| v.iter().map(|s| (s.from, s.to)).collect::<Vec<_>>();
+        assert!(pools.observe(&loads(1, 0), at(1)).is_empty());
+        assert!(pools.observe(&loads(1, 0), at(60)).is_empty());
+        assert_eq!(to(pools.observe(&loads(1, 0), at(61))), [(3, 1)]);
+        // Down as far as the window's most: a burst within it holds what it needed.
+        assert!(
+            pools.observe(&loads(3, 0), at(100)).is_empty(),
+            "4 slots for 3"
         );
+        assert_eq!(to(pools.observe(&loads(8, 0), at(110))), [(1, 2)]);
+        assert!(pools.observe(&loads(0, 0), at(130)).is_empty());
+        assert!(
+            pools.observe(&loads(0, 0), at(170)).is_empty(),
+            "110 is in the window"
+        );
+        assert_eq!(to(pools.observe(&loads(0, 0), at(171))), [(2, 0)]);
         // Asleep at zero, a wake starts one replica, once.
-        let woken = pools.wake(&key).unwrap();
+        let woken = pools.wake(&key, "a1").unwrap();
         assert_eq!((woken.from, woken.to), (0, 1));
-        assert!(pools.wake(&key).is_none(), "already starting");
-        assert!(pools.wake(&PoolKey::new("fam", "other")).is_none());
+        assert_eq!(woken.woken_by.as_deref(), Some("a1"));
+        assert!(pools.wake(&key, "a2").is_none(), "already starting");
+        assert!(pools.wake(&PoolKey::new("fam", "other"), "a1").is_none());
         // A narrower spec brings the count within it.
         pools.track(&key, tracked(2, 2, Some(1)));
         assert_eq!(pools.replicas_for(&key, 2, 2, None), 2);

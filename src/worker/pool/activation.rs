@@ -53,6 +53,8 @@ pub(crate) enum Ended {
     Retry(Duration),
     /// The process is shutting down.
     Shutdown,
+    /// The agent was unloaded (it left the pool, or its manifest changed).
+    Retired,
 }
 
 /// Aborts a background task when its owner goes away (so a dropped session stops renewing
@@ -67,7 +69,8 @@ impl Drop for AbortOnDrop {
 
 /// Runs one session of `agentlet` (see the module's doc). `fresh`: the agent was just loaded
 /// (its tools may still be connecting). `retry_lease`: the wait after a failed attempt to take
-/// the lease.
+/// the lease. `retired`: the agent was unloaded; the session ends between cycles, leaving
+/// what waits (and a cycle that failed, in flight) to the next holder.
 pub(crate) async fn run(
     agentlet: &Arc<Agentlet>,
     setting: &Setting,
@@ -75,6 +78,7 @@ pub(crate) async fn run(
     fresh: bool,
     retry_lease: Duration,
     mut shutdown: watch::Receiver<bool>,
+    retired: watch::Receiver<bool>,
 ) -> Ended {
     let key = agentlet.key.clone();
     if fresh {
@@ -144,7 +148,7 @@ pub(crate) async fn run(
         told: Told::default(),
         slot: None,
     };
-    let ended = driver.drive(shutdown, lost).await;
+    let ended = driver.drive(shutdown, lost, retired).await;
     drop(driver);
 
     drop(renewer);
@@ -186,6 +190,7 @@ impl Driver<'_> {
         &mut self,
         mut shutdown: watch::Receiver<bool>,
         mut lost: watch::Receiver<bool>,
+        mut retired: watch::Receiver<bool>,
     ) -> Ended {
         let key = self.agentlet.key.clone();
         loop {
@@ -209,6 +214,9 @@ impl Driver<'_> {
                     // (what waits is left to the next worker, with a wake signal).
                     if *shutdown.borrow() {
                         return Ended::Shutdown;
+                    }
+                    if *retired.borrow() {
+                        return Ended::Retired;
                     }
                     let looked = self.look().await;
                     self.session.looked(looked);
@@ -251,6 +259,7 @@ impl Driver<'_> {
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = shutdown.wait_for(|v| *v) => return Ended::Shutdown,
+                        _ = retired.wait_for(|v| *v) => return Ended::Retired,
                         _ = lost.wait_for(|v| *v) => {}
                     }
                     self.session.waited();
@@ -263,6 +272,7 @@ impl Driver<'_> {
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = shutdown.wait_for(|v| *v) => return Ended::Shutdown,
+                        _ = retired.wait_for(|v| *v) => return Ended::Retired,
                         _ = lost.wait_for(|v| *v) => {}
                     }
                     self.session.waited();

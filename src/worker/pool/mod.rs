@@ -120,6 +120,9 @@ enum Host {
 }
 
 /// A loaded agent.
+/// A loaded agent, whether it was just loaded, and what says it was unloaded.
+type Loaded = (Arc<Agentlet>, bool, watch::Receiver<bool>);
+
 struct Warm {
     agentlet: Arc<Agentlet>,
     /// Not one session yet: its tools may still be connecting.
@@ -128,6 +131,9 @@ struct Warm {
     _reporter: AbortOnDrop,
     /// Archives its checkpoints off the cycle's path (see `crate::worker::archiver`).
     archiving: Archiving,
+    /// Set when it is unloaded: a session under way ends after its cycle (the agent left the
+    /// pool, or its manifest changed and the next session runs the new one).
+    retire: watch::Sender<bool>,
 }
 
 /// A loaded agent's archiver task.
@@ -137,9 +143,11 @@ struct Archiving {
 }
 
 impl Drop for Warm {
-    /// Unloaded: the archiver writes what is left (bounded by its own time) and ends.
+    /// Unloaded: the archiver writes what is left (bounded by its own time) and ends; a
+    /// session under way ends after its cycle.
     fn drop(&mut self) {
         let _ = self.archiving.stop.send(true);
+        self.retire.send_replace(true);
     }
 }
 
@@ -229,6 +237,8 @@ impl Pool {
                             if restores(&agent) {
                                 look.push(key);
                             }
+                            // A session under way ends after its cycle; the next runs this.
+                            entry.again |= entry.running;
                             self.inner.unload(entry);
                             entry.host = Host::Manifest(Arc::new(agent));
                         }
@@ -361,6 +371,7 @@ impl Warm {
                 stop,
                 task: Some(task),
             },
+            retire: watch::Sender::new(false),
         }
     }
 }
@@ -447,14 +458,15 @@ impl Inner {
         tasks.insert(key.clone(), task.abort_handle());
     }
 
-    /// The agent, loaded if it was not; and whether it was just loaded.
-    fn load(&self, key: &AgentKey) -> Option<anyhow::Result<(Arc<Agentlet>, bool)>> {
+    /// The agent, loaded if it was not; whether it was just loaded; and what says it was
+    /// unloaded (see `Warm::retire`).
+    fn load(&self, key: &AgentKey) -> Option<anyhow::Result<Loaded>> {
         let agent = {
             let mut map = lock(&self.agents);
             let entry = map.get_mut(key)?;
             if let Some(warm) = &mut entry.warm {
                 let fresh = std::mem::replace(&mut warm.fresh, false);
-                return Some(Ok((warm.agentlet.clone(), fresh)));
+                return Some(Ok((warm.agentlet.clone(), fresh, warm.retire.subscribe())));
             }
             let Host::Manifest(agent) = &entry.host else {
                 return None;
@@ -475,17 +487,19 @@ impl Inner {
             // Its manifest changed meanwhile: the next session loads the new one.
             return None;
         }
-        entry.warm = Some(Warm::new(agentlet.clone(), false));
+        let warm = Warm::new(agentlet.clone(), false);
+        let retired = warm.retire.subscribe();
+        entry.warm = Some(warm);
         self.warm.fetch_add(1, Ordering::Relaxed);
         drop(map);
         self.count();
-        Some(Ok((agentlet, true)))
+        Some(Ok((agentlet, true, retired)))
     }
 
     /// Runs the agent's sessions until nothing is left to do, then puts it to sleep.
     async fn serve(self: &Arc<Self>, key: &AgentKey) {
         loop {
-            let (agentlet, fresh) = match self.load(key) {
+            let (agentlet, fresh, retired) = match self.load(key) {
                 None => return,
                 Some(Ok(loaded)) => loaded,
                 Some(Err(e)) => {
@@ -507,6 +521,7 @@ impl Inner {
                         fresh,
                         retry,
                         shutdown,
+                        retired,
                     )
                     .await
                 }))
@@ -535,6 +550,7 @@ impl Inner {
                     self.sleep(key);
                     return;
                 }
+                Ok(Ended::Retired) => self.ok(key),
                 Err(e) => {
                     let reason = if e.is_panic() { "panic" } else { "error" };
                     error!(agent = %key, reason, "the agent's session stopped; restarting it");
