@@ -280,7 +280,8 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         // A pool runs it: no worker of its own (one left from before goes).
         let placed = pooled::place(&ctx.client, &ns, &name, pool).await?;
         status.config_hash = None;
-        status.replicas = None;
+        // As one worker of its own would show: asked for, and available.
+        status.replicas = Some(placed.asked.min(1));
         status.available_replicas = Some(placed.ready.min(1));
         placed.condition
     } else if problems.is_empty() {
@@ -400,11 +401,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
             object: agent.object_ref(&()),
             spec: &tracked_spec,
             failed: is_failed,
-            replicas: if pool.is_some() {
-                status.available_replicas
-            } else {
-                status.replicas
-            },
+            replicas: status.replicas,
             available: status.available_replicas.unwrap_or(0),
             status: &previous,
             generation: agent.metadata.generation,

@@ -20,6 +20,8 @@ pub struct Placed {
     pub condition: Cond,
     /// Replicas of the pool ready.
     pub ready: i32,
+    /// Replicas of the pool asked for.
+    pub asked: i32,
 }
 
 /// `WorkerAvailable` of an agent in pool `pool` as the Pool shows it (`None`: no such Pool).
@@ -32,6 +34,7 @@ pub fn condition(pool: &str, found: Option<&Pool>) -> Placed {
                 format!("no Pool {pool} in this namespace; the agent's events wait in its inbox"),
             ),
             ready: 0,
+            asked: 0,
         };
     };
     let status = found.status.clone().unwrap_or_default();
@@ -55,7 +58,11 @@ pub fn condition(pool: &str, found: Option<&Pool>) -> Placed {
             format!("Pool {pool} has no replica ready yet"),
         )
     };
-    Placed { condition, ready }
+    Placed {
+        condition,
+        ready,
+        asked: status.replicas.unwrap_or(0),
+    }
 }
 
 /// Places the agent `name` in pool `pool`: reads the Pool, and removes the worker Deployment
