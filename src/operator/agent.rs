@@ -414,9 +414,9 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         warn!(error = %crate::report::chain(e), "could not register the agent in the data plane; retrying in 30s");
     }
 
-    // Secrets and Pools are not watched: look again soon while one is missing or not ready.
-    let pool_pending = pool.is_some() && status.available_replicas.unwrap_or(0) == 0;
-    if secrets_missing || registered.is_err() || pool_pending {
+    // Secrets are not watched: look again soon while one is missing. (A Pool's readiness
+    // changes wake its Agents: `watches::pool_placement_changes`.)
+    if secrets_missing || registered.is_err() {
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
     Ok(Action::requeue(Duration::from_secs(300)))

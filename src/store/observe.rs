@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 
 use super::{
-    AgentKey, AgentObservation, ArchiveReport, ModelHealth, RestoreReport, StoreError, TokenSpend,
+    AgentKey, AgentObservation, AgentWork, ArchiveReport, ModelHealth, RestoreReport, StoreError,
+    TokenSpend,
 };
 use crate::crd::ToolStatus;
 
@@ -17,6 +18,10 @@ pub trait Observe: Send + Sync {
     /// What the operator needs of each agent, for all of them in one round trip (the same
     /// order as `agents`).
     async fn observe(&self, agents: &[AgentKey]) -> Result<Vec<AgentObservation>, StoreError>;
+
+    /// Only whether work waits for each agent (what a pool's sweep of its sleeping agents
+    /// reads: four commands an agent, not [`Observe::observe`]'s sixteen), in one round trip.
+    async fn observe_work(&self, agents: &[AgentKey]) -> Result<Vec<AgentWork>, StoreError>;
 
     /// Records how the agent's model answered lately (the worker writes it when it changes).
     async fn set_model_health(

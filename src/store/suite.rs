@@ -1588,6 +1588,20 @@ async fn observation_reads_every_agent_at_once(store: &dyn Store) {
     assert!(i.last_cycle_ms.is_some());
     assert_eq!(seen[2], AgentObservation::default());
     assert!(store.observe(&[]).await.unwrap().is_empty());
+    // The pool's light read says the same of the work.
+    let work = store
+        .observe_work(&[busy.clone(), idle.clone(), never.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        work,
+        seen.iter().map(AgentObservation::work).collect::<Vec<_>>()
+    );
+    assert!(store.observe_work(&[]).await.unwrap().is_empty());
+    // Who took the lease last, kept after it was given up.
+    assert_eq!(i.host.as_deref(), Some(idle_lease.holder.as_str()));
+    assert_eq!(seen[0].host.as_deref(), Some("w1"));
+    assert_eq!(seen[2].host, None);
 }
 
 fn plan(name: &str) -> crate::crd::PlanSpec {

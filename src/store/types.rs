@@ -604,12 +604,42 @@ pub struct AgentObservation {
     pub tokens: Option<super::TokenSpend>,
 }
 
-impl AgentObservation {
+/// Whether work waits for an agent: the part of [`AgentObservation`] a pool's sweep reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentWork {
+    /// Events waiting: inbox plus urgent queue.
+    pub waiting: u64,
+    /// Events taken by a cycle that has not been acknowledged.
+    pub in_flight: u64,
+    /// A cycle is under way.
+    pub thinking: bool,
+    /// A cycle waits for a human.
+    pub paused: bool,
+}
+
+impl AgentWork {
     /// Something waits or is being worked on. Not while a cycle is paused for a human: until
-    /// the answer (or the time to answer runs out, see [`Self::at`]) nothing can go on, and what
-    /// arrives meanwhile waits, so its worker may go.
+    /// the answer (or the time to answer runs out, see [`AgentObservation::at`]) nothing can
+    /// go on, and what arrives meanwhile waits, so its worker may go.
     pub fn busy(&self) -> bool {
         self.thinking || (!self.paused && (self.waiting > 0 || self.in_flight > 0))
+    }
+}
+
+impl AgentObservation {
+    /// Its [`AgentWork`].
+    pub fn work(&self) -> AgentWork {
+        AgentWork {
+            waiting: self.waiting,
+            in_flight: self.in_flight,
+            thinking: self.thinking,
+            paused: self.paused,
+        }
+    }
+
+    /// See [`AgentWork::busy`].
+    pub fn busy(&self) -> bool {
+        self.work().busy()
     }
 
     /// The observation as the scaler weighs it at `now_ms`: a cycle paused for a human whose

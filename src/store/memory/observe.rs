@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use super::MemoryStore;
 use crate::store::notes::readable_plans;
 use crate::store::{
-    AgentKey, AgentObservation, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
-    StoreError, TokenSpend,
+    AgentKey, AgentObservation, AgentWork, ArchiveReport, ModelHealth, NoteKind, Observe,
+    RestoreReport, StoreError, TokenSpend,
 };
 
 #[async_trait]
@@ -51,6 +51,15 @@ impl Observe for MemoryStore {
                 })
                 .collect()
         }))
+    }
+
+    async fn observe_work(&self, agents: &[AgentKey]) -> Result<Vec<AgentWork>, StoreError> {
+        Ok(self
+            .observe(agents)
+            .await?
+            .iter()
+            .map(AgentObservation::work)
+            .collect())
     }
 
     async fn set_model_health(

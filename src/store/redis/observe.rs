@@ -10,10 +10,34 @@ use super::keys::AgentKeys;
 use super::{redis_err, to_json, RedisStore};
 use crate::store::notes::readable_plans;
 use crate::store::{
-    AgentKey, AgentObservation, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
-    StoreError, TokenSpend,
+    AgentKey, AgentObservation, AgentWork, ArchiveReport, ModelHealth, NoteKind, Observe,
+    RestoreReport, StoreError, TokenSpend,
 };
 use redis::cluster_async::ClusterConnection;
+
+impl RedisStore {
+    /// `row`'s reads (`width` replies) of every agent, in order: one pipeline for all of them
+    /// on one Redis; on a cluster, one per node (its agents, by the slot map read first), all
+    /// sent at once: a round trip per node.
+    async fn rows(
+        &self,
+        agents: &[AgentKey],
+        row: fn(&mut redis::Pipeline, &AgentKeys),
+        width: usize,
+    ) -> Result<Vec<redis::Value>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        if let Conn::Cluster(cluster) = &conn {
+            return rows_on_cluster(cluster, agents, row, width).await;
+        }
+        let mut pipe = redis::pipe();
+        for a in agents.iter().map(AgentKeys::new) {
+            row(&mut pipe, &a);
+        }
+        pipe.query_async(&mut conn)
+            .await
+            .map_err(redis_err("observe agents"))
+    }
+}
 
 #[async_trait]
 impl Observe for RedisStore {
@@ -30,20 +54,7 @@ impl Observe for RedisStore {
         if agents.is_empty() {
             return Ok(Vec::new());
         }
-        // One pipeline for every agent on one Redis; on a cluster, one per node (its agents,
-        // by the slot map read first), all sent at once: a round trip per node.
-        let mut conn = self.conns.shared().await?;
-        let values: Vec<redis::Value> = if let Conn::Cluster(cluster) = &conn {
-            observe_on_cluster(cluster, agents).await?
-        } else {
-            let mut pipe = redis::pipe();
-            for a in agents.iter().map(AgentKeys::new) {
-                observe_agent(&mut pipe, &a);
-            }
-            pipe.query_async(&mut conn)
-                .await
-                .map_err(redis_err("observe agents"))?
-        };
+        let values = self.rows(agents, observe_agent, ROW).await?;
         type Row = (
             u64,
             u64,
@@ -110,6 +121,31 @@ impl Observe for RedisStore {
                     archive: archive.and_then(|a| serde_json::from_str(&a).ok()),
                     restore: restore.and_then(|r| serde_json::from_str(&r).ok()),
                     tokens: (!tokens.is_empty()).then(|| TokenSpend::from_fields(&tokens)),
+                })
+            })
+            .collect()
+    }
+
+    async fn observe_work(&self, agents: &[AgentKey]) -> Result<Vec<AgentWork>, StoreError> {
+        if agents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = self.rows(agents, observe_work, WORK_ROW).await?;
+        values
+            .chunks(WORK_ROW)
+            .map(|chunk| {
+                let (inbox, urgent, inflight, state): (u64, u64, u64, Option<String>) =
+                    redis::from_redis_value(redis::Value::Array(chunk.to_vec())).map_err(|e| {
+                        StoreError::Redis {
+                            op: "observe agents",
+                            source: e.into(),
+                        }
+                    })?;
+                Ok(AgentWork {
+                    waiting: inbox + urgent,
+                    in_flight: inflight,
+                    thinking: state.as_deref() == Some("thinking"),
+                    paused: state.as_deref() == Some("paused"),
                 })
             })
             .collect()
@@ -203,6 +239,17 @@ impl Observe for RedisStore {
 /// Replies per agent of [`observe_agent`].
 const ROW: usize = 16;
 
+/// Replies per agent of [`observe_work`].
+const WORK_ROW: usize = 4;
+
+/// The reads of one agent for [`Observe::observe_work`], all on its slot.
+fn observe_work(pipe: &mut redis::Pipeline, a: &AgentKeys) {
+    pipe.llen(a.inbox())
+        .llen(a.urgent())
+        .llen(a.inflight())
+        .get(a.state());
+}
+
 /// The reads of one agent for [`Observe::observe`], all on its slot ([`ROW`] replies).
 fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
     pipe.llen(a.inbox())
@@ -231,9 +278,11 @@ fn observe_agent(pipe: &mut redis::Pipeline, a: &AgentKeys) {
 /// The observation replies of `agents` on a cluster, in their order: one pipeline per node;
 /// when a node refuses its pipeline (a slot moved since the map was read), or a slot is
 /// served by no node, one pipeline per agent, each routed by its slot.
-async fn observe_on_cluster(
+async fn rows_on_cluster(
     conn: &ClusterConnection,
     agents: &[AgentKey],
+    row: fn(&mut redis::Pipeline, &AgentKeys),
+    width: usize,
 ) -> Result<Vec<redis::Value>, StoreError> {
     let keys: Vec<AgentKeys> = agents.iter().map(AgentKeys::new).collect();
     let inboxes: Vec<String> = keys.iter().map(AgentKeys::inbox).collect();
@@ -242,7 +291,7 @@ async fn observe_on_cluster(
             let mut cluster = conn.clone();
             let mut pipe = redis::pipe();
             for &i in &indexes {
-                observe_agent(&mut pipe, &keys[i]);
+                row(&mut pipe, &keys[i]);
             }
             let count = pipe.len();
             async move {
@@ -263,8 +312,8 @@ async fn observe_on_cluster(
         if let Ok(replies) = futures::future::try_join_all(reads).await {
             let mut rows: Vec<Vec<redis::Value>> = vec![Vec::new(); agents.len()];
             for (indexes, values) in replies {
-                for (&i, row) in indexes.iter().zip(values.chunks(ROW)) {
-                    rows[i] = row.to_vec();
+                for (&i, values) in indexes.iter().zip(values.chunks(width)) {
+                    rows[i] = values.to_vec();
                 }
             }
             return Ok(rows.into_iter().flatten().collect());
@@ -273,7 +322,7 @@ async fn observe_on_cluster(
     let reads = keys.iter().map(|k| {
         let mut conn = conn.clone();
         let mut pipe = redis::pipe();
-        observe_agent(&mut pipe, k);
+        row(&mut pipe, k);
         async move { pipe.query_async::<Vec<redis::Value>>(&mut conn).await }
     });
     Ok(futures::future::try_join_all(reads)

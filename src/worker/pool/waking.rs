@@ -119,7 +119,7 @@ impl Inner {
             .map(|(k, _)| k.clone())
             .collect();
         for chunk in asleep.chunks(1_000) {
-            let seen = match self.setting.store.observe(chunk).await {
+            let seen = match self.setting.store.observe_work(chunk).await {
                 Ok(seen) => seen,
                 Err(e) => {
                     debug!(pool = %self.config.name, error = %e, "sweep failed; the next one tries again");
