@@ -1602,6 +1602,15 @@ async fn observation_reads_every_agent_at_once(store: &dyn Store) {
     assert_eq!(i.host.as_deref(), Some(idle_lease.holder.as_str()));
     assert_eq!(seen[0].host.as_deref(), Some("w1"));
     assert_eq!(seen[2].host, None);
+    // A fleet larger than one read: every agent, in order.
+    let mut many: Vec<AgentKey> = (0..2_500)
+        .map(|i| AgentKey::new(idle.namespace.clone(), format!("nobody-{i}")))
+        .collect();
+    many[1_700] = idle.clone();
+    let seen = store.observe(&many).await.unwrap();
+    assert_eq!(seen.len(), 2_500);
+    assert_eq!((seen[1_699].cycles, seen[1_700].cycles), (0, 1));
+    assert_eq!(store.observe_work(&many).await.unwrap().len(), 2_500);
 }
 
 fn plan(name: &str) -> crate::crd::PlanSpec {

@@ -15,11 +15,33 @@ use crate::store::{
 };
 use redis::cluster_async::ClusterConnection;
 
+/// Agents read in one pipeline: what a look at a large fleet holds at once (a pipeline of
+/// 10,000 agents' sixteen reads and its replies took 80 MB at its peak).
+const AT_ONCE: usize = 1_000;
+
 impl RedisStore {
-    /// `row`'s reads (`width` replies) of every agent, in order: one pipeline for all of them
-    /// on one Redis; on a cluster, one per node (its agents, by the slot map read first), all
-    /// sent at once: a round trip per node.
-    async fn rows(
+    /// `row`'s reads (`width` replies) of every agent, each agent's replies made into a `T`
+    /// by `parse`, in order: [`AT_ONCE`] agents a round trip (see [`Self::pipeline`]).
+    async fn rows<T>(
+        &self,
+        agents: &[AgentKey],
+        row: fn(&mut redis::Pipeline, &AgentKeys),
+        width: usize,
+        parse: impl Fn(&[redis::Value]) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut out = Vec::with_capacity(agents.len());
+        for chunk in agents.chunks(AT_ONCE) {
+            let values = self.pipeline(chunk, row, width).await?;
+            for replies in values.chunks(width) {
+                out.push(parse(replies)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `row`'s reads of `agents`: one pipeline on one Redis; on a cluster, one per node (its
+    /// agents, by the slot map read first), all sent at once: a round trip per node.
+    async fn pipeline(
         &self,
         agents: &[AgentKey],
         row: fn(&mut redis::Pipeline, &AgentKeys),
@@ -54,7 +76,6 @@ impl Observe for RedisStore {
         if agents.is_empty() {
             return Ok(Vec::new());
         }
-        let values = self.rows(agents, observe_agent, ROW).await?;
         type Row = (
             u64,
             u64,
@@ -69,86 +90,81 @@ impl Observe for RedisStore {
             Option<String>,
             Vec<(String, String)>,
         );
-        values
-            .chunks(ROW)
-            .map(|chunk| {
-                let decode = |e: redis::ParsingError| StoreError::Redis {
-                    op: "observe agents",
-                    source: e.into(),
-                };
-                let row: Row = redis::from_redis_value(redis::Value::Array(chunk[..12].to_vec()))
-                    .map_err(decode)?;
-                let (archive, restore, tokens, host): (
-                    Option<String>,
-                    Option<String>,
-                    std::collections::HashMap<String, String>,
-                    Option<String>,
-                ) = redis::from_redis_value(redis::Value::Array(chunk[12..].to_vec()))
-                    .map_err(decode)?;
-                let (
-                    inbox,
-                    urgent,
-                    inflight,
-                    state,
-                    leased,
-                    meta,
-                    checkpoint,
-                    plans,
-                    marks,
-                    model,
-                    tools,
-                    calls,
-                ) = row;
-                Ok(AgentObservation {
-                    waiting: inbox + urgent,
-                    in_flight: inflight,
-                    thinking: state.as_deref() == Some("thinking"),
-                    paused: state.as_deref() == Some("paused"),
-                    worker: leased,
-                    host,
-                    cycles: meta.0.unwrap_or(0),
-                    tokens_used: meta.1.unwrap_or(0),
-                    last_cycle_ms: meta.2,
-                    restored: meta.3,
-                    // Written by the store itself; an entry it cannot read is left out rather
-                    // than failing the observation of every agent.
-                    checkpoint: checkpoint.and_then(|c| serde_json::from_str(&c).ok()),
-                    plans: readable_plans(&plans),
-                    plan_marks: marks,
-                    model: model.and_then(|m| serde_json::from_str(&m).ok()),
-                    tools: tools.and_then(|t| serde_json::from_str(&t).ok()),
-                    pending: super::calls::waiting_for_humans(&calls),
-                    archive: archive.and_then(|a| serde_json::from_str(&a).ok()),
-                    restore: restore.and_then(|r| serde_json::from_str(&r).ok()),
-                    tokens: (!tokens.is_empty()).then(|| TokenSpend::from_fields(&tokens)),
-                })
+        self.rows(agents, observe_agent, ROW, |chunk| {
+            let decode = |e: redis::ParsingError| StoreError::Redis {
+                op: "observe agents",
+                source: e.into(),
+            };
+            let row: Row = redis::from_redis_value(redis::Value::Array(chunk[..12].to_vec()))
+                .map_err(decode)?;
+            let (archive, restore, tokens, host): (
+                Option<String>,
+                Option<String>,
+                std::collections::HashMap<String, String>,
+                Option<String>,
+            ) = redis::from_redis_value(redis::Value::Array(chunk[12..].to_vec()))
+                .map_err(decode)?;
+            let (
+                inbox,
+                urgent,
+                inflight,
+                state,
+                leased,
+                meta,
+                checkpoint,
+                plans,
+                marks,
+                model,
+                tools,
+                calls,
+            ) = row;
+            Ok(AgentObservation {
+                waiting: inbox + urgent,
+                in_flight: inflight,
+                thinking: state.as_deref() == Some("thinking"),
+                paused: state.as_deref() == Some("paused"),
+                worker: leased,
+                host,
+                cycles: meta.0.unwrap_or(0),
+                tokens_used: meta.1.unwrap_or(0),
+                last_cycle_ms: meta.2,
+                restored: meta.3,
+                // Written by the store itself; an entry it cannot read is left out rather
+                // than failing the observation of every agent.
+                checkpoint: checkpoint.and_then(|c| serde_json::from_str(&c).ok()),
+                plans: readable_plans(&plans),
+                plan_marks: marks,
+                model: model.and_then(|m| serde_json::from_str(&m).ok()),
+                tools: tools.and_then(|t| serde_json::from_str(&t).ok()),
+                pending: super::calls::waiting_for_humans(&calls),
+                archive: archive.and_then(|a| serde_json::from_str(&a).ok()),
+                restore: restore.and_then(|r| serde_json::from_str(&r).ok()),
+                tokens: (!tokens.is_empty()).then(|| TokenSpend::from_fields(&tokens)),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn observe_work(&self, agents: &[AgentKey]) -> Result<Vec<AgentWork>, StoreError> {
         if agents.is_empty() {
             return Ok(Vec::new());
         }
-        let values = self.rows(agents, observe_work, WORK_ROW).await?;
-        values
-            .chunks(WORK_ROW)
-            .map(|chunk| {
-                let (inbox, urgent, inflight, state): (u64, u64, u64, Option<String>) =
-                    redis::from_redis_value(redis::Value::Array(chunk.to_vec())).map_err(|e| {
-                        StoreError::Redis {
-                            op: "observe agents",
-                            source: e.into(),
-                        }
-                    })?;
-                Ok(AgentWork {
-                    waiting: inbox + urgent,
-                    in_flight: inflight,
-                    thinking: state.as_deref() == Some("thinking"),
-                    paused: state.as_deref() == Some("paused"),
-                })
+        self.rows(agents, observe_work, WORK_ROW, |chunk| {
+            let (inbox, urgent, inflight, state): (u64, u64, u64, Option<String>) =
+                redis::from_redis_value(redis::Value::Array(chunk.to_vec())).map_err(|e| {
+                    StoreError::Redis {
+                        op: "observe agents",
+                        source: e.into(),
+                    }
+                })?;
+            Ok(AgentWork {
+                waiting: inbox + urgent,
+                in_flight: inflight,
+                thinking: state.as_deref() == Some("thinking"),
+                paused: state.as_deref() == Some("paused"),
             })
-            .collect()
+        })
+        .await
     }
 
     async fn set_model_health(

@@ -118,19 +118,18 @@ impl Inner {
             .filter(|(_, e)| !e.running)
             .map(|(k, _)| k.clone())
             .collect();
-        for chunk in asleep.chunks(1_000) {
-            let seen = match self.setting.store.observe_work(chunk).await {
-                Ok(seen) => seen,
-                Err(e) => {
-                    debug!(pool = %self.config.name, error = %e, "sweep failed; the next one tries again");
-                    return;
-                }
-            };
-            for (key, seen) in chunk.iter().zip(seen) {
-                let timer = lock(&self.agents).get(key).and_then(|e| e.timer);
-                if seen.busy() || (seen.paused && timer.is_none()) {
-                    self.clone().poke(key);
-                }
+        // The store reads a large fleet a thousand agents at a time.
+        let seen = match self.setting.store.observe_work(&asleep).await {
+            Ok(seen) => seen,
+            Err(e) => {
+                debug!(pool = %self.config.name, error = %e, "sweep failed; the next one tries again");
+                return;
+            }
+        };
+        for (key, seen) in asleep.iter().zip(seen) {
+            let timer = lock(&self.agents).get(key).and_then(|e| e.timer);
+            if seen.busy() || (seen.paused && timer.is_none()) {
+                self.clone().poke(key);
             }
         }
     }
