@@ -286,6 +286,13 @@ impl Pools {
             deps.cluster.set_pool_replicas(&s.key, s.to).await
         };
         if let Err(e) = written {
+            if matches!(&e, kube::Error::Api(status) if status.code == 404) {
+                // Its Deployment is gone: the Pool was deleted (its reconcile tracks it again
+                // if it was not).
+                info!(pool = %s.key, "the pool's Deployment is gone; forgetting the pool");
+                self.forget(&s.key);
+                return;
+            }
             warn!(pool = %s.key, error = %crate::report::chain(&e), to = s.to, "cannot set the pool's replicas; the next sweep retries");
             if let Some(entry) = self.entries().get_mut(&s.key) {
                 if entry.replicas == Some(s.to) {

@@ -88,6 +88,13 @@ impl Cluster for Recording {
     }
 
     async fn set_pool_replicas(&self, pool: &PoolKey, replicas: i32) -> Result<(), kube::Error> {
+        if self.refuse_scale.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(kube::Error::Api(
+                kube::core::Status::failure("deployments.apps not found", "NotFound")
+                    .with_code(404)
+                    .boxed(),
+            ));
+        }
         self.calls
             .lock()
             .unwrap()
@@ -327,6 +334,15 @@ async fn a_pooled_agent_wakes_its_pool_and_the_sweep_sizes_it_by_load() {
     assert!(r.cluster.calls().iter().any(
         |c| matches!(c, Call::Event(reason, note) if reason == "ScaledDown" && note.contains("0 waiting"))
     ));
+    // Its Deployment gone (the Pool deleted): forgotten, not retried every sweep.
+    r.cluster
+        .refuse_scale
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    r.store.push_event(&keys[0], &ev("e2")).await.unwrap();
+    until("the pool forgotten", || {
+        r.scaler.pools.load(&pool).is_none()
+    })
+    .await;
     r.stop().await;
 }
 
