@@ -148,7 +148,8 @@ async fn ask(store: &RedisStore, space: &str, text: &str) {
         .unwrap();
 }
 
-async fn replies(store: &RedisStore, space: &str) -> usize {
+/// The messages of `space`, oldest first (at most 50).
+async fn messages(store: &RedisStore, space: &str) -> Vec<agentfleet::store::SpaceMessage> {
     store
         .read_messages(
             &SpaceKey::new(NS, space),
@@ -160,6 +161,11 @@ async fn replies(store: &RedisStore, space: &str) -> usize {
         )
         .await
         .unwrap()
+}
+
+async fn replies(store: &RedisStore, space: &str) -> usize {
+    messages(store, space)
+        .await
         .iter()
         .filter(|m| m.sender.id != "ann")
         .count()
@@ -440,17 +446,8 @@ async fn an_agent_that_leaves_a_pool_mid_retry_is_let_go() {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let answered = store
-            .read_messages(
-                &SpaceKey::new(NS, "s000"),
-                &ReadQuery {
-                    limit: 50,
-                    before: None,
-                    after: None,
-                },
-            )
+        let answered = messages(&store, "s000")
             .await
-            .unwrap()
             .iter()
             .filter(|m| m.sender.id == "a000" && m.text == "answered")
             .count();

@@ -76,11 +76,7 @@ impl MembershipChanges {
 
     /// Forgets Agents that no longer exist.
     pub(super) fn retain(&self, agents: &Cache<Agent>) {
-        let live: HashSet<String> = agents.state().iter().filter_map(|a| a.uid()).collect();
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|uid, _| live.contains(uid));
+        forget_gone(&self.seen, agents);
     }
 }
 
@@ -136,12 +132,16 @@ impl PoolChanges {
 
     /// Forgets Agents that no longer exist.
     pub(super) fn retain(&self, agents: &Cache<Agent>) {
-        let live: HashSet<String> = agents.state().iter().filter_map(|a| a.uid()).collect();
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|uid, _| live.contains(uid));
+        forget_gone(&self.seen, agents);
     }
+}
+
+/// Forgets, in a map by Agent uid, the Agents that no longer exist.
+fn forget_gone<V>(seen: &Mutex<HashMap<String, V>>, agents: &Cache<Agent>) {
+    let live: HashSet<String> = agents.state().iter().filter_map(|a| a.uid()).collect();
+    seen.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .retain(|uid, _| live.contains(uid));
 }
 
 /// Pool events that matter to its Agents' `WorkerAvailable`: its creation and deletion, and a

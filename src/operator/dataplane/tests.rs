@@ -70,9 +70,9 @@ impl Recording {
     }
 }
 
-#[async_trait]
-impl Cluster for Recording {
-    async fn set_replicas(&self, agent: &AgentKey, replicas: i32) -> Result<(), kube::Error> {
+impl Recording {
+    /// A 404 for a scale while `refuse_scale` is set (the Deployment is gone).
+    fn refused(&self) -> Result<(), kube::Error> {
         if self.refuse_scale.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(kube::Error::Api(
                 kube::core::Status::failure("deployments.apps not found", "NotFound")
@@ -80,6 +80,14 @@ impl Cluster for Recording {
                     .boxed(),
             ));
         }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Cluster for Recording {
+    async fn set_replicas(&self, agent: &AgentKey, replicas: i32) -> Result<(), kube::Error> {
+        self.refused()?;
         self.calls
             .lock()
             .unwrap()
@@ -88,13 +96,7 @@ impl Cluster for Recording {
     }
 
     async fn set_pool_replicas(&self, pool: &PoolKey, replicas: i32) -> Result<(), kube::Error> {
-        if self.refuse_scale.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(kube::Error::Api(
-                kube::core::Status::failure("deployments.apps not found", "NotFound")
-                    .with_code(404)
-                    .boxed(),
-            ));
-        }
+        self.refused()?;
         self.calls
             .lock()
             .unwrap()
