@@ -92,13 +92,14 @@ impl Rig {
             .unwrap();
     }
 
-    /// Writes the manifest of agent `name` with `consciousness` (YAML lines under it).
+    /// Writes the manifest of agent `name` with `consciousness` (YAML lines under it); one
+    /// step a cycle, the scripted reply, so no cycle is nudged for ending in plain text.
     fn manifest(&self, name: &str, consciousness: &str) -> std::path::PathBuf {
         let path = self.dir.join(format!("{name}.yaml"));
         std::fs::write(
             &path,
             format!(
-                "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}, namespace: ops, generation: 4}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: \"{}\"}}\n  spaces: [oncall]\n  consciousness:\n{consciousness}\n",
+                "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {name}, namespace: ops, generation: 4}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: \"{}\"}}\n  spaces: [oncall]\n  cycle: {{maxSteps: 1}}\n  consciousness:\n{consciousness}\n",
                 self.model.base_url
             ),
         )

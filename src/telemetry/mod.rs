@@ -127,6 +127,8 @@ pub struct WorkerMetrics {
     /// Cycles stopped before the model was done, by reason (`max_steps`, `token_budget`,
     /// `chain`); each also tells the space.
     pub cycle_stops: IntCounterVec,
+    /// Cycles woken by a human whose model was told, once, that its plain text reached nobody.
+    pub cycle_nudges: IntCounterVec,
     /// Failed model calls, by reason (`unauthorized`, `unreachable`, `rate_limited`,
     /// `server_error`, `bad_request`, `bad_response`).
     pub model_errors: IntCounterVec,
@@ -239,6 +241,13 @@ impl WorkerMetrics {
             ),
             &["namespace", "agent", "reason"],
         )?;
+        let cycle_nudges = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_cycle_nudges_total",
+                "Cycles woken by a human's message whose model ended with plain text (no send_message, no skip) and was told once to answer or skip.",
+            ),
+            &["namespace", "agent"],
+        )?;
         let model_errors = IntCounterVec::new(
             Opts::new(
                 "agentfleet_model_errors_total",
@@ -282,6 +291,7 @@ impl WorkerMetrics {
         registry.register(Box::new(compaction_failures.clone()))?;
         registry.register(Box::new(loop_guard.clone()))?;
         registry.register(Box::new(cycle_stops.clone()))?;
+        registry.register(Box::new(cycle_nudges.clone()))?;
         registry.register(Box::new(model_errors.clone()))?;
         registry.register(Box::new(agent_restarts.clone()))?;
         registry.register(Box::new(agent_ready.clone()))?;
@@ -309,6 +319,7 @@ impl WorkerMetrics {
             compaction_failures,
             loop_guard,
             cycle_stops,
+            cycle_nudges,
             model_errors,
             agent_restarts,
             agent_ready,

@@ -191,6 +191,8 @@ metadata: {{name: sre, namespace: ops}}
 spec:
   model: {{provider: openai, name: mock, baseUrl: "{model}"}}
   spaces: [oncall]
+  # A call and an answer: the answer is the last step, so it ends without the nudge.
+  cycle: {{maxSteps: 2}}
   tools:
     approvalTimeoutSeconds: {approval_seconds}
     http:

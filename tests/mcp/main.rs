@@ -466,6 +466,8 @@ spec:
   model: {{provider: openai, name: mock, baseUrl: "{base_url}"}}
   instructions: You keep the services up.
   spaces: [oncall]
+  # A call and an answer: the answer is the last step, so it ends without the nudge.
+  cycle: {{maxSteps: 2}}
   tools:
     mcp:
       - name: tracker
@@ -740,9 +742,12 @@ async fn a_worker_starting_with_work_waiting_offers_the_tools_at_once() {
         )
         .await
         .unwrap();
-    let mock = MockModel::start(vec![MockTurn::text("On it.")])
-        .await
-        .unwrap();
+    let mock = MockModel::start(vec![
+        MockTurn::tools(&[("send_message", json!({"space": "oncall", "text": "On it."}))]),
+        MockTurn::text("Said."),
+    ])
+    .await
+    .unwrap();
     let server = McpTestServer::start(Era::Current, tracker_tools()).await;
     // The message is waiting before the worker starts: its first cycle runs at once.
     ask(&store, "Anything open?").await;

@@ -720,6 +720,8 @@ spec:
   model: {{provider: openai, name: mock, baseUrl: "{}"}}
   instructions: You open tickets.
   spaces: [ops]
+  # A call and an answer: the answer is the last step, so it ends without the nudge.
+  cycle: {{maxSteps: 2}}
   tools:
     http:
       - name: create_ticket

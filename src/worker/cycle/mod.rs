@@ -21,6 +21,7 @@ mod ask;
 mod commit;
 pub mod gates;
 mod journal;
+mod nudge;
 pub mod partial;
 mod prepare;
 pub(super) mod skip;
@@ -285,6 +286,7 @@ fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool
         metrics.tokens.with_label_values(&[ns, agent, direction]);
     }
     metrics.compactions.with_label_values(&[ns, agent]);
+    metrics.cycle_nudges.with_label_values(&[ns, agent]);
     metrics.compaction_failures.with_label_values(&[ns, agent]);
     for failure in crate::model::Failure::ALL {
         metrics
@@ -345,6 +347,8 @@ struct Cycle<'a> {
     late: Option<Vec<InboxEvent>>,
     /// Why the cycle stopped short, if it did: said in the space once it is committed.
     stops: Vec<(stops::Stop, String)>,
+    /// Whether the model was told its text reached nobody ([`nudge`]).
+    nudged: bool,
 }
 
 impl Cycle<'_> {

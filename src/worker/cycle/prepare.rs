@@ -79,6 +79,7 @@ impl<'a> Cycle<'a> {
             unfinished: None,
             late: None,
             stops: Vec::new(),
+            nudged: false,
         };
         // A cycle that stopped before its end (a crash, a model failure) goes on from its
         // journal: what it did is replayed, not done again.

@@ -58,6 +58,9 @@ impl Cycle<'_> {
             };
             if turn.tool_calls.is_empty() {
                 self.new.push(turn.message());
+                if self.nudged(step) {
+                    continue;
+                }
                 return Ok(End::Done);
             }
             if skip::rolls_back(step, &turn.tool_calls) {

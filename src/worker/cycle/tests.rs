@@ -21,7 +21,7 @@ use crate::store::{
 };
 use crate::telemetry::WorkerMetrics;
 
-const NS: &str = "fam";
+pub(super) const NS: &str = "fam";
 
 /// A space record with the agent `assistant` and the human Husam.
 pub(super) fn record(display_name: &str) -> SpaceRecord {
@@ -76,7 +76,7 @@ impl Model for Played {
 }
 
 /// A turn of text only.
-fn text(text: &str) -> Turn {
+pub(super) fn text(text: &str) -> Turn {
     Turn {
         text: Some(text.into()),
         tool_calls: Vec::new(),
@@ -90,7 +90,7 @@ fn text(text: &str) -> Turn {
 }
 
 /// A turn calling `calls` (name, arguments).
-fn calls(calls: &[(&str, Value)]) -> Turn {
+pub(super) fn calls(calls: &[(&str, Value)]) -> Turn {
     Turn {
         text: None,
         tool_calls: calls
@@ -111,7 +111,7 @@ fn calls(calls: &[(&str, Value)]) -> Turn {
     }
 }
 
-fn send(text: &str) -> Turn {
+pub(super) fn send(text: &str) -> Turn {
     calls(&[("send_message", json!({"space": "family", "text": text}))])
 }
 
@@ -119,16 +119,20 @@ fn read() -> Turn {
     calls(&[("read_messages", json!({"space": "family"}))])
 }
 
-struct Rig {
-    store: Arc<MemoryStore>,
+/// Two steps a cycle: a call, then a plain-text answer that ends the cycle without the nudge
+/// (it is the last step).
+const LAST_STEP_ANSWERS: &str = "  cycle: {maxSteps: 2}";
+
+pub(super) struct Rig {
+    pub(super) store: Arc<MemoryStore>,
     model: Arc<Played>,
-    agentlet: Agentlet,
-    lease: Lease,
+    pub(super) agentlet: Agentlet,
+    pub(super) lease: Lease,
 }
 
 /// The agent `assistant` of space `family` (with `extra` spec YAML), its lease, and a model
 /// that plays `turns`.
-async fn rig(extra: &str, turns: Vec<Result<Turn, ModelError>>) -> Rig {
+pub(super) async fn rig(extra: &str, turns: Vec<Result<Turn, ModelError>>) -> Rig {
     rig_with(extra, turns, Vec::new()).await
 }
 
@@ -181,7 +185,7 @@ spec:
 
 impl Rig {
     /// Husam says `text` in family (urgent or not, with a causal depth).
-    async fn say(&self, text: &str, urgent: bool, depth: u32) {
+    pub(super) async fn say(&self, text: &str, urgent: bool, depth: u32) {
         self.store
             .post_message(
                 &SpaceKey::new(NS, "family"),
@@ -203,7 +207,7 @@ impl Rig {
     }
 
     /// The inbox drained in flight, as the process loop does before a cycle.
-    async fn drain(&self) -> Vec<InboxEvent> {
+    pub(super) async fn drain(&self) -> Vec<InboxEvent> {
         self.store
             .wait_inbox(&self.agentlet.key, &self.lease, Duration::from_secs(1))
             .await
@@ -211,18 +215,18 @@ impl Rig {
     }
 
     /// Husam says `text`; the cycle that handles it.
-    async fn cycle(&self, text: &str) -> Outcome {
+    pub(super) async fn cycle(&self, text: &str) -> Outcome {
         self.say(text, false, 0).await;
         let events = self.drain().await;
         self.agentlet.cycle(&self.lease, &events).await.unwrap()
     }
 
-    fn requests(&self) -> Vec<Request> {
+    pub(super) fn requests(&self) -> Vec<Request> {
         self.model.requests.lock().unwrap().clone()
     }
 
     /// The committed consciousness's messages.
-    async fn remembered(&self) -> Vec<Message> {
+    pub(super) async fn remembered(&self) -> Vec<Message> {
         let c = self.store.consciousness(&self.agentlet.key).await.unwrap();
         c.messages
             .iter()
@@ -231,7 +235,7 @@ impl Rig {
     }
 
     /// The messages of family, oldest first.
-    async fn said(&self) -> Vec<(String, u32)> {
+    pub(super) async fn said(&self) -> Vec<(String, u32)> {
         let query = ReadQuery {
             limit: 100,
             ..Default::default()
@@ -262,7 +266,7 @@ fn tool_names(request: &Request) -> Vec<&str> {
     request.tools.iter().map(|t| t.name.as_str()).collect()
 }
 
-fn user_texts(messages: &[Message]) -> Vec<&str> {
+pub(super) fn user_texts(messages: &[Message]) -> Vec<&str> {
     messages
         .iter()
         .filter_map(|m| match m {
@@ -704,7 +708,9 @@ async fn send_message_text_streams_to_the_space() {
 
 #[tokio::test]
 async fn compaction_summarizes_what_drops_out_and_counts_its_tokens() {
-    let extra = "  consciousness: {windowTokens: 60, keepRecentMessages: 2}";
+    // One step a cycle: the plain-text replies end it without the nudge.
+    let extra =
+        "  consciousness: {windowTokens: 60, keepRecentMessages: 2}\n  cycle: {maxSteps: 1}";
     let summary = Turn {
         text: Some("Husam said a lot.".into()),
         tool_calls: Vec::new(),
@@ -848,7 +854,7 @@ fn ticket() -> Turn {
 async fn a_finished_outside_call_is_replayed_not_made_again() {
     let tool = ticketing(false);
     let r = rig_with(
-        "",
+        LAST_STEP_ANSWERS,
         vec![
             Ok(ticket()),
             Err(ModelError::new(Failure::Unreachable, "reset")),
@@ -1003,7 +1009,7 @@ async fn an_unknown_outcome_of_an_idempotent_tool_is_retried_with_the_same_key()
 async fn an_approved_call_runs_once_after_the_cycle_paused_for_it() {
     let tool = approved_ticketing();
     let r = rig_with(
-        "",
+        LAST_STEP_ANSWERS,
         vec![Ok(ticket()), Ok(text("Opened T-7."))],
         vec![tool.clone()],
     )
@@ -1179,7 +1185,7 @@ async fn tokens_are_counted_by_direction_with_what_the_cache_served() {
         cache_read: 0,
         cache_write: 1000,
     };
-    let r = rig("", vec![Ok(cached), Ok(written)]).await;
+    let r = rig(LAST_STEP_ANSWERS, vec![Ok(cached), Ok(written)]).await;
     assert!(matches!(r.cycle("hi").await, Outcome::Completed(_)));
     let counted = |direction: &str| {
         r.agentlet
