@@ -247,6 +247,10 @@ pub enum MockTurn {
         /// Usage reported in the final chunk `(prompt, completion)`.
         usage: (u32, u32),
     },
+    /// A streamed completion of these raw `delta` objects (each in a chunk of its own), then
+    /// `finish_reason` "stop" and a usage chunk: for what real servers send beyond the
+    /// common fields (`reasoning_content`, odd call indices).
+    Deltas(Vec<serde_json::Value>),
     /// An HTTP error status with an OpenAI-style error body.
     Status(u16, String),
     /// Another turn, answered only after a delay.
@@ -420,6 +424,22 @@ async fn mock_completions(
             usage,
         } => {
             let sse = sse_body(text.as_deref(), &tool_calls, usage, cached);
+            (
+                [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                sse,
+            )
+                .into_response()
+        }
+        MockTurn::Deltas(deltas) => {
+            let mut sse = String::new();
+            for delta in deltas {
+                let chunk = serde_json::json!({
+                    "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": "mock",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": null}]
+                });
+                sse.push_str(&format!("data: {chunk}\n\n"));
+            }
+            sse.push_str(&sse_body(None, &[], (100, 10), cached));
             (
                 [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
                 sse,

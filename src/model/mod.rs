@@ -5,6 +5,7 @@
 pub mod anthropic;
 pub mod format;
 mod http;
+pub mod lenient;
 pub mod openai;
 pub mod scripted;
 mod tokens;

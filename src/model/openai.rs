@@ -166,7 +166,18 @@ impl OpenAi {
                 Ok(None)
             })
             .await?;
-        if done.is_some() || acc.seen_any {
+        if acc.excess {
+            Err((
+                self.error(
+                    Failure::BadResponse,
+                    format!(
+                        "{} streamed an answer with more than {MAX_WIRE_CALLS} tool calls",
+                        self.url
+                    ),
+                ),
+                None,
+            ))
+        } else if done.is_some() || acc.seen_any {
             Ok(acc.finish())
         } else {
             Err((
@@ -250,7 +261,13 @@ struct Accumulator {
     usage: Usage,
     finish_reason: Option<FinishReason>,
     seen_any: bool,
+    /// A call index past [`MAX_WIRE_CALLS`] was streamed.
+    excess: bool,
 }
+
+/// Tool calls one answer may stream; an index past it fails the answer (the index is the
+/// server's word, and growing the calls to it would let a server choose our memory use).
+const MAX_WIRE_CALLS: usize = 64;
 
 impl Accumulator {
     fn add(
@@ -287,6 +304,10 @@ impl Accumulator {
             }
             for tc in choice.delta.tool_calls.unwrap_or_default() {
                 let index = tc.index as usize;
+                if index >= MAX_WIRE_CALLS {
+                    self.excess = true;
+                    continue;
+                }
                 while self.calls.len() <= index {
                     self.calls.push(ToolCall {
                         id: String::new(),
@@ -461,6 +482,40 @@ mod tests {
             sent["messages"][4]["content"],
             "[CONTEXT …]\nCurrent time: 2026-11-23T10:00:00Z"
         );
+    }
+
+    #[tokio::test]
+    async fn reasoning_is_neither_said_nor_remembered() {
+        let mock = MockModel::start(vec![MockTurn::Deltas(vec![
+            json!({"role": "assistant", "reasoning_content": "The user wants a greeting."}),
+            json!({"reasoning_content": " I will send one."}),
+            json!({"content": "Hello."}),
+        ])])
+        .await
+        .unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), None).unwrap();
+        let mut deltas = Vec::new();
+        let turn = model
+            .complete(&request(), &mut |d| deltas.push(d))
+            .await
+            .unwrap();
+        assert_eq!(turn.text.as_deref(), Some("Hello."));
+        assert_eq!(deltas, vec![Delta::Text("Hello.".into())]);
+    }
+
+    #[tokio::test]
+    async fn a_call_index_past_the_bound_fails_the_answer_without_growing_memory() {
+        let far = json!({"tool_calls": [{"index": 4_000_000_000u32, "id": "x", "type": "function",
+            "function": {"name": "send_message", "arguments": "{}"}}]});
+        let mock = MockModel::responding(move |_| MockTurn::Deltas(vec![far.clone()]))
+            .await
+            .unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), None)
+            .unwrap()
+            .with_backoff(Duration::from_millis(1));
+        let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
+        assert_eq!(err.category(), "bad_response");
+        assert!(err.to_string().contains("more than 64 tool calls"), "{err}");
     }
 
     #[tokio::test]

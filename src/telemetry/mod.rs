@@ -129,6 +129,8 @@ pub struct WorkerMetrics {
     pub cycle_stops: IntCounterVec,
     /// Cycles woken by a human whose model was told, once, that its plain text reached nobody.
     pub cycle_nudges: IntCounterVec,
+    /// Model turns read leniently, by kind (`tool_call_in_text`, `empty`).
+    pub model_readings: IntCounterVec,
     /// Failed model calls, by reason (`unauthorized`, `unreachable`, `rate_limited`,
     /// `server_error`, `bad_request`, `bad_response`).
     pub model_errors: IntCounterVec,
@@ -248,6 +250,13 @@ impl WorkerMetrics {
             ),
             &["namespace", "agent"],
         )?;
+        let model_readings = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_model_readings_total",
+                "Model turns that did not follow the protocol and were read as a person would: tool calls written as text (made), empty turns (remembered as nothing).",
+            ),
+            &["namespace", "agent", "kind"],
+        )?;
         let model_errors = IntCounterVec::new(
             Opts::new(
                 "agentfleet_model_errors_total",
@@ -292,6 +301,7 @@ impl WorkerMetrics {
         registry.register(Box::new(loop_guard.clone()))?;
         registry.register(Box::new(cycle_stops.clone()))?;
         registry.register(Box::new(cycle_nudges.clone()))?;
+        registry.register(Box::new(model_readings.clone()))?;
         registry.register(Box::new(model_errors.clone()))?;
         registry.register(Box::new(agent_restarts.clone()))?;
         registry.register(Box::new(agent_ready.clone()))?;
@@ -320,6 +330,7 @@ impl WorkerMetrics {
             loop_guard,
             cycle_stops,
             cycle_nudges,
+            model_readings,
             model_errors,
             agent_restarts,
             agent_ready,

@@ -15,6 +15,10 @@ use crate::model::{Message, ToolCall, ToolSpec, Turn};
 use crate::store::StoreError;
 use crate::worker::tools::{ExternalCall, Outcome, ToolEnv};
 
+/// Calls one step makes; the model is told that any beyond were not made (a model that
+/// fans out to dozens of calls at once must not fan its tools out with it).
+const MAX_CALLS_PER_STEP: usize = 16;
+
 /// Whether `call` posts to a space (an effect a redone step must not make anew).
 fn posts(call: &ToolCall) -> bool {
     call.name == crate::crd::BuiltinTool::SendMessage.name()
@@ -197,6 +201,14 @@ impl Cycle<'_> {
         offered: &[ToolSpec],
         attempt: Attempt,
     ) -> (Outcome, bool) {
+        if index >= MAX_CALLS_PER_STEP {
+            return (
+                Outcome::error(format!(
+                    "not made: a step makes at most {MAX_CALLS_PER_STEP} tool calls; make this one in a later step"
+                )),
+                false,
+            );
+        }
         let agentlet = self.agentlet;
         // Only calls of tools outside the worker are marked as started. One whose outcome is
         // unknown is decided first, before any lookup: its tool may be unknown now (its MCP

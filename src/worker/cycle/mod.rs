@@ -20,6 +20,8 @@ mod act;
 mod ask;
 mod commit;
 pub mod gates;
+#[cfg(test)]
+mod imperfect_tests;
 mod journal;
 mod nudge;
 pub mod partial;
@@ -287,6 +289,11 @@ fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool
     }
     metrics.compactions.with_label_values(&[ns, agent]);
     metrics.cycle_nudges.with_label_values(&[ns, agent]);
+    for reading in crate::model::lenient::Reading::ALL {
+        metrics
+            .model_readings
+            .with_label_values(&[ns, agent, reading.label()]);
+    }
     metrics.compaction_failures.with_label_values(&[ns, agent]);
     for failure in crate::model::Failure::ALL {
         metrics

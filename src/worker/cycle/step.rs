@@ -14,7 +14,7 @@ use super::stops::Stop;
 use super::stream::SendStreams;
 use super::{gates, skip, trace, Cycle};
 use crate::crd::MidCycleInbox;
-use crate::model::{Message, ModelError, Request, Turn};
+use crate::model::{lenient, Message, ModelError, Request, Turn};
 use crate::store::{now_ms, StoreError};
 use crate::worker::prompt;
 
@@ -57,7 +57,9 @@ impl Cycle<'_> {
                 Err(e) => return Ok(End::Failed(e)),
             };
             if turn.tool_calls.is_empty() {
-                self.new.push(turn.message());
+                if turn.text.is_some() {
+                    self.new.push(turn.message());
+                }
                 if self.nudged(step) {
                     continue;
                 }
@@ -199,7 +201,14 @@ impl Cycle<'_> {
             .instrument(span.clone())
             .await;
         trace::step_ended(&span, &turn, first_chunk);
-        let turn = turn?;
+        let mut turn = turn?;
+        if let Some(reading) = lenient::read(&mut turn) {
+            agentlet
+                .metrics
+                .model_readings
+                .with_label_values(&[ns, agent, reading.label()])
+                .inc();
+        }
         self.used += turn.usage;
         agentlet.count_tokens(&turn.usage).await;
         for (direction, n) in turn.usage.by_direction() {
