@@ -7,8 +7,9 @@
 //! - **a tool call written as text** — small models often write the call instead of making
 //!   it, and inference servers do not always turn it into `tool_calls`: the whole text being
 //!   one call or several (`{"name": …, "arguments": {…}}`, also `parameters`, or the
-//!   `{"type": "function", "function": {…}}` shape; bare, in a list, in a Markdown code
-//!   fence, or in Hermes `<tool_call>` tags with only whitespace between them) makes it those
+//!   `{"type": "function", "function": {…}}` shape; bare, in a list, one after another, in a
+//!   Markdown code fence, or in Hermes `<tool_call>` tags with only whitespace between
+//!   them) makes it those
 //!   calls. Text that merely contains JSON stays text. An unknown name is then answered like
 //!   any unknown tool: with an error result the model can correct.
 //! - **an empty turn** — no text, no calls: remembered as nothing (a provider may refuse an
@@ -85,11 +86,16 @@ fn calls_in(text: &str) -> Option<Vec<ToolCall>> {
         return tagged(text);
     }
     let json = fenced(text).unwrap_or(text);
-    let value: Value = serde_json::from_str(json).ok()?;
-    let values = match value {
-        Value::Array(items) => items,
-        one => vec![one],
-    };
+    // One value, a list, or values one after another (a line each, as small models write
+    // several calls).
+    let mut values = serde_json::Deserializer::from_str(json)
+        .into_iter::<Value>()
+        .take(MAX_CALLS_IN_TEXT + 1)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    if let [Value::Array(items)] = values.as_mut_slice() {
+        values = std::mem::take(items);
+    }
     calls(values)
 }
 
@@ -204,6 +210,12 @@ mod tests {
         );
         assert_eq!(two.len(), 2);
         assert_eq!(read_calls(r#"[{"name": "a"}, {"name": "b"}]"#).len(), 2);
+        // As Qwen2.5-Coder 0.5B wrote them: a call a line.
+        let lines = read_calls(
+            "{\"name\": \"enter_space\", \"arguments\": {\"space\": \"desk\"}}\n{\"name\": \"read_messages\", \"arguments\": {\"limit\": 15}}",
+        );
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1].0, "read_messages");
     }
 
     #[test]

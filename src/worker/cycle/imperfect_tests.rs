@@ -58,6 +58,26 @@ async fn plain_text_to_a_human_gets_one_nudge_and_the_answer_reaches_the_space()
 }
 
 #[tokio::test]
+async fn a_refused_send_message_is_no_answer() {
+    // As Qwen2.5-Coder 0.5B did: a send_message the tool refused, then text.
+    let r = rig(
+        "",
+        vec![
+            Ok(calls(&[(
+                "send_message",
+                json!({"space": "family", "text": "Hi", "mention": "Husam"}),
+            )])),
+            Ok(text("Said hello.")),
+            Ok(send("Hello!")),
+        ],
+    )
+    .await;
+    r.cycle("Hi! Please say hello.").await;
+    assert_eq!(nudges(&r), 1);
+    assert_eq!(said(&r).await, vec!["Hi! Please say hello.", "Hello!"]);
+}
+
+#[tokio::test]
 async fn a_model_that_ignores_the_nudge_is_not_nudged_again() {
     let r = rig("", vec![Ok(text("hmm")), Ok(text("still thinking"))]).await;
     assert!(matches!(r.cycle("hello?").await, Outcome::Completed(_)));

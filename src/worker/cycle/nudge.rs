@@ -44,12 +44,19 @@ impl Cycle<'_> {
         true
     }
 
-    /// Whether the cycle has called a tool of [`ANSWERS`].
+    /// Whether the cycle has called a tool of [`ANSWERS`] that did not fail (a refused
+    /// `send_message` reached nobody either).
     fn answered(&self) -> bool {
+        let failed = |id: &str| {
+            self.new.iter().any(|m| {
+                matches!(m, Message::Tool { tool_call_id, content }
+                    if tool_call_id == id && crate::worker::tools::is_error_result(content))
+            })
+        };
         self.new.iter().any(|m| match m {
             Message::Assistant { tool_calls, .. } => tool_calls
                 .iter()
-                .any(|c| ANSWERS.contains(&c.name.as_str())),
+                .any(|c| ANSWERS.contains(&c.name.as_str()) && !failed(&c.id)),
             _ => false,
         })
     }

@@ -41,6 +41,14 @@ impl Outcome {
     }
 }
 
+/// Whether a result's JSON text is one of [`Outcome::error`]'s.
+pub fn is_error_result(content: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(content).is_ok_and(|v| {
+        v.as_object()
+            .is_some_and(|o| o.len() == 1 && o.contains_key("error"))
+    })
+}
+
 /// What a `skip` call that does not roll the cycle back answers (the cycle ends after its
 /// step; see `worker::cycle::skip`).
 pub fn skip_result() -> Outcome {
