@@ -813,6 +813,8 @@ async fn malformed_arguments_and_unknown_tools_are_results_the_model_sees() {
             usage: (10, 10),
         },
         MockTurn::text("I will do better."),
+        // Both sends were refused, so Husam heard nothing: the one nudge, ignored.
+        MockTurn::text("Still nothing to say."),
     ])
     .await
     .unwrap();
@@ -831,6 +833,7 @@ async fn malformed_arguments_and_unknown_tools_are_results_the_model_sees() {
         .map(|m| m["content"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(results.len(), 4);
+    assert_eq!(mock.request_count(), 3, "the calls, the text, the nudge");
     assert!(
         results[0].contains("invalid arguments for send_message: not JSON"),
         "{}",
