@@ -59,13 +59,13 @@ async fn plain_text_to_a_human_gets_one_nudge_and_the_answer_reaches_the_space()
 
 #[tokio::test]
 async fn a_refused_send_message_is_no_answer() {
-    // As Qwen2.5-Coder 0.5B did: a send_message the tool refused, then text.
+    // A send_message the tool refused (no such agent to mention), then text.
     let r = rig(
         "",
         vec![
             Ok(calls(&[(
                 "send_message",
-                json!({"space": "family", "text": "Hi", "mention": "Husam"}),
+                json!({"space": "family", "text": "Hi", "mention": "nobody"}),
             )])),
             Ok(text("Said hello.")),
             Ok(send("Hello!")),
@@ -279,4 +279,25 @@ async fn calls_past_a_steps_bound_are_not_made_and_the_model_is_told() {
         "{:?}",
         &results[16..]
     );
+}
+
+#[tokio::test]
+async fn mentioning_a_human_posts_the_message_without_the_mention() {
+    // As Qwen2.5-Coder 0.5B does: it mentions the person it answers.
+    let r = rig(
+        "",
+        vec![Ok(calls(&[(
+            "send_message",
+            json!({"space": "family", "text": "Hello!", "mention": "Husam"}),
+        )]))],
+    )
+    .await;
+    r.cycle("Hi! Please say hello.").await;
+    assert_eq!(said(&r).await, vec!["Hi! Please say hello.", "Hello!"]);
+    let result = results_in(&r, 1).pop().unwrap_or_default();
+    assert!(
+        result.contains("\"success\":true") && result.contains("Husam is a human member"),
+        "{result}"
+    );
+    assert_eq!(nudges(&r), 0);
 }

@@ -247,13 +247,28 @@ impl ToolEnv<'_> {
         // The post itself checks membership against the current record; names and mentions
         // resolve against the spaces as the cycle started.
         let space = self.resolve(a.space.as_deref())?;
+        let mut mention = a.mention.clone();
+        let mut note = None;
         if let Some(m) = &a.mention {
             let known = self
                 .spaces
                 .iter()
                 .find(|(n, _)| *n == space)
                 .and_then(|(_, r)| r.as_ref());
-            if !known.is_some_and(|r| r.has_agent(m)) {
+            let human = known.is_some_and(|r| {
+                r.members.iter().any(|h| {
+                    h.kind == MemberKind::Human
+                        && (h.id == *m || h.name.eq_ignore_ascii_case(m.trim_start_matches('@')))
+                })
+            });
+            if human {
+                // Addressing a person, as small models do: humans see every message, so it
+                // is posted without the mention, and the model is told.
+                mention = None;
+                note = Some(format!(
+                    "{m} is a human member and sees every message; mention names an agent to wake, so the message was posted without it"
+                ));
+            } else if !known.is_some_and(|r| r.has_agent(m)) {
                 return Err(format!("{m} is not an agent member of space {space}"));
             }
         }
@@ -296,7 +311,7 @@ impl ToolEnv<'_> {
                 &NewMessage {
                     sender: self.me.clone(),
                     text: a.text.clone(),
-                    mention: a.mention.clone(),
+                    mention,
                     idempotency_key: Some(idempotency.to_string()),
                     urgent: false,
                     depth: self.depth,
@@ -329,8 +344,16 @@ impl ToolEnv<'_> {
                 format!("posted, but not delivered to other agents: the space's loop guard ({}) stops agents talking in circles; humans see it", g.as_str())
             }
         };
+        let noted = |mut result: Value| {
+            if let (Some(note), Some(o)) = (&note, result.as_object_mut()) {
+                o.insert("note".into(), json!(note));
+            }
+            result
+        };
         let (Some(wait), Some(live)) = (a.wait, live.as_mut()) else {
-            return Ok(json!({"success": true, "messageId": posted.id, "status": status}));
+            return Ok(noted(
+                json!({"success": true, "messageId": posted.id, "status": status}),
+            ));
         };
         let timeout = Duration::from_secs_f64(
             wait.timeout
@@ -361,7 +384,7 @@ impl ToolEnv<'_> {
         .await
         .ok()
         .flatten();
-        Ok(match matched {
+        Ok(noted(match matched {
             Some(reply) => {
                 json!({"messageId": posted.id, "sent": true, "timedOut": false, "reply": {
                     "text": reply.text, "entityId": reply.sender.id, "entityName": reply.sender.name,
@@ -369,7 +392,7 @@ impl ToolEnv<'_> {
                 }})
             }
             None => json!({"messageId": posted.id, "sent": true, "timedOut": true, "reply": null}),
-        })
+        }))
     }
 
     async fn enter_space(&mut self, args: Value) -> Result<Value, String> {
