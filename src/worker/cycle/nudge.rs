@@ -45,19 +45,29 @@ impl Cycle<'_> {
     }
 
     /// Whether the cycle has called a tool of [`ANSWERS`] that did not fail (a refused
-    /// `send_message` reached nobody either).
+    /// `send_message` reached nobody either). A step's results follow its turn, and call ids
+    /// are unique only within a turn (some servers number them from 0 every time).
     fn answered(&self) -> bool {
-        let failed = |id: &str| {
-            self.new.iter().any(|m| {
-                matches!(m, Message::Tool { tool_call_id, content }
-                    if tool_call_id == id && crate::worker::tools::is_error_result(content))
-            })
-        };
-        self.new.iter().any(|m| match m {
-            Message::Assistant { tool_calls, .. } => tool_calls
+        self.new.iter().enumerate().any(|(i, m)| {
+            let Message::Assistant { tool_calls, .. } = m else {
+                return false;
+            };
+            let results: Vec<(&str, &str)> = self.new[i + 1..]
                 .iter()
-                .any(|c| ANSWERS.contains(&c.name.as_str()) && !failed(&c.id)),
-            _ => false,
+                .map_while(|r| match r {
+                    Message::Tool {
+                        tool_call_id,
+                        content,
+                    } => Some((tool_call_id.as_str(), content.as_str())),
+                    _ => None,
+                })
+                .collect();
+            tool_calls.iter().any(|c| {
+                ANSWERS.contains(&c.name.as_str())
+                    && !results.iter().any(|(id, content)| {
+                        *id == c.id && crate::worker::tools::is_error_result(content)
+                    })
+            })
         })
     }
 }
