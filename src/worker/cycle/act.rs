@@ -17,7 +17,7 @@ use crate::worker::tools::{ExternalCall, Outcome, ToolEnv};
 
 /// Calls one step makes; the model is told that any beyond were not made (a model that
 /// fans out to dozens of calls at once must not fan its tools out with it).
-const MAX_CALLS_PER_STEP: usize = 16;
+const MAX_CALLS_PER_STEP: usize = 64;
 
 /// Whether `call` posts to a space (an effect a redone step must not make anew).
 fn posts(call: &ToolCall) -> bool {
