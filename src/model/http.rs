@@ -68,15 +68,19 @@ impl Endpoint {
     }
 
     /// Feeds the `data:` payload of each line of a server-sent event stream to `on_data`
-    /// until it has the answer (`Some`); `None` when the stream ended first.
+    /// until it has the answer (`Some`); `None` when the stream ended first. A stream longer
+    /// than [`MAX_ANSWER_BYTES`] fails as a bad response: what a server sends is its choice,
+    /// what we hold of it is ours.
     pub async fn each_data<T>(
         &self,
         resp: reqwest::Response,
         mut on_data: impl FnMut(&str) -> Result<Option<T>, (ModelError, Option<Duration>)>,
     ) -> Result<Option<T>, (ModelError, Option<Duration>)> {
         use futures::StreamExt as _;
+        let url = resp.url().to_string();
         let mut stream = resp.bytes_stream();
         let mut buf: Vec<u8> = Vec::new();
+        let mut read = 0usize;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
                 let detail = crate::report::chain(&e.without_url());
@@ -88,6 +92,17 @@ impl Endpoint {
                     None,
                 )
             })?;
+            read += chunk.len();
+            if read > MAX_ANSWER_BYTES {
+                let limit = MAX_ANSWER_BYTES >> 20;
+                return Err((
+                    self.error(
+                        Failure::BadResponse,
+                        format!("{url} streamed more than {limit} MiB for one answer"),
+                    ),
+                    None,
+                ));
+            }
             buf.extend_from_slice(&chunk);
             while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=pos).collect();
@@ -111,7 +126,7 @@ impl Endpoint {
     ) -> (ModelError, Option<Duration>) {
         let status = resp.status();
         let wait = retry_after(resp.headers());
-        let text = resp.text().await.unwrap_or_default();
+        let text = bounded_text(resp).await;
         let detail = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
@@ -120,6 +135,27 @@ impl Endpoint {
         (self.error(failure_for(status.as_u16()), msg), wait)
     }
 }
+
+/// The start of an error answer's body (what a status page says fits in it; the rest of a
+/// server's page is not read).
+async fn bounded_text(resp: reqwest::Response) -> String {
+    use futures::StreamExt as _;
+    const MAX_ERROR_BYTES: usize = 64 << 10;
+    let mut stream = resp.bytes_stream();
+    let mut body = Vec::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= MAX_ERROR_BYTES {
+            body.truncate(MAX_ERROR_BYTES);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The most of one streamed answer read (its events, whatever they hold); far beyond any
+/// `maxOutputTokens` a real model is given.
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// Attempts per call for transient errors (the first try included).
 pub const ATTEMPTS: u32 = 4;

@@ -1,6 +1,7 @@
 //! Any OpenAI-compatible chat completions endpoint (OpenAI, vLLM, Ollama, LiteLLM, …),
 //! streamed, with tool calls and usage. Wire types come from `async-openai`.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_openai::types::chat::{
@@ -166,18 +167,7 @@ impl OpenAi {
                 Ok(None)
             })
             .await?;
-        if acc.excess {
-            Err((
-                self.error(
-                    Failure::BadResponse,
-                    format!(
-                        "{} streamed an answer with more than {MAX_WIRE_CALLS} tool calls",
-                        self.url
-                    ),
-                ),
-                None,
-            ))
-        } else if done.is_some() || acc.seen_any {
+        if done.is_some() || acc.seen_any {
             Ok(acc.finish())
         } else {
             Err((
@@ -257,17 +247,15 @@ fn wire_message(m: &Message) -> ChatCompletionRequestMessage {
 #[derive(Default)]
 struct Accumulator {
     text: String,
+    /// The calls in the order they began; a call's wire index is the server's word and
+    /// only names it (a far index costs nothing), see `positions`.
     calls: Vec<ToolCall>,
+    /// Each wire index seen, and where its call is in `calls`.
+    positions: HashMap<u32, usize>,
     usage: Usage,
     finish_reason: Option<FinishReason>,
     seen_any: bool,
-    /// A call index past [`MAX_WIRE_CALLS`] was streamed.
-    excess: bool,
 }
-
-/// Tool calls one answer may stream; an index past it fails the answer (the index is the
-/// server's word, and growing the calls to it would let a server choose our memory use).
-const MAX_WIRE_CALLS: usize = 64;
 
 impl Accumulator {
     fn add(
@@ -303,18 +291,15 @@ impl Accumulator {
                 on_delta(Delta::Text(text));
             }
             for tc in choice.delta.tool_calls.unwrap_or_default() {
-                let index = tc.index as usize;
-                if index >= MAX_WIRE_CALLS {
-                    self.excess = true;
-                    continue;
-                }
-                while self.calls.len() <= index {
-                    self.calls.push(ToolCall {
+                let calls = &mut self.calls;
+                let index = *self.positions.entry(tc.index).or_insert_with(|| {
+                    calls.push(ToolCall {
                         id: String::new(),
                         name: String::new(),
                         arguments: String::new(),
                     });
-                }
+                    calls.len() - 1
+                });
                 let call = &mut self.calls[index];
                 if let Some(id) = tc.id.filter(|s| !s.is_empty()) {
                     call.id = id;
@@ -504,10 +489,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_call_index_past_the_bound_fails_the_answer_without_growing_memory() {
+    async fn a_far_call_index_names_a_call_without_growing_memory() {
         let far = json!({"tool_calls": [{"index": 4_000_000_000u32, "id": "x", "type": "function",
             "function": {"name": "send_message", "arguments": "{}"}}]});
         let mock = MockModel::responding(move |_| MockTurn::Deltas(vec![far.clone()]))
+            .await
+            .unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), None).unwrap();
+        let turn = model.complete(&request(), &mut |_| {}).await.unwrap();
+        assert_eq!(turn.tool_calls.len(), 1);
+        assert_eq!(turn.tool_calls[0].id, "x");
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_size_bound_fails_as_a_bad_response() {
+        let mib = "x".repeat(1 << 20);
+        let deltas: Vec<serde_json::Value> = (0..=(super::super::http::MAX_ANSWER_BYTES >> 20))
+            .map(|_| json!({"content": mib}))
+            .collect();
+        let mock = MockModel::responding(move |_| MockTurn::Deltas(deltas.clone()))
             .await
             .unwrap();
         let model = OpenAi::new(&spec(&mock.base_url), None)
@@ -515,7 +515,7 @@ mod tests {
             .with_backoff(Duration::from_millis(1));
         let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
         assert_eq!(err.category(), "bad_response");
-        assert!(err.to_string().contains("more than 64 tool calls"), "{err}");
+        assert!(err.to_string().contains("more than 16 MiB"), "{err}");
     }
 
     #[tokio::test]

@@ -16,8 +16,10 @@ use crate::store::StoreError;
 use crate::worker::tools::{ExternalCall, Outcome, ToolEnv};
 
 /// Calls one step makes; the model is told that any beyond were not made (a model that
-/// fans out to dozens of calls at once must not fan its tools out with it).
-const MAX_CALLS_PER_STEP: usize = 64;
+/// fans out to hundreds of calls at once must not fan its tools out with it). Far above
+/// what one batch asks of a working agent: a catch-up batch after an outage may hold dozens
+/// of jobs, each a call or two.
+pub(super) const MAX_CALLS_PER_STEP: usize = 256;
 
 /// Whether `call` posts to a space (an effect a redone step must not make anew).
 fn posts(call: &ToolCall) -> bool {

@@ -264,20 +264,20 @@ async fn wrong_names_and_arguments_get_results_the_model_corrects() {
 
 #[tokio::test]
 async fn calls_past_a_steps_bound_are_not_made_and_the_model_is_told() {
-    let many: Vec<(&str, serde_json::Value)> = (0..66)
+    let bound = super::act::MAX_CALLS_PER_STEP;
+    let many: Vec<(&str, serde_json::Value)> = (0..bound + 2)
         .map(|_| ("read_messages", json!({"space": "family"})))
         .collect();
     let r = rig("", vec![Ok(calls(&many)), Ok(send("Read."))]).await;
     r.cycle("catch up").await;
     let results = results_in(&r, 1);
-    assert_eq!(results.len(), 66, "every call has a result");
-    assert!(results[..64].iter().all(|c| !c.contains("not made")));
+    assert_eq!(results.len(), bound + 2, "every call has a result");
+    assert!(results[..bound].iter().all(|c| !c.contains("not made")));
+    let told = format!("at most {bound} tool calls");
     assert!(
-        results[64..]
-            .iter()
-            .all(|c| c.contains("at most 64 tool calls")),
+        results[bound..].iter().all(|c| c.contains(&told)),
         "{:?}",
-        &results[64..]
+        &results[bound..]
     );
 }
 
