@@ -18,6 +18,7 @@ pub mod plans;
 pub mod report;
 pub mod secrets;
 pub mod store;
+pub mod sync;
 pub mod telemetry;
 pub mod terminal;
 // Test helpers: never in a release build (feature `test-support`, on for this crate's tests).

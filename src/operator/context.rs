@@ -4,7 +4,7 @@
 //! controllers import it from here, beside them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -18,6 +18,7 @@ use super::dataplane::{Scaler, Tuning};
 use crate::archive::Archive;
 use crate::crd::{Agent, Space};
 use crate::store::{Store, StoreError};
+use crate::sync::lock;
 use crate::telemetry::OperatorMetrics;
 
 /// Why a reconcile failed. Each variant's text says its cause and `source()` does not return
@@ -223,7 +224,7 @@ impl Context {
     }
 
     fn failures(&self) -> MutexGuard<'_, HashMap<String, u32>> {
-        self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.failures)
     }
 
     /// Backoff after a failed reconcile of `key`: 1 s doubling to 5 min.
@@ -266,19 +267,12 @@ impl Context {
 
     /// The worker configuration hash this process last applied for `ns/name`.
     pub(super) fn applied_hash(&self, key: &str) -> Option<String> {
-        self.applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .cloned()
+        lock(&self.applied).get(key).cloned()
     }
 
     /// Remembers the worker configuration hash applied for `ns/name`.
     pub(super) fn record_applied_hash(&self, key: String, hash: &str) {
-        self.applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, hash.to_string());
+        lock(&self.applied).insert(key, hash.to_string());
     }
 
     /// A reconcile of `key` succeeded: its backoff starts over.

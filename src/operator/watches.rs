@@ -7,7 +7,7 @@
 //! or whose manifest it changed ([`PoolChanges`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -19,6 +19,7 @@ use super::build;
 use super::dataplane::Scaler;
 use crate::crd::{Agent, Pool, Space};
 use crate::store::AgentKey;
+use crate::sync::lock;
 
 /// Agents in `space`'s namespace that name it.
 pub(super) fn agents_naming(agents: &Cache<Agent>, space: &Space) -> Vec<ObjectRef<Agent>> {
@@ -51,7 +52,7 @@ impl MembershipChanges {
             agent.metadata.deletion_timestamp.is_some(),
         );
         let before = {
-            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut seen = lock(&self.seen);
             match seen.insert(uid, now.clone()) {
                 Some(before) if before == now => return Vec::new(),
                 before => before,
@@ -114,7 +115,7 @@ impl PoolChanges {
             agent.metadata.deletion_timestamp.is_some(),
         );
         let before = {
-            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut seen = lock(&self.seen);
             match seen.insert(uid, now.clone()) {
                 Some(before) if before == now => return Vec::new(),
                 before => before.and_then(|b| b.0),
@@ -139,9 +140,7 @@ impl PoolChanges {
 /// Forgets, in a map by Agent uid, the Agents that no longer exist.
 fn forget_gone<V>(seen: &Mutex<HashMap<String, V>>, agents: &Cache<Agent>) {
     let live: HashSet<String> = agents.state().iter().filter_map(|a| a.uid()).collect();
-    seen.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .retain(|uid, _| live.contains(uid));
+    lock(&seen).retain(|uid, _| live.contains(uid));
 }
 
 /// Pool events that matter to its Agents' `WorkerAvailable`: its creation and deletion, and a

@@ -3,6 +3,7 @@
 //! down, an agent's session is restarting). `/readyz` answers from it, and so does the
 //! `agentfleet_agent_ready` gauge.
 
+use crate::sync::lock;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 
@@ -56,27 +57,18 @@ impl Health {
 
     /// Why the agent cannot work right now (`None`: it can).
     pub fn problem(&self) -> Option<String> {
-        self.problem
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.problem).clone()
     }
 
     /// Records why the agent cannot work (shown by `/readyz` until cleared).
     pub fn set_problem(&self, problem: impl Into<String>) {
-        *self
-            .problem
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(problem.into());
+        *lock(&self.problem) = Some(problem.into());
         self.update_gauge();
     }
 
     /// The agent can work again.
     pub fn clear_problem(&self) {
-        let mut p = self
-            .problem
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut p = lock(&self.problem);
         if p.take().is_some() {
             drop(p);
             self.update_gauge();

@@ -46,6 +46,7 @@ use crate::crd::{
 };
 use crate::operator::status::{data_notice, data_part, data_status, find, phase, spent, time_of};
 use crate::store::{now_ms, AgentKey, AgentObservation, Store};
+use crate::sync::lock;
 use crate::telemetry::OperatorMetrics;
 
 /// Timing of the operator's data-plane work.
@@ -169,21 +170,13 @@ impl Scaler {
     }
 
     fn entries(&self) -> MutexGuard<'_, HashMap<AgentKey, Entry>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.entries)
     }
 
     /// The agent's scaling lock: whoever writes its replicas holds it, so a reconcile's apply
     /// (which reads the replicas to apply first) never undoes a scale change made meanwhile.
     pub async fn lock(&self, agent: &AgentKey) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = self
-            .locks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(agent.clone())
-            .or_default()
-            .clone();
+        let lock = lock(&self.locks).entry(agent.clone()).or_default().clone();
         lock.lock_owned().await
     }
 
@@ -256,20 +249,14 @@ impl Scaler {
 
     /// Asks the loop to look at `agent` soon (its status, scaling and plans).
     fn refresh(&self, agent: AgentKey) {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(agent);
+        lock(&self.pending).insert(agent);
         self.poke.notify_one();
     }
 
     /// Forgets an agent (it was deleted).
     pub fn forget(&self, agent: &AgentKey) {
         self.entries().remove(agent);
-        self.locks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(agent);
+        lock(&self.locks).remove(agent);
     }
 
     /// The replicas the operator asked for, for a worker it scales (not `scaling.external`).
@@ -319,10 +306,7 @@ impl Scaler {
                     }
                 },
                 _ = self.poke.notified() => {
-                    let keys: Vec<AgentKey> = self
-                        .pending
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    let keys: Vec<AgentKey> = lock(&self.pending)
                         .drain()
                         .collect();
                     if let Some(due) = self.pass(Some(keys), &deps).await {
@@ -541,10 +525,7 @@ impl Scaler {
         let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
         let mut loads: HashMap<PoolKey, PoolLoad> = HashMap::new();
         let mut entries = self.entries();
-        let mut gauges = self
-            .gauges
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut gauges = lock(&self.gauges);
         for (key, o) in keys.iter().zip(seen) {
             let Some(e) = entries.get_mut(key) else {
                 continue;

@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -25,6 +25,7 @@ use super::cluster::Notice;
 use super::decide::Trigger;
 use super::Deps;
 use crate::crd::Pool;
+use crate::sync::lock;
 
 /// A Pool by namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -129,15 +130,12 @@ impl Default for Pools {
 
 impl Pools {
     fn entries(&self) -> MutexGuard<'_, HashMap<PoolKey, Entry>> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.entries)
     }
 
     /// The Pools whose load or replicas changed, to reconcile (their status); taken once.
     pub fn changes(&self) -> Option<mpsc::UnboundedReceiver<ObjectRef<Pool>>> {
-        self.changes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        lock(&self.changes).take()
     }
 
     fn notify(&self, key: &PoolKey) {
@@ -148,13 +146,7 @@ impl Pools {
 
     /// The Pool's scaling lock: whoever writes its replicas holds it.
     pub async fn lock(&self, key: &PoolKey) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = self
-            .locks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(key.clone())
-            .or_default()
-            .clone();
+        let lock = lock(&self.locks).entry(key.clone()).or_default().clone();
         lock.lock_owned().await
     }
 
@@ -185,10 +177,7 @@ impl Pools {
     /// Forgets a deleted Pool.
     pub fn forget(&self, key: &PoolKey) {
         self.entries().remove(key);
-        self.locks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
+        lock(&self.locks).remove(key);
     }
 
     /// The replicas the reconcile applies: the loop's count (or `last_known`, the status',

@@ -27,6 +27,7 @@ use super::{
     StoreError,
 };
 use crate::keys::SpaceKey;
+use crate::sync::lock;
 
 /// Wake signals a slow listener may fall behind before it misses some (its sweep catches
 /// up): a burst to every agent of a large `dev`.
@@ -163,10 +164,7 @@ impl MemoryStore {
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         // A panic while holding the lock cannot leave `State` half-updated (every mutation is a
         // single map operation), so a poisoned lock is safe to keep using.
-        let mut guard = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = lock(&self.state);
         f(&mut guard)
     }
 

@@ -8,7 +8,7 @@
 //! map (`MOVED`, `ASK`, failover); every step of the store already stays on one slot.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt as _};
@@ -24,18 +24,13 @@ use super::pubsub::Shards;
 use super::redis_err;
 use crate::store::consciousness::WindowState;
 use crate::store::{AgentKey, Checkpoint, StoreError, WakeScope, WAKE_CHANNEL};
+use crate::sync::lock;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A blocking wait's connection on a cluster: longer than any wait the store asks for (the
 /// wait has its own timeout).
 const BLOCKING_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// A poisoned lock only means a panic elsewhere; the maps stay usable (each change is one
-/// map operation).
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Durable writes are acknowledged only once this many replicas have them, waiting at most
 /// `timeout` (`WAIT`).

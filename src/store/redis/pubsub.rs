@@ -23,10 +23,10 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::AbortHandle;
 use tracing::warn;
 
-use super::conn::lock;
 use super::keys::AgentKeys;
 use super::redis_err;
 use crate::store::{AgentKey, StoreError};
+use crate::sync::lock;
 
 /// How many messages a slow local receiver may fall behind before it skips some.
 const BACKLOG: usize = 1024;

@@ -27,7 +27,7 @@ mod waking;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify, Semaphore};
@@ -35,6 +35,7 @@ use tracing::{debug, error, warn};
 
 use crate::crd::Agent;
 use crate::store::{now_ms, AgentKey, Store, WakeScope};
+use crate::sync::lock;
 use crate::telemetry::WorkerMetrics;
 use crate::worker::cycle::Agentlet;
 use crate::worker::session::Backoff;
@@ -164,10 +165,6 @@ struct Entry {
     timer: Option<i64>,
     /// The wait after a session that ended badly.
     restarts: Backoff,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Pool {

@@ -8,8 +8,9 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use tracing::{debug, info, warn};
 
-use super::{lock, Inner};
+use super::Inner;
 use crate::store::{now_ms, AgentKey};
+use crate::sync::lock;
 use crate::worker::session::Backoff;
 
 impl Inner {
