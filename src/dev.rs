@@ -20,7 +20,6 @@ use kube::ResourceExt;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::Redis;
 use crate::crd::{Agent, MemberKind, Space};
 use crate::gateway::auth::{new_token, Entity, EntityKind, Tokens};
 use crate::gateway::{self, Gateway, Limits};
@@ -28,6 +27,7 @@ use crate::manifests::{self, Manifests};
 use crate::membership::{self, SpaceKey};
 use crate::operator::dataplane::gauges::watch_fleet;
 use crate::operator::dataplane::Tuning;
+use crate::store::RedisArgs;
 use crate::store::{AgentKey, MemoryStore, Store, WakeScope};
 use crate::telemetry::data_plane::{self, watch_data_plane};
 use crate::telemetry::{self, OperatorMetrics, WorkerMetrics};
@@ -44,7 +44,7 @@ const DEV_WARM_AGENTS: usize = 1_000;
 
 /// Flags of `agentfleet dev`.
 #[derive(clap::Args, Debug, Clone)]
-#[command(mut_args(|a| Redis::optional(a, "Use this Redis instead of the embedded store")))]
+#[command(mut_args(|a| RedisArgs::optional(a, "Use this Redis instead of the embedded store")))]
 pub struct Args {
     /// Directory of Agent, Space and Secret manifests (`*.yaml`, `*.yml`; several documents a
     /// file).
@@ -54,7 +54,7 @@ pub struct Args {
     pub addr: SocketAddr,
     /// Redis instead of the embedded store (the shared flag, made optional).
     #[command(flatten)]
-    pub redis: Option<Redis>,
+    pub redis: Option<RedisArgs>,
     /// Namespace of manifests that name none.
     #[arg(long, default_value = "default")]
     pub namespace: String,

@@ -3,6 +3,7 @@
 //! One crate, one binary (`agentfleet`); each subcommand calls one module's `run()`.
 
 pub mod archive;
+pub mod callback;
 pub mod crd;
 pub mod decisions;
 pub mod dev;

@@ -6,10 +6,11 @@ use std::io::Write;
 
 use anyhow::bail;
 
-use super::{agent_arg, time, Redis};
+use super::{agent_arg, connect, time};
+
 use crate::decisions::{self, Refusal, Reply};
 use crate::store::prelude::*;
-use crate::store::{now_ms, CallId};
+use crate::store::{now_ms, CallId, RedisArgs};
 use crate::terminal::{sanitize, Breaks};
 
 /// Who answers and where: the flags every answer takes.
@@ -29,7 +30,7 @@ pub struct Answering {
     pub by: String,
     /// The data plane.
     #[command(flatten)]
-    pub redis: Redis,
+    pub redis: RedisArgs,
 }
 
 /// Answering a paused tool call from a terminal. Exit codes: 0 answered, 3 no such call
@@ -67,7 +68,7 @@ pub enum CallCommand {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        redis: Redis,
+        redis: RedisArgs,
     },
 }
 
@@ -116,7 +117,7 @@ async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
     let id = CallId::parse(&call.call)
         .filter(|id| id.agent() == &agent)
         .ok_or_else(|| Refusal::Unknown(call.call.clone()))?;
-    let store = call.redis.connect().await?;
+    let store = connect(&call.redis).await?;
     let answered = decisions::answer(&store, &id, None, by, reply).await?;
     let out = &mut std::io::stdout();
     writeln!(
@@ -144,9 +145,9 @@ async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
 }
 
 /// Lists what waits for a human, oldest first.
-async fn list(agent: &str, json: bool, redis: &Redis) -> anyhow::Result<()> {
+async fn list(agent: &str, json: bool, redis: &RedisArgs) -> anyhow::Result<()> {
     let agent = agent_arg(agent)?;
-    let store = redis.connect().await?;
+    let store = connect(redis).await?;
     let calls = store.human_calls(&agent).await?;
     let out = &mut std::io::stdout();
     if calls.is_empty() && !json {

@@ -6,11 +6,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
-use super::{agent_arg, require_agent, say, time, Redis};
+use super::{agent_arg, connect, require_agent, say, time};
+
 use crate::archive::{self, Document};
 use crate::model::Message;
 use crate::store::prelude::*;
-use crate::store::{AgentKey, Checkpoint, Consciousness, Goal, Memories, NoteKind, Snapshot};
+use crate::store::{
+    AgentKey, Checkpoint, Consciousness, Goal, Memories, NoteKind, RedisArgs, Snapshot,
+};
 
 /// `agentfleet consciousness …`
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -29,7 +32,7 @@ pub enum ConsciousnessCommand {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        redis: Redis,
+        redis: RedisArgs,
     },
     /// Make the consciousness what it was after a retained checkpoint's cycle (`--cycle`), or
     /// what an archived checkpoint holds (`--from URL`: its messages, summary, memories, goals
@@ -44,7 +47,7 @@ pub enum ConsciousnessCommand {
         #[arg(long, value_name = "URL")]
         from: Option<String>,
         #[command(flatten)]
-        redis: Redis,
+        redis: RedisArgs,
     },
 }
 
@@ -90,7 +93,7 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
             agent, json, redis, ..
         } => {
             let key = agent_arg(agent.as_deref().unwrap_or_default())?;
-            let store = redis.connect().await?;
+            let store = connect(&redis).await?;
             require_agent(&store, &key).await?;
             let seen = store.observe(std::slice::from_ref(&key)).await?.pop();
             let mut lines = Vec::new();
@@ -150,7 +153,7 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let store = redis.connect().await?;
+            let store = connect(&redis).await?;
             require_agent(&store, &key).await?;
             let holder = format!("agentfleet-cli-{}", std::process::id());
             let lease = store

@@ -12,7 +12,7 @@ pub struct Args {
     pub addr: SocketAddr,
     /// The data plane (`--redis`).
     #[command(flatten)]
-    pub redis: crate::cli::Redis,
+    pub redis: crate::store::RedisArgs,
     /// The token file: SHA-256 hashes of bearer tokens → entities (a mounted Secret; reloaded
     /// when it changes).
     #[arg(long, env = "AGENTFLEET_GATEWAY_TOKENS")]

@@ -56,7 +56,6 @@ use api::{
 };
 use auth::{Caller, Entity, RateLimiter, Tokens};
 pub use config::{Args, Limits};
-pub use results::tool_result_url;
 pub use serve::serve;
 use sse::Hub;
 

@@ -15,12 +15,6 @@ use super::auth::bearer_token;
 use super::{Gateway, RequestRefusals};
 use crate::store::{presented_hash, CallId, CallResult, Completion};
 
-/// Where the service of an async tool call posts its result: the gateway at `base`
-/// (`http://…`, as the worker's `--callback-url` gives it).
-pub fn tool_result_url(base: &str, call: &CallId) -> String {
-    format!("{}/v1/tool-results/{call}", base.trim_end_matches('/'))
-}
-
 /// The result of an asynchronous tool call: exactly one of `result` and `error`.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -184,6 +178,7 @@ mod tests {
 
     #[test]
     fn the_callback_url_names_the_route() {
+        use crate::callback::tool_result_url;
         let id = CallId::new(&crate::store::AgentKey::new("ops", "bot")).unwrap();
         assert_eq!(
             tool_result_url("http://gw:8080/", &id),

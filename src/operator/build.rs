@@ -530,7 +530,7 @@ mod tests {
             #[derive(clap::Parser)]
             struct Cli {
                 #[command(flatten)]
-                redis: crate::cli::Redis,
+                redis: crate::store::RedisArgs,
             }
             let mut all = vec!["x"];
             all.extend(args);
@@ -549,7 +549,7 @@ mod tests {
                 .find(|e| e.name == name)
                 .and_then(|e| e.value.clone())
         };
-        assert_eq!(value(crate::cli::REDIS_CA_ENV).as_deref(), Some("PEM"));
+        assert_eq!(value(crate::store::REDIS_CA_ENV).as_deref(), Some("PEM"));
         assert_eq!(
             value("AGENTFLEET_REDIS_WAIT_REPLICAS").as_deref(),
             Some("1")

@@ -49,7 +49,7 @@ use crate::telemetry::{self, LogFormat, OperatorMetrics};
 pub struct Args {
     /// The data plane (`--redis`).
     #[command(flatten)]
-    pub redis: crate::cli::Redis,
+    pub redis: crate::store::RedisArgs,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,

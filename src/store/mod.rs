@@ -67,7 +67,9 @@ pub use self::memory::MemoryStore;
 pub use self::messages::Messages;
 pub use self::notes::{NoteKind, Notes};
 pub use self::observe::{checkpoint_ref_cycle, Observe};
-pub use self::redis::{redact_url, RedisOptions, RedisStore, WaitReplicas};
+pub use self::redis::{
+    redact_url, RedisArgs, RedisOptions, RedisStore, WaitReplicas, REDIS_CA_ENV,
+};
 pub use self::spaces::Spaces;
 pub use self::tokens::TokenSpend;
 pub use self::types::*;

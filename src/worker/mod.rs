@@ -58,7 +58,7 @@ pub struct Args {
 pub struct RuntimeArgs {
     /// The data plane (`--redis`).
     #[command(flatten)]
-    pub redis: crate::cli::Redis,
+    pub redis: crate::store::RedisArgs,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "AGENTFLEET_METRICS_ADDR", default_value = "0.0.0.0:9090")]
     pub metrics_addr: SocketAddr,

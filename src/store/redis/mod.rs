@@ -2,6 +2,7 @@
 //!
 //! | file | holds |
 //! |---|---|
+//! | `args.rs` | the flags that name the data plane, shared by every command that reaches it |
 //! | `keys.rs` | every key and channel, and the table of what each holds |
 //! | `scripts.rs`, `lua/` | every Lua script, each with the one typed function that runs it |
 //! | `conn.rs` | the shared and the blocking connections, one Redis or a cluster; the commit cache |
@@ -15,6 +16,7 @@
 //! | `observe.rs` | the operator's observation, model health, purge |
 //! | `calls.rs` | asynchronous tool calls: registering, forgetting, accepting a result |
 
+mod args;
 mod calls;
 mod conn;
 mod consciousness;
@@ -31,6 +33,7 @@ mod spaces;
 
 use std::time::Duration;
 
+pub use self::args::{RedisArgs, REDIS_CA_ENV};
 pub use self::conn::WaitReplicas;
 use self::conn::{CommitCache, Connections};
 use super::{InboxEvent, StoreError};

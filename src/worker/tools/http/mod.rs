@@ -217,7 +217,7 @@ impl HttpTools {
         };
         call.record.depth = depth;
         *token = Some(call.token.clone());
-        let callback = crate::gateway::tool_result_url(base, &call.id);
+        let callback = crate::callback::tool_result_url(base, &call.id);
         let (Ok(callback), Ok(mut secret)) = (
             HeaderValue::from_str(&callback),
             HeaderValue::from_str(&call.token),
