@@ -37,6 +37,10 @@ pub enum Error {
     /// The object lacks a field the API server always sets.
     #[error("object has no {0}")]
     MissingField(&'static str),
+    /// The API server refused an object as invalid (a problem of the spec, said in a
+    /// condition; never retried as a failure). The message names the object.
+    #[error("{0}")]
+    Refused(String),
     /// A cache this reconcile reads has not synced.
     #[error("cache not synced")]
     CacheNotReady,
@@ -94,6 +98,7 @@ impl Error {
             Error::Store(e) => e.category(),
             Error::Render(_) => "render",
             Error::MissingField(_) => "invalid_object",
+            Error::Refused(_) => "refused",
             Error::CacheNotReady => "cache",
             Error::CleanupPending(_) => "cleanup_pending",
             Error::Finalizer(e) => match e.as_ref() {

@@ -10,7 +10,9 @@
 //! from this one.
 
 pub mod agent;
+mod apply;
 pub mod build;
+mod cleanup;
 pub mod conditions;
 pub mod context;
 pub mod controllers;

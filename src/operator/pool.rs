@@ -18,13 +18,14 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use tracing::instrument;
 
-use super::agent::{apply, validate, MAX_NAME_LEN, READY};
+use super::agent::{validate, MAX_NAME_LEN, READY};
+use super::apply::{apply, refused_as, remove};
 use super::build::{self, FIELD_MANAGER};
 use super::context::{Context, Error};
 use super::dataplane::pools::{PoolKey, PoolTracked};
@@ -111,8 +112,8 @@ pub async fn reconcile(pool: Arc<Pool>, ctx: Arc<Context>) -> Result<Action, Err
         let owner = pool
             .controller_owner_ref(&())
             .ok_or(Error::MissingField("metadata.uid"))?;
-        match apply_objects(&ctx, &pool, &key, &owner, &agents).await? {
-            Ok(deploy) => {
+        match apply_objects(&ctx, &pool, &key, &owner, &agents).await {
+            Ok(Placed::Applied(deploy)) => {
                 let asked = deploy.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
                 let ready = deploy
                     .status
@@ -123,7 +124,9 @@ pub async fn reconcile(pool: Arc<Pool>, ctx: Arc<Context>) -> Result<Action, Err
                 status.ready_replicas = Some(ready);
                 ready_condition(asked, ready, agents.len())
             }
-            Err(failed) => failed,
+            Ok(Placed::TooMany(failed)) => failed,
+            Err(Error::Refused(rejected)) => Cond::fail(READY, "PoolRejected", rejected),
+            Err(e) => return Err(e),
         }
     } else {
         Cond::fail(READY, "InvalidSpec", problems.join("; "))
@@ -187,17 +190,24 @@ fn ready_condition(asked: i32, ready: i32, agents: usize) -> Cond {
     }
 }
 
-/// Applies the Pool's objects; `Ok(Err(condition))` when the API server refused one or the
-/// agents do not fit (the objects applied so far stay).
+/// What became of a Pool's objects (short of an error).
+enum Placed {
+    /// All applied: the Deployment as the API server keeps it.
+    Applied(Deployment),
+    /// The agents' manifests do not fit in the ConfigMaps a Pool fills: the condition.
+    TooMany(Cond),
+}
+
+/// Applies the Pool's objects; [`Error::Refused`] when the API server refused one (the
+/// objects applied so far stay).
 async fn apply_objects(
     ctx: &Context,
     pool: &Pool,
     key: &PoolKey,
     owner: &OwnerReference,
     agents: &[Arc<Agent>],
-) -> Result<Result<Deployment, Cond>, Error> {
+) -> Result<Placed, Error> {
     let ns = &key.namespace;
-    let rejected = |what: String| Cond::fail(READY, "PoolRejected", what);
     let mut manifests = BTreeMap::new();
     for a in agents {
         manifests.insert(a.name_any(), build::render_manifest(a)?);
@@ -205,7 +215,7 @@ async fn apply_objects(
     let shards = match build::shard(&manifests) {
         Ok(shards) => shards,
         Err(bytes) => {
-            return Ok(Err(Cond::fail(
+            return Ok(Placed::TooMany(Cond::fail(
                 READY,
                 "TooManyAgents",
                 format!(
@@ -229,34 +239,28 @@ async fn apply_objects(
     if ctx.applied_hash(&applied_key).as_deref() != Some(print.as_str()) {
         let secrets_api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
         for secret in build::pool_secrets(pool, owner, &ctx.worker) {
-            if let Err(e) = apply(&secrets_api, &secret).await? {
-                return Ok(Err(rejected(format!(
-                    "Secret {} rejected: {e}",
-                    secret.name_any()
-                ))));
-            }
+            apply(&secrets_api, &secret)
+                .await
+                .map_err(refused_as(format_args!("Secret {}", secret.name_any())))?;
         }
         let cms = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
         for (i, data) in shards.iter().enumerate() {
             let cm = build::pool_configmap(pool, owner, i, data.clone());
-            if let Err(e) = apply(&cms, &cm).await? {
-                return Ok(Err(rejected(format!(
-                    "ConfigMap {} rejected: {e}",
-                    cm.name_any()
-                ))));
-            }
+            apply(&cms, &cm)
+                .await
+                .map_err(refused_as(format_args!("ConfigMap {}", cm.name_any())))?;
         }
         remove_stale_shards(&cms, &key.name, shards.len()).await?;
         let pdbs = Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), ns);
-        if let Err(e) = apply(&pdbs, &build::pool_pdb(pool, owner)).await? {
-            return Ok(Err(rejected(format!("PodDisruptionBudget rejected: {e}"))));
-        }
+        apply(&pdbs, &build::pool_pdb(pool, owner))
+            .await
+            .map_err(refused_as("PodDisruptionBudget"))?;
         let policies = Api::<NetworkPolicy>::namespaced(ctx.client.clone(), ns);
         match build::pool_network_policy(pool, owner) {
             Some(np) => {
-                if let Err(e) = apply(&policies, &np).await? {
-                    return Ok(Err(rejected(format!("NetworkPolicy rejected: {e}"))));
-                }
+                apply(&policies, &np)
+                    .await
+                    .map_err(refused_as("NetworkPolicy"))?;
             }
             None => remove(&policies, &build::pool_deployment_name(&key.name)).await?,
         }
@@ -276,15 +280,12 @@ async fn apply_objects(
                 replicas: Some(replicas),
             },
         );
-        match apply(
+        apply(
             &Api::<Deployment>::namespaced(ctx.client.clone(), ns),
             &deploy,
         )
-        .await?
-        {
-            Ok(applied) => applied,
-            Err(e) => return Ok(Err(rejected(format!("Deployment rejected: {e}")))),
-        }
+        .await
+        .map_err(refused_as("Deployment"))?
     };
     ctx.record_applied_hash(applied_key, &print);
     ctx.scaler.pools.track(
@@ -298,7 +299,7 @@ async fn apply_objects(
             replicas: deploy.spec.as_ref().and_then(|s| s.replicas),
         },
     );
-    Ok(Ok(deploy))
+    Ok(Placed::Applied(deploy))
 }
 
 /// Deletes the Pool's ConfigMaps of manifests beyond the `count` it fills now.
@@ -319,16 +320,4 @@ async fn remove_stale_shards(api: &Api<ConfigMap>, pool: &str, count: usize) -> 
         }
     }
     Ok(())
-}
-
-/// Deletes `name` if it exists.
-pub(super) async fn remove<K>(api: &Api<K>, name: &str) -> Result<(), Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::Kube(e)),
-    }
 }

@@ -7,10 +7,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 
+use super::apply::remove;
 use super::build;
 use super::conditions::WORKER_AVAILABLE;
 use super::context::Error;
-use super::pool::remove;
 use super::status::Cond;
 use crate::crd::Pool;
 
