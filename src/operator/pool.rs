@@ -193,7 +193,7 @@ fn ready_condition(asked: i32, ready: i32, agents: usize) -> Cond {
 /// What became of a Pool's objects (short of an error).
 enum Placed {
     /// All applied: the Deployment as the API server keeps it.
-    Applied(Deployment),
+    Applied(Box<Deployment>),
     /// The agents' manifests do not fit in the ConfigMaps a Pool fills: the condition.
     TooMany(Cond),
 }
@@ -299,7 +299,7 @@ async fn apply_objects(
             replicas: deploy.spec.as_ref().and_then(|s| s.replicas),
         },
     );
-    Ok(Placed::Applied(deploy))
+    Ok(Placed::Applied(Box::new(deploy)))
 }
 
 /// Deletes the Pool's ConfigMaps of manifests beyond the `count` it fills now.
