@@ -205,11 +205,8 @@ async fn apply_worker(
         .await
         .map_err(refused_as("ConfigMap"))?;
     let deployment = {
-        // Replicas read and applied under the agent's scaling lock: an apply never undoes a
-        // scale change made meanwhile.
-        let _scaling = ctx.scaler.lock(key).await;
-        let replicas = ctx.scaler.replicas_for(key, &agent.spec, status.replicas);
-        let deploy = build::deployment(agent, &owner, &ctx.worker, &hash, replicas);
+        let held = ctx.scaler.hold(key, &agent.spec, status.replicas).await;
+        let deploy = build::deployment(agent, &owner, &ctx.worker, &hash, held.replicas);
         let api = Api::<Deployment>::namespaced(ctx.client.clone(), &key.namespace);
         apply(&api, &deploy)
             .await

@@ -164,7 +164,7 @@ async fn not_removed(
         .as_ref()
         .map_or_else(Timestamp::now, |t| t.0);
     let waited = Timestamp::now().duration_since(since);
-    let limit = ctx.scaler.tuning.cleanup_timeout;
+    let limit = ctx.scaler.cleanup_timeout();
     if waited.as_secs() >= i64::try_from(limit.as_secs()).unwrap_or(i64::MAX) {
         ctx.scaler.forget(key);
         warn!(%key, error = %failure, "giving up removing the agent's state");

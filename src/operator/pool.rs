@@ -267,9 +267,8 @@ async fn apply_objects(
     }
     let r = &pool.spec.replicas;
     let deploy = {
-        let _scaling = ctx.scaler.pools.lock(key).await;
         let last_known = pool.status.as_ref().and_then(|s| s.replicas);
-        let replicas = ctx.scaler.pools.replicas_for(key, r.min, r.max, last_known);
+        let held = ctx.scaler.pools.hold(key, r.min, r.max, last_known).await;
         let deploy = build::pool_deployment(
             pool,
             owner,
@@ -277,7 +276,7 @@ async fn apply_objects(
             &build::PoolPods {
                 shards: shards.len(),
                 secrets: &secrets,
-                replicas: Some(replicas),
+                replicas: Some(held.replicas),
             },
         );
         apply(

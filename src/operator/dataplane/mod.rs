@@ -142,7 +142,14 @@ pub struct Scaler {
     /// The Pools, scaled by their agents' load.
     pub pools: Pools,
     /// Timing.
-    pub tuning: Tuning,
+    tuning: Tuning,
+}
+
+/// Replicas to apply, and the scaling lock they were read under (held while this lives).
+pub struct Held<R> {
+    /// The replicas to apply.
+    pub replicas: R,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
 /// What the loop acts with.
@@ -173,27 +180,37 @@ impl Scaler {
         lock(&self.entries)
     }
 
-    /// The agent's scaling lock: whoever writes its replicas holds it, so a reconcile's apply
-    /// (which reads the replicas to apply first) never undoes a scale change made meanwhile.
-    pub async fn lock(&self, agent: &AgentKey) -> tokio::sync::OwnedMutexGuard<()> {
+    /// The agent's scaling lock: whoever writes its replicas holds it.
+    async fn lock(&self, agent: &AgentKey) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = lock(&self.locks).entry(agent.clone()).or_default().clone();
         lock.lock_owned().await
     }
 
-    /// The replicas the reconcile applies for `agent` (see [`replicas_to_apply`]); `last_known`
-    /// is the status' replicas, which carry the count across operator restarts.
-    pub fn replicas_for(
+    /// The replicas the reconcile applies for `agent` (see [`replicas_to_apply`]), read under
+    /// its scaling lock, which the returned [`Held`] keeps until it is dropped: an apply made
+    /// meanwhile never undoes a scale change of the loop. `last_known` is the status' replicas,
+    /// which carry the count across operator restarts.
+    pub async fn hold(
         &self,
         agent: &AgentKey,
         spec: &AgentSpec,
         last_known: Option<i32>,
-    ) -> Option<i32> {
+    ) -> Held<Option<i32>> {
+        let lock = self.lock(agent).await;
         let current = self
             .entries()
             .get(agent)
             .and_then(|e| e.replicas)
             .or(last_known);
-        replicas_to_apply(spec, current)
+        Held {
+            replicas: replicas_to_apply(spec, current),
+            _lock: lock,
+        }
+    }
+
+    /// How long a deleted Agent's state may resist removal before it is left behind.
+    pub fn cleanup_timeout(&self) -> Duration {
+        self.tuning.cleanup_timeout
     }
 
     /// Records what the reconcile found and applied, and asks the loop to look at the agent.

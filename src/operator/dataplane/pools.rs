@@ -14,6 +14,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::Held;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -145,7 +146,7 @@ impl Pools {
     }
 
     /// The Pool's scaling lock: whoever writes its replicas holds it.
-    pub async fn lock(&self, key: &PoolKey) -> tokio::sync::OwnedMutexGuard<()> {
+    async fn lock(&self, key: &PoolKey) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = lock(&self.locks).entry(key.clone()).or_default().clone();
         lock.lock_owned().await
     }
@@ -182,7 +183,7 @@ impl Pools {
 
     /// The replicas the reconcile applies: the loop's count (or `last_known`, the status',
     /// across operator restarts; else `min`) within `min..=max`.
-    pub fn replicas_for(&self, key: &PoolKey, min: i32, max: i32, last_known: Option<i32>) -> i32 {
+    fn replicas_for(&self, key: &PoolKey, min: i32, max: i32, last_known: Option<i32>) -> i32 {
         let current = self
             .entries()
             .get(key)
@@ -190,6 +191,22 @@ impl Pools {
             .or(last_known)
             .unwrap_or(min);
         current.clamp(min.max(0), max.max(min).max(0))
+    }
+
+    /// [`Pools::replicas_for`], read under the Pool's scaling lock, which the returned
+    /// [`Held`] keeps until it is dropped: an apply never undoes a scale change made meanwhile.
+    pub async fn hold(
+        &self,
+        key: &PoolKey,
+        min: i32,
+        max: i32,
+        last_known: Option<i32>,
+    ) -> Held<i32> {
+        let lock = self.lock(key).await;
+        Held {
+            replicas: self.replicas_for(key, min, max, last_known),
+            _lock: lock,
+        }
     }
 
     /// The load the last sweep saw.
