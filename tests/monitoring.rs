@@ -104,7 +104,7 @@ fn promtool_passes_the_rules_and_their_unit_tests() {
 
 #[test]
 fn every_alert_is_labelled_documented_and_unit_tested_firing_and_quiet() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let runbooks = std::fs::read_to_string(root().join("docs/operating.md")).unwrap();
     // For each alert: (tested firing, tested quiet).
     let mut tested: BTreeMap<String, (bool, bool)> = BTreeMap::new();
     for file in rule_tests() {
@@ -123,7 +123,7 @@ fn every_alert_is_labelled_documented_and_unit_tested_firing_and_quiet() {
         }
     }
     let rules = alerts();
-    assert_eq!(rules.len(), 10, "the alerts of the README's list");
+    assert_eq!(rules.len(), 10, "the alerts of docs/operating.md's list");
     for rule in &rules {
         let name = text(&rule["alert"]);
         assert!(
@@ -140,8 +140,8 @@ fn every_alert_is_labelled_documented_and_unit_tested_firing_and_quiet() {
             "{name}: runbook_url"
         );
         assert!(
-            readme.lines().any(|l| l == format!("#### {name}")),
-            "{name}: README.md has no runbook heading `#### {name}`"
+            runbooks.lines().any(|l| l == format!("#### {name}")),
+            "{name}: docs/operating.md has no runbook heading `#### {name}`"
         );
         assert_eq!(
             tested.get(name),
