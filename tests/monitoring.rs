@@ -136,7 +136,7 @@ fn every_alert_is_labelled_documented_and_unit_tested_firing_and_quiet() {
         let anchor = name.to_lowercase();
         assert_eq!(
             text(&rule["annotations"]["runbook_url"]),
-            format!("https://github.com/agentfleet/agentfleet/blob/main/README.md#{anchor}"),
+            format!("https://github.com/agentfleet/agentfleet/blob/main/docs/operating.md#{anchor}"),
             "{name}: runbook_url"
         );
         assert!(
