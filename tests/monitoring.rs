@@ -104,7 +104,6 @@ fn promtool_passes_the_rules_and_their_unit_tests() {
 
 #[test]
 fn every_alert_is_labelled_documented_and_unit_tested_firing_and_quiet() {
-    let runbooks = std::fs::read_to_string(root().join("docs/operating.md")).unwrap();
     // For each alert: (tested firing, tested quiet).
     let mut tested: BTreeMap<String, (bool, bool)> = BTreeMap::new();
     for file in rule_tests() {
@@ -133,15 +132,15 @@ fn every_alert_is_labelled_documented_and_unit_tested_firing_and_quiet() {
         for key in ["summary", "description"] {
             assert!(!text(&rule["annotations"][key]).is_empty(), "{name}: {key}");
         }
+        // That the anchor is a heading of docs/operating.md is tests/docs.rs's (every
+        // runbook_url, as every link of the docs).
         let anchor = name.to_lowercase();
         assert_eq!(
             text(&rule["annotations"]["runbook_url"]),
-            format!("https://github.com/agentfleet/agentfleet/blob/main/docs/operating.md#{anchor}"),
+            format!(
+                "https://github.com/agentfleet/agentfleet/blob/main/docs/operating.md#{anchor}"
+            ),
             "{name}: runbook_url"
-        );
-        assert!(
-            runbooks.lines().any(|l| l == format!("#### {name}")),
-            "{name}: docs/operating.md has no runbook heading `#### {name}`"
         );
         assert_eq!(
             tested.get(name),
