@@ -16,7 +16,7 @@ use crate::crd::validate::check_arguments;
 use crate::keys::SpaceKey;
 use crate::store::prelude::*;
 use crate::store::{
-    now_ms, Answer, CallId, CallKind, CallRecord, CallResult, Completion, Decision, StoreError,
+    now_ms, Answer, CallId, CallKind, CallRecord, CallResult, Completion, StoreError, Verdict,
 };
 
 /// The longest reason, in characters.
@@ -171,7 +171,7 @@ async fn post_audit(
 }
 
 /// The decision `reply` makes for a call of `record`, or why it does not fit (pure).
-pub fn decide(record: &CallRecord, by: &str, reply: Reply) -> Result<Decision, Refusal> {
+pub fn decide(record: &CallRecord, by: &str, reply: Reply) -> Result<Verdict, Refusal> {
     let (answer, reason) = match (record.kind, reply) {
         (CallKind::Approval, Reply::Decision { approve, reason }) => {
             let reason = reason
@@ -223,7 +223,7 @@ pub fn decide(record: &CallRecord, by: &str, reply: Reply) -> Result<Decision, R
             )))
         }
     };
-    Ok(Decision {
+    Ok(Verdict {
         answer,
         by: by.to_string(),
         reason,
@@ -241,7 +241,7 @@ pub fn verb(answer: &Answer) -> &'static str {
 
 /// The audit message: `Husam approved restart_deployment (call ID): reason`; an interactive
 /// tool's answer quotes the result (cut short).
-pub fn audit_text(id: &CallId, tool: &str, decision: &Decision) -> String {
+pub fn audit_text(id: &CallId, tool: &str, decision: &Verdict) -> String {
     let mut text = format!(
         "{} {} {tool} (call {id})",
         decision.by,
@@ -292,7 +292,7 @@ mod tests {
         };
         assert_eq!(
             decide(&approval, "Sam", deny).unwrap(),
-            Decision {
+            Verdict {
                 answer: Answer::Deny,
                 by: "Sam".into(),
                 reason: Some("freeze".into())
@@ -343,7 +343,7 @@ mod tests {
     #[test]
     fn the_audit_says_who_decided_what_and_why() {
         let id = call(CallKind::Approval, None).id;
-        let decision = |answer, reason: Option<&str>| Decision {
+        let decision = |answer, reason: Option<&str>| Verdict {
             answer,
             by: "Husam".into(),
             reason: reason.map(str::to_string),

@@ -1278,7 +1278,7 @@ spec:
 
     // A call the agent waits on a human for (as a paused worker registers it): in
     // status.pendingCalls, and gone once answered.
-    use agentfleet::store::{Answer, CallKind, CallResult, Decision, HumanCall};
+    use agentfleet::store::{Answer, CallKind, CallResult, HumanCall, Verdict};
     let call = HumanCall::new(
         &key,
         "prometheus_query",
@@ -1313,7 +1313,7 @@ spec:
         p.since.as_ref().map(|t| t.0.to_string()),
         p.expires.as_ref().map(|t| t.0.to_string())
     );
-    let decision = CallResult::Decision(Decision {
+    let decision = CallResult::Decision(Verdict {
         answer: Answer::Deny,
         by: "e2e".into(),
         reason: None,

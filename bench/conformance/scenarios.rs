@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use agentfleet::membership::SpaceKey;
 use agentfleet::store::{
-    prelude::*, AgentKey, Answer, CallResult, Completion, Decision, ReadQuery, RedisStore,
+    prelude::*, AgentKey, Answer, CallResult, Completion, ReadQuery, RedisStore, Verdict,
 };
 use agentfleet::testing::RedisServer;
 use serde_json::json;
@@ -543,7 +543,7 @@ async fn approval(r: &mut Rig, tools: &Tools) -> Checked {
         call.record.tool == "restart_service",
         format!("asked for {}", call.record.tool),
     )?;
-    let decision = CallResult::Decision(Decision {
+    let decision = CallResult::Decision(Verdict {
         answer: Answer::Approve,
         by: "Husam".into(),
         reason: Some("go ahead".into()),

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 /// What a replica does with the lease it found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Decision {
+pub enum LeaseAction {
     /// No lease yet: create it, holding it.
     Create,
     /// We hold it: renew.
@@ -25,14 +25,14 @@ pub enum Decision {
 }
 
 /// Pure decision from the current lease.
-pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision {
+pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> LeaseAction {
     let Some(lease) = lease else {
-        return Decision::Create;
+        return LeaseAction::Create;
     };
     let spec = lease.spec.clone().unwrap_or_default();
     match spec.holder_identity.as_deref() {
-        Some(h) if h == identity => Decision::Renew,
-        None | Some("") => Decision::TakeOver,
+        Some(h) if h == identity => LeaseAction::Renew,
+        None | Some("") => LeaseAction::TakeOver,
         Some(holder) => {
             let duration =
                 SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
@@ -41,9 +41,9 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision
                 .map(|t| t.0)
                 .unwrap_or(Timestamp::UNIX_EPOCH);
             if renewed + duration < now {
-                Decision::TakeOver
+                LeaseAction::TakeOver
             } else {
-                Decision::Follow(holder.to_string())
+                LeaseAction::Follow(holder.to_string())
             }
         }
     }
@@ -79,8 +79,8 @@ impl Elector {
         let current = self.api.get_opt(&self.name).await?;
         let duration = i32::try_from(self.lease_duration.as_secs()).unwrap_or(15);
         let result = match decide(current.as_ref(), &self.identity, now) {
-            Decision::Follow(_) => return Ok(false),
-            Decision::Create => {
+            LeaseAction::Follow(_) => return Ok(false),
+            LeaseAction::Create => {
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
@@ -100,10 +100,10 @@ impl Elector {
                     .await
                     .map(|_| ())
             }
-            decision @ (Decision::Renew | Decision::TakeOver) => {
+            decision @ (LeaseAction::Renew | LeaseAction::TakeOver) => {
                 let mut lease = current.unwrap_or_default();
                 let mut spec = lease.spec.take().unwrap_or_default();
-                if decision == Decision::TakeOver {
+                if decision == LeaseAction::TakeOver {
                     spec.holder_identity = Some(self.identity.clone());
                     spec.acquire_time = Some(MicroTime(now));
                     spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
@@ -194,22 +194,22 @@ mod tests {
     #[test]
     fn decisions() {
         let now = Timestamp::from_second(1_000).unwrap();
-        assert_eq!(decide(None, "me", now), Decision::Create);
+        assert_eq!(decide(None, "me", now), LeaseAction::Create);
         assert_eq!(
             decide(Some(&lease(Some("me"), 999, 15)), "me", now),
-            Decision::Renew
+            LeaseAction::Renew
         );
         assert_eq!(
             decide(Some(&lease(Some("other"), 995, 15)), "me", now),
-            Decision::Follow("other".into())
+            LeaseAction::Follow("other".into())
         );
         assert_eq!(
             decide(Some(&lease(Some("other"), 900, 15)), "me", now),
-            Decision::TakeOver
+            LeaseAction::TakeOver
         );
         assert_eq!(
             decide(Some(&lease(None, 999, 15)), "me", now),
-            Decision::TakeOver
+            LeaseAction::TakeOver
         );
     }
 }

@@ -293,12 +293,12 @@ pub enum CallResult {
     /// The call failed; the service says why.
     Error(String),
     /// A human's answer.
-    Decision(Decision),
+    Decision(Verdict),
 }
 
 /// A human's answer to a call waiting for one.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Decision {
+pub struct Verdict {
     /// What was decided.
     pub answer: Answer,
     /// Who answered (their name, for the model and the audit trail).
@@ -491,7 +491,7 @@ mod tests {
         let id = &call.id;
         let answered = call.record.event(
             id,
-            &CallResult::Decision(Decision {
+            &CallResult::Decision(Verdict {
                 answer: Answer::Result(serde_json::json!({"ok": true})),
                 by: "Dana".into(),
                 reason: None,
@@ -507,7 +507,7 @@ mod tests {
         );
         let denied = call.record.event(
             id,
-            &CallResult::Decision(Decision {
+            &CallResult::Decision(Verdict {
                 answer: Answer::Deny,
                 by: "Sam".into(),
                 reason: Some("not during the freeze".into()),

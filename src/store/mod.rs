@@ -56,7 +56,7 @@ mod types;
 
 pub use self::calls::{
     presented_hash, token_hash, Answer, CallId, CallKind, CallRecord, CallResult, Calls,
-    Completion, Decision, HumanCall, NewCall, NoRandom, RegisteredCall, FORGET_AFTER_MS,
+    Completion, HumanCall, NewCall, NoRandom, RegisteredCall, Verdict, FORGET_AFTER_MS,
 };
 pub use self::consciousness::{next_digest, ConsciousnessLog};
 pub use self::error::StoreError;

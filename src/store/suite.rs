@@ -184,7 +184,7 @@ async fn a_paused_cycle_waits_for_its_answer(store: &dyn Store) {
     )
     .unwrap();
     store.register_human_call(&call).await.unwrap();
-    let approve = CallResult::Decision(Decision {
+    let approve = CallResult::Decision(Verdict {
         answer: Answer::Approve,
         by: "Dana".into(),
         reason: None,
@@ -1797,7 +1797,7 @@ async fn human_calls_take_one_answer_without_a_token(store: &dyn Store) {
     );
 
     // A token never answers a human's call, and a service's call takes none without one.
-    let approve = CallResult::Decision(Decision {
+    let approve = CallResult::Decision(Verdict {
         answer: Answer::Approve,
         by: "Dana".into(),
         reason: Some("go ahead".into()),
@@ -1826,7 +1826,7 @@ async fn human_calls_take_one_answer_without_a_token(store: &dyn Store) {
             .unwrap(),
         Completion::Accepted(_)
     ));
-    let deny = CallResult::Decision(Decision {
+    let deny = CallResult::Decision(Verdict {
         answer: Answer::Deny,
         by: "Sam".into(),
         reason: None,

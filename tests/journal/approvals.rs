@@ -34,8 +34,8 @@ async fn decide(
     call: &agentfleet::store::RegisteredCall,
     answer: agentfleet::store::Answer,
 ) {
-    use agentfleet::store::{CallResult, Completion, Decision};
-    let decision = CallResult::Decision(Decision {
+    use agentfleet::store::{CallResult, Completion, Verdict};
+    let decision = CallResult::Decision(Verdict {
         answer,
         by: "Dana".into(),
         reason: Some("go".into()),
@@ -429,7 +429,7 @@ async fn nobody_answers_in_time_the_operator_wakes_it_to_tell_the_model() {
         "{told:?}"
     );
     // A late answer is refused: the call expired.
-    let late = agentfleet::store::CallResult::Decision(agentfleet::store::Decision {
+    let late = agentfleet::store::CallResult::Decision(agentfleet::store::Verdict {
         answer: agentfleet::store::Answer::Approve,
         by: "Dana".into(),
         reason: None,

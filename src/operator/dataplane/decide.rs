@@ -10,7 +10,7 @@ use crate::store::AgentObservation;
 
 /// What to do with an agent's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub enum ScaleAction {
     /// Leave them.
     Hold,
     /// Start a worker: events wait (or `minReplicas` is 1, or the spec asks for a restore).
@@ -28,13 +28,13 @@ pub enum Decision {
     },
 }
 
-impl Decision {
+impl ScaleAction {
     /// The replicas it sets, if any.
     pub fn replicas(self) -> Option<i32> {
         match self {
-            Decision::Hold => None,
-            Decision::Up { .. } => Some(1),
-            Decision::Down { .. } => Some(0),
+            ScaleAction::Hold => None,
+            ScaleAction::Up { .. } => Some(1),
+            ScaleAction::Down { .. } => Some(0),
         }
     }
 }
@@ -73,20 +73,20 @@ pub fn decide(
     seen: &AgentObservation,
     idle: Option<Duration>,
     budget_spent: bool,
-) -> Decision {
+) -> ScaleAction {
     if scaling.external || paused {
-        return Decision::Hold;
+        return ScaleAction::Hold;
     }
     let busy = has_work(seen, budget_spent);
     let restore = !seen.paused && restore_pending(consciousness, seen).is_some();
     if replicas < 1 {
         return if busy || restore || scaling.min_replicas >= 1 {
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: seen.waiting,
                 restore: restore && !busy,
             }
         } else {
-            Decision::Hold
+            ScaleAction::Hold
         };
     }
     match idle {
@@ -96,9 +96,9 @@ pub fn decide(
                 && !restore
                 && idle >= Duration::from_secs(scaling.idle_seconds.into()) =>
         {
-            Decision::Down { idle }
+            ScaleAction::Down { idle }
         }
-        _ => Decision::Hold,
+        _ => ScaleAction::Hold,
     }
 }
 
@@ -174,25 +174,25 @@ mod tests {
         let waiting = seen(3, 0, false);
         assert_eq!(
             decide(&zero, false, &none(), 0, &waiting, None, true),
-            Decision::Hold,
+            ScaleAction::Hold,
             "events wait without waking a worker that could call no model"
         );
         assert_eq!(
             decide(&zero, false, &none(), 1, &waiting, LONG, true),
-            Decision::Down {
+            ScaleAction::Down {
                 idle: Duration::from_secs(301)
             },
             "a worker kept idle by a spent budget goes after idleSeconds"
         );
         assert_eq!(
             decide(&zero, false, &none(), 1, &seen(3, 2, true), LONG, true),
-            Decision::Hold,
+            ScaleAction::Hold,
             "the cycle under way ends first"
         );
         // The budget rolled over or was raised: the waiting events are work again.
         assert_eq!(
             decide(&zero, false, &none(), 0, &waiting, None, false),
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: 3,
                 restore: false
             }
@@ -206,19 +206,19 @@ mod tests {
         // Up as soon as something waits; never while nothing does.
         assert_eq!(
             decide(&zero, false, &none(), 0, &seen(3, 0, false), None, false),
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: 3,
                 restore: false
             }
         );
         assert_eq!(
             decide(&zero, false, &none(), 0, &quiet, LONG, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         // A cycle in flight on a scaled-down agent (its pod died mid-cycle) brings it back.
         assert_eq!(
             decide(&zero, false, &none(), 0, &seen(0, 2, true), None, false),
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: 0,
                 restore: false
             }
@@ -226,7 +226,7 @@ mod tests {
         // Down only after idleSeconds with an empty inbox and nothing in flight.
         assert_eq!(
             decide(&zero, false, &none(), 1, &quiet, LONG, false),
-            Decision::Down {
+            ScaleAction::Down {
                 idle: Duration::from_secs(301)
             }
         );
@@ -240,24 +240,24 @@ mod tests {
                 Some(Duration::from_secs(299)),
                 false
             ),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(&zero, false, &none(), 1, &quiet, None, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(&zero, false, &none(), 1, &seen(1, 0, false), LONG, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(&zero, false, &none(), 1, &seen(0, 1, false), LONG, false),
-            Decision::Hold,
+            ScaleAction::Hold,
             "a long cycle is never cut off"
         );
         assert_eq!(
             decide(&zero, false, &none(), 1, &seen(0, 0, true), LONG, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         let short = scaling("{idleSeconds: 0}");
         assert_eq!(
@@ -270,7 +270,7 @@ mod tests {
                 Some(Duration::ZERO),
                 false
             ),
-            Decision::Down {
+            ScaleAction::Down {
                 idle: Duration::ZERO
             }
         );
@@ -278,11 +278,11 @@ mod tests {
         let always = scaling("{minReplicas: 1}");
         assert_eq!(
             decide(&always, false, &none(), 1, &quiet, LONG, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(&always, false, &none(), 0, &quiet, None, false),
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: 0,
                 restore: false
             }
@@ -298,15 +298,15 @@ mod tests {
                 None,
                 false
             ),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(&external, false, &none(), 1, &quiet, LONG, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(&zero, true, &none(), 0, &seen(5, 0, false), None, false),
-            Decision::Hold,
+            ScaleAction::Hold,
             "paused holds at zero"
         );
     }
@@ -321,13 +321,13 @@ mod tests {
         let long = Some(Duration::from_secs(61));
         assert_eq!(
             decide(&zero, false, &none(), 1, &paused, long, false),
-            Decision::Down {
+            ScaleAction::Down {
                 idle: Duration::from_secs(61)
             }
         );
         assert_eq!(
             decide(&zero, false, &none(), 0, &paused, None, false),
-            Decision::Hold,
+            ScaleAction::Hold,
             "not woken"
         );
         // Something arrives: it waits for the answer (nothing can go on before it).
@@ -337,7 +337,7 @@ mod tests {
         };
         assert_eq!(
             decide(&zero, false, &none(), 0, &meanwhile, None, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         // The answer ends the pause: woken.
         let answered = AgentObservation {
@@ -346,7 +346,7 @@ mod tests {
         };
         assert_eq!(
             decide(&zero, false, &none(), 0, &answered, None, false),
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: 1,
                 restore: false
             }
@@ -373,12 +373,12 @@ mod tests {
         let before = waiting_on.at(call.record.expires_ms - 1);
         assert_eq!(
             decide(&zero, false, &none(), 0, &before, None, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         let due = waiting_on.at(call.record.expires_ms);
         assert_eq!(
             decide(&zero, false, &none(), 0, &due, None, false),
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: 0,
                 restore: false
             }
@@ -386,7 +386,7 @@ mod tests {
         // Not paused, the same events in flight keep it up.
         assert_eq!(
             decide(&zero, false, &none(), 1, &seen(0, 2, false), long, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
     }
 
@@ -398,20 +398,20 @@ mod tests {
             cycles: 50,
             ..seen(0, 0, false)
         };
-        let wake = Decision::Up {
+        let wake = ScaleAction::Up {
             waiting: 0,
             restore: true,
         };
         assert_eq!(decide(&zero, false, &restore, 0, &quiet, None, false), wake);
         assert_eq!(
             decide(&zero, false, &restore, 1, &quiet, LONG, false),
-            Decision::Hold,
+            ScaleAction::Hold,
             "not scaled down before the worker applied it"
         );
         // Events waiting explain the wake themselves.
         assert_eq!(
             decide(&zero, false, &restore, 0, &seen(2, 0, false), None, false),
-            Decision::Up {
+            ScaleAction::Up {
                 waiting: 2,
                 restore: false
             }
@@ -423,11 +423,11 @@ mod tests {
         };
         assert_eq!(
             decide(&zero, false, &restore, 0, &applied, None, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(&zero, false, &restore, 1, &applied, LONG, false),
-            Decision::Down {
+            ScaleAction::Down {
                 idle: Duration::from_secs(301)
             }
         );
@@ -445,7 +445,7 @@ mod tests {
         };
         assert_eq!(
             decide(&zero, false, &restore, 0, &failed, None, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         let again: ConsciousnessSpec = serde_yaml::from_str("{restore: {cycle: 39}}").unwrap();
         assert_eq!(decide(&zero, false, &again, 0, &failed, None, false), wake);
@@ -469,12 +469,12 @@ mod tests {
         };
         assert_eq!(
             decide(&zero, false, &restore, 0, &paused, None, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         // Held at zero, or scaled by someone else: never.
         assert_eq!(
             decide(&zero, true, &restore, 0, &quiet, None, false),
-            Decision::Hold
+            ScaleAction::Hold
         );
         assert_eq!(
             decide(
@@ -486,7 +486,7 @@ mod tests {
                 None,
                 false
             ),
-            Decision::Hold
+            ScaleAction::Hold
         );
         // A seed, only while the agent has no consciousness of its own.
         let seed: ConsciousnessSpec = serde_yaml::from_str("{seedFrom: {agent: sre}}").unwrap();
@@ -494,7 +494,7 @@ mod tests {
         assert_eq!(decide(&zero, false, &seed, 0, &empty, None, false), wake);
         assert_eq!(
             decide(&zero, false, &seed, 0, &quiet, None, false),
-            Decision::Hold,
+            ScaleAction::Hold,
             "it has cycles of its own"
         );
     }

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use self::cluster::{Cluster, Notice};
-use self::decide::{decide, has_work, replicas_to_apply, Decision, Trigger};
+use self::decide::{decide, has_work, replicas_to_apply, ScaleAction, Trigger};
 use self::gauges::Gauges;
 use self::plans::Firing;
 use self::pools::{PoolKey, PoolLoad, PoolScale, Pools};
@@ -121,7 +121,7 @@ enum Action {
     Scale {
         agent: AgentKey,
         from: i32,
-        decision: Decision,
+        decision: ScaleAction,
         object: ObjectReference,
     },
     Status(AgentKey, Box<AgentStatus>),
@@ -378,7 +378,7 @@ impl Scaler {
                     &deps,
                     agent.clone(),
                     0,
-                    Decision::Up {
+                    ScaleAction::Up {
                         waiting: 0,
                         restore: false,
                     },
@@ -414,7 +414,7 @@ impl Scaler {
         deps: &Deps,
         agent: AgentKey,
         from: i32,
-        decision: Decision,
+        decision: ScaleAction,
         object: ObjectReference,
         trigger: Trigger,
     ) -> bool {
@@ -448,7 +448,7 @@ impl Scaler {
             .scale_decisions
             .with_label_values(&[direction, trigger.label()])
             .inc();
-        let (reason, note) = if let Decision::Down { idle } = decision {
+        let (reason, note) = if let ScaleAction::Down { idle } = decision {
             let idle = idle.as_secs();
             info!(%agent, idle_seconds = idle, "scaled down");
             (
@@ -457,7 +457,7 @@ impl Scaler {
                     "worker scaled {from} → 0 after {idle}s idle: empty inbox, nothing in flight"
                 ),
             )
-        } else if let Decision::Up { restore: true, .. } = decision {
+        } else if let ScaleAction::Up { restore: true, .. } = decision {
             info!(%agent, trigger = trigger.as_str(), "scaled up to restore");
             (
                 "ScaledUp",

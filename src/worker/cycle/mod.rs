@@ -8,6 +8,10 @@
 //! | `mod.rs` | [`Agentlet`] (one agent's cycles, its cache), `Cycle` and its `run` |
 //! | `prepare.rs` | loading consciousness, reading the fresh context, the inbox message |
 //! | `step.rs` | the step loop: mid-cycle look, request, model call, tool calls, stop conditions |
+//! | `act.rs` | running a step's tool calls in order, each journaled before and after |
+//! | `ask.rs` | a call that waits for a human: asking, pausing the cycle, taking the answer |
+//! | `journal.rs` | the cycle's effect journal: what a redone step finds, and how it resumes |
+//! | `nudge.rs` | the one nudge when a human's cycle would end without a word |
 //! | `gates.rs` | tool phase gates (pure) |
 //! | `skip.rs` | what `skip` does, and the rollback |
 //! | `stops.rs` | a cycle stopped short (`maxSteps`, `tokenBudget`, `maxChainDepth`): said and counted |

@@ -829,7 +829,7 @@ async fn decide(
     answer: crate::store::Answer,
     reason: Option<&str>,
 ) -> Vec<InboxEvent> {
-    let decision = crate::store::CallResult::Decision(crate::store::Decision {
+    let decision = crate::store::CallResult::Decision(crate::store::Verdict {
         answer,
         by: "Dana".into(),
         reason: reason.map(str::to_string),
