@@ -1,7 +1,7 @@
 //! Operator tools on the data plane: `agentfleet space …`, `agentfleet consciousness …`, and
 //! answering paused tool calls (`agentfleet approve|deny|answer|calls`, [`CallCommand`]).
 
-mod calls;
+mod answers;
 mod consciousness;
 
 use std::io::Write;
@@ -17,7 +17,7 @@ use crate::store::{
     SpaceRecord, Store,
 };
 use crate::terminal::{sanitize, Breaks};
-pub use calls::{calls, Answering, CallCommand};
+pub use answers::{calls, Answering, CallCommand};
 pub use consciousness::{consciousness, ConsciousnessCommand};
 
 /// Said when nothing listens at the data plane's address: the usual cause is an

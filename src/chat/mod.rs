@@ -11,7 +11,7 @@
 //! Everything shown comes from other people and their agents, so it is shown through
 //! `screen`, which escapes whatever a terminal would obey.
 
-mod calls;
+mod requests;
 mod screen;
 mod sse;
 
@@ -188,8 +188,8 @@ fn show(
     typing: &mut BTreeMap<String, String>,
     ev: SseEvent,
 ) -> Option<String> {
-    if let Some(request) = calls::request(&ev.event, &ev.data) {
-        screen.line(&calls::line(&request));
+    if let Some(request) = requests::request(&ev.event, &ev.data) {
+        screen.line(&requests::line(&request));
         return None;
     }
     match ev.event.as_str() {
@@ -324,7 +324,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ));
         s.line(&format!(
             "Type a message and press Enter; {}; Ctrl-D leaves.",
-            calls::HELP
+            requests::HELP
         ));
         s.line("");
         if args.history > 0 {
@@ -350,18 +350,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 if text.is_empty() {
                     continue;
                 }
-                let said = match calls::parse(text) {
-                    calls::Typed::Say(text) => {
+                let said = match requests::parse(text) {
+                    requests::Typed::Say(text) => {
                         n += 1;
                         client.post(&text, &format!("{session}-{n}")).await.err().map(|e| {
                             format!("! not sent: {}", crate::report::chain(&*e))
                         })
                     }
-                    calls::Typed::Answer(call, body) => Some(match client.answer(&call, &body).await {
+                    requests::Typed::Answer(call, body) => Some(match client.answer(&call, &body).await {
                         Ok(a) => format!("· {} call {}", a.decision, a.call_id),
                         Err(e) => format!("! not answered: {}", crate::report::chain(&*e)),
                     }),
-                    calls::Typed::Bad(why) => Some(format!("! {why}")),
+                    requests::Typed::Bad(why) => Some(format!("! {why}")),
                 };
                 if let (Some(said), Ok(mut s)) = (said, screen.lock()) {
                     s.line(&said);

@@ -7,6 +7,7 @@
 //! session that ends anyway is restarted and counted ([`supervise`]); `/readyz` says why the
 //! agent cannot work while it cannot.
 
+pub mod activity;
 pub mod archiver;
 mod budget;
 pub mod compaction;
@@ -16,7 +17,6 @@ pub mod host;
 mod hydrate;
 pub mod pool;
 pub mod prompt;
-pub mod report;
 pub(crate) mod session;
 pub mod tools;
 

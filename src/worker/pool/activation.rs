@@ -12,9 +12,9 @@ use tracing::{debug, error, info, warn};
 use crate::model::ModelError;
 use crate::store::{InboxEvent, Lease, Store, StoreError};
 use crate::telemetry::PoolMetrics;
+use crate::worker::activity::Next;
 use crate::worker::budget::{wait_for_roll_over, Told};
 use crate::worker::cycle::{Agentlet, Outcome};
-use crate::worker::report::Next;
 use crate::worker::session::{Cycled, Failure, Looked, Session, Settled, State};
 use crate::worker::{hydrate, Health};
 
