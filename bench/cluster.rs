@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use agentfleet::membership::SpaceKey;
 use agentfleet::store::{prelude::*, AgentKey, CycleCommit, RedisStore};
-use agentfleet::testing::{human_event, space_record, RedisCluster, RedisServer};
+use agentfleet::testing::{human_event, space_record, RedisCluster, RedisServer, WaitInbox};
 use futures::StreamExt as _;
 use serde_json::json;
 

@@ -5,11 +5,13 @@
 #![doc(hidden)]
 
 pub mod cluster;
+pub mod inbox;
 pub mod ports;
 pub mod s3;
 pub mod secure;
 
 pub use self::cluster::RedisCluster;
+pub use self::inbox::WaitInbox;
 pub use self::ports::{free_port, listening, spawn_on_free_ports};
 pub use self::s3::S3Server;
 pub use self::secure::{SecureRedis, Secured};

@@ -26,7 +26,7 @@ use agentfleet::operator::dataplane::Tuning;
 use agentfleet::operator::health::Health;
 use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::telemetry::OperatorMetrics;
-use agentfleet::testing::RedisServer;
+use agentfleet::testing::{RedisServer, WaitInbox};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;

@@ -13,7 +13,7 @@ use agentfleet::store::{
     prelude::*, AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage,
 };
 use agentfleet::telemetry::WorkerMetrics;
-use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer};
+use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer, WaitInbox};
 use agentfleet::worker::cycle::Agentlet;
 use agentfleet::worker::{run_agent, Health};
 use serde_json::{json, Value};

@@ -2,7 +2,6 @@
 //! signals, and plans firing into it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -39,24 +38,6 @@ pub trait Inbox: Send + Sync {
     /// agent is thinking). Idempotent by event id. Publishes a wake signal when no worker
     /// holds the agent.
     async fn push_event(&self, agent: &AgentKey, event: &InboxEvent) -> Result<Pushed, StoreError>;
-
-    /// The events of the next cycle. Events already in flight (a cycle that never finished)
-    /// come back first; otherwise waits, without polling, up to `timeout` for the inbox to
-    /// hold an event, then moves the whole inbox in flight and marks the agent thinking.
-    /// Empty when the wait timed out. Fenced.
-    async fn wait_inbox(
-        &self,
-        agent: &AgentKey,
-        lease: &Lease,
-        timeout: Duration,
-    ) -> Result<Vec<InboxEvent>, StoreError>;
-
-    /// Waits, without polling, up to `timeout` for the inbox itself (not what is in flight) to
-    /// hold an event, and whether one came (moved in flight, as [`wait_inbox`] moves it). A
-    /// paused cycle goes on only when something new arrives (a human's decision among it).
-    ///
-    /// [`wait_inbox`]: Inbox::wait_inbox
-    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError>;
 
     /// Moves the urgent queue in flight (acknowledged with the cycle) and returns it. Fenced.
     async fn take_urgent(

@@ -9,7 +9,7 @@
 //! - [`Spaces`] — **space membership**: for every Space, its resolved members (agents and
 //!   humans), derived from the manifests by [`crate::membership::derive`] and applied
 //!   idempotently; and which Agents exist.
-//! - [`Inbox`] — the **inbox** per agent, drained reliably: waiting moves events to an
+//! - [`Inbox`] — the **inbox** per agent, drained reliably: taking a batch moves events to an
 //!   in-flight list, and they leave it only when the cycle is acknowledged, so a crash
 //!   mid-cycle loses nothing. An event id seen before is dropped. Urgent events go to a second
 //!   queue while the agent thinks. **Wake**: a push to the inbox of an agent whose lease

@@ -68,6 +68,7 @@ mod tests {
     use super::super::tests::{fast, spec, start, track, until};
     use crate::crd::PlanSpec;
     use crate::store::{now_ms, AgentKey, EventKind, MemoryStore, Store};
+    use crate::testing::WaitInbox;
 
     #[tokio::test]
     async fn plans_fire_once_per_due_time_even_with_two_operators() {

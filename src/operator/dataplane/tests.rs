@@ -15,6 +15,7 @@ use super::{Deps, Scaler, Tracked, Tuning};
 use crate::crd::{AgentPhase, AgentSpec, AgentStatus};
 use crate::store::{now_ms, AgentKey, EventKind, InboxEvent, MemoryStore, Store};
 use crate::telemetry::OperatorMetrics;
+use crate::testing::WaitInbox;
 
 /// What the loop did to the "cluster".
 #[derive(Clone, Debug, PartialEq)]

@@ -1,11 +1,9 @@
 //! The inbox of an agent in memory.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt as _};
-use tokio::time::Instant;
 
 use super::{received, AgentState, MemoryStore};
 use crate::store::{AgentKey, Inbox, InboxEvent, Lease, Pushed, StoreError, WakeScope, SEEN_IDS};
@@ -101,44 +99,6 @@ impl Inbox for MemoryStore {
         }
         let pushed = self.agent(agent, |a| a.push(event));
         Ok(self.wake(agent, pushed))
-    }
-
-    async fn wait_inbox(
-        &self,
-        agent: &AgentKey,
-        lease: &Lease,
-        timeout: Duration,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
-        // A cycle that never finished comes back first (and the fence is checked).
-        let events = self.take_inbox(agent, lease).await?;
-        if !events.is_empty() || !self.wait_new(agent, timeout).await? {
-            return Ok(events);
-        }
-        self.take_inbox(agent, lease).await
-    }
-
-    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let notify = self.agent(agent, |a| a.notify.clone());
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            // Registered before looking, so a push in between is not missed.
-            notified.as_mut().enable();
-            let moved = self.agent(agent, |a| match a.inbox.pop_front() {
-                Some(e) => {
-                    a.inflight.push(e);
-                    true
-                }
-                None => false,
-            });
-            if moved {
-                return Ok(true);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Ok(false);
-            }
-        }
     }
 
     async fn take_urgent(

@@ -1,6 +1,7 @@
-//! How the Redis store talks to Redis: one shared connection for every command, one
-//! connection per agent for its blocking wait, subscriptions (see `pubsub.rs`); and the
-//! commit cache, what this process last committed per agent.
+//! How the Redis store talks to Redis: one shared connection for every command (however many
+//! agents a process hosts: nothing blocks a connection, an agent learns of new events by its
+//! wake signal), subscriptions (see `pubsub.rs`); and the commit cache, what this process last
+//! committed per agent.
 //!
 //! One setting names one Redis or a Redis Cluster: a comma-separated list of URLs is a
 //! cluster's seed nodes, and a single URL is asked (`INFO cluster`) whether it is a cluster
@@ -28,9 +29,8 @@ use crate::sync::lock;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// A blocking wait's connection on a cluster: longer than any wait the store asks for (the
-/// wait has its own timeout).
-const BLOCKING_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
+/// The sharded subscriptions' connections on a cluster: they wait for messages, not answers.
+const SUBSCRIPTION_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Durable writes are acknowledged only once this many replicas have them, waiting at most
 /// `timeout` (`WAIT`).
@@ -47,8 +47,6 @@ pub struct WaitReplicas {
 pub(super) enum Conn {
     /// One Redis.
     Single(ConnectionManager),
-    /// A blocking wait's own connection to one Redis.
-    Plain(redis::aio::MultiplexedConnection),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
 }
@@ -91,7 +89,6 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Plain(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -104,7 +101,6 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Plain(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
@@ -112,7 +108,6 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Plain(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
     }
@@ -136,8 +131,6 @@ pub(super) struct Connections {
     shared: OnceCell<Conn>,
     /// Sharded subscriptions on a cluster, made by the first subscription.
     shards: OnceCell<Shards>,
-    /// One connection per agent for blocking waits, which would stall a shared one.
-    blocking: Mutex<HashMap<AgentKey, Conn>>,
 }
 
 impl Connections {
@@ -157,7 +150,6 @@ impl Connections {
             cluster: OnceCell::new(),
             shared: OnceCell::new(),
             shards: OnceCell::new(),
-            blocking: Mutex::new(HashMap::new()),
         }
     }
 
@@ -299,41 +291,6 @@ impl Connections {
             .map_err(redis_err("connect"))
     }
 
-    /// The agent's connection for blocking waits (no response timeout on one Redis: the wait
-    /// has its own; a long one on a cluster).
-    pub(super) async fn blocking(&self, agent: &AgentKey) -> Result<Conn, StoreError> {
-        if let Some(conn) = lock(&self.blocking).get(agent).cloned() {
-            return Ok(conn);
-        }
-        let conn = match self.cluster().await? {
-            Some(_) => self
-                .cluster_builder(BLOCKING_RESPONSE_TIMEOUT)
-                .build()
-                .map_err(redis_err("connect"))?
-                .get_async_connection()
-                .await
-                .map(Conn::Cluster)
-                .map_err(redis_err("connect"))?,
-            None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(None);
-                self.client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .map(Conn::Plain)
-                    .map_err(redis_err("connect"))?
-            }
-        };
-        lock(&self.blocking).insert(agent.clone(), conn.clone());
-        Ok(conn)
-    }
-
-    /// Drops the agent's blocking connection (it failed, or the agent's worker left).
-    pub(super) fn forget_blocking(&self, agent: &AgentKey) {
-        lock(&self.blocking).remove(agent);
-    }
-
     /// The payloads published on `channel` from now on; `op` names the step in errors. One
     /// Redis: a pub/sub connection of its own. A cluster: sharded, see [`Shards`].
     pub(super) async fn subscribe(
@@ -376,7 +333,9 @@ impl Connections {
             return Ok(None);
         }
         self.shards
-            .get_or_try_init(|| Shards::connect(self.cluster_builder(BLOCKING_RESPONSE_TIMEOUT)))
+            .get_or_try_init(|| {
+                Shards::connect(self.cluster_builder(SUBSCRIPTION_RESPONSE_TIMEOUT))
+            })
             .await
             .map(Some)
     }

@@ -2,7 +2,6 @@
 //! slot; waiting sleeps on the agent's own connection.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -25,44 +24,6 @@ impl Inbox for RedisStore {
             .replicated(&mut conn, &keys.inbox(), "push event")
             .await?;
         Ok(pushed)
-    }
-
-    async fn wait_inbox(
-        &self,
-        agent: &AgentKey,
-        lease: &Lease,
-        timeout: Duration,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
-        // A cycle that never finished comes back first (and the fence is checked).
-        let events = self.take_inbox(agent, lease).await?;
-        if !events.is_empty() || !self.wait_new(agent, timeout).await? {
-            return Ok(events);
-        }
-        self.take_inbox(agent, lease).await
-    }
-
-    async fn wait_new(&self, agent: &AgentKey, timeout: Duration) -> Result<bool, StoreError> {
-        let keys = AgentKeys::new(agent);
-        // Sleep on the inbox: the first event moves in flight atomically, so nothing is lost
-        // if this process dies right after.
-        let mut blocking = self.conns.blocking(agent).await?;
-        let moved: Option<String> = blocking
-            .blmove(
-                keys.inbox(),
-                keys.inflight(),
-                redis::Direction::Left,
-                redis::Direction::Right,
-                timeout.as_secs_f64().max(0.01),
-            )
-            .await
-            .map_err(|e| {
-                self.conns.forget_blocking(agent);
-                StoreError::Redis {
-                    op: "wait on inbox",
-                    source: e,
-                }
-            })?;
-        Ok(moved.is_some())
     }
 
     async fn take_urgent(

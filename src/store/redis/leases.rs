@@ -38,7 +38,6 @@ impl Leases for RedisStore {
     async fn release_lease(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
         let mut conn = self.conns.shared().await?;
         scripts::release(&mut conn, &AgentKeys::new(agent), lease).await?;
-        self.conns.forget_blocking(agent);
         Ok(())
     }
 }

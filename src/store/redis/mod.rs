@@ -5,7 +5,7 @@
 //! | `args.rs` | the flags that name the data plane, shared by every command that reaches it |
 //! | `keys.rs` | every key and channel, and the table of what each holds |
 //! | `scripts.rs`, `lua/` | every Lua script, each with the one typed function that runs it |
-//! | `conn.rs` | the shared and the blocking connections, one Redis or a cluster; the commit cache |
+//! | `conn.rs` | the shared connection, one Redis or a cluster; the commit cache |
 //! | `pubsub.rs` | subscriptions: classic on one Redis, sharded on a cluster |
 //! | `spaces.rs` | membership records, registered agents |
 //! | `inbox.rs` | push, wait and drain, urgent events, acknowledge, wake signals, plan firing |

@@ -20,6 +20,7 @@ use crate::store::{
     SpaceRecord,
 };
 use crate::telemetry::WorkerMetrics;
+use crate::testing::WaitInbox;
 
 pub(super) const NS: &str = "fam";
 
