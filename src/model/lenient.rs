@@ -86,8 +86,17 @@ fn calls_in(text: &str) -> Option<Vec<ToolCall>> {
         return tagged(text);
     }
     let json = fenced(text).unwrap_or(text);
-    // One value, a list, or values one after another (a line each, as small models write
-    // several calls).
+    json_calls(json).or_else(|| {
+        // Braces doubled, as a template's escaping taught some models to write them
+        // (`{{"name": …, "arguments": {…}}}`, Qwen2.5-Coder 1.5B): one pair too many.
+        let inner = json.strip_prefix('{')?.strip_suffix('}')?;
+        inner.starts_with('{').then(|| json_calls(inner))?
+    })
+}
+
+/// The calls of JSON text: one value, a list, or values one after another (a line each, as
+/// small models write several calls).
+fn json_calls(json: &str) -> Option<Vec<ToolCall>> {
     let mut values = serde_json::Deserializer::from_str(json)
         .into_iter::<Value>()
         .take(MAX_CALLS_IN_TEXT + 1)
@@ -198,6 +207,7 @@ mod tests {
             r#" {"name":"send_message","parameters":{"text":"hi"}} "#,
             r#"{"type": "function", "function": {"name": "send_message", "arguments": "{\"text\": \"hi\"}"}}"#,
             "```json\n{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}\n```",
+            r#"{{"name": "send_message", "arguments": {"text": "hi"}}}"#,
             "<tool_call>\n{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}\n</tool_call>",
             "<tool_call>{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}",
             "[TOOL_CALLS][{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}]",
@@ -229,6 +239,7 @@ mod tests {
             "<tool_call>not json</tool_call>",
             "[]",
             "42",
+            r#"{{"title": "doubled, but no call"}}"#,
         ] {
             let mut t = turn(text);
             assert_eq!(read(&mut t), None, "{text}");
