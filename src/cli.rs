@@ -50,7 +50,7 @@ pub enum SpaceCommand {
         /// Entity id of the member posting (a human's id or an agent's name).
         #[arg(long = "from")]
         from: String,
-        /// The text.
+        /// What to post, as plain text.
         text: String,
         /// Deliver to the agents as an urgent event.
         #[arg(long)]

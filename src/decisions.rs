@@ -42,9 +42,9 @@ pub enum Reply {
 /// A call answered.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answered {
-    /// The call.
+    /// Which call was answered.
     pub call: CallId,
-    /// Its tool.
+    /// The name of the tool it called (for the audit line).
     pub tool: String,
     /// `approved`, `denied` or `answered`.
     pub decision: &'static str,
@@ -68,7 +68,7 @@ pub enum Refusal {
     /// An interactive result does not match the tool's schema.
     #[error("the result does not match the schema of {tool}: {}", .problems.join("; "))]
     Invalid {
-        /// The tool.
+        /// The interactive tool whose `resultSchema` refused it.
         tool: String,
         /// What does not match, each with its path.
         problems: Vec<String>,

@@ -50,7 +50,7 @@ pub struct Message {
     pub space: String,
     /// Who posted it.
     pub sender: EntityRef,
-    /// The text.
+    /// What was said: plain text, to be shown as text (never as markup).
     pub text: String,
     /// When it was posted, milliseconds since the Unix epoch.
     pub time_ms: i64,
@@ -216,7 +216,7 @@ pub struct ToolRequestEvent {
     pub sender: EntityRef,
     /// The call to answer.
     pub call_id: String,
-    /// The tool.
+    /// The name of the tool the agent called, as its Agent declares it.
     pub tool: String,
     /// `approval` (answer `{"decision": "approve"|"deny", "reason"?}`) or `interactive`
     /// (answer `{"result": …}`).
@@ -237,7 +237,7 @@ pub struct ToolRequestEvent {
 /// An error.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
-    /// The error.
+    /// What went wrong, as a code and a sentence.
     pub error: ErrorDetail,
 }
 

@@ -144,7 +144,7 @@ impl Frame {
 /// What a client receives from the hub.
 #[derive(Clone, Debug)]
 pub enum Item {
-    /// A frame.
+    /// An event, encoded once for every client that receives it.
     Frame(Arc<Frame>),
     /// The data-plane subscription ended: the client should reconnect (and resume).
     Closed,

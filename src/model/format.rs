@@ -42,7 +42,7 @@ pub struct InboxLine {
     pub sender: String,
     /// The agent it is addressed to (`mention`), if any.
     pub mention: Option<String>,
-    /// The text.
+    /// What was said, quoted into the line as JSON text (so it cannot close the quote).
     pub text: String,
 }
 

@@ -75,7 +75,7 @@ impl Default for Tuning {
 pub struct Tracked<'a> {
     /// The Agent, for Events.
     pub object: ObjectReference,
-    /// Its spec.
+    /// The Agent's spec, for its scaling, budget and restore settings.
     pub spec: &'a AgentSpec,
     /// The spec or its model configuration cannot run.
     pub failed: bool,
@@ -156,7 +156,7 @@ pub struct Held<R> {
 pub struct Deps {
     /// The data plane.
     pub store: Arc<dyn Store>,
-    /// The cluster.
+    /// Where scale changes, statuses and Events go (the API server; a recording in tests).
     pub cluster: Arc<dyn Cluster>,
     /// Operator metrics.
     pub metrics: OperatorMetrics,

@@ -31,9 +31,9 @@ use crate::sync::lock;
 /// A Pool by namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolKey {
-    /// Its namespace.
+    /// The namespace of the Pool and of every agent it runs.
     pub namespace: String,
-    /// Its name.
+    /// `metadata.name` of the Pool (its agents name it in `spec.runtime.pool`).
     pub name: String,
 }
 

@@ -71,7 +71,7 @@ pub(super) enum Entry {
 /// A step whose calls did not all finish before the cycle stopped.
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Unfinished {
-    /// The step.
+    /// Which step of the cycle it was (from 1).
     pub step: u32,
     /// Its calls, in order.
     pub calls: Vec<ToolCall>,

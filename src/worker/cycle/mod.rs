@@ -89,7 +89,7 @@ impl Outcome {
 pub struct Agentlet {
     /// The manifest.
     pub agent: Agent,
-    /// Its key.
+    /// The agent as the data plane names it (`NS/NAME`).
     pub key: AgentKey,
     /// The data plane.
     pub store: Arc<dyn Store>,

@@ -97,9 +97,9 @@ pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
 pub struct ToolEnv<'a> {
     /// The data plane.
     pub store: &'a dyn Store,
-    /// The agent.
+    /// Whose cycle it is (the agent whose notes and spaces the tools touch).
     pub agent: &'a AgentKey,
-    /// Its lease.
+    /// The lease this cycle runs under: fenced writes fail once it is lost.
     pub lease: &'a Lease,
     /// The agent as a message sender.
     pub me: Sender,

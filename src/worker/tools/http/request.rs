@@ -13,7 +13,7 @@ use crate::crd::{HttpMethod, HttpToolSpec};
 /// A request ready to send (headers apart).
 #[derive(Debug, PartialEq)]
 pub(super) struct Target {
-    /// The method.
+    /// The tool's HTTP method (`spec.tools.http[].method`).
     pub method: Method,
     /// The URL, placeholders filled and query added.
     pub url: Url,
