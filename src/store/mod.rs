@@ -49,6 +49,7 @@ mod memory;
 mod messages;
 mod notes;
 mod observe;
+mod records;
 mod redis;
 mod spaces;
 mod tokens;
