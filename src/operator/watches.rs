@@ -140,7 +140,7 @@ impl PoolChanges {
 /// Forgets, in a map by Agent uid, the Agents that no longer exist.
 fn forget_gone<V>(seen: &Mutex<HashMap<String, V>>, agents: &Cache<Agent>) {
     let live: HashSet<String> = agents.state().iter().filter_map(|a| a.uid()).collect();
-    lock(&seen).retain(|uid, _| live.contains(uid));
+    lock(seen).retain(|uid, _| live.contains(uid));
 }
 
 /// Pool events that matter to its Agents' `WorkerAvailable`: its creation and deletion, and a
