@@ -19,8 +19,8 @@ use std::process::{Command, Stdio};
 use common::{pct, rss_kib, Kill};
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
+use agentfleet::store::MemberKind;
 use agentfleet::store::{prelude::*, AgentKey, LiveEvent, NewMessage, RedisStore, Sender};
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer, S3Server};
 use futures::StreamExt;

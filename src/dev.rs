@@ -214,7 +214,7 @@ impl Dev {
                 key.clone(),
                 members.iter().map(|m| m.name.clone()).collect(),
             );
-            records.push((key, membership::record(s, members)));
+            records.push((key, membership::record(s, &members)));
         }
         // Many at once: a large fleet starts in about a second on a remote Redis too.
         futures::stream::iter(records.iter().map(|(key, record)| {

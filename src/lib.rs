@@ -15,6 +15,7 @@ pub mod manifests;
 pub mod membership;
 pub mod names;
 pub mod operator;
+pub mod periods;
 pub mod plans;
 pub mod report;
 pub mod secrets;

@@ -70,16 +70,17 @@ pub fn resolve<'a>(
 }
 
 /// What the data plane keeps of a Space with these resolved members.
-pub fn record(space: &Space, members: Vec<ResolvedMember>) -> crate::store::SpaceRecord {
+pub fn record(space: &Space, members: &[ResolvedMember]) -> crate::store::SpaceRecord {
     crate::store::SpaceRecord {
+        v: crate::store::V1,
         display_name: space
             .spec
             .display_name
             .clone()
             .unwrap_or_else(|| space.name_any()),
-        members,
+        members: members.iter().map(crate::store::Member::from).collect(),
         max_messages: space.spec.retention.max_messages,
-        loop_guard: space.spec.loop_guard,
+        loop_guard: space.spec.loop_guard.into(),
     }
 }
 

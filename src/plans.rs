@@ -209,10 +209,11 @@ pub fn pending(
 ) -> (Vec<(Source, PlanSpec, Due)>, Option<i64>) {
     let mut todo = Vec::new();
     let mut next: Option<i64> = None;
+    let own: Vec<PlanSpec> = seen.plans.iter().map(PlanSpec::from).collect();
     let all = spec_plans
         .iter()
         .map(|p| (Source::Spec, p))
-        .chain(seen.plans.iter().map(|p| (Source::Agent, p)));
+        .chain(own.iter().map(|p| (Source::Agent, p)));
     for (source, p) in all {
         let Ok(s) = schedule(p) else {
             continue;

@@ -9,6 +9,11 @@
 
 use base64::Engine;
 
+/// Where a worker pod holds the Secrets its tools take headers from: each Secret mounted at
+/// `MOUNT_DIR/NAME/`, a file per key. The operator mounts them there and the worker reads them
+/// there.
+pub const MOUNT_DIR: &str = "/etc/agentfleet/secrets";
+
 /// The text that replaces a secret.
 pub const MASK: &str = "***";
 

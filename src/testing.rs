@@ -146,7 +146,7 @@ pub fn human_event(id: &str, text: &str) -> crate::store::InboxEvent {
         sender: Some(Sender {
             id: "husam".into(),
             name: "Husam".into(),
-            kind: Some(crate::crd::MemberKind::Human),
+            kind: Some(crate::store::MemberKind::Human),
         }),
         text: Some(text.into()),
         data: None,
@@ -160,7 +160,7 @@ pub fn human_message(name: &str, text: &str) -> crate::store::NewMessage {
         sender: crate::store::Sender {
             id: name.to_lowercase(),
             name: name.into(),
-            kind: Some(crate::crd::MemberKind::Human),
+            kind: Some(crate::store::MemberKind::Human),
         },
         text: text.into(),
         mention: None,
@@ -177,18 +177,19 @@ pub fn space_record(
     agents: &[&str],
     humans: &[&str],
 ) -> crate::store::SpaceRecord {
-    use crate::crd::{MemberKind, ResolvedMember};
-    let agents = agents.iter().map(|a| ResolvedMember {
+    use crate::store::{Member, MemberKind};
+    let agents = agents.iter().map(|a| Member {
         kind: MemberKind::Agent,
         id: a.to_string(),
         name: a.to_string(),
     });
-    let humans = humans.iter().map(|h| ResolvedMember {
+    let humans = humans.iter().map(|h| Member {
         kind: MemberKind::Human,
         id: h.to_lowercase(),
         name: h.to_string(),
     });
     crate::store::SpaceRecord {
+        v: crate::store::V1,
         display_name: display_name.into(),
         members: agents.chain(humans).collect(),
         max_messages: 1000,

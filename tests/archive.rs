@@ -125,7 +125,7 @@ impl Rig {
             sender: agentfleet::store::Sender {
                 id: "dana".into(),
                 name: "Dana".into(),
-                kind: Some(agentfleet::crd::MemberKind::Human),
+                kind: Some(agentfleet::store::MemberKind::Human),
             },
             text: text.into(),
             mention: None,

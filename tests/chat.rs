@@ -9,10 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::{MemberKind, ResolvedMember};
 use agentfleet::gateway::auth::hash_token;
 use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, LiveEvent, RedisStore, Sender, SpaceRecord};
+use agentfleet::store::{
+    prelude::*, LiveEvent, Member, MemberKind, RedisStore, Sender, SpaceRecord,
+};
 use agentfleet::testing::{spawn_on_free_ports, RedisServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
@@ -92,17 +93,18 @@ impl Fixture {
         agentfleet::install_crypto_provider();
         let redis = RedisServer::start().unwrap();
         let store = RedisStore::new(&redis.url()).unwrap();
-        let mut members = vec![ResolvedMember {
+        let mut members = vec![Member {
             kind: MemberKind::Agent,
             id: "assistant".into(),
             name: "assistant".into(),
         }];
-        members.extend(humans.iter().map(|(_, id, name)| ResolvedMember {
+        members.extend(humans.iter().map(|(_, id, name)| Member {
             kind: MemberKind::Human,
             id: id.to_string(),
             name: name.to_string(),
         }));
         let record = SpaceRecord {
+            v: agentfleet::store::V1,
             display_name: display_name.into(),
             members,
             max_messages: 1000,

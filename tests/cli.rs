@@ -546,7 +546,7 @@ async fn a_reader_that_stops_reading_ends_the_output_quietly() {
             sender: Sender {
                 id: "husam".into(),
                 name: "Husam".into(),
-                kind: Some(agentfleet::crd::MemberKind::Human),
+                kind: Some(agentfleet::store::MemberKind::Human),
             },
             text: format!("{i} {}", "x".repeat(400)),
             mention: None,

@@ -88,7 +88,7 @@ async fn husam_posts(store: &RedisStore, ns: &str, text: &str) -> agentfleet::st
                 sender: Sender {
                     id: "husam".into(),
                     name: "Husam".into(),
-                    kind: Some(agentfleet::crd::MemberKind::Human),
+                    kind: Some(agentfleet::store::MemberKind::Human),
                 },
                 text: text.into(),
                 mention: None,
@@ -796,6 +796,7 @@ async fn archive_on_a_real_api_server(
         .set_restore_report(
             &key,
             &RestoreReport {
+                v: agentfleet::store::V1,
                 ok: true,
                 reason: "Recovered".into(),
                 message: format!(
@@ -803,15 +804,13 @@ async fn archive_on_a_real_api_server(
                 ),
                 since_ms: now,
                 request: None,
-                applied: Some(agentfleet::crd::RestoredFromStatus {
+                applied: Some(agentfleet::store::Restored {
                     reason: "Recovery".into(),
                     storage_ref: url.clone(),
                     cycle: 3,
                     digest: format!("sha256:{}", "0".repeat(64)),
                     request: None,
-                    time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                        k8s_openapi::jiff::Timestamp::now(),
-                    )),
+                    time_ms: Some(now),
                 }),
             },
         )
@@ -1055,6 +1054,7 @@ async fn archive_on_a_real_api_server(
 /// and `ToolsReady`. The Secret's value is nowhere the operator writes.
 async fn tools_with_secrets(client: &Client, ns: &str, store: &Arc<RedisStore>) {
     use agentfleet::crd::ToolStatus;
+    use agentfleet::store::ToolRecord;
     eprintln!("step: tools: a missing headersFrom Secret, then created; mounted; status.tools; pendingCalls");
     let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -1180,12 +1180,14 @@ spec:
 
     // What a worker reports: the HTTP tool ready, the MCP server unreachable.
     let key = agentfleet::store::AgentKey::new(ns, "tooled");
-    let tool = |name: &str, source: &str, error: Option<&str>| ToolStatus {
-        name: name.into(),
-        source: source.into(),
-        ready: error.is_none(),
-        last_error: error.map(str::to_string),
-        note: None,
+    let tool = |name: &str, source: &str, error: Option<&str>| {
+        ToolRecord::from(&ToolStatus {
+            name: name.into(),
+            source: source.into(),
+            ready: error.is_none(),
+            last_error: error.map(str::to_string),
+            note: None,
+        })
     };
     store
         .set_tools(

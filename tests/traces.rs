@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::MemberKind;
 use agentfleet::membership::SpaceKey;
+use agentfleet::store::MemberKind;
 use agentfleet::store::{prelude::*, NewMessage, ReadQuery, RedisStore, Sender};
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

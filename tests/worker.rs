@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::{Agent, MemberKind};
+use agentfleet::crd::Agent;
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::openai::OpenAi;
+use agentfleet::store::MemberKind;
 use agentfleet::store::{
     prelude::*, AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage,
 };

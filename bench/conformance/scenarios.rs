@@ -253,7 +253,7 @@ impl Rig {
             .map(|r| {
                 r.members
                     .iter()
-                    .filter(|m| m.kind == agentfleet::crd::MemberKind::Agent)
+                    .filter(|m| m.kind == agentfleet::store::MemberKind::Agent)
                     .map(|m| AgentKey::new("default", &m.id))
                     .collect()
             })

@@ -7,8 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::crd::MemberKind;
-use crate::store::{self, StoreError};
+use crate::store::{self, MemberKind, StoreError};
 
 /// Who wrote or did something.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -82,7 +82,7 @@ impl Entity {
             id: self.id.clone(),
             name: self.name.clone(),
             kind: match self.kind {
-                EntityKind::Human => Some(crate::crd::MemberKind::Human),
+                EntityKind::Human => Some(crate::store::MemberKind::Human),
                 EntityKind::Service => None,
             },
         }

@@ -304,7 +304,7 @@ mod tests {
             sender: crate::store::Sender {
                 id: "husam".into(),
                 name: "Husam".into(),
-                kind: Some(crate::crd::MemberKind::Human),
+                kind: Some(crate::store::MemberKind::Human),
             },
             text: "hi".into(),
             time_ms: 5,
@@ -387,7 +387,7 @@ mod tests {
             (
                 text(),
                 text(),
-                prop::option::of(Just(crate::crd::MemberKind::Agent)),
+                prop::option::of(Just(crate::store::MemberKind::Agent)),
             )
                 .prop_map(|(id, name, kind)| crate::store::Sender { id, name, kind })
         }

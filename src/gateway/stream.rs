@@ -343,8 +343,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::MemberKind;
-    use crate::store::{prelude::*, MemoryStore, NewMessage, Sender};
+    use crate::store::{prelude::*, MemberKind, MemoryStore, NewMessage, Sender};
 
     #[tokio::test]
     async fn replay_reads_a_page_only_when_the_last_one_is_taken() {

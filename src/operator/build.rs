@@ -40,9 +40,8 @@ pub const CONFIG_HASH_ANNOTATION: &str = "agentfleet.dev/config-hash";
 pub const AGENT_DIR: &str = "/etc/agentfleet/agent";
 /// Where the worker finds the rendered Agent manifest.
 pub const AGENT_FILE: &str = "/etc/agentfleet/agent/agent.yaml";
-/// Where each Secret of the tools' `headersFrom` is mounted, as `SECRETS_DIR/NAME/KEY` (the
-/// worker reads them there: `worker::tools::secrets::MOUNT_DIR`).
-pub const SECRETS_DIR: &str = "/etc/agentfleet/secrets";
+/// Where each Secret of the tools' `headersFrom` is mounted, as `SECRETS_DIR/NAME/KEY`.
+pub use crate::secrets::MOUNT_DIR as SECRETS_DIR;
 /// Key of the rendered manifest in the ConfigMap.
 pub const AGENT_FILE_KEY: &str = "agent.yaml";
 /// Port of the worker's `/metrics`.
@@ -70,7 +69,7 @@ pub struct WorkerDefaults {
     /// Where the workers get their Redis URL.
     pub redis: RedisUrlSource,
     /// The operator's Redis settings the workers share, as environment (name, value): its
-    /// CA (certificates are public), the replicas writes wait for ([`crate::cli::Redis::worker_env`]).
+    /// CA (certificates are public), the replicas writes wait for ([`crate::store::RedisArgs::worker_env`]).
     pub redis_env: Vec<(String, String)>,
     /// The gateway's base URL, where the services of async tools post their results (none:
     /// the workers offer no async tools).
@@ -707,11 +706,6 @@ mod tests {
             assert_eq!(m.mount_path, format!("/etc/agentfleet/secrets/{secret}"));
             assert_eq!(m.read_only, Some(true));
         }
-        assert_eq!(
-            SECRETS_DIR,
-            crate::worker::tools::secrets::MOUNT_DIR,
-            "where the worker reads them"
-        );
         let env = pod.containers[0].env.clone().unwrap();
         assert!(
             env.iter().all(|e| e.name != CALLBACK_URL_ENV),

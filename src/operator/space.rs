@@ -61,7 +61,7 @@ async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
         .unwrap_or_default();
 
     let previous = space.status.clone().unwrap_or_default();
-    let record = membership::record(&space, members.clone());
+    let record = membership::record(&space, &members);
     let applied = ctx.store.apply_space(&key, &record).await;
     let ready = match &applied {
         Ok(_) => Cond::ok(

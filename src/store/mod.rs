@@ -38,6 +38,9 @@
 //!   worker before the request, completed by the gateway when the service posts the result
 //!   (marking the call done and pushing its `tool_result` event is one atomic step on the
 //!   agent's keys).
+//!
+//! What the store keeps are its own [`records`], versioned, never the custom resources'
+//! types: the operator and the worker convert at their edge.
 
 mod calls;
 mod consciousness;
@@ -49,6 +52,7 @@ mod memory;
 mod messages;
 mod notes;
 mod observe;
+pub mod records;
 mod redis;
 mod spaces;
 mod tokens;
@@ -67,6 +71,7 @@ pub use self::memory::MemoryStore;
 pub use self::messages::Messages;
 pub use self::notes::{NoteKind, Notes};
 pub use self::observe::{checkpoint_ref_cycle, Observe};
+pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecord, V1};
 pub use self::redis::{
     redact_url, RedisArgs, RedisOptions, RedisStore, WaitReplicas, REDIS_CA_ENV,
 };

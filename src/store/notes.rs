@@ -7,8 +7,7 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{AgentKey, Goal, Lease, Memories, StoreError};
-use crate::crd::PlanSpec;
+use super::{AgentKey, Goal, Lease, Memories, Plan, StoreError};
 
 /// One of an agent's keyed note collections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -17,7 +16,7 @@ pub enum NoteKind {
     Memories,
     /// Goals by id, stored as JSON [`Goal`]s.
     Goals,
-    /// Plans the agent made, by name, stored as JSON [`PlanSpec`]s.
+    /// Plans the agent made, by name, stored as JSON [`Plan`]s.
     Plans,
 }
 
@@ -134,7 +133,7 @@ pub trait Notes: Send + Sync {
         &self,
         agent: &AgentKey,
         lease: &Lease,
-        plans: &[PlanSpec],
+        plans: &[Plan],
     ) -> Result<(), StoreError> {
         let entries = encode(NoteKind::Plans, plans, |p| &p.name)?;
         self.set_notes(agent, lease, NoteKind::Plans, &entries)
@@ -153,7 +152,7 @@ pub trait Notes: Send + Sync {
     }
 
     /// The plans the agent made, by name.
-    async fn plans(&self, agent: &AgentKey) -> Result<Vec<PlanSpec>, StoreError> {
+    async fn plans(&self, agent: &AgentKey) -> Result<Vec<Plan>, StoreError> {
         let raw = self.notes(agent, NoteKind::Plans).await?;
         decode(agent, NoteKind::Plans, &raw)
     }
@@ -195,7 +194,7 @@ fn decode<T: DeserializeOwned>(
 
 /// The plans among `entries` that decode (an entry the store wrote itself but cannot read
 /// is left out rather than failing a whole observation).
-pub(super) fn readable_plans<'a>(entries: impl IntoIterator<Item = &'a String>) -> Vec<PlanSpec> {
+pub(super) fn readable_plans<'a>(entries: impl IntoIterator<Item = &'a String>) -> Vec<Plan> {
     entries
         .into_iter()
         .filter_map(|p| serde_json::from_str(p).ok())

@@ -5,9 +5,9 @@ use async_trait::async_trait;
 
 use super::{
     AgentKey, AgentObservation, AgentWork, ArchiveReport, ModelHealth, RestoreReport, StoreError,
-    TokenSpend,
+    TokenSpend, ToolRecord,
 };
-use crate::crd::ToolStatus;
+use crate::periods::Periods;
 
 /// The operator's view of the data plane.
 #[async_trait]
@@ -32,7 +32,7 @@ pub trait Observe: Send + Sync {
 
     /// Records the tools the worker has and whether each can be called (written when it
     /// changes; the operator shows it in `status.tools` and the `ToolsReady` condition).
-    async fn set_tools(&self, agent: &AgentKey, tools: &[ToolStatus]) -> Result<(), StoreError>;
+    async fn set_tools(&self, agent: &AgentKey, tools: &[ToolRecord]) -> Result<(), StoreError>;
 
     /// Records how archiving the agent's checkpoints goes (the worker writes it).
     async fn set_archive_report(
@@ -57,7 +57,7 @@ pub trait Observe: Send + Sync {
     async fn record_tokens(
         &self,
         agent: &AgentKey,
-        periods: &crate::crd::Periods,
+        periods: &Periods,
         usage: &crate::model::Usage,
     ) -> Result<TokenSpend, StoreError>;
 

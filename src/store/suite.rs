@@ -1,20 +1,20 @@
 //! One behaviour suite, run against both stores: the embedded one and a real `redis-server`.
 
 use super::*;
-use crate::crd::{MemberKind, ResolvedMember};
 use crate::keys::SpaceKey;
 use crate::testing::{RedisServer, WaitInbox};
 
-fn member(kind: MemberKind, id: &str) -> ResolvedMember {
-    ResolvedMember {
+fn member(kind: MemberKind, id: &str) -> Member {
+    Member {
         kind,
         id: id.into(),
         name: id.to_uppercase(),
     }
 }
 
-fn record(members: Vec<ResolvedMember>) -> SpaceRecord {
+fn record(members: Vec<Member>) -> SpaceRecord {
     SpaceRecord {
+        v: V1,
         display_name: "Family".into(),
         members,
         max_messages: 100,
@@ -466,6 +466,7 @@ async fn recent(store: &dyn Store, space: &SpaceKey) -> Vec<SpaceMessage> {
 async fn family_space(store: &dyn Store, max_messages: u64) -> SpaceKey {
     let family = SpaceKey::new("fam", "family");
     let record = SpaceRecord {
+        v: V1,
         display_name: "Family".into(),
         members: vec![
             member(MemberKind::Agent, "alice"),
@@ -1184,6 +1185,7 @@ async fn a_snapshot_replaces_the_consciousness_between_cycles(store: &dyn Store)
     };
     store.set_archive_report(&a, &report).await.unwrap();
     let restore = RestoreReport {
+        v: V1,
         ok: false,
         reason: "CheckpointCorrupt".into(),
         message: "refused".into(),
@@ -1620,6 +1622,11 @@ fn plan(name: &str) -> crate::crd::PlanSpec {
     .unwrap()
 }
 
+/// [`plan`] as the agent made it: the note the store keeps.
+fn own_plan(name: &str) -> Plan {
+    Plan::from(&plan(name))
+}
+
 async fn plans_fire_once_per_due_time(store: &dyn Store) {
     let a = AgentKey::new("fam", "planner");
     let p = plan("report");
@@ -1656,10 +1663,10 @@ async fn agent_plans_are_kept_and_fenced(store: &dyn Store) {
     let a = AgentKey::new("fam", "planner");
     let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
     store
-        .set_plans(&a, &lease, &[plan("report"), plan("standup")])
+        .set_plans(&a, &lease, &[own_plan("report"), own_plan("standup")])
         .await
         .unwrap();
-    let mut changed = plan("report");
+    let mut changed = own_plan("report");
     changed.instruction = "the longer report".into();
     store
         .set_plans(&a, &lease, &[changed.clone()])
@@ -1667,7 +1674,7 @@ async fn agent_plans_are_kept_and_fenced(store: &dyn Store) {
         .unwrap();
     assert_eq!(
         store.plans(&a).await.unwrap(),
-        vec![changed.clone(), plan("standup")]
+        vec![changed.clone(), own_plan("standup")]
     );
     assert_eq!(
         store
@@ -1681,13 +1688,42 @@ async fn agent_plans_are_kept_and_fenced(store: &dyn Store) {
     assert_eq!(seen[0].plans, vec![changed]);
     store.release_lease(&a, &lease).await.unwrap();
     assert!(matches!(
-        store.set_plans(&a, &lease, &[plan("x")]).await,
+        store.set_plans(&a, &lease, &[own_plan("x")]).await,
         Err(StoreError::Fenced { .. })
     ));
     assert!(matches!(
         store.cancel_plans(&a, &lease, &["report".into()]).await,
         Err(StoreError::Fenced { .. })
     ));
+}
+
+/// A plan note of a format this release does not know (a newer release wrote it during an
+/// upgrade) is refused where one agent's plans are read, naming the version, and left out of
+/// the operator's observation; the plans beside it still read there.
+async fn a_plan_of_a_newer_format_is_refused_and_left_out(store: &dyn Store) {
+    let a = AgentKey::new("fam", "planner");
+    let lease = store.acquire_lease(&a, "w1", TTL).await.unwrap().unwrap();
+    store
+        .set_plans(&a, &lease, &[own_plan("report")])
+        .await
+        .unwrap();
+    let newer = r#"{"v":2,"name":"later","every":"6h","instruction":"report"}"#;
+    store
+        .set_notes(
+            &a,
+            &lease,
+            NoteKind::Plans,
+            &[("later".to_string(), newer.to_string())],
+        )
+        .await
+        .unwrap();
+    let refused = store.plans(&a).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("record format v2 is newer than this release reads (v1)"),
+        "{refused}"
+    );
+    let seen = store.observe(std::slice::from_ref(&a)).await.unwrap();
+    assert_eq!(seen[0].plans, vec![own_plan("report")]);
 }
 
 async fn purging_an_agent_forgets_everything(store: &dyn Store) {
@@ -1709,10 +1745,10 @@ async fn purging_an_agent_forgets_everything(store: &dyn Store) {
             ..Default::default()
         };
         store
-            .record_tokens(k, &crate::crd::Periods::at(now_ms()), &used)
+            .record_tokens(k, &crate::periods::Periods::at(now_ms()), &used)
             .await
             .unwrap();
-        store.set_plans(k, &lease, &[plan("p")]).await.unwrap();
+        store.set_plans(k, &lease, &[own_plan("p")]).await.unwrap();
         store.push_event(k, &event("e2", "waiting")).await.unwrap();
     }
     let call = NewCall::new(&a, "create_ticket", 60_000).unwrap();
@@ -2232,8 +2268,8 @@ impl Drop for ClusterNode {
 }
 
 async fn tokens_are_counted_by_direction_and_period(store: &dyn Store) {
-    use crate::crd::{Periods, Spent};
     use crate::model::Usage;
+    use crate::periods::{Periods, Spent};
     let a = AgentKey::new("fam", "spender");
     assert_eq!(
         observed(store, &a).await.tokens,
@@ -2437,6 +2473,7 @@ suite!(
     observation_reads_every_agent_at_once,
     plans_fire_once_per_due_time,
     agent_plans_are_kept_and_fenced,
+    a_plan_of_a_newer_format_is_refused_and_left_out,
     purging_an_agent_forgets_everything,
     tokens_are_counted_by_direction_and_period,
     async_calls_take_one_result_with_their_token,
@@ -2750,6 +2787,7 @@ async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
             .find(|a| cluster.owner(&format!("agentfleet:{{agent:{a}}}:inbox")) == Some(primary))
             .unwrap();
         let record = SpaceRecord {
+            v: V1,
             display_name: "Family".into(),
             members: vec![
                 member(MemberKind::Agent, &agent.name),

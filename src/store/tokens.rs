@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::crd::{Periods, Spent};
 use crate::model::Usage;
+use crate::periods::{Periods, Spent};
 
 /// The model tokens an agent spent, counted at every model call (`status.tokens`, budgets):
 /// by direction over its life, and in the budget periods of its last call.

@@ -2,24 +2,27 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::crd::MemberKind;
 pub use crate::keys::AgentKey;
+use crate::store::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecord, V1};
 use crate::store::CallKind;
 
 /// What the data plane knows of a space: derived from its Space object and the Agents that
-/// name it.
+/// name it. A versioned record (see [`records`](super::records)).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SpaceRecord {
+    /// The record's format.
+    #[serde(default, rename = "v", skip_serializing_if = "V1::implied")]
+    pub v: V1,
     /// Name shown to humans and agents.
     pub display_name: String,
     /// Agents, then humans.
-    pub members: Vec<crate::crd::ResolvedMember>,
+    pub members: Vec<Member>,
     /// The most messages its log keeps.
     pub max_messages: u64,
     /// When agents' messages stop waking other agents.
     #[serde(default)]
-    pub loop_guard: crate::crd::LoopGuardSpec,
+    pub loop_guard: LoopGuard,
 }
 
 impl SpaceRecord {
@@ -450,10 +453,14 @@ pub struct ArchiveReport {
 }
 
 /// The last restore, fork or recovery of an agent's consciousness, and how the last attempt
-/// went, as its worker reports it (`status.restoredFrom`, the `Restored` condition).
+/// went, as its worker reports it (`status.restoredFrom`, the `Restored` condition). A
+/// versioned record (see [`records`](super::records)).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreReport {
+    /// The record's format.
+    #[serde(default, rename = "v", skip_serializing_if = "V1::implied")]
+    pub v: V1,
     /// Whether the last attempt succeeded.
     pub ok: bool,
     /// CamelCase: `Restored`, `Seeded`, `Recovered`, or why not.
@@ -467,7 +474,7 @@ pub struct RestoreReport {
     pub request: Option<String>,
     /// What was last applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied: Option<crate::crd::RestoredFromStatus>,
+    pub applied: Option<Restored>,
 }
 
 /// A versioned checkpoint: the consciousness as it was after one cycle.
@@ -587,13 +594,13 @@ pub struct AgentObservation {
     /// The restore request last applied (see [`crate::crd::ConsciousnessSpec::pending`]).
     pub restored: Option<String>,
     /// Plans the agent made itself (`set_plans`), by name.
-    pub plans: Vec<crate::crd::PlanSpec>,
+    pub plans: Vec<Plan>,
     /// Per plan id (`spec/NAME`, `agent/NAME`): the last due time handled (ms).
     pub plan_marks: std::collections::BTreeMap<String, i64>,
     /// How the model answered lately, once a worker has reported it.
     pub model: Option<ModelHealth>,
     /// The tools the worker has, once it has reported them.
-    pub tools: Option<Vec<crate::crd::ToolStatus>>,
+    pub tools: Option<Vec<ToolRecord>>,
     /// Calls that wait for a human (approvals, interactive tools), oldest first.
     pub pending: Vec<super::RegisteredCall>,
     /// How archiving goes, once a worker has archived (or tried).

@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 use super::cycle::Agentlet;
 use crate::membership::SpaceKey;
 use crate::model::ModelError;
-use crate::store::{now_ms, InboxEvent, LiveEvent, ModelHealth};
+use crate::store::{now_ms, InboxEvent, LiveEvent, ModelHealth, ToolRecord};
 
 /// What happens after a failed cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +116,12 @@ impl Agentlet {
     /// Reports the tools the agent has now (`status.tools`, `ToolsReady`) when they differ
     /// from what was last reported.
     pub async fn report_tools(&self) {
-        let tools = self.toolbox().status();
+        let tools: Vec<ToolRecord> = self
+            .toolbox()
+            .status()
+            .iter()
+            .map(ToolRecord::from)
+            .collect();
         let mut last = self.tools_reported.lock().await;
         if last.as_ref() == Some(&tools) {
             return;

@@ -16,8 +16,10 @@ use tracing::{info, warn};
 
 use super::cycle::Agentlet;
 use crate::archive::{self, ArchiveError, Document};
-use crate::crd::{PendingRestore, RestoredFromStatus};
-use crate::store::{now_ms, AgentKey, Consciousness, Lease, RestoreReport, StoreError};
+use crate::crd::PendingRestore;
+use crate::store::{
+    now_ms, AgentKey, Consciousness, Lease, RestoreReport, Restored, StoreError, V1,
+};
 
 /// How a session's settling went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +95,7 @@ impl Agentlet {
             Err(refused) => {
                 warn!(agent = %self.key, request = %request, error = %refused, "restore refused; the consciousness is unchanged");
                 self.report(RestoreReport {
+                    v: V1,
                     ok: false,
                     reason: refused.reason().into(),
                     message: format!(
@@ -133,6 +136,7 @@ impl Agentlet {
             Err(e) => {
                 warn!(agent = %self.key, error = %e, "cannot tell whether the archive holds this agent's consciousness; starting without it");
                 self.report(RestoreReport {
+                    v: V1,
                     ok: false,
                     reason: e.reason().into(),
                     message: format!("the data plane holds no consciousness of this agent and the archive could not be read ({e}); the agent starts without it"),
@@ -159,6 +163,7 @@ impl Agentlet {
             Err(e) => {
                 warn!(agent = %self.key, url = %url, error = %e, "the latest archived checkpoint cannot be recovered; starting without it");
                 self.report(RestoreReport {
+                    v: V1,
                     ok: false,
                     reason: e.reason().into(),
                     message: format!("the data plane holds no consciousness of this agent; {url} could not be recovered: {e}"),
@@ -262,6 +267,7 @@ impl Agentlet {
                     );
                     warn!(agent = %self.key, request = ?request, "{what}");
                     self.report(RestoreReport {
+                        v: V1,
                         ok: false,
                         reason: "CheckpointNotFound".into(),
                         message: format!(
@@ -307,18 +313,19 @@ impl Agentlet {
             _ => format!("{verb} cycle {} from {url}", cp.cycle),
         };
         self.report(RestoreReport {
+            v: V1,
             ok: true,
             reason: done.into(),
             message,
             since_ms: now_ms(),
             request: request.clone(),
-            applied: Some(RestoredFromStatus {
+            applied: Some(Restored {
                 reason: reason.into(),
                 storage_ref: url,
                 cycle: cp.cycle,
                 digest: cp.digest,
                 request,
-                time: crate::operator::status::time(now_ms()),
+                time_ms: Some(now_ms()),
             }),
         })
         .await;

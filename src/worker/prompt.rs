@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::crd::{Agent, MemberKind, PlanSpec};
+use crate::crd::{Agent, PlanSpec};
 use crate::model::format::{self, memory_line, space_line, InboxLine};
 use crate::plans::{self, Source};
+use crate::store::MemberKind;
 use crate::store::{EventKind, Goal, InboxEvent, Memories, SpaceRecord};
 
 /// What the fresh context is built from.

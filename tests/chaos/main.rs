@@ -270,7 +270,7 @@ async fn post(store: &RedisStore, n: u64) -> bool {
         sender: Sender {
             id: "dana".into(),
             name: "Dana".into(),
-            kind: Some(agentfleet::crd::MemberKind::Human),
+            kind: Some(agentfleet::store::MemberKind::Human),
         },
         text: format!("job {n}"),
         mention: None,

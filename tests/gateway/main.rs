@@ -313,7 +313,7 @@ async fn the_stream_carries_messages_deltas_activity_and_resumes_on(f: Fixture) 
     let agent = agentfleet::store::Sender {
         id: "assistant".into(),
         name: "assistant".into(),
-        kind: Some(agentfleet::crd::MemberKind::Agent),
+        kind: Some(agentfleet::store::MemberKind::Agent),
     };
     f.store
         .publish_live(

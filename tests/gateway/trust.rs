@@ -7,10 +7,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use agentfleet::chat::SseParser;
-use agentfleet::crd::MemberKind;
 use agentfleet::gateway::auth::{hash_token, Tokens};
 use agentfleet::gateway::Limits;
 use agentfleet::membership::SpaceKey;
+use agentfleet::store::MemberKind;
 use agentfleet::store::{NewMessage, Sender};
 use agentfleet::testing::space_record;
 

@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentfleet::crd::{Agent, McpServerSpec, MemberKind, ToolStatus};
+use agentfleet::crd::{Agent, McpServerSpec, ToolStatus};
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::openai::OpenAi;
+use agentfleet::store::MemberKind;
 use agentfleet::store::{prelude::*, AgentKey, NewMessage, RedisStore, Sender};
 use agentfleet::telemetry::WorkerMetrics;
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
@@ -549,6 +550,7 @@ async fn reported(store: &RedisStore, key: &AgentKey) -> Vec<ToolStatus> {
     seen.into_iter()
         .next()
         .and_then(|o| o.tools)
+        .map(|tools| tools.iter().map(ToolStatus::from).collect())
         .unwrap_or_default()
 }
 

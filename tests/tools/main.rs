@@ -17,11 +17,12 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use agentfleet::crd::{Agent, HttpToolSpec, MemberKind};
+use agentfleet::crd::{Agent, HttpToolSpec};
 use agentfleet::gateway::auth::Tokens;
 use agentfleet::gateway::{self, Gateway, Limits};
 use agentfleet::membership::SpaceKey;
 use agentfleet::model::openai::OpenAi;
+use agentfleet::store::MemberKind;
 use agentfleet::store::{
     prelude::*, AgentKey, LiveEvent, MemoryStore, NewCall, NewMessage, RedisStore, Sender,
 };

@@ -434,6 +434,7 @@ mod tests {
         // Its last attempt failed: not asked again (a new spec asks again).
         let failed = AgentObservation {
             restore: Some(crate::store::RestoreReport {
+                v: crate::store::V1,
                 ok: false,
                 reason: "CheckpointNotFound".into(),
                 message: "no archived checkpoint of cycle 40".into(),
@@ -452,6 +453,7 @@ mod tests {
         // An earlier restore that succeeded is no failure of this one.
         let succeeded = AgentObservation {
             restore: Some(crate::store::RestoreReport {
+                v: crate::store::V1,
                 ok: true,
                 ..failed.restore.clone().unwrap()
             }),

@@ -128,7 +128,10 @@ mod tests {
             crate::plans::rfc3339(now_ms() + 200)
         ))
         .unwrap();
-        store.set_plans(&a, &lease, &[own]).await.unwrap();
+        store
+            .set_plans(&a, &lease, &[crate::store::Plan::from(&own)])
+            .await
+            .unwrap();
         let r = start(store.clone(), fast());
         track(&r, &a, &spec("scaling: {minReplicas: 1}"), 1);
         let events = store

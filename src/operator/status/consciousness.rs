@@ -4,8 +4,7 @@
 //! and `Restored`. Each is absent until the worker has reported (archiving off, or nothing
 //! restored yet, is no condition at all).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::time;
 use super::tools::{cut, MAX_MESSAGE};
@@ -111,19 +110,13 @@ pub(super) fn checkpoint(
 /// server keeps it, so the same status is not written again).
 pub(super) fn restored_from(seen: &AgentObservation) -> Option<RestoredFromStatus> {
     let applied = seen.restore.as_ref()?.applied.as_ref()?;
-    Some(RestoredFromStatus {
-        time: applied
-            .time
-            .as_ref()
-            .and_then(|t| Timestamp::from_second(t.0.as_second()).ok().map(Time)),
-        ..applied.clone()
-    })
+    Some(RestoredFromStatus::from(applied))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{ArchiveReport, Checkpoint, RestoreReport};
+    use crate::store::{ArchiveReport, Checkpoint, RestoreReport, Restored};
 
     fn checkpointed(cycle: u64) -> AgentObservation {
         AgentObservation {
@@ -231,20 +224,19 @@ mod tests {
 
     fn restore(ok: bool, reason: &str) -> RestoreReport {
         RestoreReport {
+            v: crate::store::V1,
             ok,
             reason: reason.into(),
             message: format!("{reason}: cycle 40 of s3://fleet/prod/ops/sre/40"),
             since_ms: 1_795_000_100_500,
             request: Some("cycle:40".into()),
-            applied: Some(RestoredFromStatus {
+            applied: Some(Restored {
                 reason: "Restore".into(),
                 storage_ref: "s3://fleet/prod/ops/sre/40".into(),
                 cycle: 40,
                 digest: "sha256:cd".into(),
                 request: Some("cycle:40".into()),
-                time: Some(Time(
-                    Timestamp::from_millisecond(1_795_000_100_500).unwrap(),
-                )),
+                time_ms: Some(1_795_000_100_500),
             }),
         }
     }

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
-use crate::crd::{AgentPhase, AgentStatus, PendingCallStatus};
+use crate::crd::{AgentPhase, AgentStatus, PendingCallStatus, ToolStatus};
 use crate::store::AgentObservation;
 
 mod budget;
@@ -274,9 +274,13 @@ pub fn data_status(
     now: Timestamp,
     checkpoint_ref: impl Fn(u64) -> String,
 ) -> AgentStatus {
+    let reported: Option<Vec<ToolStatus>> = seen
+        .tools
+        .as_ref()
+        .map(|tools| tools.iter().map(ToolStatus::from).collect());
     let tools = merge(
         previous,
-        &[tools_condition(seen.tools.as_deref())],
+        &[tools_condition(reported.as_deref())],
         generation,
         now,
     );
@@ -291,7 +295,7 @@ pub fn data_status(
         last_cycle_time: seen.last_cycle_ms.and_then(time),
         checkpoint: checkpoint(seen, checkpoint_ref),
         restored_from: restored_from(seen),
-        tools: seen.tools.as_deref().map(shown_tools).unwrap_or_default(),
+        tools: reported.as_deref().map(shown_tools).unwrap_or_default(),
         pending_calls: seen
             .pending
             .iter()
@@ -640,19 +644,20 @@ mod tests {
             since_ms: 1_795_000_000_500,
         });
         o.restore = Some(crate::store::RestoreReport {
+            v: crate::store::V1,
             ok: true,
             reason: "Recovered".into(),
             message: "the data plane had no consciousness; recovered cycle 5 from the archive"
                 .into(),
             since_ms: 1_795_000_000_200,
             request: None,
-            applied: Some(crate::crd::RestoredFromStatus {
+            applied: Some(crate::store::Restored {
                 reason: "Recovery".into(),
                 storage_ref: "s3://fleet/fam/assistant/5".into(),
                 cycle: 5,
                 digest: "sha256:cd".into(),
                 request: None,
-                time: None,
+                time_ms: None,
             }),
         });
         let s = running(&o, &key);

@@ -178,6 +178,11 @@ mod tests {
         format!("r{cycle}")
     }
 
+    /// `tools` as a worker reports them to the data plane.
+    fn recorded(tools: Vec<ToolStatus>) -> Option<Vec<crate::store::ToolRecord>> {
+        Some(tools.iter().map(crate::store::ToolRecord::from).collect())
+    }
+
     fn tool(name: &str, source: &str, error: Option<&str>) -> ToolStatus {
         ToolStatus {
             name: name.into(),
@@ -345,7 +350,7 @@ mod tests {
         );
 
         let long = "x".repeat(2000);
-        o.tools = Some(vec![
+        o.tools = recorded(vec![
             tool("skip", "builtin", None),
             tool("grafana__*", "mcp:grafana", Some(&long)),
             tool("skip", "builtin", Some("a second entry of one name")),
@@ -374,7 +379,7 @@ mod tests {
         let later = Timestamp::from_second(1_795_000_100).unwrap();
         let much_later = Timestamp::from_second(1_795_000_200).unwrap();
         let mut o = AgentObservation {
-            tools: Some(vec![tool("grafana__*", "mcp:grafana", Some("refused"))]),
+            tools: recorded(vec![tool("grafana__*", "mcp:grafana", Some("refused"))]),
             ..AgentObservation::default()
         };
         let first = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
@@ -391,7 +396,7 @@ mod tests {
         );
         assert_eq!(first, again, "the same on every pass: nothing to write");
 
-        o.tools = Some(vec![tool("grafana__*", "mcp:grafana", Some("timed out"))]);
+        o.tools = recorded(vec![tool("grafana__*", "mcp:grafana", Some("timed out"))]);
         let other_error = data_status(
             false,
             Some(1),
@@ -407,7 +412,7 @@ mod tests {
         assert_eq!(c.last_transition_time, Time(t0()), "still False");
         assert!(c.message.contains("timed out"));
 
-        o.tools = Some(vec![tool("grafana__query", "mcp:grafana", None)]);
+        o.tools = recorded(vec![tool("grafana__query", "mcp:grafana", None)]);
         let up = data_status(
             false,
             Some(1),

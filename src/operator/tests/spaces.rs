@@ -62,6 +62,7 @@ async fn deleted_space_leaves_the_store_and_drops_the_finalizer() {
         .apply_space(
             &key,
             &SpaceRecord {
+                v: crate::store::V1,
                 display_name: "x".into(),
                 members: vec![],
                 max_messages: 1,
@@ -95,6 +96,7 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
         .apply_space(
             &SpaceKey::new("default", "lobby"),
             &SpaceRecord {
+                v: crate::store::V1,
                 display_name: "x".into(),
                 members: vec![],
                 max_messages: 1,
@@ -107,6 +109,7 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
         .apply_space(
             &SpaceKey::new("default", "gone"),
             &SpaceRecord {
+                v: crate::store::V1,
                 display_name: "x".into(),
                 members: vec![],
                 max_messages: 1,

@@ -10,8 +10,8 @@ use kube::runtime::controller::Action;
 use serde_json::{json, Value};
 
 use super::{agent_yaml, answering, condition, expect, harness, lobby, not_found, tracked_phase};
-use crate::crd::{Agent, AgentPhase, AgentStatus, ToolStatus};
-use crate::store::{AgentKey, AgentObservation};
+use crate::crd::{Agent, AgentPhase, AgentStatus};
+use crate::store::{AgentKey, AgentObservation, ToolRecord};
 
 /// The echo agent with an HTTP tool and an MCP server taking headers from `tracker-token`.
 fn tooled() -> Agent {
@@ -290,20 +290,20 @@ async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_ma
     let seen = AgentObservation {
         worker: true,
         tools: Some(vec![
-            ToolStatus {
+            ToolRecord {
                 name: "send_message".into(),
                 source: "builtin".into(),
                 ready: true,
                 ..Default::default()
             },
-            ToolStatus {
+            ToolRecord {
                 name: "tracker__*".into(),
                 source: "mcp:tracker".into(),
                 ready: false,
                 last_error: Some(
                     "cannot reach http://mcp.tracker.svc/mcp: connection refused".into(),
                 ),
-                note: None,
+                ..Default::default()
             },
         ]),
         ..AgentObservation::default()

@@ -87,7 +87,7 @@ struct AgentState {
     notes: BTreeMap<NoteKind, BTreeMap<String, String>>,
     plan_marks: BTreeMap<String, i64>,
     model: Option<ModelHealth>,
-    tools: Option<Vec<crate::crd::ToolStatus>>,
+    tools: Option<Vec<super::ToolRecord>>,
     /// Asynchronous calls by id, and whether each has its result.
     calls: HashMap<String, (super::CallRecord, bool)>,
     /// The journal of the cycle under way.

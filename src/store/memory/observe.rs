@@ -74,7 +74,7 @@ impl Observe for MemoryStore {
     async fn set_tools(
         &self,
         agent: &AgentKey,
-        tools: &[crate::crd::ToolStatus],
+        tools: &[crate::store::ToolRecord],
     ) -> Result<(), StoreError> {
         self.agent(agent, |a| a.tools = Some(tools.to_vec()));
         Ok(())
@@ -106,7 +106,7 @@ impl Observe for MemoryStore {
     async fn record_tokens(
         &self,
         agent: &AgentKey,
-        periods: &crate::crd::Periods,
+        periods: &crate::periods::Periods,
         usage: &crate::model::Usage,
     ) -> Result<TokenSpend, StoreError> {
         Ok(self.agent(agent, |a| {

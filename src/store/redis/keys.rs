@@ -24,7 +24,7 @@
 //! | `agentfleet:{agent:NS/NAME}:plans` | hash | name → plan the agent made (JSON) |
 //! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:journal` | list | the journal of the cycle under way (JSON entries; dropped by its commit or acknowledgement) |
-//! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolStatus`, written when it changes) |
+//! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolRecord`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
 //! | `agentfleet:{agent:NS/NAME}:archive` | string | how archiving goes (JSON `ArchiveReport`, written by the worker) |

@@ -182,7 +182,7 @@ impl Observe for RedisStore {
     async fn set_tools(
         &self,
         agent: &AgentKey,
-        tools: &[crate::crd::ToolStatus],
+        tools: &[crate::store::ToolRecord],
     ) -> Result<(), StoreError> {
         let json = to_json(|| format!("the tools of agent {agent}"), &tools)?;
         let mut conn = self.conns.shared().await?;
@@ -225,7 +225,7 @@ impl Observe for RedisStore {
     async fn record_tokens(
         &self,
         agent: &AgentKey,
-        periods: &crate::crd::Periods,
+        periods: &crate::periods::Periods,
         usage: &crate::model::Usage,
     ) -> Result<TokenSpend, StoreError> {
         let mut conn = self.conns.shared().await?;

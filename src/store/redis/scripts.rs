@@ -63,7 +63,7 @@ static JOURNAL: LazyLock<Script> =
 pub(super) async fn record_tokens(
     conn: &mut Conn,
     agent: &AgentKeys,
-    periods: &crate::crd::Periods,
+    periods: &crate::periods::Periods,
     usage: &crate::model::Usage,
 ) -> Result<crate::store::TokenSpend, StoreError> {
     let mut invocation = TOKENS.prepare_invoke();

@@ -8,10 +8,9 @@ use serde_json::json;
 
 use super::tests::{calls, record, rig, send, text, user_texts, Rig, NS};
 use super::Outcome;
-use crate::crd::{MemberKind, ResolvedMember};
 use crate::membership::SpaceKey;
 use crate::model::{Message, ToolCall, Turn, Usage};
-use crate::store::{prelude::*, NewMessage, Sender};
+use crate::store::{prelude::*, Member, MemberKind, NewMessage, Sender};
 
 fn nudges(r: &Rig) -> u64 {
     r.agentlet
@@ -118,7 +117,7 @@ async fn an_answered_or_skipped_cycle_or_its_last_step_is_not_nudged() {
 async fn a_cycle_woken_by_an_agent_is_not_nudged() {
     let r = rig("", vec![Ok(text("Nothing for me."))]).await;
     let mut family = record("Family");
-    family.members.push(ResolvedMember {
+    family.members.push(Member {
         kind: MemberKind::Agent,
         id: "planner".into(),
         name: "planner".into(),

@@ -103,7 +103,7 @@ pub struct Agentlet {
     /// How the model answered, as last reported to the data plane.
     pub(crate) model_health: tokio::sync::Mutex<Option<crate::store::ModelHealth>>,
     /// The tools as last reported to the data plane.
-    pub(crate) tools_reported: tokio::sync::Mutex<Option<Vec<crate::crd::ToolStatus>>>,
+    pub(crate) tools_reported: tokio::sync::Mutex<Option<Vec<crate::store::ToolRecord>>>,
     /// Every tool the agent has.
     toolbox: Toolbox,
     /// Held by a cycle from start to end, and by whoever reads the agent between cycles.
@@ -229,7 +229,7 @@ impl Agentlet {
         Sender {
             id: self.key.name.clone(),
             name: self.key.name.clone(),
-            kind: Some(crate::crd::MemberKind::Agent),
+            kind: Some(crate::store::MemberKind::Agent),
         }
     }
 

@@ -7,9 +7,8 @@
 
 use super::journal::Entry;
 use super::Cycle;
-use crate::crd::MemberKind;
 use crate::model::Message;
-use crate::store::EventKind;
+use crate::store::{EventKind, MemberKind};
 
 /// Tools that answer, or say on purpose that there is nothing to answer.
 const ANSWERS: &[&str] = &["send_message", "skip"];

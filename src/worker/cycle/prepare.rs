@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::{journal, Agentlet, Cycle};
+use crate::crd::PlanSpec;
 use crate::membership::SpaceKey;
 use crate::model::{Message, Usage};
 use crate::store::{Consciousness, InboxEvent, Lease, SpaceRecord, StoreError};
@@ -34,6 +35,7 @@ impl<'a> Cycle<'a> {
             store.plan_marks(key),
             store.journal(key)
         )?;
+        let plans: Vec<PlanSpec> = plans.iter().map(PlanSpec::from).collect();
         let context = prompt::context(&PromptInput {
             agent: &agentlet.agent,
             spaces: &spaces,

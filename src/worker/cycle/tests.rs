@@ -10,14 +10,14 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::{Agentlet, Outcome};
-use crate::crd::{Agent, MemberKind, ResolvedMember};
+use crate::crd::Agent;
 use crate::membership::SpaceKey;
 use crate::model::{
     Delta, Failure, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage,
 };
 use crate::store::{
-    prelude::*, AgentKey, InboxEvent, Lease, LiveEvent, MemoryStore, NewMessage, ReadQuery, Sender,
-    SpaceRecord,
+    prelude::*, AgentKey, InboxEvent, Lease, LiveEvent, Member, MemberKind, MemoryStore,
+    NewMessage, ReadQuery, Sender, SpaceRecord, V1,
 };
 use crate::telemetry::WorkerMetrics;
 use crate::testing::WaitInbox;
@@ -27,14 +27,15 @@ pub(super) const NS: &str = "fam";
 /// A space record with the agent `assistant` and the human Husam.
 pub(super) fn record(display_name: &str) -> SpaceRecord {
     SpaceRecord {
+        v: V1,
         display_name: display_name.into(),
         members: vec![
-            ResolvedMember {
+            Member {
                 kind: MemberKind::Agent,
                 id: "assistant".into(),
                 name: "assistant".into(),
             },
-            ResolvedMember {
+            Member {
                 kind: MemberKind::Human,
                 id: "husam".into(),
                 name: "Husam".into(),

@@ -9,12 +9,13 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::crd::{BuiltinTool, MemberKind, PlanSpec};
+use crate::crd::{BuiltinTool, PlanSpec};
 use crate::membership::SpaceKey;
 use crate::model::{ToolCall, ToolSpec};
 use crate::plans;
 use crate::store::{
-    AgentKey, Goal, Lease, LiveEvent, Memories, NewMessage, ReadQuery, Sender, SpaceRecord, Store,
+    AgentKey, Goal, Lease, LiveEvent, MemberKind, Memories, NewMessage, Plan, ReadQuery, Sender,
+    SpaceRecord, Store,
 };
 
 /// Longest `wait` of `send_message`.
@@ -592,8 +593,9 @@ impl ToolEnv<'_> {
                 .map_err(|e| format!("plans not cancelled: {e}"))?
         };
         if !args.plans.is_empty() {
+            let plans: Vec<Plan> = args.plans.iter().map(Plan::from).collect();
             self.store
-                .set_plans(self.agent, self.lease, &args.plans)
+                .set_plans(self.agent, self.lease, &plans)
                 .await
                 .map_err(|e| format!("plans not stored: {e}"))?;
         }

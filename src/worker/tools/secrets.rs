@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Where mounted Secrets are in a worker pod.
-pub const MOUNT_DIR: &str = "/etc/agentfleet/secrets";
+pub use crate::secrets::MOUNT_DIR;
 
 /// The Secrets a worker can read.
 #[derive(Clone, Debug)]

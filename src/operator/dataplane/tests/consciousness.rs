@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{fast, spec, start, track, until, Call};
 use crate::crd::{AgentStatus, RestoredFromStatus};
 use crate::operator::status::{find, CHECKPOINT_ARCHIVED, RESTORED};
-use crate::store::{now_ms, AgentKey, ArchiveReport, MemoryStore, RestoreReport, Store};
+use crate::store::{now_ms, AgentKey, ArchiveReport, MemoryStore, RestoreReport, Restored, Store};
 
 fn events(calls: &[Call]) -> Vec<(bool, String, String)> {
     calls
@@ -22,6 +22,7 @@ fn events(calls: &[Call]) -> Vec<(bool, String, String)> {
 
 fn failed_restore(request: &str) -> RestoreReport {
     RestoreReport {
+        v: crate::store::V1,
         ok: false,
         reason: "CheckpointNotFound".into(),
         message: "no checkpoint of cycle 40 in the archive or the data plane".into(),
@@ -225,12 +226,20 @@ async fn what_the_worker_reports_of_the_archive_reaches_status_events_and_gauges
         .set_restore_report(
             &sre,
             &RestoreReport {
+                v: crate::store::V1,
                 ok: true,
                 reason: "Recovered".into(),
                 message: "the data plane had no consciousness: recovered cycle 7 from s3://fleet/prod/ops/sre/7 (0 cycles lost)".into(),
                 since_ms: t0 + 10_000,
                 request: None,
-                applied: Some(applied.clone()),
+                applied: Some(Restored {
+                    reason: "Recovery".into(),
+                    storage_ref: "s3://fleet/prod/ops/sre/7".into(),
+                    cycle: 7,
+                    digest: format!("sha256:{}", "0".repeat(64)),
+                    request: None,
+                    time_ms: None,
+                }),
             },
         )
         .await

@@ -54,7 +54,7 @@ fn track_pool(r: &Running, min: i32, max: i32) -> PoolKey {
     let key = PoolKey::new("fam", "shared");
     r.scaler.pools.track(
         &key,
-        super::pools::PoolTracked {
+        crate::operator::dataplane::pools::PoolTracked {
             object: ObjectReference::default(),
             min,
             max,

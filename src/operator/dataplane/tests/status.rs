@@ -57,6 +57,7 @@ async fn the_tools_a_worker_reports_reach_the_status_once() {
     use crate::crd::ToolStatus;
     use crate::operator::status::{find, TOOLS_READY};
     use crate::store::prelude::*;
+    use crate::store::ToolRecord;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let r = start(store.clone(), fast());
     let a = AgentKey::new("fam", "a");
@@ -78,12 +79,14 @@ async fn the_tools_a_worker_reports_reach_the_status_once() {
     };
     assert!(events().is_empty(), "nothing reported, nothing to say");
 
-    let tool = |name: &str, source: &str, error: Option<&str>| ToolStatus {
-        name: name.into(),
-        source: source.into(),
-        ready: error.is_none(),
-        last_error: error.map(str::to_string),
-        note: None,
+    let tool = |name: &str, source: &str, error: Option<&str>| {
+        ToolRecord::from(&ToolStatus {
+            name: name.into(),
+            source: source.into(),
+            ready: error.is_none(),
+            last_error: error.map(str::to_string),
+            note: None,
+        })
     };
     store
         .set_tools(
