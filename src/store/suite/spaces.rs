@@ -1,0 +1,71 @@
+//! Membership records applied idempotently, registered agents, a ping.
+
+use super::*;
+
+pub(super) async fn membership_is_applied_idempotently(store: &dyn Store) {
+    let family = SpaceKey::new("fam", "family");
+    let work = SpaceKey::new("fam", "work");
+    assert_eq!(store.space(&family).await.unwrap(), None);
+    let members = vec![
+        member(MemberKind::Agent, "alice"),
+        member(MemberKind::Human, "husam"),
+    ];
+    assert!(store
+        .apply_space(&family, &record(members.clone()))
+        .await
+        .unwrap());
+    assert!(
+        !store
+            .apply_space(&family, &record(members.clone()))
+            .await
+            .unwrap(),
+        "same members again: no change"
+    );
+    assert_eq!(
+        store.space(&family).await.unwrap(),
+        Some(record(members.clone()))
+    );
+    let mut renamed = record(members.clone());
+    renamed.display_name = "The Family".into();
+    assert!(
+        store.apply_space(&family, &renamed).await.unwrap(),
+        "a new display name is a change"
+    );
+    assert_eq!(store.space(&family).await.unwrap(), Some(renamed));
+
+    let fewer = vec![member(MemberKind::Human, "husam")];
+    assert!(store
+        .apply_space(&family, &record(fewer.clone()))
+        .await
+        .unwrap());
+    assert_eq!(store.space(&family).await.unwrap(), Some(record(fewer)));
+
+    assert!(store.apply_space(&work, &record(vec![])).await.unwrap());
+    assert_eq!(store.space(&work).await.unwrap(), Some(record(vec![])));
+    assert_eq!(
+        store.spaces().await.unwrap(),
+        vec![family.clone(), work.clone()]
+    );
+
+    assert!(store.remove_space(&family).await.unwrap());
+    assert!(!store.remove_space(&family).await.unwrap());
+    assert_eq!(store.space(&family).await.unwrap(), None);
+    assert_eq!(store.spaces().await.unwrap(), vec![work]);
+}
+
+pub(super) async fn agents_are_registered(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let b = AgentKey::new("work", "assistant");
+    assert!(!store.agent_registered(&a).await.unwrap());
+    assert!(store.register_agent(&a).await.unwrap());
+    assert!(!store.register_agent(&a).await.unwrap(), "idempotent");
+    assert!(store.agent_registered(&a).await.unwrap());
+    assert!(!store.agent_registered(&b).await.unwrap(), "by namespace");
+    assert!(store.unregister_agent(&a).await.unwrap());
+    assert!(!store.unregister_agent(&a).await.unwrap());
+    assert!(!store.agent_registered(&a).await.unwrap());
+}
+
+pub(super) async fn ping_answers(store: &dyn Store) {
+    store.ping().await.unwrap();
+}
