@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, Checkpoint, Consciousness, CycleCommit, Lease, Snapshot, StoreError};
+use super::{AgentKey, Lease, StoreError};
+use super::{Restored, V1};
+use serde::{Deserialize, Serialize};
 
 /// An agent's persisted conversation and its versioned checkpoints.
 #[async_trait]
@@ -176,4 +178,135 @@ pub(super) fn plan_commit(
         trim_before,
         drop_summaries,
     })
+}
+
+/// An agent's persisted conversation: the summary of what was compacted away, then the
+/// messages of the window (model messages as JSON, opaque to the store).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Consciousness {
+    /// Committed cycles.
+    pub cycle: u64,
+    /// Summary of the messages compacted out of the window.
+    pub summary: Option<String>,
+    /// The window's messages, oldest first.
+    pub messages: Vec<String>,
+    /// Sequence number of `messages[0]` in the agent's message log.
+    pub start: u64,
+    /// Estimated tokens of summary + messages.
+    pub tokens: u64,
+    /// Digest chained over every commit (`sha256:…`); empty before the first.
+    pub digest: String,
+    /// Model tokens used over the agent's life.
+    pub tokens_used: u64,
+    /// When the last cycle was committed (ms since the epoch).
+    pub last_cycle_ms: Option<i64>,
+    /// The last restore request applied (`spec.consciousness.restore`, `seedFrom`), so that
+    /// each is applied once.
+    pub restored: Option<String>,
+}
+
+/// An agent's whole consciousness after one cycle, with its notes: what an archived
+/// checkpoint holds, and what a restore writes back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The consciousness.
+    pub consciousness: Consciousness,
+    /// Notes by kind: entries as stored (key → text; JSON for goals and plans).
+    pub notes:
+        std::collections::BTreeMap<super::NoteKind, std::collections::BTreeMap<String, String>>,
+}
+
+/// How archiving an agent's checkpoints goes, as its worker reports it (the operator writes
+/// `status.checkpoint.archivedCycle`, `storageRef` and `CheckpointArchived` from it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveReport {
+    /// The newest archived cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<u64>,
+    /// Its object's URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Whether the last attempt succeeded.
+    pub ok: bool,
+    /// CamelCase: `Archived`, or why not (`StoreUnreachable`, …).
+    pub reason: String,
+    /// For people.
+    pub message: String,
+    /// Since when it is so (ms since the epoch).
+    pub since_ms: i64,
+}
+
+/// The last restore, fork or recovery of an agent's consciousness, and how the last attempt
+/// went, as its worker reports it (`status.restoredFrom`, the `Restored` condition). A
+/// versioned record (see [`records`](super::records)).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreReport {
+    /// The record's format.
+    #[serde(default, rename = "v", skip_serializing_if = "V1::implied")]
+    pub v: V1,
+    /// Whether the last attempt succeeded.
+    pub ok: bool,
+    /// CamelCase: `Restored`, `Seeded`, `Recovered`, or why not.
+    pub reason: String,
+    /// For people.
+    pub message: String,
+    /// When (ms since the epoch).
+    pub since_ms: i64,
+    /// The request last attempted (`cycle:40`, `seed:sre@latest`; none for a recovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// What was last applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<Restored>,
+}
+
+/// A versioned checkpoint: the consciousness as it was after one cycle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// The cycle it was taken after.
+    pub cycle: u64,
+    /// Sequence number of the window's first message.
+    pub start: u64,
+    /// Sequence number after the window's last message.
+    pub end: u64,
+    /// Cycle whose compaction wrote the summary in force, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_cycle: Option<u64>,
+    /// Content digest (`sha256:…`).
+    pub digest: String,
+    /// Messages in the window.
+    pub messages: u64,
+    /// Estimated tokens of summary + window.
+    pub tokens: u64,
+    /// When it was written (ms since the epoch).
+    pub time_ms: i64,
+}
+
+/// What one committed cycle adds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CycleCommit {
+    /// Messages the cycle appends (model messages as JSON).
+    pub new_messages: Vec<String>,
+    /// Compaction done at this commit: the window now starts at sequence `start` (counting
+    /// the new messages), with `summary` covering what dropped out.
+    pub compaction: Option<Compacted>,
+    /// Estimated tokens of summary + window after the commit.
+    pub tokens: u64,
+    /// Model tokens the cycle used.
+    pub cycle_tokens: u64,
+    /// Checkpoints to keep (the oldest beyond are dropped, and so are log entries no
+    /// retained checkpoint needs).
+    pub checkpoints_retained: u32,
+}
+
+/// A compaction recorded by a commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compacted {
+    /// New first sequence number of the window.
+    pub start: u64,
+    /// Summary of everything before `start`.
+    pub summary: Option<String>,
 }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use super::{AgentKey, InboxEvent, Lease, MidCycle, Pushed, StoreError};
+use super::Sender;
+use super::{AgentKey, Lease, StoreError};
+use serde::{Deserialize, Serialize};
 
 /// Whose wake signals a subscription hears.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,4 +133,80 @@ pub trait Inbox: Send + Sync {
 
     /// Per plan id, the last due time handled (ms).
     async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError>;
+}
+
+/// What an inbox event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A message posted in a space the agent is a member of.
+    SpaceMessage,
+    /// A service (webhook) triggered the agent.
+    Service,
+    /// A scheduled plan fired.
+    Plan,
+    /// The result of an asynchronous tool call.
+    ToolResult,
+}
+
+/// One event in an agent's inbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InboxEvent {
+    /// Unique id; an id the inbox has seen before is dropped, so producers may retry.
+    pub id: String,
+    /// What the event is about.
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    /// When it was produced, in milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// Injected mid-cycle in full when the agent is thinking (see `cycle.midCycleInbox`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub urgent: bool,
+    /// The space it happened in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
+    /// Who produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<Sender>,
+    /// Text of the message, instruction or result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Extra structured data (service payloads, tool results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// Causal depth: how many agent messages in a row led to this event (0 for what humans,
+    /// services and plans start).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+pub(super) fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl InboxEvent {
+    /// The agent a space message addresses (`mention`), if any.
+    pub fn mention(&self) -> Option<&str> {
+        self.data.as_ref()?.get("mention")?.as_str()
+    }
+}
+
+/// What happened to a pushed event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// The event was queued (false: its id was seen before and it was dropped).
+    pub queued: bool,
+    /// No worker held the agent's lease, so a wake signal was published.
+    pub woke: bool,
+}
+
+/// What a later step of a cycle sees of the inbox (seed 000: preview + urgent injection).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MidCycle {
+    /// Urgent events taken in flight (acknowledged with the cycle).
+    pub urgent: Vec<InboxEvent>,
+    /// Events waiting (inbox and urgent queue), after taking the urgent ones.
+    pub waiting: u64,
+    /// The first waiting events of the inbox, left in place.
+    pub preview: Vec<InboxEvent>,
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{AgentKey, Lease, StoreError};
+use super::{AgentKey, StoreError};
 
 /// A worker's hold on an agent. Every fenced step (taking events, acknowledging, committing,
 /// writing notes) checks the caller's [`Lease`] first and fails with [`StoreError::Fenced`]
@@ -31,4 +31,14 @@ pub trait Leases: Send + Sync {
     /// Gives the lease up (a no-op when it is no longer ours). Publishes a wake signal when
     /// events are left waiting or in flight, so that the operator brings a worker back.
     async fn release_lease(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+}
+
+/// A worker's hold on an agent: only the holder of the current token may take events from
+/// the inbox or commit a cycle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Who holds it (unique per worker process).
+    pub holder: String,
+    /// Fencing token: grows with every new holder.
+    pub token: u64,
 }

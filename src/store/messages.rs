@@ -5,11 +5,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use super::{
-    AgentKey, Inbox, InboxEvent, LiveEvent, NewMessage, Posted, ReadQuery, Sender, SpaceMessage,
-    SpaceRecord, StoreError,
-};
+use super::inbox::is_zero;
+use super::{now_ms, CallKind, EventKind, MemberKind};
+use super::{AgentKey, Inbox, InboxEvent, SpaceRecord, StoreError};
 use crate::keys::SpaceKey;
+use serde::{Deserialize, Serialize};
 
 /// A space's append-only message log, and its live events.
 ///
@@ -182,4 +182,269 @@ pub(super) async fn fan_out<S: Inbox + ?Sized>(
         Some(e) => Err(e),
         None => Ok(delivered),
     }
+}
+
+/// Who wrote something: an agent, a human or a service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sender {
+    /// Entity id (an Agent's name, a human's id, a service's name).
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// `Agent`, `Human`, or `None` for a service or the system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<MemberKind>,
+}
+
+impl Sender {
+    /// agentfleet itself, the sender of the space's notices (such as the loop guard's).
+    pub fn system() -> Self {
+        Self {
+            id: "agentfleet".into(),
+            name: "agentfleet".into(),
+            kind: None,
+        }
+    }
+}
+
+/// A message to post in a space.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewMessage {
+    /// Who posts it; must be a member of the space.
+    pub sender: Sender,
+    /// The text.
+    pub text: String,
+    /// An agent member addressed by the message.
+    pub mention: Option<String>,
+    /// Posting again with the same key returns the first message instead of a second one, so
+    /// a retried or re-run post never duplicates; it only completes the first one's delivery
+    /// to the member agents, if that was interrupted (see [`Messages`](super::Messages)).
+    pub idempotency_key: Option<String>,
+    /// Deliver to the member agents as urgent events.
+    pub urgent: bool,
+    /// Causal depth (see [`InboxEvent::depth`]): 0 for humans and services; for an agent, one
+    /// more than the deepest event it is answering.
+    pub depth: u32,
+}
+
+impl NewMessage {
+    /// The idempotency key as stored: scoped to the sender (kind and id), so one sender's keys
+    /// can never suppress another's posts — and no client can write in an agent's scope.
+    pub fn scoped_idempotency_key(&self) -> Option<String> {
+        let key = self.idempotency_key.as_deref()?;
+        let kind = match self.sender.kind {
+            Some(MemberKind::Agent) => "agent",
+            Some(MemberKind::Human) => "human",
+            None => "service",
+        };
+        Some(format!("{kind}:{}:{key}", self.sender.id))
+    }
+
+    /// Whether the loop guard watches this post: an agent's message in a space with another
+    /// agent it could wake.
+    pub fn guarded_by_loop_guard(&self, record: &SpaceRecord) -> bool {
+        self.sender.kind == Some(MemberKind::Agent) && record.agents().any(|a| a != self.sender.id)
+    }
+
+    /// The loop guard this post trips in `record`, given how many watched agent messages the
+    /// space has seen this minute before it (for the rate).
+    pub fn loop_guard(
+        &self,
+        record: &SpaceRecord,
+        agent_messages_this_minute: u64,
+    ) -> Option<Guard> {
+        if !self.guarded_by_loop_guard(record) {
+            return None;
+        }
+        if self.depth > record.loop_guard.max_depth {
+            return Some(Guard::Depth);
+        }
+        (agent_messages_this_minute >= u64::from(record.loop_guard.max_agent_messages_per_minute))
+            .then_some(Guard::Rate)
+    }
+}
+
+/// Why an agent's message woke no other agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The chain of agent messages is longer than the space's `loopGuard.maxDepth`.
+    Depth,
+    /// The space had more agent messages this minute than `loopGuard.maxAgentMessagesPerMinute`.
+    Rate,
+}
+
+impl Guard {
+    /// A bounded label (metrics, the store's wire).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guard::Depth => "depth",
+            Guard::Rate => "rate",
+        }
+    }
+
+    /// Parses [`Guard::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Guard::Depth, Guard::Rate]
+            .into_iter()
+            .find(|g| g.as_str() == s)
+    }
+
+    /// The notice posted in the space when the guard trips for `sender`'s message.
+    pub fn notice(
+        self,
+        space: &str,
+        record: &SpaceRecord,
+        sender: &Sender,
+        depth: u32,
+    ) -> SpaceMessage {
+        let text = match self {
+            Guard::Depth => format!(
+                "Loop guard: {}'s message was not delivered to the other agents: it is agent message {depth} in a row since the last human, webhook or plan event (this space allows {}, spec.loopGuard.maxDepth).",
+                sender.name, record.loop_guard.max_depth
+            ),
+            Guard::Rate => format!(
+                "Loop guard: agents' messages in this space wake no other agent for the rest of this minute: more than {} agent messages in a minute (spec.loopGuard.maxAgentMessagesPerMinute). {}'s message was not delivered to the other agents.",
+                record.loop_guard.max_agent_messages_per_minute, sender.name
+            ),
+        };
+        SpaceMessage {
+            id: String::new(),
+            space: space.to_string(),
+            sender: Sender::system(),
+            text,
+            time_ms: now_ms(),
+            mention: None,
+            depth: 0,
+        }
+    }
+}
+
+/// Parses a message id (`MILLIS-SEQ`, as Redis stream ids) into its ordered parts.
+pub fn parse_message_id(id: &str) -> Option<(i64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// A message of a space's log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceMessage {
+    /// Stable id, ordered by posting time (`MILLIS-SEQ`).
+    #[serde(default)]
+    pub id: String,
+    /// Name of the space.
+    pub space: String,
+    /// Who posted it.
+    pub sender: Sender,
+    /// The text.
+    pub text: String,
+    /// When it was posted, in milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// An agent member addressed by the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mention: Option<String>,
+    /// Causal depth (see [`InboxEvent::depth`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+impl SpaceMessage {
+    /// The inbox event this message becomes for the other member agents.
+    pub fn event(&self, urgent: bool) -> InboxEvent {
+        InboxEvent {
+            id: format!("msg:{}:{}", self.space, self.id),
+            kind: EventKind::SpaceMessage,
+            time_ms: self.time_ms,
+            urgent,
+            space: Some(self.space.clone()),
+            sender: Some(self.sender.clone()),
+            text: Some(self.text.clone()),
+            data: Some(serde_json::json!({
+                "messageId": self.id,
+                "mention": self.mention,
+            })),
+            depth: self.depth,
+        }
+    }
+}
+
+/// The outcome of a post.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Posted {
+    /// The message (the first one, for a repeated idempotency key).
+    pub id: String,
+    /// An earlier post had the same idempotency key; nothing new was written to the log.
+    pub duplicate: bool,
+    /// Agents whose inbox received the message (for a duplicate: those an interrupted
+    /// delivery had missed, reached now).
+    pub delivered: Vec<String>,
+    /// The space's loop guard kept the message from the other agents (a notice says so).
+    pub guarded: Option<Guard>,
+}
+
+/// Which messages of a space to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadQuery {
+    /// The most messages returned.
+    pub limit: usize,
+    /// Newest first, older than this id.
+    pub before: Option<String>,
+    /// Oldest first, newer than this id (takes precedence over `before`).
+    pub after: Option<String>,
+}
+
+/// What a space's live stream carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LiveEvent {
+    /// A message was posted.
+    Message {
+        /// The message.
+        message: SpaceMessage,
+    },
+    /// Text an agent is generating for the space, as it streams.
+    Delta {
+        /// Groups the deltas of one message being written.
+        stream_id: String,
+        /// The writing agent.
+        sender: Sender,
+        /// The next piece of text.
+        delta: String,
+    },
+    /// What an agent is doing (`thinking`, `tool`, `idle`), for "who is typing".
+    Activity {
+        /// The agent.
+        sender: Sender,
+        /// `thinking`, `tool`, `tool_result` (a `visible` tool's arguments and result as JSON
+        /// in `detail`), `idle` or `error` (the cycle failed; see `detail`).
+        activity: String,
+        /// The tool being run, for `tool`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        /// For `error`: what failed and what happens next (a retry, or giving up); for
+        /// `tool_result`: `{"arguments", "result"}` as JSON, secrets masked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// An agent asks the space's members about a call (issue 14): to approve or deny it, or
+    /// to answer an interactive tool. Answered at `POST /v1/spaces/{ns}/{space}/tool-calls/{call_id}`.
+    ToolRequest {
+        /// The asking agent.
+        sender: Sender,
+        /// The call to answer.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// `approval` or `interactive`.
+        kind: CallKind,
+        /// The call's arguments, secrets masked.
+        arguments: serde_json::Value,
+        /// What an interactive answer must match (JSON Schema), if the tool says.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result_schema: Option<serde_json::Value>,
+        /// When it was asked (ms since the epoch).
+        since_ms: i64,
+        /// When the request times out (ms since the epoch).
+        expires_ms: i64,
+    },
 }

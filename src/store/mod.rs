@@ -56,28 +56,38 @@ pub mod records;
 mod redis;
 mod spaces;
 mod tokens;
-mod types;
 
 pub use self::calls::{
     presented_hash, token_hash, Answer, CallId, CallKind, CallRecord, CallResult, Calls,
     Completion, HumanCall, NewCall, NoRandom, RegisteredCall, Verdict, FORGET_AFTER_MS,
 };
-pub use self::consciousness::{next_digest, ConsciousnessLog};
+pub use self::consciousness::{
+    next_digest, ArchiveReport, Checkpoint, Compacted, Consciousness, ConsciousnessLog,
+    CycleCommit, RestoreReport, Snapshot,
+};
 pub use self::error::StoreError;
-pub use self::inbox::{Inbox, WakeScope};
+pub use self::inbox::{EventKind, Inbox, InboxEvent, MidCycle, Pushed, WakeScope};
 pub use self::journal::Journal;
-pub use self::leases::Leases;
+pub use self::leases::{Lease, Leases};
 pub use self::memory::MemoryStore;
-pub use self::messages::Messages;
-pub use self::notes::{NoteKind, Notes};
-pub use self::observe::{checkpoint_ref_cycle, Observe};
+pub use self::messages::{
+    parse_message_id, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery, Sender,
+    SpaceMessage,
+};
+pub use self::notes::{Goal, Memories, NoteKind, Notes};
+pub use self::observe::{checkpoint_ref_cycle, AgentObservation, AgentWork, ModelHealth, Observe};
 pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecord, V1};
 pub use self::redis::{
     redact_url, RedisArgs, RedisOptions, RedisStore, WaitReplicas, REDIS_CA_ENV,
 };
-pub use self::spaces::Spaces;
+pub use self::spaces::{SpaceRecord, Spaces};
 pub use self::tokens::TokenSpend;
-pub use self::types::*;
+pub use crate::keys::AgentKey;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond()
+}
 
 /// The channel of every agent's wake signals on one Redis (payload: the agent's `NS/NAME`);
 /// each agent's are also on its own channel (see [`WakeScope`]).

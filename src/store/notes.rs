@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::{AgentKey, Goal, Lease, Memories, Plan, StoreError};
+use super::{AgentKey, Lease, Plan, StoreError};
 
 /// One of an agent's keyed note collections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -199,4 +199,20 @@ pub(super) fn readable_plans<'a>(entries: impl IntoIterator<Item = &'a String>) 
         .into_iter()
         .filter_map(|p| serde_json::from_str(p).ok())
         .collect()
+}
+
+/// A stored memory: a fact the agent keeps across cycles.
+pub type Memories = std::collections::BTreeMap<String, String>;
+
+/// A goal the agent works towards.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Goal {
+    /// Stable id, chosen by the agent.
+    pub id: String,
+    /// What the goal is.
+    #[serde(default)]
+    pub description: String,
+    /// `active`, `completed`, `blocked`, … (free text).
+    #[serde(default)]
+    pub status: String,
 }

@@ -3,11 +3,10 @@
 
 use async_trait::async_trait;
 
-use super::{
-    AgentKey, AgentObservation, AgentWork, ArchiveReport, ModelHealth, RestoreReport, StoreError,
-    TokenSpend, ToolRecord,
-};
+use super::{AgentKey, ArchiveReport, RestoreReport, StoreError, TokenSpend, ToolRecord};
+use super::{Checkpoint, Plan};
 use crate::periods::Periods;
+use serde::{Deserialize, Serialize};
 
 /// The operator's view of the data plane.
 #[async_trait]
@@ -85,6 +84,114 @@ pub fn checkpoint_ref_cycle(reference: &str) -> Option<u64> {
         return None;
     }
     cycle.parse().ok()
+}
+
+/// How the agent's model answered lately, as its worker reports it (written only when it
+/// changes). The operator turns it into the Agent's `ModelAvailable` condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelHealth {
+    /// The last model call succeeded.
+    pub available: bool,
+    /// CamelCase reason: `Available`, or what failed (`Unauthorized`, `Unreachable`, …).
+    pub reason: String,
+    /// What happened, without secrets.
+    pub message: String,
+    /// When it became so (ms since the epoch).
+    pub since_ms: i64,
+}
+
+/// What the operator reads of one agent on every sweep (one round trip for all agents).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentObservation {
+    /// Events waiting: inbox plus urgent queue.
+    pub waiting: u64,
+    /// Events taken by a cycle that has not been acknowledged.
+    pub in_flight: u64,
+    /// A cycle is under way.
+    pub thinking: bool,
+    /// A cycle waits for a human (its events in flight); idle for the scaler.
+    pub paused: bool,
+    /// A worker holds the agent's lease.
+    pub worker: bool,
+    /// The process that took the agent's lease last (a pod name in a cluster).
+    pub host: Option<String>,
+    /// Committed cycles.
+    pub cycles: u64,
+    /// Model tokens used over the agent's life.
+    pub tokens_used: u64,
+    /// When the last cycle was committed (ms since the epoch).
+    pub last_cycle_ms: Option<i64>,
+    /// The latest checkpoint.
+    pub checkpoint: Option<Checkpoint>,
+    /// The restore request last applied (see [`crate::crd::ConsciousnessSpec::pending`]).
+    pub restored: Option<String>,
+    /// Plans the agent made itself (`set_plans`), by name.
+    pub plans: Vec<Plan>,
+    /// Per plan id (`spec/NAME`, `agent/NAME`): the last due time handled (ms).
+    pub plan_marks: std::collections::BTreeMap<String, i64>,
+    /// How the model answered lately, once a worker has reported it.
+    pub model: Option<ModelHealth>,
+    /// The tools the worker has, once it has reported them.
+    pub tools: Option<Vec<ToolRecord>>,
+    /// Calls that wait for a human (approvals, interactive tools), oldest first.
+    pub pending: Vec<super::RegisteredCall>,
+    /// How archiving goes, once a worker has archived (or tried).
+    pub archive: Option<ArchiveReport>,
+    /// The last restore, fork or recovery, once a worker has done one (or tried).
+    pub restore: Option<RestoreReport>,
+    /// The tokens spent, once a model was called.
+    pub tokens: Option<super::TokenSpend>,
+}
+
+/// Whether work waits for an agent: the part of [`AgentObservation`] a pool's sweep reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentWork {
+    /// Events waiting: inbox plus urgent queue.
+    pub waiting: u64,
+    /// Events taken by a cycle that has not been acknowledged.
+    pub in_flight: u64,
+    /// A cycle is under way.
+    pub thinking: bool,
+    /// A cycle waits for a human.
+    pub paused: bool,
+}
+
+impl AgentWork {
+    /// Something waits or is being worked on. Not while a cycle is paused for a human: until
+    /// the answer (or the time to answer runs out, see [`AgentObservation::at`]) nothing can
+    /// go on, and what arrives meanwhile waits, so its worker may go.
+    pub fn busy(&self) -> bool {
+        self.thinking || (!self.paused && (self.waiting > 0 || self.in_flight > 0))
+    }
+}
+
+impl AgentObservation {
+    /// Its [`AgentWork`].
+    pub fn work(&self) -> AgentWork {
+        AgentWork {
+            waiting: self.waiting,
+            in_flight: self.in_flight,
+            thinking: self.thinking,
+            paused: self.paused,
+        }
+    }
+
+    /// See [`AgentWork::busy`].
+    pub fn busy(&self) -> bool {
+        self.work().busy()
+    }
+
+    /// The observation as the scaler weighs it at `now_ms`: a cycle paused for a human whose
+    /// wait has ended (a call's time is up) is no longer just waiting: its worker must come
+    /// back to tell the model.
+    pub fn at(&self, now_ms: i64) -> AgentObservation {
+        let mut o = self.clone();
+        if o.paused && o.pending.iter().any(|c| c.record.expires_ms <= now_ms) {
+            o.paused = false;
+        }
+        o
+    }
 }
 
 #[cfg(test)]

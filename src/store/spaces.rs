@@ -2,8 +2,10 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, SpaceRecord, StoreError};
+use super::{AgentKey, StoreError};
+use super::{LoopGuard, Member, MemberKind, Sender, V1};
 use crate::keys::SpaceKey;
+use serde::{Deserialize, Serialize};
 
 /// What the data plane knows of spaces (their members) and of which Agents exist.
 #[async_trait]
@@ -32,4 +34,48 @@ pub trait Spaces: Send + Sync {
 
     /// Whether an Agent is registered.
     async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError>;
+}
+
+/// What the data plane knows of a space: derived from its Space object and the Agents that
+/// name it. A versioned record (see [`records`](super::records)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceRecord {
+    /// The record's format.
+    #[serde(default, rename = "v", skip_serializing_if = "V1::implied")]
+    pub v: V1,
+    /// Name shown to humans and agents.
+    pub display_name: String,
+    /// Agents, then humans.
+    pub members: Vec<Member>,
+    /// The most messages its log keeps.
+    pub max_messages: u64,
+    /// When agents' messages stop waking other agents.
+    #[serde(default)]
+    pub loop_guard: LoopGuard,
+}
+
+impl SpaceRecord {
+    /// Whether an agent of this name is a member.
+    pub fn has_agent(&self, name: &str) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.kind == MemberKind::Agent && m.id == name)
+    }
+
+    /// Whether `sender` may read and post here: a member of the same kind and id (a service or
+    /// the system never is). The one admission rule of the gateway, the tools and the stores.
+    pub fn admits(&self, sender: &Sender) -> bool {
+        self.members
+            .iter()
+            .any(|m| Some(m.kind) == sender.kind && m.id == sender.id)
+    }
+
+    /// Names of the member agents.
+    pub fn agents(&self) -> impl Iterator<Item = &str> {
+        self.members
+            .iter()
+            .filter(|m| m.kind == MemberKind::Agent)
+            .map(|m| m.id.as_str())
+    }
 }
