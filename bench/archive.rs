@@ -16,10 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentfleet::archive::{Archive, Document};
+use agentfleet::identity::AgentKey;
 use agentfleet::model::{Message, ToolCall};
-use agentfleet::store::{
-    now_ms, prelude::*, AgentKey, ArchiveReport, CycleCommit, Memories, RedisStore,
-};
+use agentfleet::store::{now_ms, prelude::*, ArchiveReport, CycleCommit, Memories, RedisStore};
 use agentfleet::testing::{RedisServer, S3Server};
 use common::pct;
 use serde_json::json;

@@ -27,8 +27,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, AgentKey, CycleCommit, RedisStore};
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
+use agentfleet::store::{prelude::*, CycleCommit, RedisStore};
 use agentfleet::testing::{human_event, space_record, RedisCluster, RedisServer, WaitInbox};
 use futures::StreamExt as _;
 use serde_json::json;

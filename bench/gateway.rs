@@ -24,8 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentfleet::chat::SseParser;
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, AgentKey, RedisStore};
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
+use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::testing::{space_record, RedisServer};
 use futures::StreamExt;
 use serde_json::json;

@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentfleet::crd::Agent;
-use agentfleet::store::{prelude::*, AgentKey, EventKind, InboxEvent, RedisStore};
+use agentfleet::identity::AgentKey;
+use agentfleet::store::{prelude::*, EventKind, InboxEvent, RedisStore};
 use agentfleet::testing::{free_port, RedisServer};
 use common::{pct, rss_kib, Kill};
 use futures::StreamExt;

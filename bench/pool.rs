@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::{prelude::*, LiveEvent, NewMessage, ReadQuery, RedisStore};
 use agentfleet::testing::RedisServer;
 use futures::StreamExt;

@@ -20,9 +20,10 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::MemberKind;
-use agentfleet::store::{prelude::*, AgentKey, NewMessage, RedisStore, Sender};
+use agentfleet::store::{prelude::*, NewMessage, RedisStore, Sender};
 use agentfleet::testing::{
     cached_form, conversation, free_port, shared_prefix, space_record, MockModel, MockTurn,
     RedisServer,

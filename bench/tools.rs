@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use common::pct;
 
 use agentfleet::crd::HttpToolSpec;
-use agentfleet::store::{AgentKey, MemoryStore};
+use agentfleet::identity::AgentKey;
+use agentfleet::store::MemoryStore;
 use agentfleet::worker::tools::http::HttpTools;
 use agentfleet::worker::tools::secrets::Secrets;
 use agentfleet::worker::tools::{External, ExternalCall, ExternalContext};

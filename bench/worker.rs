@@ -19,9 +19,10 @@ use std::process::{Command, Stdio};
 use common::{pct, rss_kib, Kill};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::MemberKind;
-use agentfleet::store::{prelude::*, AgentKey, LiveEvent, NewMessage, RedisStore, Sender};
+use agentfleet::store::{prelude::*, LiveEvent, NewMessage, RedisStore, Sender};
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer, S3Server};
 use futures::StreamExt;
 use serde_json::json;

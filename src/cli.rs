@@ -9,12 +9,13 @@ use std::io::Write;
 use anyhow::{bail, Context as _};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::membership::SpaceKey;
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use crate::names;
 use crate::store::prelude::*;
 use crate::store::{
-    redact_url, AgentKey, Consciousness, NewMessage, ReadQuery, RedisArgs, RedisStore, Sender,
-    SpaceRecord, Store,
+    redact_url, Consciousness, NewMessage, ReadQuery, RedisArgs, RedisStore, Sender, SpaceRecord,
+    Store,
 };
 use crate::terminal::{sanitize, Breaks};
 pub use answers::{calls, Answering, CallCommand};

@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use crate::crd::validate::check_arguments;
-use crate::keys::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::store::prelude::*;
 use crate::store::{
     now_ms, Answer, CallId, CallKind, CallRecord, CallResult, Completion, StoreError, Verdict,
@@ -267,7 +267,8 @@ pub fn audit_text(id: &CallId, tool: &str, decision: &Verdict) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{AgentKey, HumanCall};
+    use crate::identity::AgentKey;
+    use crate::store::HumanCall;
     use serde_json::json;
 
     fn call(kind: CallKind, schema: Option<Value>) -> HumanCall {

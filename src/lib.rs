@@ -10,7 +10,7 @@ pub mod dev;
 pub mod gateway;
 #[cfg(test)]
 pub(crate) mod hostile;
-pub mod keys;
+pub mod identity;
 pub mod manifests;
 pub mod membership;
 pub mod names;

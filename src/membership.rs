@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use crate::crd::{Agent, MemberKind, ResolvedMember, Space};
-pub use crate::keys::SpaceKey;
+use crate::identity::SpaceKey;
 
 /// Members of every Space: the Agents (of the same namespace, not being deleted) that name it,
 /// sorted by name, then its human members in the order the Space lists them.

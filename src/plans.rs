@@ -20,9 +20,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::crd::PlanSpec;
-use crate::store::{
-    now_ms, AgentKey, AgentObservation, EventKind, InboxEvent, Sender, Store, StoreError,
-};
+use crate::identity::AgentKey;
+use crate::store::{now_ms, AgentObservation, EventKind, InboxEvent, Sender, Store, StoreError};
 
 /// Where a plan is declared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -8,8 +8,9 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, AgentKey, AgentObservation, NoteKind, RedisStore, Snapshot};
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
+use agentfleet::store::{prelude::*, AgentObservation, NoteKind, RedisStore, Snapshot};
 use agentfleet::testing::{s3, space_record, MockModel, MockTurn, RedisServer, S3Server};
 use serde_json::json;
 

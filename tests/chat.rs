@@ -10,7 +10,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentfleet::gateway::auth::hash_token;
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::{
     prelude::*, LiveEvent, Member, MemberKind, RedisStore, Sender, SpaceRecord,
 };
@@ -462,7 +463,7 @@ async fn on_a_terminal_each_typed_line_shows_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
-    use agentfleet::store::{AgentKey, CallKind, HumanCall};
+    use agentfleet::store::{CallKind, HumanCall};
     let f = Fixture::start("approve", "Family", &[(HUSAM, "husam", "Husam")]).await;
     let assistant = AgentKey::new("ops", "assistant");
     let call = HumanCall::new(

@@ -6,7 +6,8 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::testing::{free_port, space_record, RedisServer};
 
@@ -305,7 +306,7 @@ async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
     // replayed, not asked for again; the model is asked only for the next step.
     mock.push(MockTurn::text("Answered."));
     let _second = spawn();
-    let agent = agentfleet::store::AgentKey::new("fam", "assistant");
+    let agent = agentfleet::identity::AgentKey::new("fam", "assistant");
     let start = Instant::now();
     loop {
         if store.consciousness(&agent).await.unwrap().cycle == 1 {
@@ -330,7 +331,7 @@ async fn kill_9_mid_cycle_then_restart_answers_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn operator_tools_show_what_others_wrote_without_obeying_it() {
-    use agentfleet::store::AgentKey;
+    use agentfleet::identity::AgentKey;
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let store = RedisStore::new(&url).unwrap();
@@ -419,7 +420,7 @@ fn an_unreachable_data_plane_is_said_once_with_a_hint_about_dev() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_spaces_and_agents_are_errors_and_bad_names_are_never_queried() {
-    use agentfleet::store::AgentKey;
+    use agentfleet::identity::AgentKey;
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let store = RedisStore::new(&url).unwrap();
@@ -579,7 +580,7 @@ async fn a_reader_that_stops_reading_ends_the_output_quietly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn operators_answer_paused_calls_from_a_terminal() {
-    use agentfleet::store::{now_ms, AgentKey, CallKind, HumanCall, ReadQuery, Sender};
+    use agentfleet::store::{now_ms, CallKind, HumanCall, ReadQuery, Sender};
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let store = RedisStore::new(&url).unwrap();

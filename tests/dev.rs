@@ -471,7 +471,7 @@ async fn dev_answers_over(url: &str, read_url: &str, text: &str) {
         .await;
     assert_eq!(post.status(), 201);
     let store = agentfleet::store::RedisStore::new(read_url).unwrap();
-    let family = agentfleet::membership::SpaceKey::new("default", "family");
+    let family = agentfleet::identity::SpaceKey::new("default", "family");
     let start = Instant::now();
     loop {
         use agentfleet::store::prelude::*;
@@ -830,7 +830,7 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
     // The failure is remembered (so the agent knows next cycle), and the model health is
     // recorded for the operator.
     let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
-    let agent = agentfleet::store::AgentKey::new("default", "assistant");
+    let agent = agentfleet::identity::AgentKey::new("default", "assistant");
     let check = Instant::now();
     let c = loop {
         let c = store.consciousness(&agent).await.unwrap();
@@ -874,7 +874,7 @@ async fn a_model_that_echoes_the_key_leaks_it_nowhere_and_the_failure_is_shown()
     everywhere.push(("the model health", format!("{model:?}")));
     let log = store
         .read_messages(
-            &agentfleet::membership::SpaceKey::new("default", "family"),
+            &agentfleet::identity::SpaceKey::new("default", "family"),
             &agentfleet::store::ReadQuery {
                 limit: 100,
                 ..Default::default()

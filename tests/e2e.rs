@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentfleet::crd::{Agent, Space};
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::operator::build::WorkerDefaults;
 use agentfleet::operator::context::Config as OperatorConfig;
 use agentfleet::operator::controllers::run_controllers;
@@ -362,7 +363,10 @@ async fn operator_on_a_real_api_server() {
     let stored = store.space(&family).await.unwrap().unwrap();
     assert!(
         store
-            .agent_registered(&agentfleet::store::AgentKey::new(ns.clone(), "assistant"))
+            .agent_registered(&agentfleet::identity::AgentKey::new(
+                ns.clone(),
+                "assistant"
+            ))
             .await
             .unwrap(),
         "the Agent is registered in the data plane (the gateway's webhook needs it)"
@@ -610,7 +614,7 @@ async fn operator_on_a_real_api_server() {
     archive_on_a_real_api_server(&client, &ns, &store, &archive).await;
 
     eprintln!("step: deleting an Agent removes its data-plane state, then its children");
-    let keyed_key = agentfleet::store::AgentKey::new(ns.clone(), "keyed");
+    let keyed_key = agentfleet::identity::AgentKey::new(ns.clone(), "keyed");
     assert!(store.agent_registered(&keyed_key).await.unwrap());
     assert_eq!(
         agents.get("keyed").await.unwrap().finalizers(),
@@ -710,7 +714,7 @@ async fn archive_on_a_real_api_server(
     store: &Arc<RedisStore>,
     archive: &agentfleet::archive::Archive,
 ) {
-    use agentfleet::store::{AgentKey, ArchiveReport, Consciousness, RestoreReport, Snapshot};
+    use agentfleet::store::{ArchiveReport, Consciousness, RestoreReport, Snapshot};
 
     eprintln!("step: the archive");
     let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
@@ -1179,7 +1183,7 @@ spec:
     assert_eq!(mount.read_only, Some(true));
 
     // What a worker reports: the HTTP tool ready, the MCP server unreachable.
-    let key = agentfleet::store::AgentKey::new(ns, "tooled");
+    let key = agentfleet::identity::AgentKey::new(ns, "tooled");
     let tool = |name: &str, source: &str, error: Option<&str>| {
         ToolRecord::from(&ToolStatus {
             name: name.into(),
@@ -1362,7 +1366,7 @@ where
 /// `BUDGET` column of `kubectl get agents`; a message for the agent wakes no worker; the budget
 /// raised → `WithinBudget` and the worker is scaled up for what waited.
 async fn budget_on_a_real_api_server(client: &Client, ns: &str, store: &Arc<RedisStore>) {
-    use agentfleet::store::AgentKey;
+    use agentfleet::identity::AgentKey;
 
     eprintln!("step: a spent budget holds the agent, a raised one wakes it");
     let agents: Api<Agent> = Api::namespaced(client.clone(), ns);
@@ -1496,7 +1500,7 @@ async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
 /// and goes back to zero after `idleSeconds`; its status shows cycles and the checkpoint.
 async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisStore>) {
     use agentfleet::crd::AgentPhase;
-    use agentfleet::store::AgentKey;
+    use agentfleet::identity::AgentKey;
 
     eprintln!("step: scale from zero on the first event, back to zero when idle");
     let agents: Api<Agent> = Api::namespaced(client.clone(), ns);

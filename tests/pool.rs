@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::{prelude::*, ReadQuery, RedisStore};
 use agentfleet::testing::{human_message, space_record, MockModel, MockTurn, RedisServer};
 use serde_json::{json, Value};
@@ -210,7 +210,7 @@ async fn a_replica_killed_mid_cycle(url: &str, mut conn: impl redis::aio::Connec
             .unwrap();
         // On a cluster a listener hears registered agents' channels (the operator registers).
         store
-            .register_agent(&agentfleet::store::AgentKey::new(NS, agent))
+            .register_agent(&agentfleet::identity::AgentKey::new(NS, agent))
             .await
             .unwrap();
     }
@@ -270,7 +270,7 @@ async fn a_replica_killed_mid_cycle(url: &str, mut conn: impl redis::aio::Connec
     );
     // Each cycle then commits (the reply is posted mid-cycle): nothing is left in flight.
     for i in 0..AGENTS {
-        let agent = agentfleet::store::AgentKey::new(NS, format!("a{i:03}"));
+        let agent = agentfleet::identity::AgentKey::new(NS, format!("a{i:03}"));
         while store.inflight(&agent).await.unwrap() > 0 {
             assert!(Instant::now() < deadline, "{agent} never committed");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -331,7 +331,7 @@ async fn the_pool_follows_its_directory() {
     ask(&store, "s000", "hello").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(replies(&store, "s000").await, 1, "not served any more");
-    let a000 = agentfleet::store::AgentKey::new(NS, "a000");
+    let a000 = agentfleet::identity::AgentKey::new(NS, "a000");
     assert_eq!(store.inbox_depth(&a000).await.unwrap(), 1);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&fleet2);
@@ -354,7 +354,7 @@ async fn an_agent_moves_between_its_own_worker_and_a_pool_and_forgets_nothing() 
         )
         .await
         .unwrap();
-    let a000 = agentfleet::store::AgentKey::new(NS, "a000");
+    let a000 = agentfleet::identity::AgentKey::new(NS, "a000");
     let manifest = dir.join("fleet.yaml");
     let answered = async |n: usize| {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -425,7 +425,7 @@ async fn an_agent_that_leaves_a_pool_mid_retry_is_let_go() {
         .unwrap();
     let _pool = replica(&pooled, &url, "p-0");
     ask(&store, "s000", "hello").await;
-    let a000 = agentfleet::store::AgentKey::new(NS, "a000");
+    let a000 = agentfleet::identity::AgentKey::new(NS, "a000");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !store.observe(std::slice::from_ref(&a000)).await.unwrap()[0].worker {
         assert!(Instant::now() < deadline, "the pool never took the agent");
@@ -493,7 +493,7 @@ async fn back_to_back_messages_need_no_sweep() {
     .unwrap();
     let agent_model = agent.spec.model.clone();
     let metrics = agentfleet::telemetry::WorkerMetrics::new().unwrap();
-    let key = agentfleet::store::AgentKey::new(NS, "assistant");
+    let key = agentfleet::identity::AgentKey::new(NS, "assistant");
     let agentlet = std::sync::Arc::new(agentfleet::worker::cycle::Agentlet::new(
         agent,
         key.clone(),
@@ -610,7 +610,7 @@ async fn a_flooded_agent_does_not_starve_the_quiet_ones() {
     for i in 1..=QUIET {
         ask(&store, &format!("s{i:03}"), "a quiet question").await;
     }
-    let flooded = agentfleet::store::AgentKey::new(NS, "a000");
+    let flooded = agentfleet::identity::AgentKey::new(NS, "a000");
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut answered = [false; QUIET];
     while answered.iter().any(|a| !a) {

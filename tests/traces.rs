@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::MemberKind;
 use agentfleet::store::{prelude::*, NewMessage, ReadQuery, RedisStore, Sender};
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
@@ -263,7 +263,7 @@ impl Rig {
             let answered = said.iter().any(|m| m.text == ANSWER);
             let committed = self
                 .store
-                .consciousness(&agentfleet::store::AgentKey::new("ops", "sre"))
+                .consciousness(&agentfleet::identity::AgentKey::new("ops", "sre"))
                 .await
                 .unwrap()
                 .cycle

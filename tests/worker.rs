@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentfleet::crd::Agent;
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::model::openai::OpenAi;
 use agentfleet::store::MemberKind;
-use agentfleet::store::{
-    prelude::*, AgentKey, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage,
-};
+use agentfleet::store::{prelude::*, NewMessage, ReadQuery, RedisStore, Sender, SpaceMessage};
 use agentfleet::telemetry::WorkerMetrics;
 use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer, WaitInbox};
 use agentfleet::worker::cycle::Agentlet;

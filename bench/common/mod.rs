@@ -3,7 +3,8 @@
 
 use std::process::Child;
 
-use agentfleet::store::{prelude::*, AgentKey, RedisStore};
+use agentfleet::identity::AgentKey;
+use agentfleet::store::{prelude::*, RedisStore};
 use serde_json::json;
 use std::time::Duration;
 

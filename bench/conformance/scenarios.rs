@@ -4,15 +4,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::{
-    prelude::*, AgentKey, Answer, CallResult, Completion, ReadQuery, RedisStore, Verdict,
+    prelude::*, Answer, CallResult, Completion, ReadQuery, RedisStore, Verdict,
 };
 use agentfleet::testing::RedisServer;
 use serde_json::json;
 
 use crate::dev::{Dev, ManifestDir};
 use crate::proxy::{Call, Layout, Proxy};
+use agentfleet::identity::AgentKey;
 
 /// How long one answer of a real model may take (`AGENTFLEET_REAL_MODEL_answer_time()_SECONDS`,
 /// default 300: a small model on two CPU cores).

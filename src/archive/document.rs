@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{ArchiveError, Signer};
-use crate::store::{AgentKey, Consciousness, NoteKind, Snapshot};
+use crate::identity::AgentKey;
+use crate::store::{Consciousness, NoteKind, Snapshot};
 
 /// The schema this build writes and reads.
 pub const SCHEMA: &str = "agentfleet.dev/checkpoint/v1";

@@ -29,8 +29,8 @@ use object_store::{ObjectStore, ObjectStoreExt as _, ObjectStoreScheme};
 use url::Url;
 
 use crate::crd::ArchiveSpec;
+use crate::identity::AgentKey;
 use crate::secrets::Redactor;
-use crate::store::AgentKey;
 
 /// The environment variable of the archive's URL (`--archive`).
 pub const URL_ENV: &str = "AGENTFLEET_ARCHIVE_URL";

@@ -9,11 +9,10 @@ use anyhow::{bail, Context as _};
 use super::{agent_arg, connect, require_agent, say, time};
 
 use crate::archive::{self, Document};
+use crate::identity::AgentKey;
 use crate::model::Message;
 use crate::store::prelude::*;
-use crate::store::{
-    AgentKey, Checkpoint, Consciousness, Goal, Memories, NoteKind, RedisArgs, Snapshot,
-};
+use crate::store::{Checkpoint, Consciousness, Goal, Memories, NoteKind, RedisArgs, Snapshot};
 
 /// `agentfleet consciousness …`
 #[derive(clap::Subcommand, Debug, Clone)]

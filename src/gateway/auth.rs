@@ -34,7 +34,8 @@ use tracing::{info, warn};
 
 use super::api::ApiError;
 use super::Gateway;
-use crate::store::{AgentKey, SpaceRecord};
+use crate::identity::AgentKey;
+use crate::store::SpaceRecord;
 
 /// What kind of entity a token stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

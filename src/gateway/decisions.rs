@@ -139,7 +139,7 @@ pub(super) async fn answer_call(
 }
 
 /// The answer for a refusal.
-fn refused(refusal: Refusal, space: &crate::keys::SpaceKey) -> ApiError {
+fn refused(refusal: Refusal, space: &crate::identity::SpaceKey) -> ApiError {
     match refusal {
         Refusal::Unknown(id) => ApiError::not_found(format!(
             "no tool call {} waits for an answer in space {}",

@@ -45,9 +45,10 @@ use utoipa::{IntoParams, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::membership::SpaceKey;
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use crate::store::{
-    now_ms, AgentKey, EventKind, InboxEvent, NewMessage, ReadQuery, SpaceRecord, Store, StoreError,
+    now_ms, EventKind, InboxEvent, NewMessage, ReadQuery, SpaceRecord, Store, StoreError,
 };
 use crate::telemetry::{self, GatewayMetrics};
 use api::{

@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn the_callback_url_names_the_route() {
         use crate::callback::tool_result_url;
-        let id = CallId::new(&crate::store::AgentKey::new("ops", "bot")).unwrap();
+        let id = CallId::new(&crate::identity::AgentKey::new("ops", "bot")).unwrap();
         assert_eq!(
             tool_result_url("http://gw:8080/", &id),
             format!("http://gw:8080/v1/tool-results/{id}")

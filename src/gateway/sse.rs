@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, watch, Mutex};
 use tracing::{debug, warn};
 
 use super::api::{ActivityEvent, ApiError, DeltaEvent, EntityRef, Message, ToolRequestEvent};
-use crate::membership::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::store::{parse_message_id, LiveEvent, SpaceRecord, Store, StoreError};
 
 /// Frames buffered per space for slow clients before they are cut off.

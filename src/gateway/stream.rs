@@ -23,7 +23,7 @@ use super::api::{ApiError, ErrorBody, Message};
 use super::auth::{Caller, Entity, TokenHash};
 use super::sse::{Frame, Item, Subscription};
 use super::{admit, message_id, Gateway, RequestRefusals, SpacePath, SpaceRefusals};
-use crate::membership::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::store::{now_ms, ReadQuery, SpaceMessage, Store, StoreError};
 
 /// Messages read per data-plane round trip while replaying: what one slow client holds.

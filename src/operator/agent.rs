@@ -28,8 +28,8 @@ use super::dataplane::Tracked;
 use super::pooled;
 use super::status::{self, Cond};
 use crate::crd::{Agent, AgentStatus, Space};
+use crate::identity::AgentKey;
 use crate::membership;
-use crate::store::AgentKey;
 
 pub use super::conditions::{
     MODEL_CONFIGURED, READY, SPACES_RESOLVED, TOOLS_CONFIGURED, WORKER_AVAILABLE,

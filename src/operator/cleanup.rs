@@ -19,7 +19,7 @@ use super::context::{Context, Error};
 use super::status::{self, Cond};
 use crate::archive::Archive;
 use crate::crd::Agent;
-use crate::store::AgentKey;
+use crate::identity::AgentKey;
 
 /// Condition while a deleted Agent's data-plane state cannot be removed.
 pub const DATA_PLANE_CLEANUP: &str = "DataPlaneCleanup";

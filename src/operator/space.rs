@@ -20,7 +20,8 @@ use super::build::FIELD_MANAGER;
 use super::context::{Context, Error};
 use super::status::{self, Cond};
 use crate::crd::{Agent, MemberKind, Space, SpaceStatus};
-use crate::membership::{self, SpaceKey};
+use crate::identity::SpaceKey;
+use crate::membership::{self};
 
 /// Finalizer that removes a deleted Space's membership from the data plane.
 pub const FINALIZER: &str = "agentfleet.dev/membership";

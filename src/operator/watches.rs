@@ -18,7 +18,7 @@ use kube::{Api, ResourceExt};
 use super::build;
 use super::dataplane::Scaler;
 use crate::crd::{Agent, Pool, Space};
-use crate::store::AgentKey;
+use crate::identity::AgentKey;
 use crate::sync::lock;
 
 /// Agents in `space`'s namespace that name it.

@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{now_ms, AgentKey, EventKind, InboxEvent, Pushed, Sender, StoreError};
+use super::{now_ms, EventKind, InboxEvent, Pushed, Sender, StoreError};
+use crate::identity::AgentKey;
 
 /// How long a call is remembered after it expired, in milliseconds (a day).
 pub const FORGET_AFTER_MS: i64 = 86_400_000;

@@ -3,8 +3,9 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, Lease, StoreError};
+use super::{Lease, StoreError};
 use super::{Restored, V1};
+use crate::identity::AgentKey;
 use serde::{Deserialize, Serialize};
 
 /// An agent's persisted conversation and its versioned checkpoints.

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use super::Sender;
-use super::{AgentKey, Lease, StoreError};
+use super::{Lease, StoreError};
+use crate::identity::AgentKey;
 use serde::{Deserialize, Serialize};
 
 /// Whose wake signals a subscription hears.

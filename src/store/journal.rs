@@ -6,7 +6,8 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, Lease, StoreError};
+use super::{Lease, StoreError};
+use crate::identity::AgentKey;
 
 /// The journal of an agent's cycle under way.
 #[async_trait]

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{AgentKey, StoreError};
+use super::StoreError;
+use crate::identity::AgentKey;
 
 /// A worker's hold on an agent. Every fenced step (taking events, acknowledging, committing,
 /// writing notes) checks the caller's [`Lease`] first and fails with [`StoreError::Fenced`]

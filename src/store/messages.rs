@@ -7,8 +7,9 @@ use futures::stream::BoxStream;
 
 use super::inbox::is_zero;
 use super::{now_ms, CallKind, EventKind, MemberKind};
-use super::{AgentKey, Inbox, InboxEvent, SpaceRecord, StoreError};
-use crate::keys::SpaceKey;
+use super::{Inbox, InboxEvent, SpaceRecord, StoreError};
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use serde::{Deserialize, Serialize};
 
 /// A space's append-only message log, and its live events.

@@ -82,7 +82,7 @@ pub use self::redis::{
 };
 pub use self::spaces::{SpaceRecord, Spaces};
 pub use self::tokens::TokenSpend;
-pub use crate::keys::AgentKey;
+use crate::identity::AgentKey;
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {

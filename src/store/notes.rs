@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{AgentKey, Lease, Plan, StoreError};
+use super::{Lease, Plan, StoreError};
+use crate::identity::AgentKey;
 
 /// One of an agent's keyed note collections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -3,8 +3,9 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, ArchiveReport, RestoreReport, StoreError, TokenSpend, ToolRecord};
+use super::{ArchiveReport, RestoreReport, StoreError, TokenSpend, ToolRecord};
 use super::{Checkpoint, Plan};
+use crate::identity::AgentKey;
 use crate::periods::Periods;
 use serde::{Deserialize, Serialize};
 

@@ -2,9 +2,10 @@
 
 use async_trait::async_trait;
 
-use super::{AgentKey, StoreError};
+use super::StoreError;
 use super::{LoopGuard, Member, MemberKind, Sender, V1};
-use crate::keys::SpaceKey;
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use serde::{Deserialize, Serialize};
 
 /// What the data plane knows of spaces (their members) and of which Agents exist.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::store::{AgentKey, Inbox, InboxEvent, Lease, StoreError};
+use crate::identity::AgentKey;
+use crate::store::{Inbox, InboxEvent, Lease, StoreError};
 
 /// [`Inbox::take_inbox`] until it gives something, for at most `timeout` (then empty).
 #[async_trait]

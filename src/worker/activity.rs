@@ -8,7 +8,7 @@ use std::time::Duration;
 use tracing::{debug, warn};
 
 use super::cycle::Agentlet;
-use crate::membership::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::model::ModelError;
 use crate::store::{now_ms, InboxEvent, LiveEvent, ModelHealth, ToolRecord};
 

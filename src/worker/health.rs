@@ -22,7 +22,7 @@ impl Health {
     /// Health of one agent, kept in its `agentfleet_agent_ready` gauge too.
     pub fn for_agent(
         metrics: &crate::telemetry::WorkerMetrics,
-        agent: &crate::store::AgentKey,
+        agent: &crate::identity::AgentKey,
     ) -> Self {
         let gauge = metrics
             .agent_ready
@@ -100,7 +100,7 @@ mod tests {
     #[test]
     fn ready_only_while_serving_without_a_problem() {
         let m = crate::telemetry::WorkerMetrics::new().unwrap();
-        let key = crate::store::AgentKey::new("ns", "a");
+        let key = crate::identity::AgentKey::new("ns", "a");
         let h = Health::for_agent(&m, &key);
         let gauge = || m.agent_ready.with_label_values(&["ns", "a"]).get();
         assert_eq!(h.ready(), Err("not listening for wake signals yet".into()));

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::crd::Agent;
-use crate::store::{AgentKey, Store};
+use crate::identity::AgentKey;
+use crate::store::Store;
 use crate::telemetry::WorkerMetrics;
 use crate::worker::cycle::Agentlet;
 use crate::worker::tools::{self, secrets::Secrets};

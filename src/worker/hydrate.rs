@@ -17,9 +17,8 @@ use tracing::{info, warn};
 use super::cycle::Agentlet;
 use crate::archive::{self, ArchiveError, Document};
 use crate::crd::PendingRestore;
-use crate::store::{
-    now_ms, AgentKey, Consciousness, Lease, RestoreReport, Restored, StoreError, V1,
-};
+use crate::identity::AgentKey;
+use crate::store::{now_ms, Consciousness, Lease, RestoreReport, Restored, StoreError, V1};
 
 /// How a session's settling went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

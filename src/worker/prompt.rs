@@ -182,7 +182,8 @@ pub fn preview_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{AgentKey, CallId, CallResult, NewCall};
+    use crate::identity::AgentKey;
+    use crate::store::{CallId, CallResult, NewCall};
 
     #[test]
     fn an_async_result_is_one_line_naming_the_tool_and_the_call() {

@@ -18,7 +18,7 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::{
     prelude::*, NewMessage, ReadQuery, RedisOptions, RedisStore, Sender, WaitReplicas,
 };

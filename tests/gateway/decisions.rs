@@ -3,12 +3,11 @@
 use serde_json::{json, Value};
 
 use agentfleet::gateway::Limits;
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::{
-    now_ms, AgentKey, CallKind, EventKind, HumanCall, InboxEvent, ReadQuery, Sender,
-};
+use agentfleet::identity::SpaceKey;
+use agentfleet::store::{now_ms, CallKind, EventKind, HumanCall, InboxEvent, ReadQuery, Sender};
 
 use super::fixture::*;
+use agentfleet::identity::AgentKey;
 
 fn oncall() -> AgentKey {
     AgentKey::new("ops", "oncall")

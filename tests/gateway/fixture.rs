@@ -14,8 +14,9 @@ use tokio::sync::watch;
 use agentfleet::chat::{SseEvent, SseParser};
 use agentfleet::gateway::auth::{Entity, EntityKind, Tokens};
 use agentfleet::gateway::{self, Gateway, Limits};
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, AgentKey, RedisStore};
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
+use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::testing::{space_record, RedisServer};
 
 pub const HUSAM: &str = "tok-husam";

@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use agentfleet::gateway::Limits;
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::AgentKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use fixture::*;
 
 #[tokio::test]

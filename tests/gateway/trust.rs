@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use agentfleet::chat::SseParser;
 use agentfleet::gateway::auth::{hash_token, Tokens};
 use agentfleet::gateway::Limits;
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::store::MemberKind;
 use agentfleet::store::{NewMessage, Sender};
 use agentfleet::testing::space_record;

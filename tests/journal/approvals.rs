@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentfleet::store::{prelude::*, AgentKey, RedisStore};
+use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::testing::MockTurn;
 use serde_json::json;
 
 use super::{wait_for, Rig};
+use agentfleet::identity::AgentKey;
 
 fn restart() -> MockTurn {
     MockTurn::tools(&[("restart_service", json!({"service": "db-1"}))])

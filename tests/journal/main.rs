@@ -11,8 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, AgentKey, RedisStore};
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
+use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer};
 use axum::http::HeaderMap;
 use serde_json::{json, Value};

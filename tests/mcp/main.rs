@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentfleet::crd::{Agent, McpServerSpec, ToolStatus};
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::model::openai::OpenAi;
 use agentfleet::store::MemberKind;
-use agentfleet::store::{prelude::*, AgentKey, NewMessage, RedisStore, Sender};
+use agentfleet::store::{prelude::*, NewMessage, RedisStore, Sender};
 use agentfleet::telemetry::WorkerMetrics;
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};
 use agentfleet::worker::cycle::Agentlet;
@@ -31,6 +31,7 @@ const SECRET: &str = "Bearer s3cr3t-t0k3n-4711";
 mod hostile;
 mod server;
 
+use agentfleet::identity::AgentKey;
 use server::{tool, tracker_tools, Era, McpTestServer};
 
 // ---------------------------------------------------------------------------------------

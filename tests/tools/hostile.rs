@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentfleet::crd::Agent;
-use agentfleet::membership::SpaceKey;
-use agentfleet::store::{prelude::*, AgentKey, ReadQuery, RedisStore};
+use agentfleet::identity::SpaceKey;
+use agentfleet::store::{prelude::*, ReadQuery, RedisStore};
 use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer};
 use agentfleet::worker::tools::http::{CALLBACK_HEADER, CALLBACK_TOKEN_HEADER};
 use base64::Engine;
@@ -19,6 +19,7 @@ use super::{
     async_agentlet, call, http_tools, husam_says, secrets, specs, start_gateway, start_worker,
     tool_server, until, NS, SECRET,
 };
+use agentfleet::identity::AgentKey;
 
 #[tokio::test]
 async fn a_filled_in_value_never_leaves_its_path_segment() {

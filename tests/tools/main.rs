@@ -20,11 +20,12 @@ use tokio::sync::watch;
 use agentfleet::crd::{Agent, HttpToolSpec};
 use agentfleet::gateway::auth::Tokens;
 use agentfleet::gateway::{self, Gateway, Limits};
-use agentfleet::membership::SpaceKey;
+use agentfleet::identity::AgentKey;
+use agentfleet::identity::SpaceKey;
 use agentfleet::model::openai::OpenAi;
 use agentfleet::store::MemberKind;
 use agentfleet::store::{
-    prelude::*, AgentKey, LiveEvent, MemoryStore, NewCall, NewMessage, RedisStore, Sender,
+    prelude::*, LiveEvent, MemoryStore, NewCall, NewMessage, RedisStore, Sender,
 };
 use agentfleet::telemetry::WorkerMetrics;
 use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer};

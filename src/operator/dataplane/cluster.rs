@@ -13,8 +13,8 @@ use tracing::warn;
 
 use super::pools::PoolKey;
 use crate::crd::{Agent, AgentStatus};
+use crate::identity::AgentKey;
 use crate::operator::build;
-use crate::store::AgentKey;
 
 /// Field manager of the status fields this loop writes.
 pub const STATUS_MANAGER: &str = "agentfleet-dataplane";

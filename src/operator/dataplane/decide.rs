@@ -353,7 +353,7 @@ mod tests {
         );
         // A call's time is up: the worker comes back to tell the model.
         let call = crate::store::HumanCall::new(
-            &crate::store::AgentKey::new("ops", "sre"),
+            &crate::identity::AgentKey::new("ops", "sre"),
             "restart",
             crate::store::CallKind::Approval,
             "oncall",

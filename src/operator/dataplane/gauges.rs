@@ -17,8 +17,9 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use crate::crd::{AgentPhase, BudgetSpec};
+use crate::identity::AgentKey;
 use crate::operator::status::{phase, remaining, spent};
-use crate::store::{now_ms, AgentKey, AgentObservation, Store};
+use crate::store::{now_ms, AgentObservation, Store};
 use crate::telemetry::OperatorMetrics;
 
 /// Since when an agent has been thinking without committing a cycle.

@@ -44,8 +44,9 @@ use self::pools::{PoolKey, PoolLoad, PoolScale, Pools};
 use crate::crd::{
     AgentPhase, AgentSpec, AgentStatus, BudgetSpec, ConsciousnessSpec, PlanSpec, ScalingSpec,
 };
+use crate::identity::AgentKey;
 use crate::operator::status::{data_notice, data_part, data_status, find, phase, spent, time_of};
-use crate::store::{now_ms, AgentKey, AgentObservation, Store};
+use crate::store::{now_ms, AgentObservation, Store};
 use crate::sync::lock;
 use crate::telemetry::OperatorMetrics;
 

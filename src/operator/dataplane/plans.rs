@@ -7,8 +7,9 @@
 use tracing::warn;
 
 use crate::crd::PlanSpec;
+use crate::identity::AgentKey;
 use crate::plans::{self, Due, Source};
-use crate::store::{AgentKey, AgentObservation, Store};
+use crate::store::{AgentObservation, Store};
 use crate::telemetry::OperatorMetrics;
 
 /// A plan of one agent that needs something now.
@@ -67,7 +68,8 @@ mod tests {
 
     use super::super::tests::{fast, spec, start, track, until};
     use crate::crd::PlanSpec;
-    use crate::store::{now_ms, AgentKey, EventKind, MemoryStore, Store};
+    use crate::identity::AgentKey;
+    use crate::store::{now_ms, EventKind, MemoryStore, Store};
     use crate::testing::WaitInbox;
 
     #[tokio::test]

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use super::cluster::{Cluster, Notice};
 use super::{Deps, Scaler, Tracked, Tuning};
 use crate::crd::{AgentPhase, AgentSpec, AgentStatus};
-use crate::store::{now_ms, AgentKey, EventKind, InboxEvent, MemoryStore, Store};
+use crate::identity::AgentKey;
+use crate::store::{now_ms, EventKind, InboxEvent, MemoryStore, Store};
 use crate::telemetry::OperatorMetrics;
 use crate::testing::WaitInbox;
 

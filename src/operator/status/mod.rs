@@ -337,7 +337,8 @@ mod tests {
     }
 
     use super::*;
-    use crate::store::{prelude::*, AgentKey};
+    use crate::identity::AgentKey;
+    use crate::store::prelude::*;
 
     fn t0() -> Timestamp {
         Timestamp::from_second(1_795_000_000).unwrap()

@@ -66,7 +66,7 @@ async fn new_agent_gets_configmap_deployment_event_and_status() {
     assert_eq!(status["configHash"].as_str().unwrap().len(), 16);
     assert!(
         h.store
-            .agent_registered(&crate::store::AgentKey::new("default", "echo"))
+            .agent_registered(&crate::identity::AgentKey::new("default", "echo"))
             .await
             .unwrap(),
         "registered in the data plane for producers such as the gateway's webhook"
@@ -348,7 +348,7 @@ pub(super) fn deleted_agent(extra_spec: &str, ago: i64) -> Agent {
     a
 }
 
-async fn fill_data_plane(store: &dyn Store, key: &crate::store::AgentKey) {
+async fn fill_data_plane(store: &dyn Store, key: &crate::identity::AgentKey) {
     store.register_agent(key).await.unwrap();
     let lease = store
         .acquire_lease(key, "w", Duration::from_secs(30))
@@ -377,7 +377,7 @@ async fn the_finalizer_is_added_before_anything_is_created() {
 #[tokio::test]
 async fn deleting_an_agent_removes_its_data_plane_state() {
     let mut h = harness(vec![], vec![lobby(true)]);
-    let key = crate::store::AgentKey::new("default", "echo");
+    let key = crate::identity::AgentKey::new("default", "echo");
     fill_data_plane(h.store.as_ref(), &key).await;
     let (result, bodies) = h
         .run_finalized(deleted_agent("", 1), deletion_script(true))
@@ -392,7 +392,7 @@ async fn deleting_an_agent_removes_its_data_plane_state() {
 #[tokio::test]
 async fn retain_on_delete_keeps_the_state_and_only_unregisters() {
     let mut h = harness(vec![], vec![lobby(true)]);
-    let key = crate::store::AgentKey::new("default", "echo");
+    let key = crate::identity::AgentKey::new("default", "echo");
     fill_data_plane(h.store.as_ref(), &key).await;
     let (result, bodies) = h
         .run_finalized(

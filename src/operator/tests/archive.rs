@@ -9,8 +9,8 @@ use http::Method;
 use super::agents::{deleted_agent, deletion_script, removes_finalizer};
 use super::{agent_yaml, condition, context_on, expect, lobby, Harness};
 use crate::archive::Archive;
+use crate::identity::AgentKey;
 use crate::operator::agent;
-use crate::store::AgentKey;
 use crate::testing::{s3, S3Server};
 
 /// A harness whose operator has the archive `prod` of `server`.

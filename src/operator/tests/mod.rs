@@ -248,7 +248,7 @@ impl Harness {
 /// The phase the data-plane loop would write for the echo agent, as the reconcile left it.
 fn tracked_phase(h: &Harness) -> Option<AgentPhase> {
     h.ctx.scaler.phase_of(
-        &crate::store::AgentKey::new("default", "echo"),
+        &crate::identity::AgentKey::new("default", "echo"),
         &Default::default(),
     )
 }

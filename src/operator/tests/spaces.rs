@@ -5,7 +5,7 @@ use http::Method;
 use serde_json::json;
 
 use super::{agent_yaml, condition, expect, harness, lobby};
-use crate::membership::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::operator::space;
 use crate::store::{prelude::*, SpaceRecord};
 #[tokio::test]

@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 
 use super::{agent_yaml, answering, condition, expect, harness, lobby, not_found, tracked_phase};
 use crate::crd::{Agent, AgentPhase, AgentStatus};
-use crate::store::{AgentKey, AgentObservation, ToolRecord};
+use crate::identity::AgentKey;
+use crate::store::{AgentObservation, ToolRecord};
 
 /// The echo agent with an HTTP tool and an MCP server taking headers from `tracker-token`.
 fn tooled() -> Agent {

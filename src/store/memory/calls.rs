@@ -3,9 +3,10 @@
 use async_trait::async_trait;
 
 use super::MemoryStore;
+use crate::identity::AgentKey;
 use crate::store::{
-    now_ms, presented_hash, AgentKey, CallId, CallRecord, CallResult, Calls, Completion, HumanCall,
-    NewCall, RegisteredCall, StoreError,
+    now_ms, presented_hash, CallId, CallRecord, CallResult, Calls, Completion, HumanCall, NewCall,
+    RegisteredCall, StoreError,
 };
 
 impl super::AgentState {

@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 
 use super::{AgentState, MemoryStore};
+use crate::identity::AgentKey;
 use crate::store::consciousness::{plan_commit, replaced_checkpoint, WindowState};
 use crate::store::{
-    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot,
-    StoreError,
+    now_ms, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot, StoreError,
 };
 
 impl AgentState {

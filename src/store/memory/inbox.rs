@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt as _};
 
 use super::{received, AgentState, MemoryStore};
-use crate::store::{AgentKey, Inbox, InboxEvent, Lease, Pushed, StoreError, WakeScope, SEEN_IDS};
+use crate::identity::AgentKey;
+use crate::store::{Inbox, InboxEvent, Lease, Pushed, StoreError, WakeScope, SEEN_IDS};
 
 impl AgentState {
     /// Queues `event` unless its id was seen (the last [`SEEN_IDS`]).

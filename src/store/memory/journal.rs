@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 
 use super::MemoryStore;
-use crate::store::{AgentKey, Journal, Lease, StoreError};
+use crate::identity::AgentKey;
+use crate::store::{Journal, Lease, StoreError};
 
 #[async_trait]
 impl Journal for MemoryStore {

@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::MemoryStore;
-use crate::store::{AgentKey, Lease, Leases, Pushed, StoreError};
+use crate::identity::AgentKey;
+use crate::store::{Lease, Leases, Pushed, StoreError};
 
 #[async_trait]
 impl Leases for MemoryStore {

@@ -8,7 +8,7 @@ use futures::stream::BoxStream;
 use tokio::sync::broadcast;
 
 use super::{received, MemoryStore, State};
-use crate::keys::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::store::messages::{admit, fan_out, notice, recipients, unposted, FanOut, Posting};
 use crate::store::{
     now_ms, parse_message_id, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery,

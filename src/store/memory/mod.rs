@@ -23,10 +23,11 @@ use tokio::time::Instant;
 use self::messages::SpaceLog;
 use super::consciousness::WindowState;
 use super::{
-    AgentKey, Checkpoint, InboxEvent, Lease, LiveEvent, ModelHealth, NoteKind, Pushed, SpaceRecord,
+    Checkpoint, InboxEvent, Lease, LiveEvent, ModelHealth, NoteKind, Pushed, SpaceRecord,
     StoreError,
 };
-use crate::keys::SpaceKey;
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use crate::sync::lock;
 
 /// Wake signals a slow listener may fall behind before it misses some (its sweep catches

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use super::MemoryStore;
-use crate::store::{AgentKey, Lease, NoteKind, Notes, StoreError};
+use crate::identity::AgentKey;
+use crate::store::{Lease, NoteKind, Notes, StoreError};
 
 #[async_trait]
 impl Notes for MemoryStore {

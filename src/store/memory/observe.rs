@@ -3,10 +3,11 @@
 use async_trait::async_trait;
 
 use super::MemoryStore;
+use crate::identity::AgentKey;
 use crate::store::notes::readable_plans;
 use crate::store::{
-    AgentKey, AgentObservation, AgentWork, ArchiveReport, ModelHealth, NoteKind, Observe,
-    RestoreReport, StoreError, TokenSpend,
+    AgentObservation, AgentWork, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
+    StoreError, TokenSpend,
 };
 
 #[async_trait]

@@ -3,8 +3,9 @@
 use async_trait::async_trait;
 
 use super::MemoryStore;
-use crate::keys::SpaceKey;
-use crate::store::{AgentKey, SpaceRecord, Spaces, StoreError};
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
+use crate::store::{SpaceRecord, Spaces, StoreError};
 
 #[async_trait]
 impl Spaces for MemoryStore {

@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use super::keys::AgentKeys;
 use super::scripts::{self, Event};
 use super::{from_json, redis_err, RedisStore};
+use crate::identity::AgentKey;
 use crate::store::{
-    now_ms, presented_hash, AgentKey, CallId, CallRecord, CallResult, Calls, Completion, HumanCall,
-    NewCall, RegisteredCall, StoreError,
+    now_ms, presented_hash, CallId, CallRecord, CallResult, Calls, Completion, HumanCall, NewCall,
+    RegisteredCall, StoreError,
 };
 
 #[async_trait]

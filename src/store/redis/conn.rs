@@ -23,8 +23,9 @@ use tokio::sync::OnceCell;
 use super::keys::{hash_tag, AgentKeys};
 use super::pubsub::Shards;
 use super::redis_err;
+use crate::identity::AgentKey;
 use crate::store::consciousness::WindowState;
-use crate::store::{AgentKey, Checkpoint, StoreError, WakeScope, WAKE_CHANNEL};
+use crate::store::{Checkpoint, StoreError, WakeScope, WAKE_CHANNEL};
 use crate::sync::lock;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

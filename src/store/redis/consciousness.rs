@@ -10,10 +10,10 @@ use tracing::warn;
 use super::keys::AgentKeys;
 use super::scripts::{self, lease_value, CommitError};
 use super::{from_json, redis_err, RedisStore};
+use crate::identity::AgentKey;
 use crate::store::consciousness::{plan_commit, replaced_checkpoint, WindowState};
 use crate::store::{
-    now_ms, AgentKey, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot,
-    StoreError,
+    now_ms, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot, StoreError,
 };
 
 impl RedisStore {

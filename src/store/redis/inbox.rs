@@ -11,7 +11,8 @@ use redis::AsyncCommands;
 use super::keys::AgentKeys;
 use super::scripts::{self, Event};
 use super::{decode_events, redis_err, RedisStore};
-use crate::store::{AgentKey, Inbox, InboxEvent, Lease, MidCycle, Pushed, StoreError, WakeScope};
+use crate::identity::AgentKey;
+use crate::store::{Inbox, InboxEvent, Lease, MidCycle, Pushed, StoreError, WakeScope};
 
 #[async_trait]
 impl Inbox for RedisStore {

@@ -9,7 +9,8 @@ use redis::AsyncCommands;
 use super::keys::AgentKeys;
 use super::scripts;
 use super::{redis_err, RedisStore};
-use crate::store::{AgentKey, Journal, Lease, StoreError};
+use crate::identity::AgentKey;
+use crate::store::{Journal, Lease, StoreError};
 
 #[async_trait]
 impl Journal for RedisStore {

@@ -47,8 +47,9 @@
 //! Every step that takes events or acknowledges them is one Lua script on the agent's slot
 //! and starts by checking the caller's `HOLDER|TOKEN` against the lease (error `FENCED`).
 
-use crate::keys::SpaceKey;
-use crate::store::{AgentKey, NoteKind};
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
+use crate::store::NoteKind;
 
 const PREFIX: &str = "agentfleet:";
 

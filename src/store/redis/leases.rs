@@ -6,7 +6,8 @@ use async_trait::async_trait;
 
 use super::keys::AgentKeys;
 use super::{millis, scripts, RedisStore};
-use crate::store::{AgentKey, Lease, Leases, StoreError};
+use crate::identity::AgentKey;
+use crate::store::{Lease, Leases, StoreError};
 
 #[async_trait]
 impl Leases for RedisStore {

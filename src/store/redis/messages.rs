@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use super::keys::SpaceKeys;
 use super::scripts::{self, Post, ID_PLACEHOLDER};
 use super::{from_json, redis_err, to_json, RedisStore};
-use crate::keys::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::store::messages::{admit, fan_out, notice, recipients, unposted, FanOut, Posting};
 use crate::store::{
     now_ms, Guard, InboxEvent, LiveEvent, Messages, NewMessage, Posted, ReadQuery, SpaceMessage,

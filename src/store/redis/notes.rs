@@ -8,7 +8,8 @@ use redis::AsyncCommands;
 use super::keys::AgentKeys;
 use super::scripts::{self, NotesWrite};
 use super::{redis_err, RedisStore};
-use crate::store::{AgentKey, Lease, NoteKind, Notes, StoreError};
+use crate::identity::AgentKey;
+use crate::store::{Lease, NoteKind, Notes, StoreError};
 
 #[async_trait]
 impl Notes for RedisStore {

@@ -8,10 +8,11 @@ use redis::AsyncCommands;
 use super::conn::{by_node, Conn};
 use super::keys::AgentKeys;
 use super::{redis_err, to_json, RedisStore};
+use crate::identity::AgentKey;
 use crate::store::notes::readable_plans;
 use crate::store::{
-    AgentKey, AgentObservation, AgentWork, ArchiveReport, ModelHealth, NoteKind, Observe,
-    RestoreReport, StoreError, TokenSpend,
+    AgentObservation, AgentWork, ArchiveReport, ModelHealth, NoteKind, Observe, RestoreReport,
+    StoreError, TokenSpend,
 };
 use redis::cluster_async::ClusterConnection;
 

@@ -25,7 +25,8 @@ use tracing::warn;
 
 use super::keys::AgentKeys;
 use super::redis_err;
-use crate::store::{AgentKey, StoreError};
+use crate::identity::AgentKey;
+use crate::store::StoreError;
 use crate::sync::lock;
 
 /// How many messages a slow local receiver may fall behind before it skips some.

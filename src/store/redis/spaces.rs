@@ -5,8 +5,9 @@ use redis::AsyncCommands;
 
 use super::keys::{agents_index, spaces_index, SpaceKeys};
 use super::{from_json, redis_err, to_json, RedisStore};
-use crate::keys::SpaceKey;
-use crate::store::{AgentKey, SpaceRecord, Spaces, StoreError};
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
+use crate::store::{SpaceRecord, Spaces, StoreError};
 
 #[async_trait]
 impl Spaces for RedisStore {

@@ -4,7 +4,7 @@
 //! on every store are here.
 
 use super::*;
-use crate::keys::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::testing::{RedisServer, WaitInbox};
 
 mod backends;

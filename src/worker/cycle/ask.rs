@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::journal::{Asked, Entry};
 use super::Cycle;
-use crate::keys::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::model::ToolCall;
 use crate::store::{now_ms, CallKind, EventKind, HumanCall, LiveEvent, NewMessage, StoreError};
 use crate::worker::tools::{Ask, Outcome};

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::tests::{calls, record, rig, send, text, user_texts, Rig, NS};
 use super::Outcome;
-use crate::membership::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::model::{Message, ToolCall, Turn, Usage};
 use crate::store::{prelude::*, Member, MemberKind, NewMessage, Sender};
 

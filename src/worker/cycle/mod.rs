@@ -44,9 +44,10 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use crate::crd::{Agent, BuiltinTool};
+use crate::identity::AgentKey;
 use crate::model::{Message, Model, ModelError, ToolSpec, Usage};
 use crate::store::{
-    AgentKey, Checkpoint, Consciousness, InboxEvent, Lease, Sender, SpaceRecord, Store, StoreError,
+    Checkpoint, Consciousness, InboxEvent, Lease, Sender, SpaceRecord, Store, StoreError,
 };
 use crate::telemetry::WorkerMetrics;
 use crate::worker::tools::{External, Toolbox};

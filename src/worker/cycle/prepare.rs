@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use super::{journal, Agentlet, Cycle};
 use crate::crd::PlanSpec;
-use crate::membership::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::model::{Message, Usage};
 use crate::store::{Consciousness, InboxEvent, Lease, SpaceRecord, StoreError};
 use crate::worker::prompt::{self, PromptInput};

@@ -8,7 +8,7 @@
 use tracing::{info, warn};
 
 use super::{Agentlet, Cycle};
-use crate::membership::SpaceKey;
+use crate::identity::SpaceKey;
 use crate::model::ToolCall;
 use crate::worker::tools::Outcome;
 

@@ -7,7 +7,8 @@ use tracing::debug;
 
 use super::partial::partial_string;
 use super::Agentlet;
-use crate::membership::{self, SpaceKey};
+use crate::identity::SpaceKey;
+use crate::membership::{self};
 use crate::model::{Delta, ModelError, Request, Turn};
 use crate::store::{LiveEvent, SpaceRecord};
 

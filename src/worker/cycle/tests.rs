@@ -11,13 +11,14 @@ use serde_json::{json, Value};
 
 use super::{Agentlet, Outcome};
 use crate::crd::Agent;
-use crate::membership::SpaceKey;
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use crate::model::{
     Delta, Failure, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn, Usage,
 };
 use crate::store::{
-    prelude::*, AgentKey, InboxEvent, Lease, LiveEvent, Member, MemberKind, MemoryStore,
-    NewMessage, ReadQuery, Sender, SpaceRecord, V1,
+    prelude::*, InboxEvent, Lease, LiveEvent, Member, MemberKind, MemoryStore, NewMessage,
+    ReadQuery, Sender, SpaceRecord, V1,
 };
 use crate::telemetry::WorkerMetrics;
 use crate::testing::WaitInbox;

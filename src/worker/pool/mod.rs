@@ -34,7 +34,8 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tracing::{debug, error, warn};
 
 use crate::crd::Agent;
-use crate::store::{now_ms, AgentKey, Store, WakeScope};
+use crate::identity::AgentKey;
+use crate::store::{now_ms, Store, WakeScope};
 use crate::sync::lock;
 use crate::telemetry::WorkerMetrics;
 use crate::worker::cycle::Agentlet;

@@ -9,7 +9,8 @@ use futures::StreamExt as _;
 use tracing::{debug, info, warn};
 
 use super::Inner;
-use crate::store::{now_ms, AgentKey};
+use crate::identity::AgentKey;
+use crate::store::now_ms;
 use crate::sync::lock;
 use crate::worker::session::Backoff;
 

@@ -10,12 +10,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::crd::{BuiltinTool, PlanSpec};
-use crate::membership::SpaceKey;
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use crate::model::{ToolCall, ToolSpec};
 use crate::plans;
 use crate::store::{
-    AgentKey, Goal, Lease, LiveEvent, MemberKind, Memories, NewMessage, Plan, ReadQuery, Sender,
-    SpaceRecord, Store,
+    Goal, Lease, LiveEvent, MemberKind, Memories, NewMessage, Plan, ReadQuery, Sender, SpaceRecord,
+    Store,
 };
 
 /// Longest `wait` of `send_message`.

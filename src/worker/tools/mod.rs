@@ -16,8 +16,8 @@ use serde_json::json;
 pub use builtin::{specs, ToolEnv, MAX_WAIT};
 
 use crate::crd::{BuiltinTool, ToolStatus};
+use crate::identity::AgentKey;
 use crate::model::ToolSpec;
-use crate::store::AgentKey;
 
 /// The most tools offered to the model in one request (OpenAI-style providers refuse more);
 /// the tools beyond it, in the order [`Toolbox::specs`] lists them, are not offered.

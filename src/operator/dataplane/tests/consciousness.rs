@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::{fast, spec, start, track, until, Call};
 use crate::crd::{AgentStatus, RestoredFromStatus};
+use crate::identity::AgentKey;
 use crate::operator::status::{find, CHECKPOINT_ARCHIVED, RESTORED};
-use crate::store::{now_ms, AgentKey, ArchiveReport, MemoryStore, RestoreReport, Restored, Store};
+use crate::store::{now_ms, ArchiveReport, MemoryStore, RestoreReport, Restored, Store};
 
 fn events(calls: &[Call]) -> Vec<(bool, String, String)> {
     calls

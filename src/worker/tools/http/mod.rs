@@ -26,10 +26,11 @@ use tracing::{debug, warn};
 use super::secrets::Secrets;
 use super::{External, ExternalCall, ExternalContext, Outcome};
 use crate::crd::{HttpToolSpec, ToolMode, ToolStatus};
-use crate::keys::SpaceKey;
+use crate::identity::AgentKey;
+use crate::identity::SpaceKey;
 use crate::model::ToolSpec;
 use crate::secrets::Redactor;
-use crate::store::{AgentKey, LiveEvent, MemberKind, NewCall, Sender, Store};
+use crate::store::{LiveEvent, MemberKind, NewCall, Sender, Store};
 use response::Body;
 
 /// The header that carries an async call's callback URL.

@@ -34,9 +34,9 @@ use self::offer::Offer;
 use super::secrets::Secrets;
 use super::{External, ExternalCall, Outcome};
 use crate::crd::{McpServerSpec, ToolStatus};
+use crate::identity::AgentKey;
 use crate::model::ToolSpec;
 use crate::secrets::Redactor;
-use crate::store::AgentKey;
 use crate::worker::Backoff;
 
 pub use self::keyed::META_KEY;
