@@ -1,7 +1,6 @@
 //! The identities everything else names: an agent and a space, each by namespace and name
 //! (`NS/NAME`), imported from here and nowhere else. One home for both, so the store,
-//! membership, the operator and the gateway
-//! agree on them without importing each other.
+//! membership, the operator and the gateway agree on them without importing each other.
 
 use std::fmt;
 
