@@ -1,15 +1,29 @@
-//! Pure builders: from an Agent to the objects the operator applies. No client, no I/O; unit
-//! tested from YAML fixtures. The workers' archive Secret is built in `archive`.
+//! Pure builders: from an Agent (or a Pool) to the objects the operator applies, one file per
+//! object: `config.rs` the rendered manifest and its ConfigMap, `deployment.rs` and `pod.rs`
+//! the worker, `secrets.rs` the Secrets beside it (`archive.rs` the archive's), `pool.rs` a
+//! Pool's. Here: the names, labels and defaults they share. No client, no I/O; unit tested
+//! from YAML fixtures.
 
 mod archive;
+mod config;
+mod deployment;
 mod pod;
 mod pool;
+mod secrets;
 
 pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
+pub use self::config::{config_hash, configmap, render_manifest};
+pub use self::deployment::deployment;
+use self::deployment::log_format_value;
 pub use self::pool::{
     pool_configmap, pool_configmap_name, pool_deployment, pool_deployment_name,
     pool_network_policy, pool_pdb, pool_secrets, shard, PoolPods, MAX_SHARDS, POOL_AGENTS_DIR,
     POOL_LABEL, SHARD_LIMIT,
+};
+use self::secrets::secret_env;
+pub use self::secrets::{
+    agent_worker_secrets, redis_secret, redis_secret_name, secret_volume_name, worker_secrets,
+    RedisUrlSource, REDIS_SECRET_KEY,
 };
 
 use std::collections::BTreeMap;
@@ -84,115 +98,6 @@ pub struct WorkerDefaults {
     pub archive: Option<WorkerArchive>,
 }
 
-/// Where a worker's Redis URL comes from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RedisUrlSource {
-    /// Inline in the Deployment (for URLs without a password).
-    Value(String),
-    /// A key of a Secret in the Agent's namespace (for URLs with a password).
-    Secret {
-        /// Name of the Secret.
-        name: String,
-        /// Key within the Secret.
-        key: String,
-    },
-    /// This URL, written by the operator into a Secret beside each worker
-    /// ([`redis_secret`]), owned by its Agent: a URL with a password reaches workers in any
-    /// namespace without anyone creating Secrets there.
-    Managed(String),
-}
-
-impl RedisUrlSource {
-    fn env(&self, base: &str) -> EnvVar {
-        match self {
-            RedisUrlSource::Value(url) => EnvVar {
-                name: REDIS_URL_ENV.into(),
-                value: Some(url.clone()),
-                ..EnvVar::default()
-            },
-            RedisUrlSource::Secret { name, key } => secret_env(REDIS_URL_ENV, name, key),
-            RedisUrlSource::Managed(_) => {
-                secret_env(REDIS_URL_ENV, &redis_secret_name(base), REDIS_SECRET_KEY)
-            }
-        }
-    }
-
-    /// What changes the workers' pods when it changes (a managed URL only as a digest: the
-    /// configuration hash is shown in the status).
-    fn fingerprint(&self) -> String {
-        match self {
-            RedisUrlSource::Value(url) => format!("value:{url}"),
-            RedisUrlSource::Secret { name, key } => format!("secret:{name}/{key}"),
-            RedisUrlSource::Managed(url) => {
-                format!("managed:{}", crate::hex(&Sha256::digest(url.as_bytes())))
-            }
-        }
-    }
-}
-
-/// Key of the Redis URL in a managed worker Secret.
-pub const REDIS_SECRET_KEY: &str = "url";
-
-/// Name of the Secret holding the Redis URL of the workers of Deployment `base` when the
-/// operator manages it (`NAME-worker-redis` for an Agent, `NAME-pool-redis` for a Pool).
-pub fn redis_secret_name(base: &str) -> String {
-    format!("{base}-redis")
-}
-
-/// The Secret holding the workers' Redis URL ([`RedisUrlSource::Managed`]), with `metadata`
-/// (named by [`redis_secret_name`], owned by the Agent or Pool so that it goes with it).
-pub fn redis_secret(metadata: ObjectMeta, url: &str) -> Secret {
-    Secret {
-        metadata,
-        data: Some(BTreeMap::from([(
-            REDIS_SECRET_KEY.to_string(),
-            k8s_openapi::ByteString(url.as_bytes().to_vec()),
-        )])),
-        type_: Some("Opaque".into()),
-        ..Secret::default()
-    }
-}
-
-/// The Secrets the operator writes beside the workers of Deployment `base`: the managed Redis
-/// URL and the archive's environment, as the operator's configuration has them; `meta` gives
-/// each its metadata (owner, labels) from its name.
-pub fn worker_secrets(
-    base: &str,
-    meta: impl Fn(String) -> ObjectMeta,
-    defaults: &WorkerDefaults,
-) -> Vec<Secret> {
-    let redis = match &defaults.redis {
-        RedisUrlSource::Managed(url) => Some(redis_secret(meta(redis_secret_name(base)), url)),
-        _ => None,
-    };
-    let archive = defaults
-        .archive
-        .as_ref()
-        .map(|a| archive_secret(meta(archive_secret_name(base)), a));
-    redis.into_iter().chain(archive).collect()
-}
-
-/// The Secrets beside an Agent's worker ([`worker_secrets`]), owned by the Agent.
-pub fn agent_worker_secrets(
-    agent: &Agent,
-    owner: &OwnerReference,
-    defaults: &WorkerDefaults,
-) -> Vec<Secret> {
-    worker_secrets(
-        &deployment_name(&agent.name_any()),
-        |name| child_meta(agent, name, owner),
-        defaults,
-    )
-}
-
-/// `--log-format`'s value for `format`.
-fn log_format_value(format: LogFormat) -> &'static str {
-    match format {
-        LogFormat::Text => "text",
-        LogFormat::Json => "json",
-    }
-}
-
 /// Name of the worker Deployment of an Agent.
 pub fn deployment_name(agent: &str) -> String {
     format!("{agent}-worker")
@@ -215,100 +120,6 @@ pub fn labels(agent: &str) -> BTreeMap<String, String> {
     ])
 }
 
-fn selector_labels(agent: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".into(), "agentfleet-worker".into()),
-        (AGENT_LABEL.into(), agent.into()),
-    ])
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct RenderedAgent<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    metadata: RenderedMeta<'a>,
-    spec: &'a AgentSpec,
-}
-
-#[derive(Serialize)]
-struct RenderedMeta<'a> {
-    name: &'a str,
-    namespace: &'a str,
-    uid: &'a str,
-    /// The spec's generation (archived with each checkpoint); it moves only with the spec.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    generation: Option<i64>,
-}
-
-/// The Agent manifest the worker reads: apiVersion, kind, identity and the spec with every
-/// default filled in. Deterministic: the same Agent renders to the same bytes.
-pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
-    let name = agent.name_any();
-    let namespace = agent.namespace().unwrap_or_default();
-    let uid = agent.uid().unwrap_or_default();
-    serde_yaml::to_string(&RenderedAgent {
-        api_version: "agentfleet.dev/v1alpha1",
-        kind: "Agent",
-        metadata: RenderedMeta {
-            name: &name,
-            namespace: &namespace,
-            uid: &uid,
-            generation: agent.metadata.generation,
-        },
-        spec: &agent.spec,
-    })
-}
-
-/// A short, stable hash of a rendered manifest and what else shapes the pod: the worker
-/// defaults (the archive's environment as a digest: a new value is only read at the worker's
-/// start, so it must roll the pod) and the names of the Secrets mounted in it (never their
-/// values: a changed value reaches the worker in place, through the mounted files).
-pub fn config_hash(manifest: &str, defaults: &WorkerDefaults, secrets: &[&str]) -> String {
-    let mut h = Sha256::new();
-    h.update(manifest.as_bytes());
-    h.update(b"\0");
-    h.update(defaults.image.as_bytes());
-    h.update(b"\0");
-    h.update(defaults.redis.fingerprint().as_bytes());
-    for (name, value) in &defaults.redis_env {
-        h.update(b"\0");
-        h.update(name.as_bytes());
-        h.update(b"=");
-        h.update(value.as_bytes());
-    }
-    h.update(b"\0");
-    h.update(
-        defaults
-            .callback_url
-            .as_deref()
-            .unwrap_or_default()
-            .as_bytes(),
-    );
-    if let Some(archive) = &defaults.archive {
-        h.update(b"\0");
-        h.update(archive.fingerprint().as_bytes());
-    }
-    for name in secrets {
-        h.update(b"\0secret:");
-        h.update(name.as_bytes());
-    }
-    let digest = h.finalize();
-    crate::hex(&digest[..8])
-}
-
-/// The volume holding Secret `name`: `secret-NAME` when that is a valid volume name (a DNS
-/// label), else `secret-` and a hash of the name (Secret names may hold dots and 253
-/// characters).
-pub fn secret_volume_name(name: &str) -> String {
-    let plain = format!("secret-{name}");
-    if plain.len() <= 63 && !name.contains('.') {
-        return plain;
-    }
-    let digest = Sha256::digest(name.as_bytes());
-    format!("secret-{}", crate::hex(&digest[..8]))
-}
-
 /// Metadata of a child object of an Agent: its namespace, labels and controller reference.
 pub(super) fn child_meta(agent: &Agent, name: String, owner: &OwnerReference) -> ObjectMeta {
     ObjectMeta {
@@ -317,125 +128,6 @@ pub(super) fn child_meta(agent: &Agent, name: String, owner: &OwnerReference) ->
         labels: Some(labels(&agent.name_any())),
         owner_references: Some(vec![owner.clone()]),
         ..ObjectMeta::default()
-    }
-}
-
-/// An environment variable read from a key of a Secret that must exist.
-fn secret_env(var: &str, secret: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: var.into(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.into(),
-                key: key.into(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-/// The ConfigMap holding the rendered manifest.
-pub fn configmap(agent: &Agent, owner: &OwnerReference, manifest: &str) -> ConfigMap {
-    let name = agent.name_any();
-    ConfigMap {
-        metadata: child_meta(agent, configmap_name(&name), owner),
-        data: Some(BTreeMap::from([(
-            AGENT_FILE_KEY.to_string(),
-            manifest.to_string(),
-        )])),
-        ..ConfigMap::default()
-    }
-}
-
-/// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent/agent.yaml`,
-/// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
-/// filesystem, no service-account token, the model key from the Agent's Secret, each
-/// Secret of the tools' `headersFrom` mounted read-only at `/etc/agentfleet/secrets/NAME`, and
-/// with an archive its Secret's variables as environment.
-pub fn deployment(
-    agent: &Agent,
-    owner: &OwnerReference,
-    defaults: &WorkerDefaults,
-    config_hash: &str,
-    replicas: Option<i32>,
-) -> Deployment {
-    let name = agent.name_any();
-    let spec = &agent.spec;
-    let env = spec
-        .model
-        .api_key_secret_ref
-        .iter()
-        .map(|key_ref| secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key))
-        .collect();
-    let config = (
-        Volume {
-            name: "agent".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: configmap_name(&name),
-                items: Some(vec![KeyToPath {
-                    key: AGENT_FILE_KEY.into(),
-                    path: AGENT_FILE_KEY.into(),
-                    ..KeyToPath::default()
-                }]),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        VolumeMount {
-            name: "agent".into(),
-            mount_path: AGENT_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
-    );
-    let pod = pod::pod_spec(
-        pod::Pod {
-            base: &deployment_name(&name),
-            worker: &spec.worker,
-            args: vec![
-                "worker".into(),
-                "--agent".into(),
-                AGENT_FILE.into(),
-                "--metrics-addr".into(),
-                format!("0.0.0.0:{WORKER_METRICS_PORT}"),
-            ],
-            env,
-            config,
-            secrets: spec.tools.secrets(),
-            secrets_optional: false,
-            default_resources: pod::default_resources(),
-        },
-        defaults,
-    );
-
-    Deployment {
-        metadata: child_meta(agent, deployment_name(&name), owner),
-        spec: Some(DeploymentSpec {
-            replicas,
-            selector: LabelSelector {
-                match_labels: Some(selector_labels(&name)),
-                ..LabelSelector::default()
-            },
-            strategy: Some(DeploymentStrategy {
-                type_: Some("Recreate".into()),
-                ..DeploymentStrategy::default()
-            }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(&name)),
-                    annotations: Some(BTreeMap::from([(
-                        CONFIG_HASH_ANNOTATION.to_string(),
-                        config_hash.to_string(),
-                    )])),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod),
-            },
-            ..DeploymentSpec::default()
-        }),
-        ..Deployment::default()
     }
 }
 

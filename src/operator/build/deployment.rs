@@ -1,0 +1,108 @@
+//! An Agent's worker Deployment (its pod in `pod.rs`).
+
+use super::*;
+
+/// `--log-format`'s value for `format`.
+pub(super) fn log_format_value(format: LogFormat) -> &'static str {
+    match format {
+        LogFormat::Text => "text",
+        LogFormat::Json => "json",
+    }
+}
+
+pub(super) fn selector_labels(agent: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "agentfleet-worker".into()),
+        (AGENT_LABEL.into(), agent.into()),
+    ])
+}
+
+/// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent/agent.yaml`,
+/// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
+/// filesystem, no service-account token, the model key from the Agent's Secret, each
+/// Secret of the tools' `headersFrom` mounted read-only at `/etc/agentfleet/secrets/NAME`, and
+/// with an archive its Secret's variables as environment.
+pub fn deployment(
+    agent: &Agent,
+    owner: &OwnerReference,
+    defaults: &WorkerDefaults,
+    config_hash: &str,
+    replicas: Option<i32>,
+) -> Deployment {
+    let name = agent.name_any();
+    let spec = &agent.spec;
+    let env = spec
+        .model
+        .api_key_secret_ref
+        .iter()
+        .map(|key_ref| secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key))
+        .collect();
+    let config = (
+        Volume {
+            name: "agent".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: configmap_name(&name),
+                items: Some(vec![KeyToPath {
+                    key: AGENT_FILE_KEY.into(),
+                    path: AGENT_FILE_KEY.into(),
+                    ..KeyToPath::default()
+                }]),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: "agent".into(),
+            mount_path: AGENT_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    );
+    let pod = pod::pod_spec(
+        pod::Pod {
+            base: &deployment_name(&name),
+            worker: &spec.worker,
+            args: vec![
+                "worker".into(),
+                "--agent".into(),
+                AGENT_FILE.into(),
+                "--metrics-addr".into(),
+                format!("0.0.0.0:{WORKER_METRICS_PORT}"),
+            ],
+            env,
+            config,
+            secrets: spec.tools.secrets(),
+            secrets_optional: false,
+            default_resources: pod::default_resources(),
+        },
+        defaults,
+    );
+
+    Deployment {
+        metadata: child_meta(agent, deployment_name(&name), owner),
+        spec: Some(DeploymentSpec {
+            replicas,
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".into()),
+                ..DeploymentStrategy::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(&name)),
+                    annotations: Some(BTreeMap::from([(
+                        CONFIG_HASH_ANNOTATION.to_string(),
+                        config_hash.to_string(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
