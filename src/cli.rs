@@ -11,7 +11,6 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
-use crate::names;
 use crate::store::prelude::*;
 use crate::store::{
     redact_url, Consciousness, NewMessage, ReadQuery, RedisArgs, RedisStore, Sender, SpaceRecord,
@@ -77,15 +76,13 @@ pub enum SpaceCommand {
 /// A space named on the command line, refused unless both names are valid Kubernetes names
 /// (before anything is asked of the data plane or the gateway). Parsed here rather than by
 /// clap, whose error would echo the argument unescaped.
-pub(crate) fn space_arg(s: &str) -> anyhow::Result<SpaceKey> {
-    let (ns, name) = names::parse_namespaced("the space", s).map_err(anyhow::Error::msg)?;
-    Ok(SpaceKey::new(ns, name))
+fn space_arg(s: &str) -> anyhow::Result<SpaceKey> {
+    SpaceKey::named(s).map_err(anyhow::Error::msg)
 }
 
 /// An agent named on the command line, as [`space_arg`].
 fn agent_arg(s: &str) -> anyhow::Result<AgentKey> {
-    let (ns, name) = names::parse_namespaced("the agent", s).map_err(anyhow::Error::msg)?;
-    Ok(AgentKey::new(ns, name))
+    AgentKey::named(s).map_err(anyhow::Error::msg)
 }
 
 /// The space's record; an error when the data plane has no such space.

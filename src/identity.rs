@@ -32,6 +32,13 @@ impl AgentKey {
         let (ns, name) = s.split_once('/')?;
         (!ns.is_empty() && !name.is_empty() && !name.contains('/')).then(|| Self::new(ns, name))
     }
+
+    /// An agent a person named (`NS/NAME`, on a command line): refused, in one sentence that
+    /// quotes it escaped, unless both are valid Kubernetes names.
+    pub fn named(s: &str) -> Result<Self, String> {
+        let (ns, name) = crate::names::parse_namespaced("the agent", s)?;
+        Ok(Self::new(ns, name))
+    }
 }
 
 impl fmt::Display for AgentKey {
@@ -64,6 +71,12 @@ impl SpaceKey {
             space.namespace().unwrap_or_else(|| "default".to_string()),
             space.name_any(),
         )
+    }
+
+    /// A space a person named, as [`AgentKey::named`].
+    pub fn named(s: &str) -> Result<Self, String> {
+        let (ns, name) = crate::names::parse_namespaced("the space", s)?;
+        Ok(Self::new(ns, name))
     }
 }
 

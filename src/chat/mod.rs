@@ -272,7 +272,7 @@ fn typed_lines() -> anyhow::Result<tokio::sync::mpsc::Receiver<std::io::Result<S
 /// `agentfleet chat`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     crate::install_crypto_provider();
-    let space = crate::cli::space_arg(&args.space)?;
+    let space = crate::identity::SpaceKey::named(&args.space).map_err(anyhow::Error::msg)?;
     let client = Arc::new(Client {
         http: reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
