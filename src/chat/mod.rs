@@ -24,9 +24,7 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use reqwest::StatusCode;
 
-use crate::gateway::api::{
-    ActivityEvent, DeltaEvent, ErrorBody, Message, MessagePage, Posted, SpaceInfo,
-};
+use crate::api::{ActivityEvent, DeltaEvent, ErrorBody, Message, MessagePage, Posted, SpaceInfo};
 use screen::Screen;
 pub use sse::{SseEvent, SseParser};
 
@@ -93,7 +91,7 @@ impl Client {
         &self,
         call: &str,
         body: &serde_json::Value,
-    ) -> anyhow::Result<crate::gateway::decisions::CallAnswered> {
+    ) -> anyhow::Result<crate::api::CallAnswered> {
         let req = self
             .http
             .post(self.url(&format!("/tool-calls/{call}")))

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::gateway::api::ToolRequestEvent;
+use crate::api::ToolRequestEvent;
 use crate::store::CallId;
 
 /// The most characters of a request's arguments shown.

@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::api::ApiError;
+use super::error::ApiError;
 use super::Gateway;
 use crate::identity::AgentKey;
 use crate::store::SpaceRecord;

@@ -11,10 +11,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::api::{quote, ApiError, ErrorBody, JsonBody};
 use super::auth::Caller;
+use super::error::{quote, ApiError, JsonBody};
 use super::results::present;
 use super::{Gateway, RequestRefusals, SpaceRefusals};
+use crate::api::{CallAnswered, ErrorBody};
 use crate::decisions::{self, Refusal, Reply};
 use crate::store::CallId;
 
@@ -73,18 +74,6 @@ impl CallAnswer {
             )),
         }
     }
-}
-
-/// A call answered.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CallAnswered {
-    /// The call.
-    pub call_id: String,
-    /// `approved`, `denied` or `answered`.
-    pub decision: String,
-    /// No worker held the agent, so a wake signal was sent.
-    pub woke: bool,
 }
 
 /// Answers a paused tool call as the caller, a human member of the space it was asked in.

@@ -13,12 +13,12 @@
 //! - `/openapi.json` (generated from these handlers), `/healthz`, `/readyz`, `/metrics`.
 //!
 //! Bearer tokens map to entities through a file of hashed tokens ([`auth`]). Errors are JSON
-//! with a stable `code` ([`api::ApiError`]).
+//! with a stable `code` ([`error::ApiError`]).
 
-pub mod api;
 pub mod auth;
 mod config;
 pub mod decisions;
+pub mod error;
 mod health;
 pub mod results;
 mod serve;
@@ -45,18 +45,19 @@ use utoipa::{IntoParams, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::api::{
+    ErrorBody, Me, Member, Message, MessagePage, PostMessage, Posted, SpaceInfo, TriggerEvent,
+    Triggered,
+};
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
 use crate::store::{
     now_ms, EventKind, InboxEvent, NewMessage, ReadQuery, SpaceRecord, Store, StoreError,
 };
 use crate::telemetry::{self, GatewayMetrics};
-use api::{
-    quote, ApiError, ErrorBody, JsonBody, Me, Member, Message, MessagePage, PostMessage, Posted,
-    SpaceInfo, TriggerEvent, Triggered,
-};
 use auth::{Caller, Entity, RateLimiter, Tokens};
 pub use config::{Args, Limits};
+use error::{quote, ApiError, JsonBody};
 pub use serve::serve;
 use sse::Hub;
 
@@ -436,7 +437,7 @@ async fn space_info(
             .members
             .iter()
             .map(|m| Member {
-                kind: api::member_kind(m.kind).into(),
+                kind: crate::api::member_kind(m.kind).into(),
                 id: m.id.clone(),
                 name: m.name.clone(),
             })
@@ -579,7 +580,7 @@ impl utoipa::Modify for BearerAuth {
         description = "Spaces over JSON/HTTP and SSE: humans post and read messages and watch agents answer as they write; services trigger agents and post the results of their asynchronous tool calls. Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code, including those answered before a route is reached: `bad_request` 400 (not HTTP/1.1), `request_timeout` 408, `uri_too_long` 414, `headers_too_large` 431. Error messages quote client input cut to 64 characters. `/metrics` serves Prometheus metrics."
     ),
     modifiers(&BearerAuth),
-    components(schemas(api::DeltaEvent, api::ActivityEvent, api::ToolRequestEvent)),
+    components(schemas(crate::api::DeltaEvent, crate::api::ActivityEvent, crate::api::ToolRequestEvent)),
     tags(
         (name = "spaces", description = "Messages of the spaces the caller is a member of"),
         (name = "agents", description = "Service events for agents"),

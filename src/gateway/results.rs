@@ -10,9 +10,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::api::{quote, ApiError, ErrorBody, JsonBody};
 use super::auth::bearer_token;
+use super::error::{quote, ApiError, JsonBody};
 use super::{Gateway, RequestRefusals};
+use crate::api::ErrorBody;
 use crate::store::{presented_hash, CallId, CallResult, Completion};
 
 /// The result of an asynchronous tool call: exactly one of `result` and `error`.

@@ -33,7 +33,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, error, warn};
 
-use super::api::ApiError;
+use super::error::ApiError;
 use super::wire::{Activity, Wire};
 use super::{router, Gateway, Limits};
 use crate::telemetry::GatewayMetrics;

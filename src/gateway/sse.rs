@@ -19,7 +19,8 @@ use futures::StreamExt;
 use tokio::sync::{broadcast, watch, Mutex};
 use tracing::{debug, warn};
 
-use super::api::{ActivityEvent, ApiError, DeltaEvent, EntityRef, Message, ToolRequestEvent};
+use super::error::ApiError;
+use crate::api::{ActivityEvent, DeltaEvent, EntityRef, Message, ToolRequestEvent};
 use crate::identity::SpaceKey;
 use crate::store::{parse_message_id, LiveEvent, SpaceRecord, Store, StoreError};
 
@@ -367,7 +368,7 @@ mod tests {
         //! control characters, CR/LF) makes a frame that encodes without panicking, and
         //! whose SSE text has one `data:` line, no raw CR, and JSON that reads back the same.
         use super::*;
-        use crate::gateway::api::quote;
+        use crate::gateway::error::quote;
         use axum::response::sse::Sse;
         use axum::response::IntoResponse;
         use proptest::prelude::*;

@@ -19,10 +19,11 @@ use tokio::sync::{broadcast, watch};
 use tracing::{debug, warn};
 use utoipa::IntoParams;
 
-use super::api::{ApiError, ErrorBody, Message};
 use super::auth::{Caller, Entity, TokenHash};
+use super::error::ApiError;
 use super::sse::{Frame, Item, Subscription};
 use super::{admit, message_id, Gateway, RequestRefusals, SpacePath, SpaceRefusals};
+use crate::api::{ErrorBody, Message};
 use crate::identity::SpaceKey;
 use crate::store::{now_ms, ReadQuery, SpaceMessage, Store, StoreError};
 

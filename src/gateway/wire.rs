@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use prometheus::IntCounterVec;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::api::ApiError;
+use super::error::ApiError;
 
 /// When a connection last read or wrote a byte.
 #[derive(Clone)]

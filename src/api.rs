@@ -1,0 +1,263 @@
+//! The gateway's HTTP API as data: the bodies and events it sends and takes, documented in
+//! its `/openapi.json`. Below the roles, so the gateway that serves them and the clients that
+//! read them (`agentfleet chat`) share one definition.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::store::{self, MemberKind};
+
+/// Who wrote or did something.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EntityRef {
+    /// `agent`, `human` or `service`.
+    pub kind: String,
+    /// Id: an Agent's name, a human's member id or a service's name.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// How the API names a member kind.
+pub fn member_kind(kind: MemberKind) -> &'static str {
+    match kind {
+        MemberKind::Agent => "agent",
+        MemberKind::Human => "human",
+    }
+}
+
+impl From<&store::Sender> for EntityRef {
+    fn from(s: &store::Sender) -> Self {
+        Self {
+            // A sender without a member kind is a service.
+            kind: s.kind.map_or("service", member_kind).into(),
+            id: s.id.clone(),
+            name: s.name.clone(),
+        }
+    }
+}
+
+/// A message of a space.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    /// Stable id, ordered by posting time (`MILLIS-SEQ`); also the SSE event id.
+    pub id: String,
+    /// The space's name.
+    pub space: String,
+    /// Who posted it.
+    pub sender: EntityRef,
+    /// What was said: plain text, to be shown as text (never as markup).
+    pub text: String,
+    /// When it was posted, milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// The agent member it addresses, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mention: Option<String>,
+}
+
+impl From<&store::SpaceMessage> for Message {
+    fn from(m: &store::SpaceMessage) -> Self {
+        Self {
+            id: m.id.clone(),
+            space: m.space.clone(),
+            sender: EntityRef::from(&m.sender),
+            text: m.text.clone(),
+            time_ms: m.time_ms,
+            mention: m.mention.clone(),
+        }
+    }
+}
+
+/// A message to post as the caller.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PostMessage {
+    /// The text (not empty).
+    pub text: String,
+    /// An agent member to address: it is woken even where agents answer only when named.
+    #[serde(default)]
+    pub mention: Option<String>,
+    /// Deliver as urgent: injected into a cycle already under way.
+    #[serde(default)]
+    pub urgent: bool,
+}
+
+/// The outcome of a post.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Posted {
+    /// The message's id (the first message's, for a repeated `Idempotency-Key`).
+    pub id: String,
+    /// An earlier post had the same `Idempotency-Key`; nothing new was written.
+    pub duplicate: bool,
+    /// Agents whose inbox received the message.
+    pub delivered: Vec<String>,
+}
+
+/// One page of a space's messages.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagePage {
+    /// Newest first, or oldest first when reading `after` an id.
+    pub messages: Vec<Message>,
+    /// When the page is full: the id to pass as `before` (or `after`) for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A member of a space.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct Member {
+    /// `agent` or `human`.
+    pub kind: String,
+    /// Agent name or human id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// A space as its members see it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceInfo {
+    /// Namespace of the Space.
+    pub namespace: String,
+    /// Name of the Space.
+    pub name: String,
+    /// Name shown to humans and agents.
+    pub display_name: String,
+    /// Agents, then humans.
+    pub members: Vec<Member>,
+}
+
+/// A service event for an agent (a webhook).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TriggerEvent {
+    /// What happened, as the agent will read it.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Structured payload, shown to the agent as JSON after the text.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<serde_json::Value>,
+    /// Event id: sending the same id again is dropped (so retries are safe). Defaults to the
+    /// `Idempotency-Key` header, else a fresh id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Inject into a cycle already under way.
+    #[serde(default)]
+    pub urgent: bool,
+}
+
+/// The outcome of a trigger.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Triggered {
+    /// The event id.
+    pub id: String,
+    /// The inbox had this id already; nothing new was queued.
+    pub duplicate: bool,
+    /// No worker held the agent, so a wake signal was sent.
+    pub woke: bool,
+}
+
+/// The caller, as the gateway knows it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct Me {
+    /// `human` or `service`.
+    pub kind: String,
+    /// Id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// A streamed piece of an agent's message (SSE event `delta`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeltaEvent {
+    /// Groups the pieces of one message.
+    pub stream_id: String,
+    /// The writing agent.
+    pub sender: EntityRef,
+    /// The next piece of text.
+    pub delta: String,
+}
+
+/// What an agent is doing (SSE event `activity`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ActivityEvent {
+    /// The agent.
+    pub sender: EntityRef,
+    /// `thinking`, `tool`, `tool_result` (a `visible` tool's arguments and result; see
+    /// `detail`), `idle`, or `error` (its cycle failed; see `detail`).
+    pub activity: String,
+    /// The tool being run, for `tool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// For `error`: what failed and what happens next (a retry in so many seconds, or giving
+    /// up on the messages). For `tool_result`: JSON `{"arguments", "result"}`, secrets masked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// An agent asks the space's members about a call (SSE event `tool_request`): approve or deny
+/// it, or answer it, at `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`. The same request is
+/// also a message from the agent in the space's log, for clients that were not connected.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolRequestEvent {
+    /// The asking agent.
+    pub sender: EntityRef,
+    /// The call to answer.
+    pub call_id: String,
+    /// The name of the tool the agent called, as its Agent declares it.
+    pub tool: String,
+    /// `approval` (answer `{"decision": "approve"|"deny", "reason"?}`) or `interactive`
+    /// (answer `{"result": …}`).
+    pub kind: String,
+    /// The call's arguments, secrets masked.
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Value,
+    /// What an interactive answer must match (JSON Schema), if the tool says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result_schema: Option<serde_json::Value>,
+    /// When it was asked (ms since the epoch).
+    pub since_ms: i64,
+    /// When it times out (ms since the epoch); the agent is then told nobody answered.
+    pub expires_ms: i64,
+}
+
+/// An error.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, as a code and a sentence.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `unauthenticated`, `forbidden`, `not_member`, `not_found`,
+    /// `method_not_allowed`, `invalid_request`, `duplicate`, `conflict`, `expired`, `payload_too_large`,
+    /// `rate_limited`, `unavailable`, `request_timeout`, `uri_too_long`, `headers_too_large`,
+    /// `bad_request`.
+    pub code: String,
+    /// For humans; quotes client input only cut short (see `gateway::error::quote`).
+    pub message: String,
+}
+
+/// A call answered.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallAnswered {
+    /// The call.
+    pub call_id: String,
+    /// `approved`, `denied` or `answered`.
+    pub decision: String,
+    /// No worker held the agent, so a wake signal was sent.
+    pub woke: bool,
+}
