@@ -218,7 +218,7 @@ impl CallRecord {
 
 /// A call to register, with the token to give its service.
 pub struct NewCall {
-    /// Its id.
+    /// The call's id, the agent's in it (the key the service's result must name).
     pub id: CallId,
     /// What is stored.
     pub record: CallRecord,
@@ -250,7 +250,7 @@ impl NewCall {
 
 /// A call a human answers, to register before the request is shown.
 pub struct HumanCall {
-    /// Its id.
+    /// The call's id, which the person's answer names.
     pub id: CallId,
     /// What is stored (no token).
     pub record: CallRecord,
@@ -322,9 +322,9 @@ pub enum Answer {
 /// A call of an agent as the registry holds it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RegisteredCall {
-    /// Its id.
+    /// The call's id.
     pub id: CallId,
-    /// Its record.
+    /// What the registry keeps of it: the tool, the kind, since and until when, the token's hash.
     pub record: CallRecord,
     /// Whether it has its result (or decision).
     pub done: bool,

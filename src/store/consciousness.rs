@@ -210,7 +210,7 @@ pub struct Consciousness {
 /// checkpoint holds, and what a restore writes back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// The consciousness.
+    /// The conversation window, summary and counters, as committed after that cycle.
     pub consciousness: Consciousness,
     /// Notes by kind: entries as stored (key → text; JSON for goals and plans).
     pub notes:

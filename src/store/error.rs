@@ -35,21 +35,21 @@ pub enum StoreError {
     Unsupported(String),
     /// A commit that does not fit the stored consciousness (a bug in the caller).
     InvalidCommit {
-        /// The agent.
+        /// Whose commit it was (`NS/NAME`).
         agent: String,
         /// What does not fit.
         reason: String,
     },
     /// The sender is not a member of the space (or the space does not exist).
     NotMember {
-        /// The space.
+        /// The space posted to (`NS/NAME`).
         space: String,
         /// The sender's id.
         sender: String,
     },
     /// The caller's lease is no longer current: another worker holds the agent.
     Fenced {
-        /// The agent.
+        /// The agent whose lease was lost (`NS/NAME`).
         agent: String,
     },
     /// A write was done on the primary but fewer replicas than asked for
@@ -68,7 +68,7 @@ pub enum StoreError {
     /// A cycle of the agent is under way, paused for a human or left to resume: its
     /// consciousness is not replaced under it.
     CycleInFlight {
-        /// The agent.
+        /// The agent whose cycle is under way (`NS/NAME`).
         agent: String,
     },
 }

@@ -213,7 +213,7 @@ impl Sender {
 pub struct NewMessage {
     /// Who posts it; must be a member of the space.
     pub sender: Sender,
-    /// The text.
+    /// What is said, as plain text (shown as text everywhere, never as markup).
     pub text: String,
     /// An agent member addressed by the message.
     pub mention: Option<String>,
@@ -337,7 +337,7 @@ pub struct SpaceMessage {
     pub space: String,
     /// Who posted it.
     pub sender: Sender,
-    /// The text.
+    /// What was said, as plain text.
     pub text: String,
     /// When it was posted, in milliseconds since the Unix epoch.
     pub time_ms: i64,
@@ -400,7 +400,7 @@ pub struct ReadQuery {
 pub enum LiveEvent {
     /// A message was posted.
     Message {
-        /// The message.
+        /// The message as the space's log keeps it (with its id, for resuming after it).
         message: SpaceMessage,
     },
     /// Text an agent is generating for the space, as it streams.
@@ -434,7 +434,7 @@ pub enum LiveEvent {
         sender: Sender,
         /// The call to answer.
         call_id: String,
-        /// The tool.
+        /// The name of the tool the agent called.
         tool: String,
         /// `approval` or `interactive`.
         kind: CallKind,

@@ -94,7 +94,7 @@ pub struct Agentlet {
     pub key: AgentKey,
     /// The data plane.
     pub store: Arc<dyn Store>,
-    /// The model.
+    /// What the agent thinks with: its provider's client, built from `spec.model`.
     pub model: Arc<dyn Model>,
     /// Metrics.
     pub metrics: WorkerMetrics,
