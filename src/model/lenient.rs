@@ -88,9 +88,16 @@ fn calls_in(text: &str) -> Option<Vec<ToolCall>> {
     let json = fenced(text).unwrap_or(text);
     json_calls(json).or_else(|| {
         // Braces doubled, as a template's escaping taught some models to write them
-        // (`{{"name": …, "arguments": {…}}}`, Qwen2.5-Coder 1.5B): one pair too many.
-        let inner = json.strip_prefix('{')?.strip_suffix('}')?;
-        inner.starts_with('{').then(|| json_calls(inner))?
+        // (`{{"name": …, "arguments": {…}}}`, Qwen2.5-Coder 1.5B), and not always closed
+        // twice: the first brace dropped, the call is what follows, and only closing braces
+        // may be left after it.
+        let inner = json.strip_prefix("{{")?;
+        let mut values = serde_json::Deserializer::from_str(&json[1..]).into_iter::<Value>();
+        let value = values.next()?.ok()?;
+        let rest = &inner[values.byte_offset().saturating_sub(1)..];
+        rest.chars()
+            .all(|c| c == '}' || c.is_whitespace())
+            .then(|| calls(vec![value]))?
     })
 }
 
@@ -208,6 +215,7 @@ mod tests {
             r#"{"type": "function", "function": {"name": "send_message", "arguments": "{\"text\": \"hi\"}"}}"#,
             "```json\n{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}\n```",
             r#"{{"name": "send_message", "arguments": {"text": "hi"}}}"#,
+            r#"{{"name": "send_message", "arguments": {"text": "hi"}}"#,
             "<tool_call>\n{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}\n</tool_call>",
             "<tool_call>{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}",
             "[TOOL_CALLS][{\"name\": \"send_message\", \"arguments\": {\"text\": \"hi\"}}]",
@@ -240,6 +248,7 @@ mod tests {
             "[]",
             "42",
             r#"{{"title": "doubled, but no call"}}"#,
+            r#"{{"name": "send_message", "arguments": {"text": "hi"}}} and more"#,
         ] {
             let mut t = turn(text);
             assert_eq!(read(&mut t), None, "{text}");
