@@ -91,11 +91,11 @@ fn calls_in(text: &str) -> Option<Vec<ToolCall>> {
         // (`{{"name": …, "arguments": {…}}}`, Qwen2.5-Coder 1.5B), and not always closed
         // twice: the first brace dropped, the call is what follows, and only closing braces
         // may be left after it.
-        let inner = json.strip_prefix("{{")?;
-        let mut values = serde_json::Deserializer::from_str(&json[1..]).into_iter::<Value>();
+        let call = json.strip_prefix('{').filter(|c| c.starts_with('{'))?;
+        let mut values = serde_json::Deserializer::from_str(call).into_iter::<Value>();
         let value = values.next()?.ok()?;
-        let rest = &inner[values.byte_offset().saturating_sub(1)..];
-        rest.chars()
+        call[values.byte_offset()..]
+            .chars()
             .all(|c| c == '}' || c.is_whitespace())
             .then(|| calls(vec![value]))?
     })
