@@ -9,7 +9,8 @@
 //! model requests and tokens, then per layout the pass rate, time to first token, cycle
 //! time, tokens per cycle, the cycles that needed a nudge or a correction, and the
 //! cache-eligible prefix share (what a prompt cache could serve: each request's bytes that
-//! begin as the agent's previous request did).
+//! begin as the agent's previous request did) beside what the server's cache served of the
+//! requests that were not an agent's first.
 //!
 //! The model, one of:
 //! - `AGENTFLEET_REAL_MODEL_URL` (e.g. `http://127.0.0.1:8080/v1`) and
@@ -129,12 +130,7 @@ fn cache_share(calls: &[Call]) -> f64 {
     let (mut shared, mut total) = (0usize, 0usize);
     let mut last: std::collections::HashMap<String, String> = Default::default();
     for call in calls {
-        let system = call.request["messages"][0]["content"]
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .take(200)
-            .collect::<String>();
+        let system = proxy::agent_of(&call.request);
         let form = cached_form(&call.request);
         if let Some(previous) = last.get(&system) {
             shared += shared_prefix(previous, &form);
@@ -170,7 +166,11 @@ async fn main() {
     };
     let layouts = chosen(
         "AGENTFLEET_REAL_MODEL_LAYOUTS",
-        &[("last", Layout::Last), ("before", Layout::Before)],
+        &[
+            ("last", Layout::Last),
+            ("before", Layout::Before),
+            ("kept", Layout::Kept),
+        ],
     );
     let scenarios = chosen("AGENTFLEET_REAL_MODEL_SCENARIOS", scenarios::ALL);
     let mut table = format!(
@@ -186,7 +186,12 @@ async fn main() {
         let mut cycle_seconds = Vec::new();
         for (scenario_name, scenario) in &scenarios {
             let started = Instant::now();
-            let outcome = scenarios::run(*scenario, &url, &name, *layout).await;
+            // A scenario that panics (a bug of the suite, or a store that went away) fails
+            // alone; the rest of the table still runs.
+            let run = scenarios::run(*scenario, url.clone(), name.clone(), *layout);
+            let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run))
+                .await
+                .unwrap_or_else(|_| scenarios::Outcome::panicked());
             let seconds = started.elapsed().as_secs_f64();
             let prompt: u64 = outcome.calls.iter().map(|c| c.prompt_tokens).sum();
             let completion: u64 = outcome.calls.iter().map(|c| c.completion_tokens).sum();
@@ -225,8 +230,10 @@ async fn main() {
             calls_all.iter().map(|c| c.took.as_secs_f64()).collect(),
             0.5,
         );
-        let prompt: u64 = calls_all.iter().map(|c| c.prompt_tokens).sum();
-        let cached: u64 = calls_all.iter().map(|c| c.cached_tokens).sum();
+        let warm = calls_all.iter().filter(|c| c.warm);
+        let (prompt, cached) = warm.fold((0u64, 0u64), |(p, c), call| {
+            (p + call.prompt_tokens, c + call.cached_tokens)
+        });
         summary.push_str(&format!(
             "| {} | {passed}/{} | {ttft:.1} | {request:.1} | {:.1} | {} | {}/{} | {:.1}% | {:.1}% |\n",
             layout.name(),

@@ -4,8 +4,9 @@
 //! time, the usage the server reported). It also applies the request **layout** under test,
 //! so a layout can be measured on a real model without a knob in the product:
 //! - `last`: as agentfleet sends it (the fresh `[CONTEXT …]` message last);
-//! - `before`: that message moved before the cycle's first inbox message (found by the
-//!   texts the scenario posted since the agent last answered).
+//! - `before`: that message moved before the cycle's inbox message (`anchor`);
+//! - `kept`: as `before`, and each earlier cycle's context stays where it was, before that
+//!   cycle's inbox message, as if the conversation kept it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use serde_json::Value;
 pub enum Layout {
     Last,
     Before,
+    Kept,
 }
 
 impl Layout {
@@ -27,6 +29,7 @@ impl Layout {
         match self {
             Layout::Last => "context last",
             Layout::Before => "context before the inbox",
+            Layout::Kept => "context kept before each inbox",
         }
     }
 }
@@ -42,6 +45,20 @@ pub struct Call {
     pub completion_tokens: u64,
     /// Prompt tokens the server reused from its cache, when it says (`cached_tokens`).
     pub cached_tokens: u64,
+    /// Not the agent's first request of the run: the server's cache share counts only these,
+    /// since what a first request finds in the cache depends on what ran before it.
+    pub warm: bool,
+}
+
+/// What the proxy knows of one agent (told apart by the start of its system prompt).
+#[derive(Default)]
+struct Agent {
+    /// The inbox message the current cycle's context goes before.
+    anchor: Option<Value>,
+    /// `kept`: each earlier cycle's inbox message and the context it had.
+    kept: Vec<(Value, Value)>,
+    /// The context last sent before `anchor`.
+    last_context: Option<Value>,
 }
 
 struct Shared {
@@ -49,8 +66,9 @@ struct Shared {
     layout: Layout,
     http: reqwest::Client,
     calls: Mutex<Vec<Call>>,
-    /// Texts posted since the agent last answered: the cycle's inbox message quotes them.
-    pending: Mutex<Vec<String>>,
+    agents: Mutex<std::collections::HashMap<String, Agent>>,
+    /// When the last answer ended.
+    ended: Mutex<Option<Instant>>,
 }
 
 pub struct Proxy {
@@ -72,7 +90,8 @@ impl Proxy {
             layout,
             http: reqwest::Client::new(),
             calls: Mutex::new(Vec::new()),
-            pending: Mutex::new(Vec::new()),
+            agents: Mutex::new(Default::default()),
+            ended: Mutex::new(None),
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", axum::routing::post(forward))
@@ -89,14 +108,9 @@ impl Proxy {
         }
     }
 
-    /// The scenario posted `text`: the next cycle's inbox message quotes it.
-    pub fn posted(&self, text: &str) {
-        self.shared.pending.lock().unwrap().push(text.to_string());
-    }
-
-    /// The agent answered: what was posted is no longer this cycle's.
-    pub fn answered(&self) {
-        self.shared.pending.lock().unwrap().clear();
+    /// When the model's last answer ended, if it has answered.
+    pub fn last_call_ended(&self) -> Option<Instant> {
+        *self.shared.ended.lock().unwrap()
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -106,10 +120,14 @@ impl Proxy {
 
 async fn forward(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> impl IntoResponse {
     let mut request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if shared.layout == Layout::Before {
-        let pending = shared.pending.lock().unwrap().clone();
-        move_context_before_inbox(&mut request, &pending);
-    }
+    let warm = {
+        let mut agents = shared.agents.lock().unwrap();
+        let key = agent_of(&request);
+        let warm = agents.contains_key(&key);
+        let agent = agents.entry(key).or_default();
+        arrange(&mut request, shared.layout, agent);
+        warm
+    };
     let started = Instant::now();
     let sent = shared
         .http
@@ -161,7 +179,9 @@ async fn forward(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> 
         prompt_tokens,
         completion_tokens,
         cached_tokens,
+        warm,
     });
+    *shared.ended.lock().unwrap() = Some(Instant::now());
     (
         axum::http::StatusCode::from_u16(status.as_u16())
             .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
@@ -196,31 +216,81 @@ fn usage(sse: &[u8]) -> (u64, u64, u64) {
     found
 }
 
-/// Moves the fresh context (the last message, a user message that is the context) before
-/// the first message that quotes one of `pending`.
-fn move_context_before_inbox(request: &mut Value, pending: &[String]) {
+/// Which agent sent a request: the start of its system prompt names it.
+pub fn agent_of(request: &Value) -> String {
+    request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect()
+}
+
+fn text(m: &Value) -> &str {
+    m["content"].as_str().unwrap_or_default()
+}
+
+fn is_context(m: &Value) -> bool {
+    m["role"] == "user" && agentfleet::model::format::is_context(text(m))
+}
+
+/// A message from outside the agent that begins a cycle: not its context, a preview, events
+/// that came in mid-cycle, or agentfleet's own word (the nudge).
+fn is_inbox(m: &Value) -> bool {
+    m["role"] == "user"
+        && !is_context(m)
+        && !agentfleet::model::format::is_preview(text(m))
+        && !text(m).starts_with("[new events since this cycle began]")
+        && !text(m).starts_with("[agentfleet]")
+}
+
+/// The message the cycle's context goes before: the inbox message after the agent's last
+/// turn (a cycle's first request), else the cycle's anchor so far (its later steps).
+fn anchor(messages: &[Value], agent: &Agent) -> Option<Value> {
+    let after_turns = messages
+        .iter()
+        .rposition(|m| m["role"] == "assistant" || m["role"] == "tool")
+        .map_or(0, |last| last + 1);
+    if let Some(m) = messages[after_turns..].iter().find(|m| is_inbox(m)) {
+        return Some(m.clone());
+    }
+    agent.anchor.clone().filter(|a| messages.contains(a))
+}
+
+/// Applies `layout` to the request agentfleet sent (its fresh context last).
+fn arrange(request: &mut Value, layout: Layout, agent: &mut Agent) {
     let Some(messages) = request["messages"].as_array_mut() else {
         return;
-    };
-    let is_context = |m: &Value| {
-        m["role"] == "user"
-            && m["content"]
-                .as_str()
-                .is_some_and(agentfleet::model::format::is_context)
     };
     if !messages.last().is_some_and(is_context) {
         return;
     }
-    let quotes = |m: &Value| {
-        m["role"] == "user"
-            && m["content"]
-                .as_str()
-                .is_some_and(|c| pending.iter().any(|p| c.contains(p.as_str())))
-    };
-    let Some(at) = messages.iter().position(quotes) else {
-        return;
-    };
-    if let Some(context) = messages.pop() {
-        messages.insert(at, context);
+    let Some(fresh) = messages.pop() else { return };
+    let at = anchor(messages, agent);
+    if let Some(a) = &at {
+        if let Some(past) = agent.anchor.take().filter(|past| past != a) {
+            agent.kept.retain(|(k, _)| *k != past);
+            if let Some(context) = agent.last_context.take() {
+                agent.kept.push((past, context));
+            }
+        }
+        agent.anchor = Some(a.clone());
+        agent.last_context = Some(fresh.clone());
     }
+    let mut out = Vec::with_capacity(messages.len() + agent.kept.len() + 1);
+    for m in messages.drain(..) {
+        if layout == Layout::Kept {
+            if let Some((_, context)) = agent.kept.iter().find(|(k, _)| *k == m) {
+                out.push(context.clone());
+            }
+        }
+        if layout != Layout::Last && at.as_ref() == Some(&m) {
+            out.push(fresh.clone());
+        }
+        out.push(m);
+    }
+    if layout == Layout::Last || at.is_none() {
+        out.push(fresh);
+    }
+    *messages = out;
 }

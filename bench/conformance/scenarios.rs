@@ -15,10 +15,10 @@ use crate::dev::{Dev, ManifestDir};
 use crate::proxy::{Call, Layout, Proxy};
 use agentfleet::identity::AgentKey;
 
-/// How long one answer of a real model may take (`AGENTFLEET_REAL_MODEL_answer_time()_SECONDS`,
+/// How long one answer of a real model may take (`AGENTFLEET_REAL_MODEL_ANSWER_SECONDS`,
 /// default 300: a small model on two CPU cores).
 fn answer_time() -> Duration {
-    let seconds = std::env::var("AGENTFLEET_REAL_MODEL_answer_time()_SECONDS")
+    let seconds = std::env::var("AGENTFLEET_REAL_MODEL_ANSWER_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(300);
@@ -71,6 +71,21 @@ pub struct Outcome {
     pub helped_cycles: u64,
     /// From a post to the answer it got.
     pub cycle_seconds: Vec<f64>,
+}
+
+impl Outcome {
+    /// A scenario that panicked (what it said is on stderr).
+    pub fn panicked() -> Outcome {
+        Outcome {
+            failure: Some("the scenario panicked (see its message above)".to_string()),
+            calls: Vec::new(),
+            cycles: 0,
+            nudges: 0,
+            corrections: 0,
+            helped_cycles: 0,
+            cycle_seconds: Vec::new(),
+        }
+    }
 }
 
 type Checked = Result<(), String>;
@@ -173,7 +188,6 @@ impl Rig {
     }
 
     async fn say(&self, text: &str, mention: Option<&str>) -> i64 {
-        self.proxy.posted(text);
         let posted = self
             .dev
             .post(
@@ -212,15 +226,25 @@ impl Rig {
                 self.cycle_seconds
                     .push((agentfleet::store::now_ms() - since_ms) as f64 / 1000.0);
                 self.quiet().await;
-                self.proxy.answered();
                 return Ok(first);
             }
-            if started.elapsed() > answer_time() {
+            // Every agent asleep with nothing waiting: no answer is coming.
+            if started.elapsed() > answer_time() || self.settled(started).await {
                 self.quiet().await;
                 return Err(format!("{agent} said nothing"));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// Whether, for 10 s since `since` and since the model's last answer, no agent has had
+    /// events waiting or in flight: nothing more happens until someone posts.
+    async fn settled(&self, since: Instant) -> bool {
+        let quiet_for = self
+            .proxy
+            .last_call_ended()
+            .map_or(since.elapsed(), |t| t.elapsed().min(since.elapsed()));
+        quiet_for > Duration::from_secs(10) && self.idle().await
     }
 
     /// Waits until no agent has asked the model anything for 5 s.
@@ -238,10 +262,11 @@ impl Rig {
         }
     }
 
-    /// Whether no agent has events in flight (a cycle under way).
+    /// Whether no agent has events waiting or in flight (a cycle under way).
     async fn idle(&self) -> bool {
         for agent in self.agents().await {
-            if self.store.inflight(&agent).await.unwrap_or(0) > 0 {
+            let waiting = self.store.inbox_depth(&agent).await.unwrap_or(1);
+            if waiting > 0 || self.store.inflight(&agent).await.unwrap_or(1) > 0 {
                 return false;
             }
         }
@@ -310,7 +335,8 @@ fn contains(text: &str, any: &[&str]) -> bool {
     any.iter().any(|a| lower.contains(&a.to_lowercase()))
 }
 
-pub async fn run(scenario: Scenario, url: &str, model: &str, layout: Layout) -> Outcome {
+pub async fn run(scenario: Scenario, url: String, model: String, layout: Layout) -> Outcome {
+    let (url, model) = (url.as_str(), model.as_str());
     let one = |instructions: &str| vec![("assistant", format!("  instructions: {instructions}"))];
     match scenario {
         Scenario::Greeting => {
@@ -407,7 +433,7 @@ pub async fn run(scenario: Scenario, url: &str, model: &str, layout: Layout) -> 
                     if contains(&said, &["paris"]) {
                         return Ok(());
                     }
-                    if started.elapsed() > answer_time() {
+                    if started.elapsed() > answer_time() || r.settled(started).await {
                         return Err(format!("the planner never passed the answer on: {said:?}"));
                     }
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -489,7 +515,8 @@ pub async fn run(scenario: Scenario, url: &str, model: &str, layout: Layout) -> 
                     if contains(&said, &["water"]) {
                         return Ok(());
                     }
-                    if started.elapsed() > answer_time() {
+                    // Due a minute after it was asked for: two are plenty.
+                    if started.elapsed() > answer_time().min(Duration::from_secs(120)) {
                         return Err("the plan never reminded anyone".to_string());
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
