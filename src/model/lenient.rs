@@ -12,6 +12,10 @@
 //!   them) makes it those
 //!   calls. Text that merely contains JSON stays text. An unknown name is then answered like
 //!   any unknown tool: with an error result the model can correct.
+//! - **the context repeated** — a text that begins with the request's `[CONTEXT …]`
+//!   heading is the model copying its input (Qwen2.5-Coder does, after a tool result):
+//!   dropped, so the fresh context never enters the conversation (seed 002) and the copy is
+//!   not copied again in the next cycle. The calls beside it are made.
 //! - **an empty turn** — no text, no calls: remembered as nothing (a provider may refuse an
 //!   assistant message with neither).
 
@@ -24,18 +28,21 @@ use super::{ToolCall, Turn};
 pub enum Reading {
     /// The text was tool calls.
     CallsInText,
+    /// The text repeated the request's fresh context, and was dropped.
+    ContextEcho,
     /// Nothing was said and nothing called.
     Empty,
 }
 
 impl Reading {
     /// Every kind (the metric's label values).
-    pub const ALL: [Reading; 2] = [Reading::CallsInText, Reading::Empty];
+    pub const ALL: [Reading; 3] = [Reading::CallsInText, Reading::ContextEcho, Reading::Empty];
 
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
             Reading::CallsInText => "tool_call_in_text",
+            Reading::ContextEcho => "context_echo",
             Reading::Empty => "empty",
         }
     }
@@ -44,12 +51,16 @@ impl Reading {
 /// Calls one text may hold; text that would hold more stays text.
 const MAX_CALLS_IN_TEXT: usize = 16;
 
-/// Reads a complete turn: thinking removed, a text that is only tool calls made those calls
-/// (when the model made none itself). Says what changed, if it matters.
+/// Reads a complete turn: thinking removed, a copy of the context dropped, a text that is
+/// only tool calls made those calls (when the model made none itself). Says what changed, if
+/// it matters.
 pub fn read(turn: &mut Turn) -> Option<Reading> {
     if let Some(text) = turn.text.take() {
         let said = without_thinking(&text);
         let said = said.trim();
+        if super::format::is_context(said) {
+            return Some(Reading::ContextEcho);
+        }
         if turn.tool_calls.is_empty() {
             if let Some(calls) = calls_in(said) {
                 turn.tool_calls = calls;
@@ -273,6 +284,29 @@ mod tests {
         let mut t = turn("");
         t.text = None;
         assert_eq!(read(&mut t), Some(Reading::Empty));
+    }
+
+    #[test]
+    fn a_copy_of_the_context_is_dropped_and_the_calls_beside_it_are_made() {
+        let echo = format!(
+            "{}\nCurrent time: 2026-11-27T07:02:02.234Z\n\nSpaces you are a member of:\n- [desk]",
+            crate::model::format::CONTEXT_HEADING
+        );
+        let mut t = turn(&echo);
+        assert_eq!(read(&mut t), Some(Reading::ContextEcho));
+        assert_eq!((t.text, t.tool_calls.len()), (None, 0));
+        let mut t = turn(&format!("<think>copy</think>\n  {echo}"));
+        t.tool_calls.push(ToolCall {
+            id: "c1".into(),
+            name: "send_message".into(),
+            arguments: "{}".into(),
+        });
+        assert_eq!(read(&mut t), Some(Reading::ContextEcho));
+        assert_eq!((t.text, t.tool_calls.len()), (None, 1));
+        // The heading quoted inside the model's own words is its own text.
+        let mut t = turn(&format!("It said: {echo}"));
+        assert_eq!(read(&mut t), None);
+        assert!(t.text.is_some());
     }
 
     #[test]

@@ -129,7 +129,7 @@ pub struct WorkerMetrics {
     pub cycle_stops: IntCounterVec,
     /// Cycles woken by a human whose model was told, once, that its plain text reached nobody.
     pub cycle_nudges: IntCounterVec,
-    /// Model turns read leniently, by kind (`tool_call_in_text`, `empty`).
+    /// Model turns read leniently, by kind (`tool_call_in_text`, `context_echo`, `empty`).
     pub model_readings: IntCounterVec,
     /// Failed model calls, by reason (`unauthorized`, `unreachable`, `rate_limited`,
     /// `server_error`, `bad_request`, `bad_response`).
@@ -253,7 +253,7 @@ impl WorkerMetrics {
         let model_readings = IntCounterVec::new(
             Opts::new(
                 "agentfleet_model_readings_total",
-                "Model turns that did not follow the protocol and were read as a person would: tool calls written as text (made), empty turns (remembered as nothing).",
+                "Model turns that did not follow the protocol and were read as a person would: tool calls written as text (made), copies of the context (dropped), empty turns (remembered as nothing).",
             ),
             &["namespace", "agent", "kind"],
         )?;

@@ -57,6 +57,61 @@ async fn plain_text_to_a_human_gets_one_nudge_and_the_answer_reaches_the_space()
 }
 
 #[tokio::test]
+async fn the_nudge_names_who_is_waiting_and_where() {
+    let r = rig(
+        "",
+        vec![
+            Ok(text("The forecast is rain.")),
+            Ok(send("Rain today.")),
+            Ok(text("Answered.")),
+        ],
+    )
+    .await;
+    r.cycle("What is the weather?").await;
+    let requests = r.requests();
+    let nudge = user_texts(&requests[1].messages)
+        .into_iter()
+        .find(|t| t.starts_with("[agentfleet]"))
+        .unwrap();
+    assert!(
+        nudge.contains("Husam is waiting in space \"family\".")
+            && nudge.contains("Answer now with send_message.")
+            && nudge.ends_with("Call skip only if the message was not for you."),
+        "{nudge}"
+    );
+}
+
+#[tokio::test]
+async fn a_copy_of_the_context_is_not_remembered_and_the_human_is_answered() {
+    // Qwen2.5-Coder 1.5B after a tool result: it writes out its request's context.
+    let echo = format!(
+        "{}\nCurrent time: 2026-11-27T07:02:02.234Z\n\nSpaces you are a member of:",
+        crate::model::format::CONTEXT_HEADING
+    );
+    let r = rig(
+        "",
+        vec![
+            Ok(text(&echo)),
+            Ok(send("Rain today.")),
+            Ok(text("Answered.")),
+        ],
+    )
+    .await;
+    r.cycle("What is the weather?").await;
+    assert_eq!(nudges(&r), 1);
+    assert_eq!(said(&r).await, vec!["What is the weather?", "Rain today."]);
+    let remembered = serde_json::to_string(&r.remembered().await).unwrap();
+    assert!(!remembered.contains("[CONTEXT"), "{remembered}");
+    let echoes = r
+        .agentlet
+        .metrics
+        .model_readings
+        .with_label_values(&[NS, "assistant", "context_echo"])
+        .get();
+    assert_eq!(echoes, 1);
+}
+
+#[tokio::test]
 async fn a_refused_send_message_is_no_answer() {
     // A send_message the tool refused (no such agent to mention), then text.
     let r = rig(

@@ -2,8 +2,12 @@
 //! `send_message` reaches a space). A cycle woken by a human's message that is about to end
 //! with the model's plain text — no `send_message`, no `skip`, nothing asked — would leave that
 //! human with silence, as small real models often do. Once per cycle, while a step remains,
-//! the model is told so and gets one more step to answer or skip; never a loop. Counted in
-//! `agentfleet_cycle_nudges_total`.
+//! the model is told so, with who is waiting and where, and gets one more step to answer or
+//! skip; never a loop. Counted in `agentfleet_cycle_nudges_total`.
+//!
+//! The words are the ones small real models followed in the conformance suite
+//! (docs/real-models.md): naming the human and the space, and putting `skip` second, turned
+//! "call skip with the nudge's own words as the reason" into an answer.
 
 use super::journal::Entry;
 use super::Cycle;
@@ -25,9 +29,11 @@ impl Cycle<'_> {
             return false;
         }
         self.nudged = true;
-        let message = "[agentfleet] Your text above is private: nobody in the spaces saw it. \
-                       To answer, call send_message now; if nothing needs an answer, call skip."
-            .to_string();
+        let message = format!(
+            "[agentfleet] Your text above is private: nobody in the spaces saw it. {} \
+             Answer now with send_message. Call skip only if the message was not for you.",
+            waiting(&self.events)
+        );
         self.journal_later(Entry::Urgent {
             message: message.clone(),
             depth: self.depth,
@@ -68,6 +74,38 @@ impl Cycle<'_> {
                     })
             })
         })
+    }
+}
+
+/// Who is waiting for an answer, and where: `Husam is waiting in space "desk".`
+fn waiting(events: &[crate::store::InboxEvent]) -> String {
+    let mut who: Vec<(&str, &str)> = Vec::new();
+    for e in events.iter().filter(|e| from_a_human(e)) {
+        let name = e.sender.as_ref().map_or("", |s| s.name.as_str());
+        let space = e.space.as_deref().unwrap_or_default();
+        if !who.contains(&(name, space)) {
+            who.push((name, space));
+        }
+    }
+    let names = |w: &[(&str, &str)]| {
+        let names: Vec<&str> = w.iter().map(|(n, _)| *n).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => names.concat(),
+        }
+    };
+    let verb = if who.len() == 1 { "is" } else { "are" };
+    match who.first() {
+        Some((_, space)) if who.iter().all(|(_, s)| s == space) => {
+            format!("{} {verb} waiting in space \"{space}\".", names(&who))
+        }
+        _ => {
+            let each: Vec<String> = who
+                .iter()
+                .map(|(n, s)| format!("{n} (in space \"{s}\")"))
+                .collect();
+            format!("{} {verb} waiting.", each.join(", "))
+        }
     }
 }
 
