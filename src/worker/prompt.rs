@@ -28,6 +28,8 @@ pub struct PromptInput<'a> {
     pub plan_marks: &'a BTreeMap<String, i64>,
     /// Current time (ms since the epoch).
     pub now_ms: i64,
+    /// The events the cycle woke for (its inbox message).
+    pub events: &'a [InboxEvent],
 }
 
 /// The instruction every agent gets about inbox lines, tools and `skip` (seeds 000, 004).
@@ -116,7 +118,49 @@ pub fn context(input: &PromptInput<'_>) -> String {
         out.push_str(&plans::describe(p, source, mark, input.now_ms));
         out.push('\n');
     }
+    out.push_str(&woke_for(input.spaces, input.events));
     out
+}
+
+/// The context's last line: what the cycle woke for and where it is. Small real models answer
+/// the last message they read; with the context last and no such line they answered the
+/// context ("no relevant messages") instead of the human (docs/real-models.md).
+fn woke_for(spaces: &[(String, Option<SpaceRecord>)], events: &[InboxEvent]) -> String {
+    // (what, where from) → how many, in the order they came.
+    let mut kinds: Vec<((&str, String), usize)> = Vec::new();
+    for e in events {
+        let kind = match (e.kind, &e.space) {
+            (EventKind::SpaceMessage, Some(space)) => {
+                let sender = e.sender.as_ref().map_or("someone", |s| s.name.as_str());
+                (
+                    "message",
+                    format!(" from {sender} in {}", display(spaces, space)),
+                )
+            }
+            (EventKind::Plan, _) => ("plan reminder", String::new()),
+            (EventKind::ToolResult, _) => ("tool result", String::new()),
+            _ => ("service event", String::new()),
+        };
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((kind, 1)),
+        }
+    }
+    if kinds.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = kinds
+        .iter()
+        .map(|((what, from), n)| match n {
+            1 => format!("1 {what}{from}"),
+            n => format!("{n} {what}s{from}"),
+        })
+        .collect();
+    format!(
+        "\nThis cycle you woke for {}: the inbox message above, after your last turn. \
+         Reply with send_message where a reply is due; call skip if none is.\n",
+        list.join(", ")
+    )
 }
 
 /// The display name of a space the agent knows, else its name.
@@ -184,6 +228,65 @@ mod tests {
     use super::*;
     use crate::identity::AgentKey;
     use crate::store::{CallId, CallResult, NewCall};
+
+    fn message(space: &str, sender: &str) -> InboxEvent {
+        InboxEvent {
+            id: format!("{space}-{sender}"),
+            kind: EventKind::SpaceMessage,
+            time_ms: 0,
+            urgent: false,
+            space: Some(space.into()),
+            sender: Some(crate::store::Sender {
+                id: sender.to_lowercase(),
+                name: sender.into(),
+                kind: Some(MemberKind::Human),
+            }),
+            text: Some("hi".into()),
+            data: None,
+            depth: 0,
+        }
+    }
+
+    #[test]
+    fn the_context_ends_with_what_the_cycle_woke_for() {
+        let mut plan = message("desk", "Husam");
+        plan.kind = EventKind::Plan;
+        plan.space = None;
+        let events = [
+            message("desk", "Husam"),
+            message("desk", "Lena"),
+            message("desk", "Husam"),
+            plan,
+        ];
+        assert_eq!(
+            woke_for(&[], &events),
+            "\nThis cycle you woke for 2 messages from Husam in desk, 1 message from Lena in \
+             desk, 1 plan reminder: the inbox message above, after your last turn. Reply with \
+             send_message where a reply is due; call skip if none is.\n"
+        );
+        assert_eq!(woke_for(&[], &[]), "");
+        // The scripted model (and anyone) still reads the context's lists.
+        let agent: Agent = serde_yaml::from_str(
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: bot, namespace: ns}\nspec: {model: {provider: scripted, name: bot}, spaces: [desk]}",
+        )
+        .unwrap();
+        let memories: Memories = [("dinner".to_string(), "at 8".to_string())].into();
+        let context = context(&PromptInput {
+            agent: &agent,
+            spaces: &[],
+            memories: &memories,
+            goals: &[],
+            plans: &[],
+            plan_marks: &BTreeMap::new(),
+            now_ms: 0,
+            events: &events,
+        });
+        assert!(context.ends_with("call skip if none is.\n"), "{context}");
+        assert_eq!(
+            format::parse_memories(&context),
+            vec![("dinner".to_string(), "at 8".to_string())]
+        );
+    }
 
     #[test]
     fn an_async_result_is_one_line_naming_the_tool_and_the_call() {

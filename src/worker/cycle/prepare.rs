@@ -44,6 +44,7 @@ impl<'a> Cycle<'a> {
             plans: &plans,
             plan_marks: &plan_marks,
             now_ms: k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+            events,
         });
         let system = prompt::system_prompt(&agentlet.agent);
         let summary = consciousness
