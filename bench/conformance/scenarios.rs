@@ -262,11 +262,20 @@ impl Rig {
         }
     }
 
-    /// Whether no agent has events waiting or in flight (a cycle under way).
+    /// Whether no agent has events waiting or a cycle under way (a cycle paused for a
+    /// human's approval waits for nothing the scenario will do).
     async fn idle(&self) -> bool {
         for agent in self.agents().await {
             let waiting = self.store.inbox_depth(&agent).await.unwrap_or(1);
-            if waiting > 0 || self.store.inflight(&agent).await.unwrap_or(1) > 0 {
+            let inflight = self.store.inflight(&agent).await.unwrap_or(1);
+            let paused = inflight > 0
+                && !self
+                    .store
+                    .human_calls(&agent)
+                    .await
+                    .unwrap_or_default()
+                    .is_empty();
+            if waiting > 0 || (inflight > 0 && !paused) {
                 return false;
             }
         }
@@ -584,6 +593,11 @@ async fn approval(r: &mut Rig, tools: &Tools) -> Checked {
     ensure(matches!(done, Completion::Accepted(_)), format!("{done:?}"))?;
     let decided = agentfleet::store::now_ms();
     let said = r.answer("assistant", decided).await?;
+    // The agent's own notice of a second approval asked is not an answer.
+    ensure(
+        !said.contains(" wants to call "),
+        format!("asked again instead of answering: {said:?}"),
+    )?;
     let seen = tools.seen.lock().unwrap().clone();
     ensure(
         seen.len() == 1 && contains(&seen[0], &["db-1"]),
