@@ -118,23 +118,29 @@ pub fn context(input: &PromptInput<'_>) -> String {
         out.push_str(&plans::describe(p, source, mark, input.now_ms));
         out.push('\n');
     }
-    out.push_str(&woke_for(input.spaces, input.events));
+    let me = agent.metadata.name.as_deref().unwrap_or_default();
+    out.push_str(&woke_for(me, input.spaces, input.events));
     out
 }
 
 /// The context's last line: what the cycle woke for and where it is. Small real models answer
 /// the last message they read; with the context last and no such line they answered the
 /// context ("no relevant messages") instead of the human (docs/real-models.md).
-fn woke_for(spaces: &[(String, Option<SpaceRecord>)], events: &[InboxEvent]) -> String {
+fn woke_for(me: &str, spaces: &[(String, Option<SpaceRecord>)], events: &[InboxEvent]) -> String {
     // (what, where from) → how many, in the order they came.
     let mut kinds: Vec<((&str, String), usize)> = Vec::new();
     for e in events {
         let kind = match (e.kind, &e.space) {
             (EventKind::SpaceMessage, Some(space)) => {
                 let sender = e.sender.as_ref().map_or("someone", |s| s.name.as_str());
+                let to = match e.mention() {
+                    Some(m) if m == me => " to you".to_string(),
+                    Some(m) => format!(" to {m}"),
+                    None => String::new(),
+                };
                 (
                     "message",
-                    format!(" from {sender} in {}", display(spaces, space)),
+                    format!(" from {sender} in {}{to}", display(spaces, space)),
                 )
             }
             (EventKind::Plan, _) => ("plan reminder", String::new()),
@@ -252,19 +258,24 @@ mod tests {
         let mut plan = message("desk", "Husam");
         plan.kind = EventKind::Plan;
         plan.space = None;
+        let mut to_bob = message("desk", "Lena");
+        to_bob.data = Some(serde_json::json!({"mention": "bob"}));
         let events = [
             message("desk", "Husam"),
             message("desk", "Lena"),
             message("desk", "Husam"),
+            to_bob,
             plan,
         ];
         assert_eq!(
-            woke_for(&[], &events),
+            woke_for("alice", &[], &events),
             "\nThis cycle you woke for 2 messages from Husam in desk, 1 message from Lena in \
-             desk, 1 plan reminder: the inbox message above, after your last turn. Reply with \
-             send_message where a reply is due; call skip if none is.\n"
+             desk, 1 message from Lena in desk to bob, 1 plan reminder: the inbox message above, \
+             after your last turn. Reply with send_message where a reply is due; call skip if \
+             none is.\n"
         );
-        assert_eq!(woke_for(&[], &[]), "");
+        assert!(woke_for("bob", &[], &events).contains("from Lena in desk to you,"));
+        assert_eq!(woke_for("alice", &[], &[]), "");
         // The scripted model (and anyone) still reads the context's lists.
         let agent: Agent = serde_yaml::from_str(
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: bot, namespace: ns}\nspec: {model: {provider: scripted, name: bot}, spaces: [desk]}",
