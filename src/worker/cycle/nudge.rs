@@ -32,7 +32,7 @@ impl Cycle<'_> {
         let message = format!(
             "[agentfleet] Your text above is private: nobody in the spaces saw it. {} \
              Answer now with send_message. Call skip only if the message was not for you.",
-            waiting(&self.events)
+            waiting(self.events)
         );
         self.journal_later(Entry::Urgent {
             message: message.clone(),
