@@ -14,7 +14,7 @@ use support::{openai, Dev, ManifestDir};
 
 /// The scenario of issue 17: an `openai` agent in `dev`, one message after another, and a
 /// memory set every third cycle (so the fresh context changes as it does in use). Every
-/// cycle's first request (after the first cycle) begins with at least 95% of its bytes
+/// cycle's first request (after the first cycle) begins with at least 92% of its bytes
 /// exactly as the previous cycle's last request did: only the new turn and the fresh
 /// context after the conversation are new. (Before, the system prompt carried the time and
 /// the memories, and the share fell from 94% to 40% over 12 cycles.)
@@ -83,7 +83,9 @@ async fn each_cycle_repeats_the_previous_requests_prefix() {
     }
     eprintln!("(cycle, prompt bytes, % shared with the previous cycle's last request): {shares:?}");
     for (cycle, _, share) in &shares {
-        assert!(*share >= 95.0, "cycle {cycle}: {shares:?}");
+        // 95% until the context ended with what the cycle woke for (issue 28: ~170 bytes of
+        // fresh tail that small real models need; 92.6-94.9% here, growing with the history).
+        assert!(*share >= 92.0, "cycle {cycle}: {shares:?}");
     }
     // The memories are in the fresh context the model gets, never in the stable prefix (as
     // the cycle began: fact-12 was set in the last cycle itself).
