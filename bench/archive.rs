@@ -177,6 +177,7 @@ async fn prefill(store: &RedisStore, agents: &[AgentKey]) {
                     tokens: 3000,
                     cycle_tokens: 3500,
                     checkpoints_retained: 10,
+                    failure: None,
                 },
             )
             .await

@@ -196,6 +196,7 @@ async fn cycle(store: &RedisStore, agent: &AgentKey, c: usize, holder: &str) {
         tokens: 20,
         cycle_tokens: 100,
         checkpoints_retained: 3,
+        failure: None,
     };
     store.commit_cycle(agent, &lease, &commit).await.unwrap();
     store.ack_cycle(agent, &lease).await.unwrap();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
 use kube::ResourceExt;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -308,15 +308,14 @@ impl Dev {
             .iter()
             .map(crate::worker::host::key_of)
             .collect();
-        futures::stream::iter(keys.iter().map(|key| {
+        futures::stream::iter(manifests.agents.iter().zip(&keys).map(|(agent, key)| {
             let store = store.clone();
+            let card = crate::store::records::a2a_record(agent);
             async move {
-                store
-                    .register_agent(key)
-                    .await
-                    .map(|_| ())
-                    .with_context(|| format!("registering agent {key}"))
+                store.register_agent(key).await?;
+                store.apply_a2a(key, card.as_ref()).await.map(|_| ())
             }
+            .map(move |r| r.with_context(|| format!("registering agent {key}")))
         }))
         .buffer_unordered(AT_ONCE)
         .try_collect::<Vec<()>>()

@@ -9,6 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::crd::Space;
 
+/// How the name of an A2A conversation's space starts (see [`SpaceKey::conversation`]).
+pub const CONVERSATION_PREFIX: &str = "a2a_";
+
+/// Whether a space name is an A2A conversation's (see [`SpaceKey::conversation`]).
+pub fn is_conversation(space: &str) -> bool {
+    space.starts_with(CONVERSATION_PREFIX)
+}
+
 /// An agent, by namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct AgentKey {
@@ -71,6 +79,28 @@ impl SpaceKey {
             space.namespace().unwrap_or_else(|| "default".to_string()),
             space.name_any(),
         )
+    }
+
+    /// The space of an A2A conversation: the one a caller (`kind`: `human` or `service`, and
+    /// its id) has with `agent` under `context_id`. Its name is `a2a_` and 24 hex digits of a
+    /// digest of the four, so another caller's same `contextId` is another conversation,
+    /// and, the underscore being no part of a Kubernetes name, no Space object can have it.
+    pub fn conversation(agent: &AgentKey, kind: &str, caller: &str, context_id: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in [agent.name.as_str(), kind, caller, context_id] {
+            h.update(part.len().to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        Self::new(
+            agent.namespace.clone(),
+            format!("{CONVERSATION_PREFIX}{}", crate::hex(&h.finalize()[..12])),
+        )
+    }
+
+    /// Whether this is the space of an A2A conversation (see [`SpaceKey::conversation`]).
+    pub fn is_conversation(&self) -> bool {
+        is_conversation(&self.name)
     }
 
     /// A space a person named, as [`AgentKey::named`].

@@ -88,6 +88,7 @@ pub async fn prefill(store: &RedisStore, agent: &AgentKey) {
                     tokens: 0,
                     cycle_tokens: 0,
                     checkpoints_retained: 10,
+                    failure: None,
                 },
             )
             .await

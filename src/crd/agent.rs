@@ -94,6 +94,10 @@ pub struct AgentSpec {
     #[serde(default)]
     pub worker: WorkerSpec,
 
+    /// Serve the agent to other agent systems over A2A, through the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<super::A2aSpec>,
+
     /// Hold the agent at zero workers. Events still queue in its inbox and are handled when
     /// it is resumed.
     #[serde(default)]

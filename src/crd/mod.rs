@@ -3,6 +3,7 @@
 //! The rustdoc on every field becomes the schema description that `kubectl explain` shows,
 //! and the YAML in `crds/` is generated from these types (`agentfleet crd`).
 
+mod a2a;
 mod agent;
 mod budget;
 mod consciousness;
@@ -12,6 +13,7 @@ mod tools;
 pub mod url;
 pub mod validate;
 
+pub use a2a::*;
 pub use agent::*;
 pub use budget::*;
 pub use consciousness::*;

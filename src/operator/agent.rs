@@ -121,7 +121,15 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     track(&ctx, &key, &agent, &previous, &status, is_failed);
 
     // Known to the data plane, so producers (the gateway's webhook) can address it.
-    let registered = ctx.store.register_agent(&key).await;
+    // Its A2A card too (the gateway serves it from there).
+    let registered = match ctx.store.register_agent(&key).await {
+        Ok(_) => ctx
+            .store
+            .apply_a2a(&key, crate::store::records::a2a_record(&agent).as_ref())
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
     if let Err(e) = &registered {
         warn!(error = %crate::report::chain(e), "could not register the agent in the data plane; retrying in 30s");
     }

@@ -180,14 +180,16 @@ async fn cleanup(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
 }
 
 /// Removes from the data plane the membership of spaces that no longer exist (left behind
-/// when a Space was deleted while the data plane was unreachable). Returns how many.
+/// when a Space was deleted while the data plane was unreachable), never an A2A
+/// conversation's. Returns how many.
 pub async fn sweep_orphans(ctx: &Context) -> Result<usize, Error> {
     ctx.caches_synced().await?;
     let existing: std::collections::BTreeSet<SpaceKey> =
         ctx.spaces.state().iter().map(|s| SpaceKey::of(s)).collect();
     let mut removed = 0;
     for key in ctx.store.spaces().await? {
-        if !existing.contains(&key) {
+        // An A2A conversation has no Space object: the gateway made it, and it is kept.
+        if !existing.contains(&key) && !key.is_conversation() {
             ctx.store.remove_space(&key).await?;
             info!(space = %key, "removed orphaned space membership");
             removed += 1;

@@ -301,6 +301,23 @@ pub struct CycleCommit {
     /// Checkpoints to keep (the oldest beyond are dropped, and so are log entries no
     /// retained checkpoint needs).
     pub checkpoints_retained: u32,
+    /// Set when the cycle failed and its failure is what is committed: the events' receipts
+    /// say so, with this reason.
+    pub failure: Option<String>,
+}
+
+impl CycleCommit {
+    /// The receipt of the events this commit acknowledges, as committed at `cycle`.
+    pub fn receipt(&self, cycle: u64) -> super::Receipt {
+        match &self.failure {
+            None => super::Receipt::new(super::ReceiptOutcome::Committed, Some(cycle), None),
+            Some(reason) => super::Receipt::new(
+                super::ReceiptOutcome::Failed,
+                Some(cycle),
+                Some(reason.clone()),
+            ),
+        }
+    }
 }
 
 /// A compaction recorded by a commit.

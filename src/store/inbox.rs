@@ -134,6 +134,13 @@ pub trait Inbox: Send + Sync {
 
     /// Per plan id, the last due time handled (ms).
     async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError>;
+
+    /// What became of an event that asked for a receipt ([`InboxEvent::wants_receipt`]):
+    /// written by the step that acknowledged it (a commit or a skip), so a receipt exists
+    /// exactly when the event's cycle is over. `None` while it waits or is in flight, or once
+    /// forgotten (the last [`RECEIPTS`] are kept).
+    async fn receipt(&self, agent: &AgentKey, event_id: &str)
+        -> Result<Option<Receipt>, StoreError>;
 }
 
 /// What an inbox event is about.
@@ -189,6 +196,71 @@ impl InboxEvent {
     /// The agent a space message addresses (`mention`), if any.
     pub fn mention(&self) -> Option<&str> {
         self.data.as_ref()?.get("mention")?.as_str()
+    }
+
+    /// Whether the step that acknowledges this event records a [`Receipt`] of it (`data`
+    /// has `"receipt": true`: a message in an A2A conversation, whose task ends with it).
+    pub fn wants_receipt(&self) -> bool {
+        self.data
+            .as_ref()
+            .and_then(|d| d.get("receipt"))
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    }
+}
+
+/// How many receipts an agent keeps (the oldest beyond are forgotten).
+pub const RECEIPTS: usize = 10_000;
+
+/// What became of an event that asked for a receipt: recorded in the atomic step that
+/// acknowledged it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    /// How its cycle ended.
+    pub outcome: ReceiptOutcome,
+    /// The cycle's number, when it committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<u64>,
+    /// Why it failed, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When (ms since the epoch).
+    pub time_ms: i64,
+}
+
+/// How the cycle of an event ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReceiptOutcome {
+    /// The cycle committed: what the agent did is remembered.
+    Committed,
+    /// The agent chose `skip`: nothing was remembered.
+    Skipped,
+    /// The model could not process the events; the failure was remembered.
+    Failed,
+}
+
+impl Receipt {
+    /// A receipt of now.
+    pub fn new(outcome: ReceiptOutcome, cycle: Option<u64>, reason: Option<String>) -> Self {
+        Self {
+            outcome,
+            cycle,
+            reason,
+            time_ms: super::now_ms(),
+        }
+    }
+
+    /// As the data plane keeps it (JSON).
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "outcome": self.outcome,
+            "cycle": self.cycle,
+            "reason": self.reason,
+            "timeMs": self.time_ms,
+        })
+        .to_string()
     }
 }
 

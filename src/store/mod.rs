@@ -66,7 +66,9 @@ pub use self::consciousness::{
     CycleCommit, RestoreReport, Snapshot,
 };
 pub use self::error::StoreError;
-pub use self::inbox::{EventKind, Inbox, InboxEvent, MidCycle, Pushed, WakeScope};
+pub use self::inbox::{
+    EventKind, Inbox, InboxEvent, MidCycle, Pushed, Receipt, ReceiptOutcome, WakeScope, RECEIPTS,
+};
 pub use self::journal::Journal;
 pub use self::leases::{Lease, Leases};
 pub use self::memory::MemoryStore;
@@ -80,7 +82,7 @@ pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecor
 pub use self::redis::{
     redact_url, RedisArgs, RedisOptions, RedisStore, WaitReplicas, REDIS_CA_ENV,
 };
-pub use self::spaces::{SpaceRecord, Spaces};
+pub use self::spaces::{A2aRecord, A2aSkill, SpaceRecord, Spaces};
 pub use self::tokens::TokenSpend;
 use crate::identity::AgentKey;
 

@@ -35,6 +35,65 @@ pub trait Spaces: Send + Sync {
 
     /// Whether an Agent is registered.
     async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError>;
+
+    /// Sets what the gateway serves of an agent over A2A (`None`: nothing). Idempotent:
+    /// returns whether anything changed. Forgotten with the agent's data.
+    async fn apply_a2a(
+        &self,
+        agent: &AgentKey,
+        record: Option<&A2aRecord>,
+    ) -> Result<bool, StoreError>;
+
+    /// What the gateway serves of an agent over A2A, if anything.
+    async fn a2a(&self, agent: &AgentKey) -> Result<Option<A2aRecord>, StoreError>;
+}
+
+/// What the gateway serves of an agent over A2A: from `spec.a2a` (enabled), applied by the
+/// operator and `agentfleet dev`. A versioned record (see [`records`](super::records)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct A2aRecord {
+    /// The record's format.
+    #[serde(default, rename = "v", skip_serializing_if = "V1::implied")]
+    pub v: V1,
+    /// What the agent does.
+    pub description: String,
+    /// The skills its card lists (at least one).
+    pub skills: Vec<A2aSkill>,
+    /// Who may send it messages: `human:ID`, `service:ID` or `*`.
+    #[serde(default)]
+    pub callers: Vec<String>,
+    /// The agent's version as its card says (the Agent's generation).
+    pub version: String,
+}
+
+/// A skill of an agent's card.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct A2aSkill {
+    /// Unique in the card.
+    pub id: String,
+    /// For people.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Keywords.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Example requests.
+    #[serde(default)]
+    pub examples: Vec<String>,
+}
+
+impl A2aRecord {
+    /// Whether the caller `kind:id` (`human`, `service`) may send the agent messages.
+    pub fn admits(&self, kind: &str, id: &str) -> bool {
+        self.callers.iter().any(|c| {
+            c == "*"
+                || c.split_once(':')
+                    .is_some_and(|(k, i)| k == kind && i == id)
+        })
+    }
 }
 
 /// What the data plane knows of a space: derived from its Space object and the Agents that

@@ -56,7 +56,7 @@ impl ConsciousnessLog for MemoryStore {
                 a.log.drain(..drop);
                 a.base = plan.trim_before;
             }
-            a.ack();
+            a.ack(&commit.receipt(plan.checkpoint.cycle));
             Ok(plan.checkpoint)
         })
     }

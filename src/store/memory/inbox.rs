@@ -7,7 +7,10 @@ use futures::stream::{BoxStream, StreamExt as _};
 
 use super::{received, AgentState, MemoryStore};
 use crate::identity::AgentKey;
-use crate::store::{Inbox, InboxEvent, Lease, Pushed, StoreError, WakeScope, SEEN_IDS};
+use crate::store::{
+    Inbox, InboxEvent, Lease, Pushed, Receipt, ReceiptOutcome, StoreError, WakeScope, RECEIPTS,
+    SEEN_IDS,
+};
 
 impl AgentState {
     /// Queues `event` unless its id was seen (the last [`SEEN_IDS`]).
@@ -37,8 +40,23 @@ impl AgentState {
         }
     }
 
-    /// Ends the cycle: drops what is in flight; urgent events that came late wait in the inbox.
-    pub(super) fn ack(&mut self) {
+    /// Ends the cycle: records `receipt` for the events in flight that ask for one and drops
+    /// them; urgent events that came late wait in the inbox.
+    pub(super) fn ack(&mut self, receipt: &Receipt) {
+        for e in self.inflight.iter().filter(|e| e.wants_receipt()) {
+            if self
+                .receipts
+                .insert(e.id.clone(), receipt.clone())
+                .is_none()
+            {
+                self.receipt_order.push_back(e.id.clone());
+            }
+        }
+        while self.receipt_order.len() > RECEIPTS {
+            if let Some(old) = self.receipt_order.pop_front() {
+                self.receipts.remove(&old);
+            }
+        }
         self.inflight.clear();
         self.journal.clear();
         self.thinking = false;
@@ -134,7 +152,7 @@ impl Inbox for MemoryStore {
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
-            a.ack();
+            a.ack(&Receipt::new(ReceiptOutcome::Skipped, None, None));
             Ok(())
         })
     }
@@ -200,5 +218,13 @@ impl Inbox for MemoryStore {
 
     async fn plan_marks(&self, agent: &AgentKey) -> Result<BTreeMap<String, i64>, StoreError> {
         Ok(self.agent(agent, |a| a.plan_marks.clone()))
+    }
+
+    async fn receipt(
+        &self,
+        agent: &AgentKey,
+        event_id: &str,
+    ) -> Result<Option<Receipt>, StoreError> {
+        Ok(self.agent(agent, |a| a.receipts.get(event_id).cloned()))
     }
 }

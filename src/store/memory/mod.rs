@@ -93,6 +93,11 @@ struct AgentState {
     calls: HashMap<String, (super::CallRecord, bool)>,
     /// The journal of the cycle under way.
     journal: Vec<String>,
+    /// What the gateway serves of the agent over A2A.
+    a2a: Option<super::A2aRecord>,
+    /// Receipts of acknowledged events that asked for one, and their ids newest last.
+    receipts: HashMap<String, super::Receipt>,
+    receipt_order: VecDeque<String>,
     /// The last restore request applied.
     restored: Option<String>,
     /// How archiving goes, as the worker reports it.

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::MemoryStore;
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
-use crate::store::{SpaceRecord, Spaces, StoreError};
+use crate::store::{A2aRecord, SpaceRecord, Spaces, StoreError};
 
 #[async_trait]
 impl Spaces for MemoryStore {
@@ -45,5 +45,21 @@ impl Spaces for MemoryStore {
 
     async fn agent_registered(&self, agent: &AgentKey) -> Result<bool, StoreError> {
         Ok(self.with(|s| s.registered.contains(agent)))
+    }
+
+    async fn apply_a2a(
+        &self,
+        agent: &AgentKey,
+        record: Option<&A2aRecord>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.agent(agent, |a| {
+            let changed = a.a2a.as_ref() != record;
+            a.a2a = record.cloned();
+            changed
+        }))
+    }
+
+    async fn a2a(&self, agent: &AgentKey) -> Result<Option<A2aRecord>, StoreError> {
+        Ok(self.agent(agent, |a| a.a2a.clone()))
     }
 }

@@ -114,3 +114,58 @@ impl From<&ToolRecord> for crd::ToolStatus {
         }
     }
 }
+
+/// What the gateway serves of `agent` over A2A (`None`: `spec.a2a` is absent or disabled),
+/// with the defaults the field docs promise.
+pub fn a2a_record(agent: &crd::Agent) -> Option<super::super::A2aRecord> {
+    use kube::ResourceExt as _;
+    let spec = agent.spec.a2a.as_ref().filter(|a| a.enabled)?;
+    let name = agent.name_any();
+    let description = if spec.description.trim().is_empty() {
+        format!(
+            "Agent {name} of namespace {}",
+            agent.namespace().unwrap_or_else(|| "default".into())
+        )
+    } else {
+        spec.description.clone()
+    };
+    // A card's tags are required and non-empty.
+    let tags = |t: &[String]| {
+        if t.is_empty() {
+            vec!["agentfleet".to_string()]
+        } else {
+            t.to_vec()
+        }
+    };
+    let skills = if spec.skills.is_empty() {
+        vec![super::super::A2aSkill {
+            id: name.clone(),
+            name: name.clone(),
+            description: description.clone(),
+            tags: tags(&[]),
+            examples: Vec::new(),
+        }]
+    } else {
+        spec.skills
+            .iter()
+            .map(|s| super::super::A2aSkill {
+                id: s.id.clone(),
+                name: if s.name.is_empty() {
+                    s.id.clone()
+                } else {
+                    s.name.clone()
+                },
+                description: s.description.clone(),
+                tags: tags(&s.tags),
+                examples: s.examples.clone(),
+            })
+            .collect()
+    };
+    Some(super::super::A2aRecord {
+        v: V1,
+        description,
+        skills,
+        callers: spec.callers.clone(),
+        version: agent.metadata.generation.unwrap_or(1).to_string(),
+    })
+}

@@ -41,6 +41,7 @@
 //! readers check, as [`V1`] does, before a new format is written).
 
 mod crd;
+pub use self::crd::a2a_record;
 #[cfg(test)]
 mod tests;
 

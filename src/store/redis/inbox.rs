@@ -12,7 +12,9 @@ use super::keys::AgentKeys;
 use super::scripts::{self, Event};
 use super::{decode_events, redis_err, RedisStore};
 use crate::identity::AgentKey;
-use crate::store::{Inbox, InboxEvent, Lease, MidCycle, Pushed, StoreError, WakeScope};
+use crate::store::{
+    Inbox, InboxEvent, Lease, MidCycle, Pushed, Receipt, ReceiptOutcome, StoreError, WakeScope,
+};
 
 #[async_trait]
 impl Inbox for RedisStore {
@@ -93,7 +95,8 @@ impl Inbox for RedisStore {
 
     async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
         let mut conn = self.conns.shared().await?;
-        scripts::ack(&mut conn, &AgentKeys::new(agent), lease).await
+        let receipt = Receipt::new(ReceiptOutcome::Skipped, None, None);
+        scripts::ack(&mut conn, &AgentKeys::new(agent), lease, &receipt).await
     }
 
     async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {
@@ -157,5 +160,19 @@ impl Inbox for RedisStore {
         conn.hgetall(AgentKeys::new(agent).plan_marks())
             .await
             .map_err(redis_err("read plan marks"))
+    }
+
+    async fn receipt(
+        &self,
+        agent: &AgentKey,
+        event_id: &str,
+    ) -> Result<Option<Receipt>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let json: Option<String> = conn
+            .hget(AgentKeys::new(agent).receipts(), event_id)
+            .await
+            .map_err(redis_err("read a receipt"))?;
+        json.map(|j| super::from_json(|| format!("the receipt of event {event_id}"), &j))
+            .transpose()
     }
 }

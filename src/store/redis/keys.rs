@@ -37,6 +37,9 @@
 //! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
 //! | `agentfleet:{agent:NS/NAME}:inflight` | list | events of the cycle under way |
 //! | `agentfleet:{agent:NS/NAME}:ids` | sorted set | recent event ids (score: time), for dedupe |
+//! | `agentfleet:{agent:NS/NAME}:receipts` | hash | event id → JSON `Receipt` `{outcome, cycle, reason, timeMs}`: how the cycle of an event that asked for one ended (an A2A task's message), written when it is acknowledged |
+//! | `agentfleet:{agent:NS/NAME}:a2a` | string | what the gateway serves of the agent over A2A (JSON `A2aRecord` `{description, skills, callers, version}`), from `spec.a2a` |
+//! | `agentfleet:{agent:NS/NAME}:receiptids` | list | the ids of `receipts`, newest first; the oldest beyond `RECEIPTS` (10,000) are forgotten |
 //! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
 //! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
 //! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
@@ -74,6 +77,9 @@ const AGENT_SUFFIXES: &[&str] = &[
     "model",
     "tools",
     "journal",
+    "receipts",
+    "receiptids",
+    "a2a",
     "calls",
     "callsforget",
     "archive",
@@ -120,6 +126,21 @@ impl AgentKeys {
     /// Events of the cycle under way.
     pub(super) fn inflight(&self) -> String {
         self.key("inflight")
+    }
+
+    /// What the gateway serves of the agent over A2A (JSON `A2aRecord`).
+    pub(super) fn a2a(&self) -> String {
+        self.key("a2a")
+    }
+
+    /// Receipts of acknowledged events that asked for one: event id → JSON `Receipt`.
+    pub(super) fn receipts(&self) -> String {
+        self.key("receipts")
+    }
+
+    /// The ids of `receipts`, newest first (the oldest beyond `RECEIPTS` are forgotten).
+    pub(super) fn receipt_ids(&self) -> String {
+        self.key("receiptids")
     }
 
     /// Recent event ids, for dedupe.

@@ -27,6 +27,7 @@ pub(super) use self::consciousness::{commit, replace, restore, CommitError};
 
 const FENCE: &str = include_str!("lua/lib/fence.lua");
 const PUSH_FN: &str = include_str!("lua/lib/push.lua");
+const RECEIPTS_FN: &str = include_str!("lua/lib/receipts.lua");
 
 /// A script made of snippets and a body.
 fn load(parts: &[&str]) -> Script {
@@ -46,7 +47,8 @@ static TAKE_URGENT: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/take_urgent.lua")]));
 static MID_CYCLE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/mid_cycle.lua")]));
-static ACK: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/ack.lua")]));
+static ACK: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, RECEIPTS_FN, include_str!("lua/ack.lua")]));
 static PAUSE: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/pause.lua")]));
 static NOTES: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/notes.lua")]));
 static REGISTER_CALL: LazyLock<Script> =
@@ -402,6 +404,7 @@ pub(super) async fn ack(
     conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
+    receipt: &crate::store::Receipt,
 ) -> Result<(), StoreError> {
     ACK.key(agent.lease())
         .key(agent.inflight())
@@ -409,7 +412,11 @@ pub(super) async fn ack(
         .key(agent.urgent())
         .key(agent.inbox())
         .key(agent.journal())
+        .key(agent.receipts())
+        .key(agent.receipt_ids())
         .arg(lease_value(lease))
+        .arg(receipt.to_json())
+        .arg(crate::store::RECEIPTS)
         .invoke_async::<u8>(conn)
         .await
         .map_err(fenced(agent.name(), "acknowledge cycle"))?;

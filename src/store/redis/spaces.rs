@@ -3,11 +3,11 @@
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
-use super::keys::{agents_index, spaces_index, SpaceKeys};
+use super::keys::{agents_index, spaces_index, AgentKeys, SpaceKeys};
 use super::{from_json, redis_err, to_json, RedisStore};
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
-use crate::store::{SpaceRecord, Spaces, StoreError};
+use crate::store::{A2aRecord, SpaceRecord, Spaces, StoreError};
 
 #[async_trait]
 impl Spaces for RedisStore {
@@ -117,6 +117,38 @@ impl Spaces for RedisStore {
         conn.sismember(agents_index(), agent.to_string())
             .await
             .map_err(redis_err("look up agent"))
+    }
+
+    async fn apply_a2a(
+        &self,
+        agent: &AgentKey,
+        record: Option<&A2aRecord>,
+    ) -> Result<bool, StoreError> {
+        let key = AgentKeys::new(agent).a2a();
+        let json = record
+            .map(|r| to_json(|| format!("the A2A card of agent {agent}"), r))
+            .transpose()?;
+        let mut conn = self.conns.shared().await?;
+        let current: Option<String> = conn.get(&key).await.map_err(redis_err("get A2A card"))?;
+        if current == json {
+            return Ok(false);
+        }
+        match json {
+            Some(j) => conn.set::<_, _, ()>(&key, j).await,
+            None => conn.del::<_, ()>(&key).await,
+        }
+        .map_err(redis_err("set A2A card"))?;
+        Ok(true)
+    }
+
+    async fn a2a(&self, agent: &AgentKey) -> Result<Option<A2aRecord>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let json: Option<String> = conn
+            .get(AgentKeys::new(agent).a2a())
+            .await
+            .map_err(redis_err("get A2A card"))?;
+        json.map(|j| from_json(|| format!("the A2A card of agent {agent}"), &j))
+            .transpose()
     }
 }
 

@@ -506,3 +506,53 @@ pub(super) async fn wake_signals_reach_subscribers(store: &dyn Store) {
         [AgentKey::new("fam", "alice"), AgentKey::new("fam", "bob")]
     );
 }
+
+pub(super) async fn receipts_say_how_the_cycle_of_an_event_ended(store: &dyn Store) {
+    let agent = AgentKey::new("fam", "receipts");
+    store.register_agent(&agent).await.unwrap();
+    let asking = |id: &str| InboxEvent {
+        data: Some(serde_json::json!({"messageId": id, "receipt": true})),
+        ..event(id, "a task")
+    };
+    // A text that merely quotes the marker asks for nothing.
+    let quoting = event("plain", r#"{"receipt":true}"#);
+    let lease = store
+        .acquire_lease(&agent, "w", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Committed: the receipt names the cycle; no receipt before it, none for the plain event.
+    store.push_event(&agent, &asking("t1")).await.unwrap();
+    store.push_event(&agent, &quoting).await.unwrap();
+    assert_eq!(store.wait_inbox(&agent, &lease, SHORT).await.unwrap().len(), 2);
+    assert_eq!(store.receipt(&agent, "t1").await.unwrap(), None, "in flight");
+    let cp = store
+        .commit_cycle(&agent, &lease, &commit(&["a"], None, 3))
+        .await
+        .unwrap();
+    let r = store.receipt(&agent, "t1").await.unwrap().unwrap();
+    assert_eq!((r.outcome, r.cycle, r.reason), (ReceiptOutcome::Committed, Some(cp.cycle), None));
+    assert_eq!(store.receipt(&agent, "plain").await.unwrap(), None);
+
+    // Skipped.
+    store.push_event(&agent, &asking("t2")).await.unwrap();
+    store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+    store.ack_cycle(&agent, &lease).await.unwrap();
+    let r = store.receipt(&agent, "t2").await.unwrap().unwrap();
+    assert_eq!((r.outcome, r.cycle), (ReceiptOutcome::Skipped, None));
+
+    // Failed, with the reason.
+    store.push_event(&agent, &asking("t3")).await.unwrap();
+    store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+    let failed = CycleCommit {
+        failure: Some("the model refused".into()),
+        ..commit(&["b"], None, 3)
+    };
+    store.commit_cycle(&agent, &lease, &failed).await.unwrap();
+    let r = store.receipt(&agent, "t3").await.unwrap().unwrap();
+    assert_eq!(r.outcome, ReceiptOutcome::Failed);
+    assert_eq!(r.reason.as_deref(), Some("the model refused"));
+    // The first is still there.
+    assert!(store.receipt(&agent, "t1").await.unwrap().is_some());
+}

@@ -134,6 +134,7 @@ fn commit(messages: &[&str], compaction: Option<Compacted>, retained: u32) -> Cy
         tokens: 10 * messages.len() as u64,
         cycle_tokens: 100,
         checkpoints_retained: retained,
+        failure: None,
     }
 }
 
@@ -405,6 +406,7 @@ suite!(
     async_calls_take_one_result_with_their_token,
     human_calls_take_one_answer_without_a_token,
     a_paused_cycle_waits_for_its_answer,
+    receipts_say_how_the_cycle_of_an_event_ended,
     a_snapshot_replaces_the_consciousness_between_cycles;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );

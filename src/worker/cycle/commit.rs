@@ -43,6 +43,7 @@ impl Cycle<'_> {
                     tokens,
                     cycle_tokens,
                     checkpoints_retained: spec.checkpoints_retained,
+                    failure: None,
                 },
             )
             .await?;
@@ -198,7 +199,7 @@ impl Agentlet {
         events: &[InboxEvent],
         error: &ModelError,
     ) -> Result<Checkpoint, StoreError> {
-        let spaces = self.spaces().await?;
+        let spaces = self.spaces(events).await?;
         let messages = [
             Message::user(self.inbox_text(&spaces, events)),
             Message::Assistant {
@@ -220,6 +221,7 @@ impl Agentlet {
                     tokens: c.tokens + messages.iter().map(Message::estimate_tokens).sum::<u64>(),
                     cycle_tokens: 0,
                     checkpoints_retained: self.agent.spec.consciousness.checkpoints_retained,
+                    failure: Some(error.to_string()),
                 },
             )
             .await

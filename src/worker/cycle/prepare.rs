@@ -28,7 +28,7 @@ impl<'a> Cycle<'a> {
         let key = &agentlet.key;
         let store = &agentlet.store;
         let (spaces, memories, goals, plans, plan_marks, journaled) = tokio::try_join!(
-            agentlet.spaces(),
+            agentlet.spaces(events),
             store.memories(key),
             store.goals(key),
             store.plans(key),
@@ -52,12 +52,12 @@ impl<'a> Cycle<'a> {
             .as_ref()
             .map(|s| Message::user(format!("[SUMMARY of the earlier conversation]\n{s}")));
         let inbox = Message::user(agentlet.inbox_text(&spaces, events));
-        let spec = &agentlet.agent.spec;
-        // The space of the first event that has one the agent is in.
+        // The space of the first event that has one the agent is in (its spec's, or an A2A
+        // conversation it is in).
         let active = events
             .iter()
             .find_map(|e| e.space.clone())
-            .filter(|s| spec.spaces.contains(s));
+            .filter(|s| spaces.iter().any(|(name, _)| name == s));
         let mut cycle = Cycle {
             agentlet,
             lease,
@@ -155,16 +155,38 @@ impl Agentlet {
         Ok((c, history))
     }
 
-    /// The agent's spaces and what the data plane knows of each (`None`: nothing).
-    pub(super) async fn spaces(&self) -> Result<Vec<(String, Option<SpaceRecord>)>, StoreError> {
-        let reads = self.agent.spec.spaces.iter().map(|s| async move {
-            let record = self
-                .store
-                .space(&SpaceKey::new(self.key.namespace.clone(), s.clone()))
-                .await?;
-            Ok::<_, StoreError>((s.clone(), record))
+    /// The agent's spaces and what the data plane knows of each (`None`: nothing): those its
+    /// spec names, then the A2A conversations `events` come from that it is in.
+    pub(super) async fn spaces(
+        &self,
+        events: &[InboxEvent],
+    ) -> Result<Vec<(String, Option<SpaceRecord>)>, StoreError> {
+        let mut conversations: Vec<&String> = events
+            .iter()
+            .filter_map(|e| e.space.as_ref())
+            .filter(|s| crate::identity::is_conversation(s))
+            .collect();
+        conversations.sort();
+        conversations.dedup();
+        let reads = self
+            .agent
+            .spec
+            .spaces
+            .iter()
+            .chain(conversations)
+            .map(|s| async move {
+                let record = self
+                    .store
+                    .space(&SpaceKey::new(self.key.namespace.clone(), s.clone()))
+                    .await?;
+                Ok::<_, StoreError>((s.clone(), record))
+            });
+        let mut spaces = futures::future::try_join_all(reads).await?;
+        let me = &self.key.name;
+        spaces.retain(|(name, record)| {
+            !crate::identity::is_conversation(name) || record.as_ref().is_some_and(|r| r.has_agent(me))
         });
-        futures::future::try_join_all(reads).await
+        Ok(spaces)
     }
 }
 

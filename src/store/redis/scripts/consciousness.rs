@@ -9,12 +9,12 @@ use redis::Script;
 
 use super::super::keys::AgentKeys;
 use super::super::{fenced, to_json};
-use super::{lease_value, load, FENCE};
+use super::{lease_value, load, FENCE, RECEIPTS_FN};
 use crate::store::consciousness::{CommitPlan, WindowState};
 use crate::store::{Checkpoint, CycleCommit, Lease, NoteKind, Snapshot, StoreError};
 
 static COMMIT: LazyLock<Script> =
-    LazyLock::new(|| load(&[FENCE, include_str!("../lua/commit.lua")]));
+    LazyLock::new(|| load(&[FENCE, RECEIPTS_FN, include_str!("../lua/commit.lua")]));
 static RESTORE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("../lua/restore.lua")]));
 static REPLACE: LazyLock<Script> =
@@ -65,6 +65,8 @@ pub(in crate::store::redis) async fn commit(
         "trimBefore": plan.trim_before.to_string(),
         "dropSummaries": plan.drop_summaries.iter().map(u64::to_string).collect::<Vec<_>>(),
         "checkpoints": checkpoints_json(agent, &plan.retained)?,
+        "receipt": commit.receipt(cp.cycle).to_json(),
+        "receipts": crate::store::RECEIPTS.to_string(),
     });
     let mut invocation = COMMIT.prepare_invoke();
     invocation
@@ -78,6 +80,8 @@ pub(in crate::store::redis) async fn commit(
         .key(agent.urgent())
         .key(agent.inbox())
         .key(agent.journal())
+        .key(agent.receipts())
+        .key(agent.receipt_ids())
         .arg(lease_value(lease))
         .arg(plan_json.to_string());
     for m in &commit.new_messages {
