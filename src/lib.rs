@@ -2,6 +2,7 @@
 //!
 //! One crate, one binary (`agentfleet`); each subcommand calls one module's `run()`.
 
+pub mod a2a;
 pub mod api;
 pub mod archive;
 pub mod callback;
