@@ -43,6 +43,9 @@ const DEV_CYCLES_AT_ONCE: usize = 64;
 /// Agents `dev` keeps loaded between their sessions.
 const DEV_WARM_AGENTS: usize = 1_000;
 
+/// The id of the service token `dev` prints (it may trigger and call every agent).
+const DEV_SERVICE: &str = "dev";
+
 /// Flags of `agentfleet dev`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(mut_args(|a| RedisArgs::optional(a, "Use this Redis instead of the embedded store")))]
@@ -162,6 +165,8 @@ pub struct Dev {
     pub spaces: BTreeMap<SpaceKey, Vec<String>>,
     /// The agents running.
     pub agents: Vec<AgentKey>,
+    /// The agents served over A2A.
+    pub a2a: Vec<AgentKey>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -251,8 +256,8 @@ impl Dev {
             service_token.clone(),
             Entity {
                 kind: EntityKind::Service,
-                id: "dev".into(),
-                name: "dev".into(),
+                id: DEV_SERVICE.into(),
+                name: DEV_SERVICE.into(),
                 agents: vec!["*".into()],
             },
         ));
@@ -274,6 +279,7 @@ impl Dev {
             .await
             .with_context(|| format!("listening on {addr} (choose another with --addr)"))?;
         let addr = listener.local_addr().context("listening address")?;
+        gw.set_public_url(format!("http://{addr}"));
         let server = tokio::spawn(gateway::serve(
             listener,
             gw.clone(),
@@ -308,9 +314,22 @@ impl Dev {
             .iter()
             .map(crate::worker::host::key_of)
             .collect();
+        let a2a: Vec<AgentKey> = manifests
+            .agents
+            .iter()
+            .zip(&keys)
+            .filter(|(a, _)| a.spec.a2a.as_ref().is_some_and(|x| x.enabled))
+            .map(|(_, k)| k.clone())
+            .collect();
         futures::stream::iter(manifests.agents.iter().zip(&keys).map(|(agent, key)| {
             let store = store.clone();
-            let card = crate::store::records::a2a_record(agent);
+            // The dev service token may call every A2A agent (dev is one person's sandbox).
+            let card = crate::store::records::a2a_record(agent).map(|mut r| {
+                if !r.admits("service", DEV_SERVICE) {
+                    r.callers.push(format!("service:{DEV_SERVICE}"));
+                }
+                r
+            });
             async move {
                 store.register_agent(key).await?;
                 store.apply_a2a(key, card.as_ref()).await.map(|_| ())
@@ -391,6 +410,7 @@ impl Dev {
             service_token,
             spaces,
             agents,
+            a2a,
             shutdown,
             tasks,
             server,
@@ -422,6 +442,13 @@ impl Dev {
             out.push_str(&format!(
                 "\n  trigger {agent} as a service (it answers in its space):\n    curl -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\\n      -d '{{\"text\": \"deploy finished\"}}' {url}/v1/agents/{}/{}/events\n",
                 self.service_token, agent.namespace, agent.name
+            ));
+        }
+        for agent in &self.a2a {
+            let base = crate::gateway::a2a::card::agent_url(&url, agent);
+            out.push_str(&format!(
+                "\n  {agent} over A2A (its card: {base}/.well-known/agent-card.json):\n    curl -H 'Authorization: Bearer {}' -H 'A2A-Version: 1.0' -H 'Content-Type: application/json' \\\n      -d '{{\"message\": {{\"messageId\": \"m1\", \"role\": \"ROLE_USER\", \"parts\": [{{\"text\": \"hello\"}}]}}}}' {base}/message:send\n",
+                self.service_token
             ));
         }
         out.push_str("\nCtrl-C stops (a cycle under way is finished first; a second Ctrl-C stops at once).\n");

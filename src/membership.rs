@@ -81,6 +81,7 @@ pub fn record(space: &Space, members: &[ResolvedMember]) -> crate::store::SpaceR
         members: members.iter().map(crate::store::Member::from).collect(),
         max_messages: space.spec.retention.max_messages,
         loop_guard: space.spec.loop_guard.into(),
+        context_id: None,
     }
 }
 

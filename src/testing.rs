@@ -194,6 +194,7 @@ pub fn space_record(
         members: agents.chain(humans).collect(),
         max_messages: 1000,
         loop_guard: Default::default(),
+        context_id: None,
     }
 }
 

@@ -110,6 +110,7 @@ impl Fixture {
             members,
             max_messages: 1000,
             loop_guard: Default::default(),
+            context_id: None,
         };
         store
             .apply_space(&SpaceKey::new("ops", "family"), &record)

@@ -21,8 +21,25 @@ pub struct Args {
     /// streams end) within this time.
     #[arg(long = "tokens-reload-seconds", default_value = "2", value_parser = parse_seconds)]
     pub tokens_reload: Duration,
+    /// The gateway's URL as callers reach it (`https://agents.example.com`): A2A agent cards
+    /// name their interfaces under it. Unset: the scheme and host of each card request
+    /// (`X-Forwarded-Proto` honoured).
+    #[arg(long, env = "AGENTFLEET_GATEWAY_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
     #[command(flatten)]
     pub limits: Limits,
+}
+
+/// An absolute `http(s)` URL without query or fragment, kept without a trailing `/`.
+fn parse_public_url(s: &str) -> Result<String, String> {
+    let url = url::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(format!("{s:?}: an http or https URL with a host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("{s:?}: no query or fragment"));
+    }
+    Ok(s.trim_end_matches('/').to_string())
 }
 
 /// Request and connection limits.

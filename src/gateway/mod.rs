@@ -15,6 +15,7 @@
 //! Bearer tokens map to entities through a file of hashed tokens ([`auth`]). Errors are JSON
 //! with a stable `code` ([`error::ApiError`]).
 
+pub mod a2a;
 pub mod auth;
 mod config;
 pub mod decisions;
@@ -80,6 +81,8 @@ struct Inner {
     shutdown: watch::Receiver<bool>,
     /// More that `/readyz` checks (in `agentfleet dev`: that every agent can work).
     readiness: std::sync::OnceLock<Readiness>,
+    /// The gateway's URL as callers reach it, for A2A cards (else from each request's `Host`).
+    public_url: std::sync::OnceLock<String>,
 }
 
 /// A readiness check beyond the data plane's: `Err` says why the process is not ready.
@@ -105,6 +108,7 @@ impl Gateway {
                 metrics: GatewayMetrics::register(registry)?,
                 shutdown,
                 readiness: std::sync::OnceLock::new(),
+                public_url: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -112,6 +116,11 @@ impl Gateway {
     /// Makes `/readyz` also require `check` to pass (set once; later calls are ignored).
     pub fn set_readiness(&self, check: Readiness) {
         let _ = self.inner.readiness.set(check);
+    }
+
+    /// Sets the gateway's URL as callers reach it (A2A cards name it); once.
+    pub fn set_public_url(&self, url: impl Into<String>) {
+        let _ = self.inner.public_url.set(url.into());
     }
 
     /// The body size limit.
@@ -619,6 +628,7 @@ pub fn router(gw: Gateway, registry: Registry) -> Router {
             async move { Json(doc.as_ref().clone()) }
         }),
     )
+    .merge(a2a::routes())
     .fallback(|| async { ApiError::not_found("no such route") })
     .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
     .layer(DefaultBodyLimit::max(gw.max_body_bytes()))
@@ -668,6 +678,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("registering metrics")?;
     let gw = Gateway::new(store, tokens, args.limits, &registry, shutdown)
         .context("registering metrics")?;
+    if let Some(url) = args.public_url {
+        gw.set_public_url(url);
+    }
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("listening on {}", args.addr))?;

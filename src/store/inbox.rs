@@ -139,8 +139,11 @@ pub trait Inbox: Send + Sync {
     /// written by the step that acknowledged it (a commit or a skip), so a receipt exists
     /// exactly when the event's cycle is over. `None` while it waits or is in flight, or once
     /// forgotten (the last [`RECEIPTS`] are kept).
-    async fn receipt(&self, agent: &AgentKey, event_id: &str)
-        -> Result<Option<Receipt>, StoreError>;
+    async fn receipt(
+        &self,
+        agent: &AgentKey,
+        event_id: &str,
+    ) -> Result<Option<Receipt>, StoreError>;
 }
 
 /// What an inbox event is about.

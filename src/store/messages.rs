@@ -360,10 +360,19 @@ impl SpaceMessage {
             space: Some(self.space.clone()),
             sender: Some(self.sender.clone()),
             text: Some(self.text.clone()),
-            data: Some(serde_json::json!({
-                "messageId": self.id,
-                "mention": self.mention,
-            })),
+            // A message of an A2A conversation is a task, which ends with its cycle.
+            data: Some(if crate::identity::is_conversation(&self.space) {
+                serde_json::json!({
+                    "messageId": self.id,
+                    "mention": self.mention,
+                    "receipt": true,
+                })
+            } else {
+                serde_json::json!({
+                    "messageId": self.id,
+                    "mention": self.mention,
+                })
+            }),
             depth: self.depth,
         }
     }

@@ -88,11 +88,9 @@ pub struct A2aSkill {
 impl A2aRecord {
     /// Whether the caller `kind:id` (`human`, `service`) may send the agent messages.
     pub fn admits(&self, kind: &str, id: &str) -> bool {
-        self.callers.iter().any(|c| {
-            c == "*"
-                || c.split_once(':')
-                    .is_some_and(|(k, i)| k == kind && i == id)
-        })
+        self.callers
+            .iter()
+            .any(|c| c == "*" || c.split_once(':').is_some_and(|(k, i)| k == kind && i == id))
     }
 }
 
@@ -113,6 +111,9 @@ pub struct SpaceRecord {
     /// When agents' messages stop waking other agents.
     #[serde(default)]
     pub loop_guard: LoopGuard,
+    /// For an A2A conversation's space: the caller's `contextId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
 }
 
 impl SpaceRecord {

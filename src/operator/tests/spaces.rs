@@ -67,6 +67,7 @@ async fn deleted_space_leaves_the_store_and_drops_the_finalizer() {
                 members: vec![],
                 max_messages: 1,
                 loop_guard: Default::default(),
+                context_id: None,
             },
         )
         .await
@@ -101,6 +102,7 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
                 members: vec![],
                 max_messages: 1,
                 loop_guard: Default::default(),
+                context_id: None,
             },
         )
         .await
@@ -114,6 +116,7 @@ async fn orphan_sweep_removes_memberships_of_vanished_spaces() {
                 members: vec![],
                 max_messages: 1,
                 loop_guard: Default::default(),
+                context_id: None,
             },
         )
         .await

@@ -253,6 +253,7 @@ fn records_round_trip() {
             max_depth: 1,
             max_agent_messages_per_minute: 100_000,
         },
+        context_id: None,
     };
     assert_eq!(again(&space), space);
     let report = RestoreReport {

@@ -315,6 +315,7 @@ async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
             ],
             max_messages: 1000,
             loop_guard: Default::default(),
+            context_id: None,
         };
         store.apply_space(&family, &record).await.unwrap();
 

@@ -525,14 +525,24 @@ pub(super) async fn receipts_say_how_the_cycle_of_an_event_ended(store: &dyn Sto
     // Committed: the receipt names the cycle; no receipt before it, none for the plain event.
     store.push_event(&agent, &asking("t1")).await.unwrap();
     store.push_event(&agent, &quoting).await.unwrap();
-    assert_eq!(store.wait_inbox(&agent, &lease, SHORT).await.unwrap().len(), 2);
-    assert_eq!(store.receipt(&agent, "t1").await.unwrap(), None, "in flight");
+    assert_eq!(
+        store.wait_inbox(&agent, &lease, SHORT).await.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        store.receipt(&agent, "t1").await.unwrap(),
+        None,
+        "in flight"
+    );
     let cp = store
         .commit_cycle(&agent, &lease, &commit(&["a"], None, 3))
         .await
         .unwrap();
     let r = store.receipt(&agent, "t1").await.unwrap().unwrap();
-    assert_eq!((r.outcome, r.cycle, r.reason), (ReceiptOutcome::Committed, Some(cp.cycle), None));
+    assert_eq!(
+        (r.outcome, r.cycle, r.reason),
+        (ReceiptOutcome::Committed, Some(cp.cycle), None)
+    );
     assert_eq!(store.receipt(&agent, "plain").await.unwrap(), None);
 
     // Skipped.

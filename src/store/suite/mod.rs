@@ -41,6 +41,7 @@ fn record(members: Vec<Member>) -> SpaceRecord {
         members,
         max_messages: 100,
         loop_guard: Default::default(),
+        context_id: None,
     }
 }
 
@@ -119,6 +120,7 @@ async fn family_space(store: &dyn Store, max_messages: u64) -> SpaceKey {
         ],
         max_messages,
         loop_guard: Default::default(),
+        context_id: None,
     };
     store.apply_space(&family, &record).await.unwrap();
     family

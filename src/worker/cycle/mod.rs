@@ -371,19 +371,34 @@ impl Cycle<'_> {
         let agentlet = self.agentlet;
         agentlet.activity(self.active.as_deref(), "thinking").await;
         let end = self.steps().await?;
-        agentlet.activity(self.active.as_deref(), "idle").await;
-        match end {
+        // Idle once the cycle is over (committed, rolled back, paused or failed): an A2A
+        // task of the cycle's events is over then, and its watchers look at its receipt.
+        let mut idle: Vec<String> = self.active.iter().cloned().collect();
+        for space in self.events.iter().filter_map(|e| e.space.as_ref()) {
+            if crate::identity::is_conversation(space) && !idle.contains(space) {
+                idle.push(space.clone());
+            }
+        }
+        let outcome = match end {
             End::Failed(e) => Ok(Outcome::Failed(e)),
             End::Paused { until_ms } => Ok(Outcome::Paused { until_ms }),
             End::Skipped => self.roll_back().await.map(|()| Outcome::Skipped),
             End::Done => {
                 let told = self.take_told();
-                let checkpoint = self.commit().await?;
-                if let Some(told) = told {
-                    agentlet.tell_stopped(told).await;
+                match self.commit().await {
+                    Ok(checkpoint) => {
+                        if let Some(told) = told {
+                            agentlet.tell_stopped(told).await;
+                        }
+                        Ok(Outcome::Completed(checkpoint))
+                    }
+                    Err(e) => Err(e),
                 }
-                Ok(Outcome::Completed(checkpoint))
             }
+        };
+        for space in &idle {
+            agentlet.activity(Some(space), "idle").await;
         }
+        outcome
     }
 }

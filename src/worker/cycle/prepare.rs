@@ -184,7 +184,8 @@ impl Agentlet {
         let mut spaces = futures::future::try_join_all(reads).await?;
         let me = &self.key.name;
         spaces.retain(|(name, record)| {
-            !crate::identity::is_conversation(name) || record.as_ref().is_some_and(|r| r.has_agent(me))
+            !crate::identity::is_conversation(name)
+                || record.as_ref().is_some_and(|r| r.has_agent(me))
         });
         Ok(spaces)
     }

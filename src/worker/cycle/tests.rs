@@ -44,6 +44,7 @@ pub(super) fn record(display_name: &str) -> SpaceRecord {
         ],
         max_messages: 1000,
         loop_guard: Default::default(),
+        context_id: None,
     }
 }
 

@@ -1,0 +1,403 @@
+//! The six A2A methods, one binding-free call each: what they read, post and answer.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::a2a::{
+    A2aError, CancelTaskRequest, GetTaskRequest, JsonRpcRequest, ListTasksRequest,
+    ListTasksResponse, SendMessageRequest, SendMessageResponse, StreamResponse,
+    SubscribeToTaskRequest, Task, TaskState,
+};
+use crate::identity::AgentKey;
+
+use super::super::auth::Entity;
+use super::super::Gateway;
+use super::tasks;
+use super::watch::Watch;
+
+/// The most tasks a page of `ListTasks` holds, and its default.
+const MAX_PAGE: usize = 100;
+const DEFAULT_PAGE: usize = 50;
+
+/// How long before the request timeout a blocking `SendMessage` answers with the task as it
+/// is (the client then follows it with `GetTask` or `SubscribeToTask`).
+const BLOCKING_MARGIN: Duration = Duration::from_secs(1);
+
+/// One call, whichever binding carried it.
+pub enum Call {
+    /// `SendMessage`.
+    Send(SendMessageRequest),
+    /// `SendStreamingMessage`.
+    Stream(SendMessageRequest),
+    /// `GetTask`.
+    Get { id: String, history: Option<i32> },
+    /// `ListTasks`.
+    List(ListTasksRequest),
+    /// `CancelTask`.
+    Cancel(String),
+    /// `SubscribeToTask`.
+    Subscribe(String),
+}
+
+impl Call {
+    /// The call a JSON-RPC request makes.
+    pub fn parse(request: &JsonRpcRequest) -> Result<Self, A2aError> {
+        Ok(match request.method.as_str() {
+            "SendMessage" => Call::Send(request.params()?),
+            "SendStreamingMessage" => Call::Stream(request.params()?),
+            "GetTask" => {
+                let p: GetTaskRequest = request.params()?;
+                Call::Get {
+                    id: p.id,
+                    history: p.history_length,
+                }
+            }
+            "ListTasks" => Call::List(request.params()?),
+            "CancelTask" => Call::Cancel(request.params::<CancelTaskRequest>()?.id),
+            "SubscribeToTask" => Call::Subscribe(request.params::<SubscribeToTaskRequest>()?.id),
+            "CreateTaskPushNotificationConfig"
+            | "GetTaskPushNotificationConfig"
+            | "ListTaskPushNotificationConfigs"
+            | "DeleteTaskPushNotificationConfig" => {
+                return Err(A2aError::PushNotificationNotSupported(
+                    "this gateway sends no push notifications; stream or subscribe instead".into(),
+                ))
+            }
+            "GetExtendedAgentCard" => {
+                return Err(A2aError::UnsupportedOperation(
+                    "there is no extended card: the public card is the whole card".into(),
+                ))
+            }
+            other => {
+                return Err(A2aError::MethodNotFound(format!(
+                    "no method {}",
+                    super::quote(other)
+                )))
+            }
+        })
+    }
+}
+
+/// What a call answers: one value, or a stream of updates.
+pub enum Answer {
+    /// The result (JSON-RPC `result`, or the HTTP+JSON body).
+    One(Value),
+    /// Server-sent events.
+    Stream(Pin<Box<dyn Stream<Item = Result<StreamResponse, A2aError>> + Send>>),
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<Value, A2aError> {
+    serde_json::to_value(value).map_err(|e| A2aError::Internal(format!("encoding the answer: {e}")))
+}
+
+/// Runs `call` for `caller` on `agent`.
+pub async fn run(
+    gw: &Gateway,
+    agent: &AgentKey,
+    caller: &Entity,
+    call: Call,
+) -> Result<Answer, A2aError> {
+    let store = gw.inner.store.as_ref();
+    match call {
+        Call::Send(request) => {
+            let history = request
+                .configuration
+                .as_ref()
+                .and_then(|c| c.history_length);
+            let immediately = request
+                .configuration
+                .as_ref()
+                .is_some_and(|c| c.return_immediately);
+            let (watch, first) = send(gw, agent, caller, &request).await?;
+            let task = if immediately {
+                first
+            } else {
+                let until = Instant::now()
+                    + gw.inner
+                        .limits
+                        .request_timeout
+                        .saturating_sub(BLOCKING_MARGIN);
+                Watch {
+                    until: Some(until),
+                    ..watch
+                }
+                .settled(first)
+                .await?
+            };
+            Ok(Answer::One(json(&SendMessageResponse::Task(
+                tasks::trimmed(task, history, true),
+            ))?))
+        }
+        Call::Stream(request) => {
+            let (watch, first) = send(gw, agent, caller, &request).await?;
+            Ok(Answer::Stream(Box::pin(watch.updates(first))))
+        }
+        Call::Get { id, history } => {
+            let view = tasks::view(store, agent, caller, &id).await?;
+            Ok(Answer::One(json(&tasks::trimmed(
+                view.task, history, true,
+            ))?))
+        }
+        Call::List(request) => Ok(Answer::One(json(
+            &list(gw, agent, caller, &request).await?,
+        )?)),
+        Call::Cancel(id) => {
+            tasks::cancel(store, agent, caller, &id).await?;
+            let view = tasks::view(store, agent, caller, &id).await?;
+            Ok(Answer::One(json(&view.task)?))
+        }
+        Call::Subscribe(id) => {
+            let view = tasks::view(store, agent, caller, &id).await?;
+            if view.task.status.state.is_terminal() {
+                return Err(A2aError::UnsupportedOperation(format!(
+                    "task {} is over ({}): read it with GetTask",
+                    super::quote(&id),
+                    view.task.status.state.as_str()
+                )));
+            }
+            let live = subscribe(gw, &view.space).await?;
+            let watch = Watch {
+                gw: gw.clone(),
+                agent: agent.clone(),
+                caller: caller.clone(),
+                task_id: id,
+                live,
+                until: None,
+            };
+            Ok(Answer::Stream(Box::pin(watch.updates(view.task))))
+        }
+    }
+}
+
+/// The live events of a conversation (for a watch).
+async fn subscribe(
+    gw: &Gateway,
+    space: &crate::identity::SpaceKey,
+) -> Result<super::super::sse::Subscription, A2aError> {
+    let store = gw.inner.store.as_ref();
+    let record = store
+        .space(space)
+        .await
+        .map_err(|e| tasks::unavailable(&e))?
+        .ok_or_else(|| A2aError::TaskNotFound("the task's conversation is gone".into()))?;
+    gw.inner
+        .hub
+        .subscribe(space, &record)
+        .await
+        .map_err(|e| tasks::unavailable(&e))
+}
+
+/// Posts the message of a `SendMessage` in its conversation; the watch of its task (live
+/// events subscribed before the post, so nothing is missed) and the task as posted.
+async fn send(
+    gw: &Gateway,
+    agent: &AgentKey,
+    caller: &Entity,
+    request: &SendMessageRequest,
+) -> Result<(Watch, Task), A2aError> {
+    let store = gw.inner.store.as_ref();
+    let message = &request.message;
+    message.validate()?;
+    if message.message_id.len() > 200 {
+        return Err(A2aError::InvalidParams(
+            "message.messageId: 1 to 200 characters".into(),
+        ));
+    }
+    let context_id = match (&message.task_id, &message.context_id) {
+        (Some(task), context) if !task.is_empty() => {
+            // A message on an existing task: an answer to its question, or refused.
+            let view = tasks::view(store, agent, caller, task).await?;
+            let state = view.task.status.state;
+            if let Some(c) = context.as_deref().filter(|c| !c.is_empty()) {
+                if Some(c) != view.task.context_id.as_deref() {
+                    return Err(A2aError::InvalidParams(format!(
+                        "contextId {} is not the context of task {}",
+                        super::quote(c),
+                        super::quote(task)
+                    )));
+                }
+            }
+            if let (TaskState::InputRequired, Some(call)) = (state, &view.waiting) {
+                let live = subscribe(gw, &view.space).await?;
+                super::answers::answer(store, call, &view.space, &caller.name, message).await?;
+                let now = tasks::view(store, agent, caller, task).await?.task;
+                return Ok((
+                    Watch {
+                        gw: gw.clone(),
+                        agent: agent.clone(),
+                        caller: caller.clone(),
+                        task_id: task.clone(),
+                        live,
+                        until: None,
+                    },
+                    now,
+                ));
+            }
+            return Err(if state.is_terminal() {
+                A2aError::UnsupportedOperation(format!(
+                    "task {} is over ({}): send a new message without taskId",
+                    super::quote(task),
+                    state.as_str()
+                ))
+            } else {
+                A2aError::UnsupportedOperation(format!(
+                    "task {} is still {}: send a new message without taskId (same contextId)",
+                    super::quote(task),
+                    state.as_str()
+                ))
+            });
+        }
+        (_, Some(c)) if !c.is_empty() => {
+            tasks::check_context_id(c)?;
+            c.clone()
+        }
+        _ => {
+            super::super::auth::new_token("ctx-").map_err(|e| A2aError::Internal(e.to_string()))?
+        }
+    };
+    let text = tasks::inbound_text(message)?;
+    let (space, record) = tasks::open_conversation(store, agent, caller, &context_id).await?;
+    let live = gw
+        .inner
+        .hub
+        .subscribe(&space, &record)
+        .await
+        .map_err(|e| tasks::unavailable(&e))?;
+    let task_id = tasks::post(store, &space, caller, &message.message_id, text).await?;
+    let first = tasks::view(store, agent, caller, &task_id).await?.task;
+    Ok((
+        Watch {
+            gw: gw.clone(),
+            agent: agent.clone(),
+            caller: caller.clone(),
+            task_id,
+            live,
+            until: None,
+        },
+        first,
+    ))
+}
+
+/// `ListTasks`: the caller's tasks with the agent, newest first, a page at a time (the
+/// page token is the number of tasks before the page).
+async fn list(
+    gw: &Gateway,
+    agent: &AgentKey,
+    caller: &Entity,
+    request: &ListTasksRequest,
+) -> Result<ListTasksResponse, A2aError> {
+    let store = gw.inner.store.as_ref();
+    let size = match request.page_size {
+        None => DEFAULT_PAGE,
+        Some(n) if (1..=MAX_PAGE as i32).contains(&n) => n as usize,
+        Some(_) => {
+            return Err(A2aError::InvalidParams(format!(
+                "pageSize: 1 to {MAX_PAGE}"
+            )))
+        }
+    };
+    let skip = match request.page_token.as_deref().filter(|t| !t.is_empty()) {
+        None => 0,
+        Some(t) => t
+            .parse::<usize>()
+            .map_err(|_| A2aError::InvalidParams("pageToken: not one this server gave".into()))?,
+    };
+    let after_ms = request
+        .status_timestamp_after
+        .as_deref()
+        .map(|t| {
+            crate::a2a::timestamp_millis(t).ok_or_else(|| {
+                A2aError::InvalidParams("statusTimestampAfter: an RFC 3339 time".into())
+            })
+        })
+        .transpose()?;
+    let spaces = match request.context_id.as_deref().filter(|c| !c.is_empty()) {
+        Some(c) => vec![tasks::conversation(agent, caller, c)],
+        None => conversations(gw, agent, caller).await?,
+    };
+    let mut ids = Vec::new();
+    for space in &spaces {
+        ids.extend(tasks::ids_in(store, space, caller, 1000).await?);
+    }
+    let mut all = Vec::new();
+    for id in ids {
+        let task = tasks::view(store, agent, caller, &id).await?.task;
+        let time = task
+            .status
+            .timestamp
+            .as_deref()
+            .and_then(crate::a2a::timestamp_millis)
+            .unwrap_or(0);
+        if request.status.is_some_and(|s| s != task.status.state) {
+            continue;
+        }
+        if after_ms.is_some_and(|a| time < a) {
+            continue;
+        }
+        all.push((time, task));
+    }
+    all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.id.cmp(&a.1.id)));
+    let total = all.len();
+    let artifacts = request.include_artifacts.unwrap_or(false);
+    let page: Vec<Task> = all
+        .into_iter()
+        .skip(skip)
+        .take(size)
+        .map(|(_, t)| tasks::trimmed(t, request.history_length, artifacts))
+        .collect();
+    let next = skip + page.len();
+    Ok(ListTasksResponse {
+        page_size: page.len() as i32,
+        tasks: page,
+        next_page_token: if next < total {
+            next.to_string()
+        } else {
+            String::new()
+        },
+        total_size: i32::try_from(total).unwrap_or(i32::MAX),
+    })
+}
+
+/// The caller's conversations with the agent.
+async fn conversations(
+    gw: &Gateway,
+    agent: &AgentKey,
+    caller: &Entity,
+) -> Result<Vec<crate::identity::SpaceKey>, A2aError> {
+    let store = gw.inner.store.as_ref();
+    let me = tasks::caller_sender(caller);
+    let mut mine = Vec::new();
+    for key in store.spaces().await.map_err(|e| tasks::unavailable(&e))? {
+        if key.namespace != agent.namespace || !key.is_conversation() {
+            continue;
+        }
+        let record = store
+            .space(&key)
+            .await
+            .map_err(|e| tasks::unavailable(&e))?;
+        if record.is_some_and(|r| r.admits(&me) && r.has_agent(&agent.name)) {
+            mine.push(key);
+        }
+    }
+    Ok(mine)
+}
+
+/// `ListTasks` from the HTTP+JSON binding's query.
+pub fn list_from_query(query: &str) -> Result<ListTasksRequest, A2aError> {
+    let mut map = serde_json::Map::new();
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        let value = match k.as_ref() {
+            "pageSize" | "historyLength" => Value::String(v.into_owned()),
+            "includeArtifacts" => Value::Bool(v == "true"),
+            _ => Value::String(v.into_owned()),
+        };
+        map.insert(k.into_owned(), value);
+    }
+    map.remove(crate::a2a::VERSION_HEADER);
+    serde_json::from_value(Value::Object(map))
+        .map_err(|e| A2aError::InvalidParams(format!("the query does not fit ListTasks: {e}")))
+}
