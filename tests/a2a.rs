@@ -1,6 +1,6 @@
 //! A2A against the official SDK: the Python `a2a-sdk` (PyPI) as the client of agents that
 //! `agentfleet dev` serves (card, send, stream, get, list, subscribe, cancel, a question
-//! answered on its task, both bindings, refusals). The interpreter is `AGENTFLEET_A2A_PYTHON` (`.ci/run` makes a venv with the
+//! answered on its task, a spent budget, both bindings, refusals). The interpreter is `AGENTFLEET_A2A_PYTHON` (`.ci/run` makes a venv with the
 //! SDK), else `python3`; without the SDK the test fails and says how to install it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -47,6 +47,16 @@ spec:
     description: Answers what it is told.
     skills: [{id: echo, description: Says back what it heard, tags: [demo]}]
     callers: [\"human:husam\"]
+---
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {name: frugal}
+spec:
+  model: {provider: scripted, name: frugal}
+  spaces: [desk]
+  budget: {tokensPerDay: 1}
+  a2a:
+    callers: [\"*\"]
 ---
 apiVersion: agentfleet.dev/v1alpha1
 kind: Agent

@@ -65,6 +65,13 @@ pub struct A2aRecord {
     pub callers: Vec<String>,
     /// The agent's version as its card says (the Agent's generation).
     pub version: String,
+    /// Its budget (`spec.budget`), so that a message it could not answer before the budget's
+    /// period rolls over is refused at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
+    /// As `tokens_per_day`, per UTC month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_month: Option<u64>,
 }
 
 /// A skill of an agent's card.

@@ -136,6 +136,17 @@ async def main():
     assert any('deploy' in a.parts[0].text for a in done.artifacts), done
     print('input required ok')
 
+    # A spent budget: the first message is answered (and spends it), the next is rejected
+    # at once, saying why.
+    frugal = await create_client(f'{BASE}/a2a/default/frugal', client_config=config(streaming=False))
+    first = (await one(frugal, msg('hello'))).task
+    assert state(first) == 'TASK_STATE_COMPLETED', first
+    t = (await one(frugal, msg('and again'))).task
+    assert state(t) == 'TASK_STATE_REJECTED', t
+    assert 'budget' in t.status.message.parts[0].text, t
+    await frugal.close()
+    print('budget ok')
+
     # A task that waits (a paused agent): returned at once, subscribed to, canceled.
     t = (await one(sleeper, msg('wait for me', immediately=True))).task
     assert state(t) == 'TASK_STATE_SUBMITTED', t

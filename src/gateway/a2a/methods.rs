@@ -13,6 +13,7 @@ use crate::a2a::{
     SubscribeToTaskRequest, Task, TaskState,
 };
 use crate::identity::AgentKey;
+use crate::store::A2aRecord;
 
 use super::super::auth::Entity;
 use super::super::Gateway;
@@ -98,6 +99,7 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Value, A2aError> {
 pub async fn run(
     gw: &Gateway,
     agent: &AgentKey,
+    record: &A2aRecord,
     caller: &Entity,
     call: Call,
 ) -> Result<Answer, A2aError> {
@@ -112,7 +114,12 @@ pub async fn run(
                 .configuration
                 .as_ref()
                 .is_some_and(|c| c.return_immediately);
-            let (watch, first) = send(gw, agent, caller, &request).await?;
+            let (watch, first) = match send(gw, agent, record, caller, &request).await? {
+                Sent::Watch(watch, first) => (*watch, first),
+                Sent::Rejected(task) => {
+                    return Ok(Answer::One(json(&SendMessageResponse::Task(task))?))
+                }
+            };
             let task = if immediately {
                 first
             } else {
@@ -132,10 +139,12 @@ pub async fn run(
                 tasks::trimmed(task, history, true),
             ))?))
         }
-        Call::Stream(request) => {
-            let (watch, first) = send(gw, agent, caller, &request).await?;
-            Ok(Answer::Stream(Box::pin(watch.updates(first))))
-        }
+        Call::Stream(request) => match send(gw, agent, record, caller, &request).await? {
+            Sent::Watch(watch, first) => Ok(Answer::Stream(Box::pin(watch.updates(first)))),
+            Sent::Rejected(task) => Ok(Answer::Stream(Box::pin(futures::stream::once(
+                async move { Ok(StreamResponse::Task(task)) },
+            )))),
+        },
         Call::Get { id, history } => {
             let view = tasks::view(store, agent, caller, &id).await?;
             Ok(Answer::One(json(&tasks::trimmed(
@@ -191,14 +200,24 @@ async fn subscribe(
         .map_err(|e| tasks::unavailable(&e))
 }
 
-/// Posts the message of a `SendMessage` in its conversation; the watch of its task (live
-/// events subscribed before the post, so nothing is missed) and the task as posted.
+/// What a `SendMessage` did.
+enum Sent {
+    /// Posted (or answered a question): the watch of its task (live events subscribed before
+    /// the post, so nothing is missed) and the task as it is now.
+    Watch(Box<Watch>, Task),
+    /// Refused before anything was posted (a spent budget): a `REJECTED` task that saying why,
+    /// kept nowhere.
+    Rejected(Task),
+}
+
+/// Posts the message of a `SendMessage` in its conversation.
 async fn send(
     gw: &Gateway,
     agent: &AgentKey,
+    record: &A2aRecord,
     caller: &Entity,
     request: &SendMessageRequest,
-) -> Result<(Watch, Task), A2aError> {
+) -> Result<Sent, A2aError> {
     let store = gw.inner.store.as_ref();
     let message = &request.message;
     message.validate()?;
@@ -225,15 +244,15 @@ async fn send(
                 let live = subscribe(gw, &view.space).await?;
                 super::answers::answer(store, call, &view.space, &caller.name, message).await?;
                 let now = tasks::view(store, agent, caller, task).await?.task;
-                return Ok((
-                    Watch {
+                return Ok(Sent::Watch(
+                    Box::new(Watch {
                         gw: gw.clone(),
                         agent: agent.clone(),
                         caller: caller.clone(),
                         task_id: task.clone(),
                         live,
                         until: None,
-                    },
+                    }),
                     now,
                 ));
             }
@@ -260,6 +279,13 @@ async fn send(
         }
     };
     let text = tasks::inbound_text(message)?;
+    if let Some(spent) = spent_budget(gw, agent, record).await? {
+        return Ok(Sent::Rejected(rejected(
+            &context_id,
+            &message.message_id,
+            &spent,
+        )));
+    }
     let (space, record) = tasks::open_conversation(store, agent, caller, &context_id).await?;
     let live = gw
         .inner
@@ -269,17 +295,69 @@ async fn send(
         .map_err(|e| tasks::unavailable(&e))?;
     let task_id = tasks::post(store, &space, caller, &message.message_id, text).await?;
     let first = tasks::view(store, agent, caller, &task_id).await?.task;
-    Ok((
-        Watch {
+    Ok(Sent::Watch(
+        Box::new(Watch {
             gw: gw.clone(),
             agent: agent.clone(),
             caller: caller.clone(),
             task_id,
             live,
             until: None,
-        },
+        }),
         first,
     ))
+}
+
+/// The agent's spent budget, if one is: it would not answer before the period rolls over.
+async fn spent_budget(
+    gw: &Gateway,
+    agent: &AgentKey,
+    record: &A2aRecord,
+) -> Result<Option<crate::crd::Exhausted>, A2aError> {
+    let budget = crate::crd::BudgetSpec {
+        tokens_per_day: record.tokens_per_day,
+        tokens_per_month: record.tokens_per_month,
+    };
+    if !budget.is_set() {
+        return Ok(None);
+    }
+    let periods = crate::periods::Periods::at(crate::store::now_ms());
+    let spend = gw
+        .inner
+        .store
+        .record_tokens(agent, &periods, &crate::model::Usage::default())
+        .await
+        .map_err(|e| tasks::unavailable(&e))?;
+    Ok(budget.exhausted(spend.spent(&periods), &periods))
+}
+
+/// The `REJECTED` task of a message refused for a spent budget.
+fn rejected(context_id: &str, message_id: &str, spent: &crate::crd::Exhausted) -> Task {
+    let id = format!("rejected-{message_id}");
+    Task {
+        id: id.clone(),
+        context_id: Some(context_id.to_string()),
+        status: crate::a2a::TaskStatus {
+            state: TaskState::Rejected,
+            message: Some(crate::a2a::Message {
+                message_id: format!("{id}-status"),
+                context_id: Some(context_id.to_string()),
+                task_id: Some(id),
+                role: crate::a2a::Role::Agent,
+                parts: vec![crate::a2a::Part::text(format!(
+                    "Not delivered: {}.",
+                    spent.message()
+                ))],
+                metadata: None,
+                extensions: Vec::new(),
+                reference_task_ids: Vec::new(),
+            }),
+            timestamp: Some(crate::a2a::now_timestamp(crate::store::now_ms())),
+        },
+        artifacts: Vec::new(),
+        history: Vec::new(),
+        metadata: None,
+    }
 }
 
 /// `ListTasks`: the caller's tasks with the agent, newest first, a page at a time (the

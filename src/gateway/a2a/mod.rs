@@ -240,13 +240,13 @@ async fn jsonrpc(
         let (agent, record) = served(&gw, &ns, &name).await?;
         let caller = admit(&gw, &headers, uri.query(), &record, &agent)?;
         let call = Call::parse(&request)?;
-        Ok::<_, A2aError>((agent, caller, call))
+        Ok::<_, A2aError>((agent, record, caller, call))
     };
-    let (agent, caller, call) = match call.await {
+    let (agent, record, caller, call) = match call.await {
         Ok(c) => c,
         Err(e) => return jsonrpc_error(id, &e),
     };
-    match methods::run(&gw, &agent, &caller, call).await {
+    match methods::run(&gw, &agent, &record, &caller, call).await {
         Ok(methods::Answer::One(value)) => {
             axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": value}))
                 .into_response()
@@ -270,13 +270,13 @@ async fn rest(
     let admitted = async {
         let (agent, record) = served(&gw, &ns, &name).await?;
         let caller = admit(&gw, &headers, uri.query(), &record, &agent)?;
-        Ok::<_, A2aError>((agent, caller, make()?))
+        Ok::<_, A2aError>((agent, record, caller, make()?))
     };
-    let (agent, caller, call) = match admitted.await {
+    let (agent, record, caller, call) = match admitted.await {
         Ok(a) => a,
         Err(e) => return rest_error(&e),
     };
-    match methods::run(&gw, &agent, &caller, call).await {
+    match methods::run(&gw, &agent, &record, &caller, call).await {
         Ok(methods::Answer::One(value)) => {
             let mut response = axum::Json(value).into_response();
             response.headers_mut().insert(

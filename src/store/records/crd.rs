@@ -167,5 +167,7 @@ pub fn a2a_record(agent: &crd::Agent) -> Option<super::super::A2aRecord> {
         skills,
         callers: spec.callers.clone(),
         version: agent.metadata.generation.unwrap_or(1).to_string(),
+        tokens_per_day: agent.spec.budget.as_ref().and_then(|b| b.tokens_per_day),
+        tokens_per_month: agent.spec.budget.as_ref().and_then(|b| b.tokens_per_month),
     })
 }
