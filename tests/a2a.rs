@@ -105,3 +105,130 @@ fn the_official_sdk_talks_to_agents_in_dev() {
         assert!(stdout.contains(step), "{step} missing:\n{stdout}");
     }
 }
+
+/// A JSON-RPC call of `method` to the agent at `url` as the holder of `token`.
+async fn rpc(url: &str, token: &str, method: &str, params: serde_json::Value) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("A2A-Version", "1.0")
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_survives_killing_dev_mid_cycle() {
+    use agentfleet::testing::{MockModel, MockTurn, RedisServer};
+    use std::time::{Duration, Instant};
+    agentfleet::install_crypto_provider();
+    let redis = RedisServer::start().unwrap();
+    // The first request never gets its answer (the process is killed meanwhile); the cycle
+    // done again answers.
+    let model = MockModel::start(vec![
+        MockTurn::Slow(
+            Duration::from_secs(600),
+            Box::new(MockTurn::text("too late")),
+        ),
+        MockTurn::tools(&[("send_message", serde_json::json!({"text": "recovered"}))]),
+        MockTurn::text("done"),
+    ])
+    .await
+    .unwrap();
+    let dir = support::ManifestDir::new(
+        "a2a-kill",
+        "desk",
+        &[(
+            "steady",
+            format!(
+                "{}\n  a2a: {{callers: [\"human:husam\"]}}",
+                support::openai(&model.base_url)
+            ),
+        )],
+    );
+    let flags = ["--redis", &redis.url()];
+    let url = |dev: &Dev| format!("{}/a2a/default/steady", dev.url);
+
+    let first = Dev::start_in(dir.path(), &flags);
+    let sent = rpc(
+        &url(&first),
+        &first.token("default/desk", "Husam"),
+        "SendMessage",
+        serde_json::json!({"message": {"messageId": "m-kill", "role": "ROLE_USER",
+            "parts": [{"text": "are you there?"}]}, "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    while model.request_count() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no cycle started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let working = rpc(
+        &url(&first),
+        &first.token("default/desk", "Husam"),
+        "GetTask",
+        serde_json::json!({"id": id}),
+    )
+    .await;
+    assert_eq!(
+        working["result"]["status"]["state"], "TASK_STATE_WORKING",
+        "{working}"
+    );
+    drop(first); // SIGKILL: the gateway and the worker mid-cycle go at once
+
+    // Another process, another token for Husam: the same task, finished by the cycle done
+    // again once the dead worker's lease expires.
+    let second = Dev::start_in(dir.path(), &flags);
+    let token = second.token("default/desk", "Husam");
+    let start = Instant::now();
+    let task = loop {
+        let got = rpc(
+            &url(&second),
+            &token,
+            "GetTask",
+            serde_json::json!({"id": id}),
+        )
+        .await;
+        if got["result"]["status"]["state"] == "TASK_STATE_COMPLETED" {
+            break got["result"].clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not completed: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let said: Vec<&str> = task["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["parts"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["recovered"], "{task}");
+    // Sending the same message again is the same task, delivered once.
+    let again = rpc(
+        &url(&second),
+        &token,
+        "SendMessage",
+        serde_json::json!({"message": {"messageId": "m-kill", "role": "ROLE_USER",
+            "parts": [{"text": "are you there?"}]}, "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    assert_eq!(
+        again["result"]["task"]["id"],
+        serde_json::json!(id),
+        "{again}"
+    );
+    assert_eq!(
+        model.request_count(),
+        3,
+        "the cycle was done once more, not twice"
+    );
+}

@@ -274,9 +274,9 @@ async fn send(
             tasks::check_context_id(c)?;
             c.clone()
         }
-        _ => {
-            super::super::auth::new_token("ctx-").map_err(|e| A2aError::Internal(e.to_string()))?
-        }
+        // A new conversation, named after the message: sent again (a retry), it is the same
+        // conversation, where the same messageId is the same task.
+        _ => new_context_id(caller, &message.message_id),
     };
     let text = tasks::inbound_text(message)?;
     if let Some(spent) = spent_budget(gw, agent, record).await? {
@@ -306,6 +306,18 @@ async fn send(
         }),
         first,
     ))
+}
+
+/// The `contextId` of the conversation a message without one starts: a digest of its
+/// caller and its `messageId`.
+fn new_context_id(caller: &Entity, message_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [caller.kind.as_str(), caller.id.as_str(), message_id] {
+        h.update(part.len().to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    format!("ctx-{}", crate::hex(&h.finalize()[..16]))
 }
 
 /// The agent's spent budget, if one is: it would not answer before the period rolls over.
