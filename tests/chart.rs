@@ -640,3 +640,28 @@ fn traces_go_where_the_values_say_for_every_role() {
     assert!(env(operator, "OTEL_EXPORTER_OTLP_ENDPOINT").is_none());
     assert!(env(operator, "AGENTFLEET_WORKER_OTLP_ENDPOINT").is_none());
 }
+
+#[test]
+fn the_gateways_public_url_reaches_its_flags_for_a2a_cards() {
+    let args = |objects: &[Value]| -> Vec<String> {
+        find(objects, "Deployment", "af-agentfleet-gateway")["spec"]["template"]["spec"]
+            ["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect()
+    };
+    let unset = render(&[]);
+    assert!(!args(&unset).iter().any(|a| a.starts_with("--public-url")));
+    let set = render(&["gateway.publicUrl=https://agents.example.com"]);
+    assert!(args(&set).contains(&"--public-url=https://agents.example.com".to_string()));
+    let refused = Command::new("helm")
+        .args(template_args(&["gateway.publicUrl=agents.example.com"]))
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a URL without a scheme is refused"
+    );
+}
