@@ -232,3 +232,219 @@ async fn a_task_survives_killing_dev_mid_cycle() {
         "the cycle was done once more, not twice"
     );
 }
+
+/// The remote agent of `tests/a2a/sdk_server.py`, on a free port; killed when dropped.
+struct RemoteAgent {
+    child: std::process::Child,
+    url: String,
+    log: std::path::PathBuf,
+}
+
+impl RemoteAgent {
+    fn start(token: &str, slow_seconds: u32) -> Self {
+        let python = python();
+        let log = std::env::temp_dir().join(format!(
+            "agentfleet-a2a-remote-{}-{slow_seconds}.log",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&log);
+        let port = agentfleet::testing::free_port().unwrap();
+        let child = Command::new(python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/a2a/sdk_server.py"
+            ))
+            .args([&port.to_string(), token, log.to_str().unwrap()])
+            .env("SLOW", slow_seconds.to_string())
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}/remote");
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed().as_secs() < 30,
+                "the SDK server did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Self { child, url, log }
+    }
+
+    /// The messages it received: `(messageId, text)`.
+    fn received(&self) -> Vec<(String, String)> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(id, text)| (id.to_string(), text.to_string()))
+            .collect()
+    }
+}
+
+impl Drop for RemoteAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A model that calls the remote agent's skills as Husam asks ("please quick", "please
+/// colour", "please slow"), answers its question, and tells the space what came back.
+fn remote_caller(req: &serde_json::Value) -> agentfleet::testing::MockTurn {
+    use agentfleet::testing::MockTurn;
+    let messages = agentfleet::testing::conversation(req);
+    let last = messages.last().cloned().unwrap_or_default();
+    let content = last["content"].as_str().unwrap_or("").to_string();
+    if last["role"] == "tool" {
+        let called = messages
+            .iter()
+            .rev()
+            .find_map(|m| m["tool_calls"][0]["function"]["name"].as_str())
+            .unwrap_or("");
+        if called == "send_message" {
+            return MockTurn::text("done");
+        }
+        let result: serde_json::Value = serde_json::from_str(&content).unwrap_or_default();
+        if result["state"] == "input_required" {
+            return MockTurn::tools(&[(
+                "remote__colour",
+                serde_json::json!({"message": "blue", "taskId": result["taskId"]}),
+            )]);
+        }
+        return MockTurn::tools(&[(
+            "send_message",
+            serde_json::json!({"text": format!("remote said: {content}")}),
+        )]);
+    }
+    let ask = |skill: &str, message: &str| {
+        MockTurn::tools(&[(skill, serde_json::json!({"message": message}))])
+    };
+    if content.contains("(tool result)") {
+        return MockTurn::tools(&[(
+            "send_message",
+            // A tool's result comes from no space: the answer names one.
+            serde_json::json!({"text": format!("later: {content}"), "space": "desk"}),
+        )]);
+    }
+    if content.contains("please quick") {
+        return ask("remote__quick", "hello");
+    }
+    if content.contains("please colour") {
+        return ask("remote__colour", "paint the fence");
+    }
+    if content.contains("please slow") {
+        return ask("remote__slow", "job");
+    }
+    MockTurn::tools(&[("skip", serde_json::json!({}))])
+}
+
+/// The texts of the agent's messages in `default/desk`, oldest first.
+async fn said(dev: &Dev) -> Vec<String> {
+    let page: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/spaces/default/desk/messages?limit=100",
+            dev.url
+        ))
+        .bearer_auth(dev.token("default/desk", "Husam"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut out: Vec<String> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["sender"]["kind"] == "agent")
+        .map(|m| m["text"].as_str().unwrap().to_string())
+        .collect();
+    out.reverse();
+    out
+}
+
+/// Posts `text` in `default/desk` as Husam, and waits until the agent said something
+/// containing `expect` (returned).
+async fn ask_and_wait(dev: &Dev, text: &str, expect: &str, secs: u64) -> String {
+    let posted = reqwest::Client::new()
+        .post(format!("{}/v1/spaces/default/desk/messages", dev.url))
+        .bearer_auth(dev.token("default/desk", "Husam"))
+        .json(&serde_json::json!({ "text": text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201);
+    wait_said(dev, expect, secs).await
+}
+
+async fn wait_said(dev: &Dev, expect: &str, secs: u64) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(s) = said(dev).await.into_iter().find(|s| s.contains(expect)) {
+            return s;
+        }
+        assert!(
+            start.elapsed().as_secs() < secs,
+            "the agent never said {expect:?}: {:?}",
+            said(dev).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_calls_an_sdk_agent_as_tools_even_across_a_kill() {
+    use agentfleet::testing::{MockModel, RedisServer};
+    agentfleet::install_crypto_provider();
+    let remote = RemoteAgent::start("remote-secret-token", 6);
+    let redis = RedisServer::start().unwrap();
+    let model = MockModel::responding(remote_caller).await.unwrap();
+    let dir = support::ManifestDir::new(
+        "a2a-call",
+        "desk",
+        &[(
+            "caller",
+            format!(
+                "{}\n  tools:\n    a2a:\n      - {{name: remote, url: '{}', timeoutSeconds: 2, headersFrom: {{secretName: remote-auth}}}}\n      - {{name: gone, url: 'http://127.0.0.1:{}/nobody'}}",
+                support::openai(&model.base_url),
+                remote.url,
+                agentfleet::testing::free_port().unwrap()
+            ),
+        )],
+    );
+    std::fs::write(
+        dir.0.join("secret.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: remote-auth}\nstringData: {Authorization: Bearer remote-secret-token}\n",
+    )
+    .unwrap();
+    let flags = ["--redis", &redis.url()];
+    let first = Dev::start_in(dir.path(), &flags);
+
+    // A quick skill: called, answered within the call.
+    let quick = ask_and_wait(&first, "please quick", "remote said", 30).await;
+    assert!(
+        quick.contains("echo: hello") && quick.contains("completed"),
+        "{quick}"
+    );
+    // A question back: answered by calling again with the task's id.
+    let colour = ask_and_wait(&first, "please colour", "painted", 30).await;
+    assert!(colour.contains("painted blue"), "{colour}");
+    // A long task: pending at first, then killed with the agent's worker before the remote
+    // is done; the worker started again follows it and the result wakes the agent.
+    let pending = ask_and_wait(&first, "please slow", "pending", 30).await;
+    assert!(pending.contains("callId"), "{pending}");
+    drop(first);
+    let second = Dev::start_in(dir.path(), &flags);
+    let later = wait_said(&second, "later:", 60).await;
+    assert!(later.contains("slow result for job"), "{later}");
+    let jobs: Vec<_> = remote
+        .received()
+        .into_iter()
+        .filter(|(_, text)| text == "job")
+        .collect();
+    assert_eq!(jobs.len(), 1, "the long task was sent once: {jobs:?}");
+    // The secret never reached the model.
+    let all = serde_json::to_string(&model.requests()).unwrap();
+    assert!(!all.contains("remote-secret-token"));
+}

@@ -68,3 +68,59 @@ pub struct A2aSkillSpec {
     #[schemars(inner(length(max = 512)))]
     pub examples: Vec<String>,
 }
+
+/// A remote agent the agent calls over A2A (v1.0): its card is read when the worker starts,
+/// and each of its skills is offered to the model as a tool `NAME__SKILL` taking a `message`
+/// (and, to go on with a remote task that asked something, its `taskId`). A call sends the
+/// message and returns the remote task's answer; a task still working after `timeoutSeconds`
+/// becomes an asynchronous call, whose result comes into the inbox when the remote task is
+/// over (followed by the worker, also across restarts). A call is never sent twice: a worker
+/// that died during one tells the model its outcome is unknown. While the card cannot be read
+/// the skills are unavailable (`status.tools` says why) and it is read again later.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct A2aAgentToolSpec {
+    /// Prefix of its tools' names: letters, digits, `_` and `-`.
+    #[schemars(
+        length(min = 1, max = 32),
+        regex(pattern = r"^[A-Za-z][A-Za-z0-9_-]*$")
+    )]
+    pub name: String,
+
+    /// The remote agent: its card's URL (`…/.well-known/agent-card.json`), or the URL it is
+    /// served at (the card is read below it).
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
+    pub url: String,
+
+    /// A Secret (in the Agent's namespace) whose keys become headers of every request (the
+    /// remote agent's `Authorization`, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers_from: Option<super::HeadersFrom>,
+
+    /// How long a call waits for the remote task to be over before it becomes asynchronous,
+    /// in seconds.
+    #[serde(default = "a2a_timeout_seconds")]
+    #[schemars(range(min = 1, max = 600))]
+    pub timeout_seconds: u32,
+
+    /// How long the worker follows a remote task that became asynchronous, in seconds; after
+    /// that the call expires and the model is told.
+    #[serde(default = "a2a_result_ttl_seconds")]
+    #[schemars(range(min = 60, max = 2592000))]
+    pub result_ttl_seconds: u32,
+
+    /// Skills (by the card's ids) whose calls a member of the active space must approve
+    /// first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub require_approval: Vec<String>,
+}
+
+fn a2a_timeout_seconds() -> u32 {
+    30
+}
+
+fn a2a_result_ttl_seconds() -> u32 {
+    86_400
+}

@@ -27,6 +27,12 @@ pub struct ToolsSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub mcp: Vec<McpServerSpec>,
 
+    /// Remote agents called over A2A, each skill a tool `NAME__SKILL` (at most 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub a2a: Vec<super::A2aAgentToolSpec>,
+
     /// Tools whose result a human supplies (a form answer, a choice, a confirmation): a call
     /// pauses the cycle until a member of the active space answers it through the gateway
     /// (`POST /v1/spaces/{ns}/{space}/tool-calls/{callId}`) or it times out. At most 32.
@@ -77,6 +83,7 @@ impl Default for ToolsSpec {
             builtin: BuiltinTool::all(),
             http: Vec::new(),
             mcp: Vec::new(),
+            a2a: Vec::new(),
             interactive: Vec::new(),
             approval_timeout_seconds: default_approval_timeout_seconds(),
         }
@@ -84,14 +91,15 @@ impl Default for ToolsSpec {
 }
 
 impl ToolsSpec {
-    /// The Secrets whose keys become headers of the agent's HTTP tools and MCP servers, each
-    /// once, in a stable order.
+    /// The Secrets whose keys become headers of the agent's HTTP tools, MCP servers and A2A
+    /// agents, each once, in a stable order.
     pub fn secrets(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self
             .http
             .iter()
             .filter_map(|t| t.headers_from.as_ref())
             .chain(self.mcp.iter().filter_map(|m| m.headers_from.as_ref()))
+            .chain(self.a2a.iter().filter_map(|a| a.headers_from.as_ref()))
             .map(|h| h.secret_name.as_str())
             .collect();
         names.sort_unstable();
@@ -116,7 +124,12 @@ impl ToolsSpec {
             .iter()
             .filter(|s| uses(&s.headers_from))
             .map(|s| format!("MCP server {}", s.name));
-        http.chain(mcp).collect::<Vec<_>>().join(", ")
+        let a2a = self
+            .a2a
+            .iter()
+            .filter(|a| uses(&a.headers_from))
+            .map(|a| format!("A2A agent {}", a.name));
+        http.chain(mcp).chain(a2a).collect::<Vec<_>>().join(", ")
     }
 }
 

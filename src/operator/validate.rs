@@ -199,6 +199,14 @@ fn tool_names(tools: &ToolsSpec, problems: &mut Vec<String>) {
             ));
         }
     }
+    for (i, a) in tools.a2a.iter().enumerate() {
+        if !servers.insert(a.name.as_str()) {
+            problems.push(format!(
+                "tools.a2a[{i}].name {:?} is used by another MCP server or A2A agent",
+                a.name
+            ));
+        }
+    }
 }
 
 /// The declared MCP server whose `NAME__` prefix `tool` starts with.
@@ -221,6 +229,14 @@ fn names_a_tool(tools: &ToolsSpec, name: &str) -> Result<(), String> {
     }
     if tools.http.iter().any(|t| t.name == name) || tools.interactive.iter().any(|t| t.name == name)
     {
+        return Ok(());
+    }
+    if tools.a2a.iter().any(|a| {
+        name.strip_prefix(a.name.as_str())
+            .and_then(|rest| rest.strip_prefix(MCP_SEPARATOR))
+            .is_some_and(|skill| !skill.is_empty())
+    }) {
+        // Its skills are known only from its card, when the worker reads it.
         return Ok(());
     }
     if let Some(server) = server_of(&tools.mcp, name) {
@@ -346,6 +362,21 @@ mod tests {
         );
         let cycle = "{phases: [{toStep: 0, activeTools: [read_messages, get_ticket, tracker__create, grafana__query, grafana__*, tracker__*]}]}";
         assert_eq!(with_tools(&tools, cycle), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a2a_agents_have_prefixes_of_their_own_and_their_skills_can_be_phased() {
+        let p = with_tools(
+            &format!("{{mcp: [{TRACKER}], a2a: [{{name: tracker, url: \"http://a\"}}, {{name: billing, url: \"http://b\"}}, {{name: billing, url: \"http://c\"}}]}}"),
+            "{phases: [{toStep: 0, activeTools: [billing__refund]}]}",
+        );
+        assert_eq!(
+            p,
+            [
+                "tools.a2a[0].name \"tracker\" is used by another MCP server or A2A agent",
+                "tools.a2a[2].name \"billing\" is used by another MCP server or A2A agent",
+            ]
+        );
     }
 
     #[test]

@@ -148,6 +148,22 @@ pub struct CallRecord {
     /// that cycle's chain (a human's answer starts a new one).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub depth: u32,
+    /// For a call of a remote A2A agent that went on past its wait: the remote task the
+    /// worker follows until it is over (then the worker completes the call itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteTask>,
+}
+
+/// A remote agent's task that a call waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteTask {
+    /// Which of the agent's A2A agents (`spec.tools.a2a[].name`).
+    pub source: String,
+    /// The remote agent's JSON-RPC URL.
+    pub url: String,
+    /// The remote task's id.
+    pub task_id: String,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -242,9 +258,28 @@ impl NewCall {
                 arguments: None,
                 result_schema: None,
                 depth: 0,
+                remote: None,
             },
             token,
         })
+    }
+
+    /// A call of `tool` that waits for `remote`, a task of a remote A2A agent that the worker
+    /// follows and completes itself: registered without a token, so no service's result is
+    /// ever taken for it.
+    pub fn following(
+        agent: &AgentKey,
+        tool: &str,
+        remote: RemoteTask,
+        ttl_ms: i64,
+        depth: u32,
+    ) -> Result<Self, NoRandom> {
+        let mut call = Self::new(agent, tool, ttl_ms)?;
+        call.record.token_hash = String::new();
+        call.record.remote = Some(remote);
+        call.record.depth = depth;
+        call.token = String::new();
+        Ok(call)
     }
 }
 
@@ -281,6 +316,7 @@ impl HumanCall {
                 arguments: Some(arguments),
                 result_schema,
                 depth: 0,
+                remote: None,
             },
         })
     }
@@ -338,9 +374,20 @@ impl RegisteredCall {
         entries: impl IntoIterator<Item = (&'a str, &'a CallRecord, bool)>,
         now_ms: i64,
     ) -> Vec<RegisteredCall> {
+        let mut out = Self::open(entries, now_ms);
+        out.retain(|c| c.record.kind.human());
+        out
+    }
+
+    /// The calls without their result among an agent's registry, oldest first (then by
+    /// id): not done, not forgotten at `now_ms` (expired ones too).
+    pub fn open<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a CallRecord, bool)>,
+        now_ms: i64,
+    ) -> Vec<RegisteredCall> {
         let mut out: Vec<RegisteredCall> = entries
             .into_iter()
-            .filter(|(_, r, done)| r.kind.human() && !done && r.forget_ms() > now_ms)
+            .filter(|(_, r, done)| !done && r.forget_ms() > now_ms)
             .filter_map(|(id, record, _)| {
                 Some(RegisteredCall {
                     id: CallId::parse(id)?,
@@ -417,6 +464,10 @@ pub trait Calls: Send + Sync {
     /// The calls of `agent` that wait for a human (not done, not forgotten; expired ones
     /// too), oldest first.
     async fn human_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError>;
+
+    /// The calls of `agent` without their result (not done, not forgotten; expired ones
+    /// too), oldest first: what a worker follows again after a restart.
+    async fn open_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError>;
 
     /// Accepts the result of `call` presented with `token` (`None`: a human's answer, for a
     /// call registered without one): when the call is known, the token is its own, it has no

@@ -59,7 +59,7 @@ mod tokens;
 
 pub use self::calls::{
     presented_hash, token_hash, Answer, CallId, CallKind, CallRecord, CallResult, Calls,
-    Completion, HumanCall, NewCall, NoRandom, RegisteredCall, Verdict, FORGET_AFTER_MS,
+    Completion, HumanCall, NewCall, NoRandom, RegisteredCall, RemoteTask, Verdict, FORGET_AFTER_MS,
 };
 pub use self::consciousness::{
     next_digest, ArchiveReport, Checkpoint, Compacted, Consciousness, ConsciousnessLog,

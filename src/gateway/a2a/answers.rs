@@ -109,6 +109,7 @@ mod tests {
                 arguments: None,
                 result_schema: None,
                 depth: 0,
+                remote: None,
             },
             done: false,
         }

@@ -63,6 +63,17 @@ impl Calls for MemoryStore {
         Ok(self.agent(agent, |a| a.human_calls()))
     }
 
+    async fn open_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError> {
+        Ok(self.agent(agent, |a| {
+            RegisteredCall::open(
+                a.calls
+                    .iter()
+                    .map(|(id, (record, done))| (id.as_str(), record, *done)),
+                now_ms(),
+            )
+        }))
+    }
+
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError> {
         self.agent(call.agent(), |a| a.calls.remove(call.as_str()));
         Ok(())

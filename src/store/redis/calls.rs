@@ -59,6 +59,23 @@ impl Calls for RedisStore {
         Ok(waiting_for_humans(&all))
     }
 
+    async fn open_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError> {
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.conns.shared().await?;
+        let all: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(keys.calls())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read calls"))?;
+        let (records, done) = registry(&all);
+        Ok(RegisteredCall::open(
+            records
+                .iter()
+                .map(|(id, record)| (*id, record, done.contains(id))),
+            now_ms(),
+        ))
+    }
+
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError> {
         let keys = AgentKeys::new(call.agent());
         let done = format!("{call}:done");
@@ -102,19 +119,28 @@ impl Calls for RedisStore {
 /// (`ID` → record, `ID:done` → time); a record it cannot read is left out (the store wrote
 /// it; one bad entry must not hide the others).
 pub(super) fn waiting_for_humans(all: &[(String, String)]) -> Vec<RegisteredCall> {
-    let done: std::collections::HashSet<&str> = all
-        .iter()
-        .filter_map(|(k, _)| k.strip_suffix(":done"))
-        .collect();
-    let records: Vec<(&str, CallRecord)> = all
-        .iter()
-        .filter(|(k, _)| !k.ends_with(":done"))
-        .filter_map(|(k, v)| Some((k.as_str(), serde_json::from_str(v).ok()?)))
-        .collect();
+    let (records, done) = registry(all);
     RegisteredCall::waiting_for_humans(
         records
             .iter()
             .map(|(id, record)| (*id, record, done.contains(id))),
         now_ms(),
     )
+}
+
+/// The records of an agent's call registry as `HGETALL` gives it, and the ids that are done;
+/// a record it cannot read is left out.
+fn registry(
+    all: &[(String, String)],
+) -> (Vec<(&str, CallRecord)>, std::collections::HashSet<&str>) {
+    let done = all
+        .iter()
+        .filter_map(|(k, _)| k.strip_suffix(":done"))
+        .collect();
+    let records = all
+        .iter()
+        .filter(|(k, _)| !k.ends_with(":done"))
+        .filter_map(|(k, v)| Some((k.as_str(), serde_json::from_str(v).ok()?)))
+        .collect();
+    (records, done)
 }

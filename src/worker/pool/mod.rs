@@ -221,6 +221,7 @@ impl Pool {
     pub fn set_manifests(&self, agents: Vec<Agent>) {
         let mut look = Vec::new();
         let mut added = Vec::new();
+        let mut following = Vec::new();
         {
             let mut map = lock(&self.inner.agents);
             let mut keep = std::collections::HashSet::new();
@@ -244,6 +245,9 @@ impl Pool {
                     None => {
                         if restores(&agent) {
                             look.push(key.clone());
+                        }
+                        if !agent.spec.tools.a2a.is_empty() {
+                            following.push(key.clone());
                         }
                         added.push(key.clone());
                         map.insert(key, Entry::new(Host::Manifest(Arc::new(agent)), None));
@@ -271,6 +275,26 @@ impl Pool {
         for key in look {
             self.inner.clone().poke(&key);
         }
+        // An agent that calls A2A agents may have left remote tasks to follow (a restart):
+        // its session starts its tools, which follow them again.
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            for key in following {
+                let remote = inner
+                    .setting
+                    .store
+                    .open_calls(&key)
+                    .await
+                    .map(|calls| calls.iter().any(|c| c.record.remote.is_some()));
+                match remote {
+                    Ok(true) => inner.clone().poke(&key),
+                    Ok(false) => {}
+                    Err(e) => {
+                        debug!(agent = %key, error = %e, "cannot read its open calls; its remote tasks are followed when it wakes")
+                    }
+                }
+            }
+        });
     }
 
     /// The agents hosted.

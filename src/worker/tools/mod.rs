@@ -2,6 +2,7 @@
 //! endpoints, the tools of MCP servers) behind one [`External`] trait, put together in a
 //! [`Toolbox`] that offers the model one stable list.
 
+pub mod a2a;
 pub mod builtin;
 pub mod http;
 pub mod interactive;
@@ -152,7 +153,7 @@ pub struct ExternalContext {
 }
 
 /// The external tools an agent's spec declares: its HTTP tools, then one source per MCP
-/// server, in the spec's order, then its interactive tools.
+/// server, then one per A2A agent, in the spec's order, then its interactive tools.
 pub fn external(
     agent: &AgentKey,
     spec: &crate::crd::ToolsSpec,
@@ -166,6 +167,11 @@ pub fn external(
         spec.mcp.iter().map(|m| {
             Arc::new(mcp::McpServer::start(agent, m, &context.secrets)) as Arc<dyn External>
         }),
+    );
+    out.extend(
+        spec.a2a
+            .iter()
+            .map(|a| Arc::new(a2a::A2aAgent::start(agent, a, context)) as Arc<dyn External>),
     );
     if !spec.interactive.is_empty() {
         out.push(Arc::new(interactive::InteractiveTools::new(

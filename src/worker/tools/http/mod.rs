@@ -12,7 +12,7 @@
 //! Every text a call produces (results, errors, logs, the status, what `visible` tools show)
 //! has every value of the agent's tool Secrets, and the call's own token, masked.
 
-mod request;
+pub(crate) mod request;
 mod response;
 
 use std::sync::Arc;

@@ -103,7 +103,7 @@ pub(super) fn static_headers(spec: &HttpToolSpec) -> Result<HeaderMap, String> {
 }
 
 /// The headers a Secret's keys make; an error names the Secret and key, never a value.
-pub(super) fn secret_headers(
+pub(crate) fn secret_headers(
     secret: &str,
     entries: &std::collections::BTreeMap<String, String>,
 ) -> Result<HeaderMap, String> {

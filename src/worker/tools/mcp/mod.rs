@@ -15,7 +15,7 @@
 
 mod connection;
 mod keyed;
-mod offer;
+pub(crate) mod offer;
 mod result;
 
 use std::collections::BTreeSet;

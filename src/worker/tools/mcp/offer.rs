@@ -286,9 +286,15 @@ impl Offer {
 /// What `status.tools` shows for a server whose tools are unavailable (or the rest of its
 /// tools, not offered): one entry standing for all of them.
 pub fn unavailable(server: &str, why: &str) -> ToolStatus {
+    unavailable_from(server, &source(server), why)
+}
+
+/// What `status.tools` shows for the tools `PREFIX__*` of `source` while they are
+/// unavailable: one entry standing for all of them.
+pub fn unavailable_from(prefix: &str, source: &str, why: &str) -> ToolStatus {
     ToolStatus {
-        name: format!("{server}{SEPARATOR}*"),
-        source: source(server),
+        name: format!("{prefix}{SEPARATOR}*"),
+        source: source.to_string(),
         ready: false,
         last_error: Some(why.to_string()),
         note: None,
@@ -317,7 +323,7 @@ pub fn model_name(server: &str, tool: &str) -> String {
 }
 
 /// The largest index ≤ `i` that starts a character of `s`.
-pub(super) fn floor_char_boundary(s: &str, i: usize) -> usize {
+pub(crate) fn floor_char_boundary(s: &str, i: usize) -> usize {
     let mut i = i.min(s.len());
     while !s.is_char_boundary(i) {
         i -= 1;

@@ -1,0 +1,538 @@
+//! Remote agents called over A2A (`spec.tools.a2a`): each skill of a remote agent's card is a
+//! tool `NAME__SKILL` that sends it a message and returns its task's answer.
+//!
+//! - The card is read in the background when the worker starts (again after a failure, with
+//!   backoff, and every [`REREAD`]); until then its tools are not offered and `status.tools`
+//!   says why. Nothing else of the agent waits for it.
+//! - A call sends the message asking for the task at once, then reads the task until it is
+//!   over or interrupted (`INPUT_REQUIRED`: the model gets the question, and answers by
+//!   calling again with the `taskId`), for `timeoutSeconds`. A task still working then is
+//!   followed in the background ([`follow`]) and the call answers `pending`: its result comes
+//!   into the inbox as a `tool_result`, like an async HTTP tool's.
+//! - Never sent twice: calls are not idempotent (a redone cycle gets "outcome unknown"), and
+//!   the message id is the call's idempotency key, so a remote that deduplicates by it sees
+//!   one message even from two tries.
+
+mod client;
+mod follow;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::header::HeaderMap;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tracing::{debug, info};
+
+use super::mcp::offer::{model_name, unavailable_from, SEPARATOR};
+use super::{Ask, External, ExternalCall, ExternalContext, Outcome};
+use crate::a2a::{Message, Part, Role, SendMessageResponse, Task};
+use crate::crd::{A2aAgentToolSpec, ToolStatus};
+use crate::identity::AgentKey;
+use crate::model::ToolSpec;
+use crate::secrets::Redactor;
+use crate::store::{NewCall, RemoteTask, Store};
+
+pub use client::MAX_ANSWER_BYTES;
+
+/// How often a card that was read is read again (skills may change).
+const REREAD: Duration = Duration::from_secs(600);
+
+/// How long reading a card may take.
+const CARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest skill description offered to the model, in bytes.
+const MAX_DESCRIPTION_BYTES: usize = 2048;
+
+/// The most skills offered of one remote agent.
+const MAX_SKILLS: usize = 32;
+
+/// How often a call reads its task while it waits.
+const POLL: Duration = Duration::from_millis(250);
+
+/// A remote agent and the tools made of its skills.
+pub struct A2aAgent {
+    shared: Arc<Shared>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for A2aAgent {
+    fn drop(&mut self) {
+        if let Some(task) = self.reader.take() {
+            task.abort();
+        }
+    }
+}
+
+/// What the background reader and the calls share.
+struct Shared {
+    agent: AgentKey,
+    spec: A2aAgentToolSpec,
+    client: Result<reqwest::Client, String>,
+    store: Arc<dyn Store>,
+    secrets: super::secrets::Secrets,
+    card: Mutex<Card>,
+    changed: Notify,
+    settled: tokio::sync::watch::Sender<bool>,
+}
+
+/// What is known of the card.
+enum Card {
+    /// Not read yet.
+    Reading,
+    /// Read: where to send, and the tools (skill id, spec).
+    Read {
+        url: String,
+        tools: Vec<(String, ToolSpec)>,
+    },
+    /// Could not be read: why.
+    Failed(String),
+}
+
+impl A2aAgent {
+    /// Starts reading `spec`'s card, and following the remote tasks calls of this agent left
+    /// open (a restart).
+    pub fn start(agent: &AgentKey, spec: &A2aAgentToolSpec, context: &ExternalContext) -> Self {
+        crate::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("agentfleet/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("building the HTTP client: {}", crate::report::chain(&e)));
+        let shared = Arc::new(Shared {
+            agent: agent.clone(),
+            spec: spec.clone(),
+            client,
+            store: context.store.clone(),
+            secrets: context.secrets.clone(),
+            card: Mutex::new(Card::Reading),
+            changed: Notify::new(),
+            settled: tokio::sync::watch::channel(false).0,
+        });
+        let reader = tokio::spawn(read_card(shared.clone()));
+        Self {
+            shared,
+            reader: Some(reader),
+        }
+    }
+}
+
+/// Reads the card now and then, and once follows the open calls.
+async fn read_card(shared: Arc<Shared>) {
+    follow::resume(&shared).await;
+    let mut backoff = Duration::from_secs(2);
+    loop {
+        let read = shared.read().await;
+        let ok = read.is_ok();
+        {
+            let mut card = crate::sync::lock(&shared.card);
+            *card = match read {
+                Ok((url, tools)) => Card::Read { url, tools },
+                Err(why) => {
+                    info!(agent = %shared.agent, a2a = %shared.spec.name, error = %why, "A2A agent unavailable");
+                    Card::Failed(why)
+                }
+            };
+        }
+        shared.changed.notify_waiters();
+        shared.settled.send_replace(true);
+        let wait = if ok {
+            backoff = Duration::from_secs(2);
+            REREAD
+        } else {
+            backoff = (backoff * 2).min(Duration::from_secs(120));
+            backoff
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+impl Shared {
+    /// The headers of every request (the Secret's, read now: a mounted Secret changes in
+    /// place).
+    fn headers(&self) -> Result<HeaderMap, String> {
+        match &self.spec.headers_from {
+            None => Ok(HeaderMap::new()),
+            Some(from) => {
+                let entries = self.secrets.get(&from.secret_name)?;
+                super::http::request::secret_headers(&from.secret_name, &entries)
+            }
+        }
+    }
+
+    /// Masks the values of its Secret.
+    fn redactor(&self) -> Redactor {
+        let names: Vec<&str> = self
+            .spec
+            .headers_from
+            .iter()
+            .map(|h| h.secret_name.as_str())
+            .collect();
+        Redactor::new(self.secrets.values(&names))
+    }
+
+    fn client(&self) -> Result<&reqwest::Client, String> {
+        self.client.as_ref().map_err(Clone::clone)
+    }
+
+    /// Reads the card: the JSON-RPC URL and a tool per skill.
+    async fn read(&self) -> Result<(String, Vec<(String, ToolSpec)>), String> {
+        let headers = self.headers()?;
+        let remote = client::read_card(self.client()?, &self.spec.url, &headers, CARD_TIMEOUT)
+            .await
+            .map_err(|e| self.redactor().redact(&e))?;
+        let tools = remote
+            .card
+            .skills
+            .iter()
+            .take(MAX_SKILLS)
+            .filter(|s| !s.id.is_empty())
+            .map(|s| {
+                (
+                    s.id.clone(),
+                    tool_spec(&self.spec.name, &remote.card.name, s),
+                )
+            })
+            .collect();
+        Ok((remote.url, tools))
+    }
+}
+
+/// The tool a skill is.
+fn tool_spec(prefix: &str, agent: &str, skill: &crate::a2a::AgentSkill) -> ToolSpec {
+    let mut description = format!(
+        "Ask the remote agent {agent} (A2A) to {}: {}",
+        if skill.name.is_empty() {
+            &skill.id
+        } else {
+            &skill.name
+        },
+        skill.description
+    );
+    if !skill.examples.is_empty() {
+        description.push_str(&format!(" Examples: {}", skill.examples.join("; ")));
+    }
+    description.push_str(" Returns its answer; if it asks something back (state input_required), call again with its taskId and your answer.");
+    if description.len() > MAX_DESCRIPTION_BYTES {
+        let cut = super::mcp::offer::floor_char_boundary(&description, MAX_DESCRIPTION_BYTES);
+        description.truncate(cut);
+    }
+    ToolSpec {
+        name: model_name(prefix, &skill.id),
+        description,
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "message": {"type": "string", "description": "What to ask or tell it."},
+                "taskId": {"type": "string", "description": "To answer a question of one of its tasks: that task's id."},
+                "contextId": {"type": "string", "description": "To go on in a conversation with it: the contextId of an earlier answer."}
+            },
+            "required": ["message"]
+        }),
+    }
+}
+
+/// The arguments of a call.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Args {
+    message: String,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    context_id: Option<String>,
+}
+
+/// What the model gets of a remote task.
+pub(super) fn task_result(source: &str, task: &Task) -> Value {
+    let text = |m: &Message| m.text();
+    let answer: Vec<String> = task
+        .artifacts
+        .iter()
+        .flat_map(|a| a.parts.iter().filter_map(Part::as_text).map(str::to_string))
+        .collect();
+    let state = task.status.state;
+    let mut out = json!({
+        "agent": source,
+        "state": state.as_str().trim_start_matches("TASK_STATE_").to_ascii_lowercase(),
+        "taskId": task.id,
+        "contextId": task.context_id,
+    });
+    let said = task
+        .status
+        .message
+        .as_ref()
+        .map(text)
+        .filter(|t| !t.is_empty());
+    if !answer.is_empty() {
+        out["answer"] = json!(answer.join("\n"));
+    } else if let Some(s) = &said {
+        out["answer"] = json!(s);
+    }
+    if state.is_interrupted() {
+        out["question"] = json!(said.unwrap_or_default());
+        out["note"] = json!("it waits for you: call the same tool again with this taskId and your answer as message");
+    }
+    out
+}
+
+impl A2aAgent {
+    /// Runs a call: the outcome's JSON value, or an error message.
+    async fn run(&self, call: &ExternalCall<'_>) -> Result<Value, String> {
+        let s = &self.shared;
+        let (url, skill) = {
+            let card = crate::sync::lock(&s.card);
+            match &*card {
+                Card::Read { url, tools } => (
+                    url.clone(),
+                    tools
+                        .iter()
+                        .find(|(_, t)| t.name == call.name)
+                        .map(|(id, _)| id.clone())
+                        .ok_or_else(|| {
+                            format!("{} is no skill of A2A agent {}", call.name, s.spec.name)
+                        })?,
+                ),
+                Card::Reading => {
+                    return Err(format!("A2A agent {} is not reachable yet", s.spec.name))
+                }
+                Card::Failed(why) => {
+                    return Err(format!("A2A agent {} is unavailable: {why}", s.spec.name))
+                }
+            }
+        };
+        let args: Args = serde_json::from_str(call.arguments)
+            .map_err(|e| format!("invalid arguments for {}: {e}", call.name))?;
+        if args.message.trim().is_empty() {
+            return Err(format!(
+                "invalid arguments for {}: message is empty",
+                call.name
+            ));
+        }
+        let headers = s.headers()?;
+        let client = s.client()?;
+        let message = Message {
+            message_id: format!("agentfleet-{}", call.idempotency_key),
+            context_id: args.context_id.filter(|c| !c.is_empty()),
+            task_id: args.task_id.filter(|t| !t.is_empty()),
+            role: Role::User,
+            parts: vec![Part::text(args.message)],
+            metadata: Some(serde_json::Map::from_iter([(
+                "skill".to_string(),
+                Value::String(skill),
+            )])),
+            extensions: Vec::new(),
+            reference_task_ids: Vec::new(),
+        };
+        let wait = Duration::from_secs(u64::from(s.spec.timeout_seconds));
+        let task = match client::send(client, &url, &headers, &message, wait)
+            .await
+            .map_err(|f| f.message())?
+        {
+            SendMessageResponse::Message(m) => {
+                return Ok(
+                    json!({"agent": s.spec.name, "state": "answered", "answer": m.text(), "contextId": m.context_id}),
+                )
+            }
+            SendMessageResponse::Task(t) => t,
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut task = task;
+        while !(task.status.state.is_terminal() || task.status.state.is_interrupted()) {
+            if tokio::time::Instant::now() >= deadline {
+                return self.pending(call, &url, &task).await;
+            }
+            tokio::time::sleep(POLL).await;
+            match client::get(client, &url, &headers, &task.id, wait).await {
+                Ok(t) => task = t,
+                Err(f) => {
+                    debug!(agent = %s.agent, task = %task.id, error = %f.message(), "reading a remote task failed; trying again")
+                }
+            }
+        }
+        Ok(task_result(&s.spec.name, &task))
+    }
+
+    /// Turns a call whose remote task is still working into an asynchronous one.
+    async fn pending(
+        &self,
+        call: &ExternalCall<'_>,
+        url: &str,
+        task: &Task,
+    ) -> Result<Value, String> {
+        let s = &self.shared;
+        let remote = RemoteTask {
+            source: s.spec.name.clone(),
+            url: url.to_string(),
+            task_id: task.id.clone(),
+        };
+        let ttl = i64::from(s.spec.result_ttl_seconds) * 1000;
+        let new = NewCall::following(call.agent, call.name, remote, ttl, call.depth)
+            .map_err(|e| e.to_string())?;
+        s.store
+            .register_call(&new)
+            .await
+            .map_err(|e| format!("the remote task goes on, but it cannot be followed: {e}"))?;
+        follow::spawn(self.shared.clone(), new.id.clone(), new.record.clone());
+        Ok(json!({
+            "agent": s.spec.name,
+            "status": "pending",
+            "callId": new.id.as_str(),
+            "taskId": task.id,
+            "contextId": task.context_id,
+            "state": task.status.state.as_str().trim_start_matches("TASK_STATE_").to_ascii_lowercase(),
+            "note": "the remote task is still working; its result comes into your inbox as a tool_result of this callId"
+        }))
+    }
+}
+
+#[async_trait]
+impl External for A2aAgent {
+    fn specs(&self) -> Vec<ToolSpec> {
+        match &*crate::sync::lock(&self.shared.card) {
+            Card::Read { tools, .. } => tools.iter().map(|(_, t)| t.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn status(&self) -> Vec<ToolStatus> {
+        let source = format!("a2a:{}", self.shared.spec.name);
+        match &*crate::sync::lock(&self.shared.card) {
+            Card::Read { tools, .. } => tools
+                .iter()
+                .map(|(_, t)| ToolStatus {
+                    name: t.name.clone(),
+                    source: source.clone(),
+                    ready: true,
+                    last_error: None,
+                    note: None,
+                })
+                .collect(),
+            Card::Reading => vec![unavailable_from(
+                &self.shared.spec.name,
+                &source,
+                "its card is being read",
+            )],
+            Card::Failed(why) => vec![unavailable_from(&self.shared.spec.name, &source, why)],
+        }
+    }
+
+    fn idempotent(&self, _tool: &str) -> bool {
+        false
+    }
+
+    async fn call(&self, call: &ExternalCall<'_>) -> Outcome {
+        let redactor = self.shared.redactor();
+        match self.run(call).await {
+            Ok(v) => Outcome {
+                content: redactor.redact(&v.to_string()),
+                ok: true,
+            },
+            Err(e) => Outcome::error(redactor.redact(&e)),
+        }
+    }
+
+    fn continues(&self, _tool: &str) -> bool {
+        true
+    }
+
+    fn owns(&self, tool: &str) -> bool {
+        tool.strip_prefix(self.shared.spec.name.as_str())
+            .is_some_and(|rest| rest.starts_with(SEPARATOR))
+    }
+
+    async fn changed(&self) {
+        self.shared.changed.notified().await
+    }
+
+    async fn settled(&self) {
+        let mut rx = self.shared.settled.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    fn asks(&self, tool: &str) -> Option<Ask> {
+        let spec = &self.shared.spec;
+        spec.require_approval
+            .iter()
+            .any(|skill| model_name(&spec.name, skill) == tool)
+            .then_some(Ask {
+                kind: crate::store::CallKind::Approval,
+                result_schema: None,
+                timeout_seconds: None,
+            })
+    }
+
+    fn masks(&self) -> Redactor {
+        self.shared.redactor()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::a2a::{Artifact, TaskState, TaskStatus};
+
+    #[test]
+    fn a_task_reads_as_its_answer_or_its_question() {
+        let mut task = Task {
+            id: "t1".into(),
+            context_id: Some("c1".into()),
+            status: TaskStatus {
+                state: TaskState::Completed,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: vec![Artifact {
+                artifact_id: "a".into(),
+                name: None,
+                description: None,
+                parts: vec![Part::text("42")],
+                metadata: None,
+                extensions: Vec::new(),
+            }],
+            history: Vec::new(),
+            metadata: None,
+        };
+        let done = task_result("calc", &task);
+        assert_eq!(done["state"], "completed");
+        assert_eq!(done["answer"], "42");
+        assert!(done.get("question").is_none());
+        task.artifacts.clear();
+        task.status.state = TaskState::InputRequired;
+        task.status.message = Some(Message {
+            message_id: "q".into(),
+            context_id: None,
+            task_id: None,
+            role: Role::Agent,
+            parts: vec![Part::text("Which colour?")],
+            metadata: None,
+            extensions: Vec::new(),
+            reference_task_ids: Vec::new(),
+        });
+        let asks = task_result("calc", &task);
+        assert_eq!(asks["state"], "input_required");
+        assert_eq!(asks["question"], "Which colour?");
+        assert_eq!(asks["taskId"], "t1");
+    }
+
+    #[test]
+    fn a_skill_is_a_namespaced_tool_with_a_bounded_description() {
+        let skill = crate::a2a::AgentSkill {
+            id: "sum up".into(),
+            name: "Sum up".into(),
+            description: "x".repeat(5000),
+            tags: vec!["t".into()],
+            examples: Vec::new(),
+            input_modes: Vec::new(),
+            output_modes: Vec::new(),
+            security_requirements: Vec::new(),
+        };
+        let t = tool_spec("calc", "Calculator", &skill);
+        assert_eq!(t.name, "calc__sum_up");
+        assert!(t.description.len() <= MAX_DESCRIPTION_BYTES);
+        assert_eq!(t.parameters["required"], json!(["message"]));
+    }
+}
