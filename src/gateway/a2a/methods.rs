@@ -205,8 +205,8 @@ enum Sent {
     /// Posted (or answered a question): the watch of its task (live events subscribed before
     /// the post, so nothing is missed) and the task as it is now.
     Watch(Box<Watch>, Task),
-    /// Refused before anything was posted (a spent budget): a `REJECTED` task that saying why,
-    /// kept nowhere.
+    /// Refused before anything was posted (a spent budget): a `REJECTED` task saying why, kept
+    /// nowhere.
     Rejected(Task),
 }
 

@@ -206,16 +206,17 @@ fn jsonrpc_error(id: Value, e: &A2aError) -> Response {
     response
 }
 
-/// Server-sent events of `updates`, each framed by `frame`.
-fn sse<S>(updates: S, frame: impl Fn(&StreamResponse) -> Value + Send + 'static) -> Response
+/// Server-sent events of `updates`, each (an update or the error that ends the stream)
+/// framed by `frame` in its binding's shape.
+fn sse<S>(
+    updates: S,
+    frame: impl Fn(Result<&StreamResponse, &A2aError>) -> Value + Send + 'static,
+) -> Response
 where
     S: Stream<Item = Result<StreamResponse, A2aError>> + Send + 'static,
 {
     let events = updates.map(move |item| {
-        let data = match item {
-            Ok(update) => frame(&update),
-            Err(e) => e.to_rest_body(),
-        };
+        let data = frame(item.as_ref());
         Ok::<_, std::convert::Infallible>(Event::default().data(data.to_string()))
     });
     Sse::new(events)
@@ -251,9 +252,10 @@ async fn jsonrpc(
             axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": value}))
                 .into_response()
         }
-        Ok(methods::Answer::Stream(updates)) => {
-            sse(updates, move |u| jsonrpc_result(id.clone(), u))
-        }
+        Ok(methods::Answer::Stream(updates)) => sse(updates, move |item| match item {
+            Ok(u) => jsonrpc_result(id.clone(), u),
+            Err(e) => e.to_jsonrpc(id.clone()),
+        }),
         Err(e) => jsonrpc_error(id, &e),
     }
 }
@@ -285,9 +287,10 @@ async fn rest(
             );
             response
         }
-        Ok(methods::Answer::Stream(updates)) => {
-            sse(updates, |u| serde_json::to_value(u).unwrap_or(Value::Null))
-        }
+        Ok(methods::Answer::Stream(updates)) => sse(updates, |item| match item {
+            Ok(u) => serde_json::to_value(u).unwrap_or(Value::Null),
+            Err(e) => e.to_rest_body(),
+        }),
         Err(e) => rest_error(&e),
     }
 }

@@ -505,7 +505,7 @@ pub(super) async fn ids_in(
         .collect())
 }
 
-/// How a task's cycle ended, for the stream's closing: `None` while it is not over.
+/// Whether a task has settled: over, or waiting for its caller (a stream closes then).
 pub(super) fn is_settled(task: &Task) -> bool {
     task.status.state.is_terminal() || task.status.state.is_interrupted()
 }

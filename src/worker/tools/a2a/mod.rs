@@ -49,6 +49,12 @@ const MAX_DESCRIPTION_BYTES: usize = 2048;
 /// The most skills offered of one remote agent.
 const MAX_SKILLS: usize = 32;
 
+/// The most of a remote answer the model gets, in bytes (the rest is cut, and it is told).
+const MAX_RESULT_ANSWER_BYTES: usize = 32 * 1024;
+
+/// The longest tool name model providers take.
+const MAX_TOOL_NAME: usize = 64;
+
 /// How often a call reads its task while it waits.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -184,19 +190,22 @@ impl Shared {
         let remote = client::read_card(self.client()?, &self.spec.url, &headers, CARD_TIMEOUT)
             .await
             .map_err(|e| self.redactor().redact(&e))?;
-        let tools = remote
-            .card
-            .skills
-            .iter()
-            .take(MAX_SKILLS)
-            .filter(|s| !s.id.is_empty())
-            .map(|s| {
-                (
-                    s.id.clone(),
-                    tool_spec(&self.spec.name, &remote.card.name, s),
-                )
-            })
-            .collect();
+        let mut tools: Vec<(String, ToolSpec)> = Vec::new();
+        for skill in remote.card.skills.iter().take(MAX_SKILLS) {
+            let tool = tool_spec(&self.spec.name, &remote.card.name, skill);
+            // A name too long for the providers, or one another skill's took: not offered.
+            if skill.id.is_empty()
+                || tool.name.len() > MAX_TOOL_NAME
+                || tools.iter().any(|(_, t)| t.name == tool.name)
+            {
+                debug!(agent = %self.agent, a2a = %self.spec.name, skill = %skill.id, "skill not offered: its tool name is empty, too long or taken");
+                continue;
+            }
+            tools.push((skill.id.clone(), tool));
+        }
+        if tools.is_empty() {
+            return Err("its card lists no skill that can be offered".into());
+        }
         Ok((remote.url, tools))
     }
 }
@@ -267,10 +276,20 @@ pub(super) fn task_result(source: &str, task: &Task) -> Value {
         .as_ref()
         .map(text)
         .filter(|t| !t.is_empty());
-    if !answer.is_empty() {
-        out["answer"] = json!(answer.join("\n"));
-    } else if let Some(s) = &said {
-        out["answer"] = json!(s);
+    let answer = if answer.is_empty() {
+        said.clone()
+    } else {
+        Some(answer.join("\n"))
+    };
+    if let Some(mut a) = answer {
+        if a.len() > MAX_RESULT_ANSWER_BYTES {
+            let cut = super::mcp::offer::floor_char_boundary(&a, MAX_RESULT_ANSWER_BYTES);
+            a.truncate(cut);
+            out["cut"] = json!(format!(
+                "the answer was cut at {MAX_RESULT_ANSWER_BYTES} bytes"
+            ));
+        }
+        out["answer"] = json!(a);
     }
     if state.is_interrupted() {
         out["question"] = json!(said.unwrap_or_default());
@@ -516,6 +535,32 @@ mod tests {
         assert_eq!(asks["state"], "input_required");
         assert_eq!(asks["question"], "Which colour?");
         assert_eq!(asks["taskId"], "t1");
+    }
+
+    #[test]
+    fn a_long_answer_is_cut_and_the_model_told() {
+        let task = Task {
+            id: "t".into(),
+            context_id: None,
+            status: TaskStatus {
+                state: TaskState::Completed,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: vec![Artifact {
+                artifact_id: "a".into(),
+                name: None,
+                description: None,
+                parts: vec![Part::text("é".repeat(40_000))],
+                metadata: None,
+                extensions: Vec::new(),
+            }],
+            history: Vec::new(),
+            metadata: None,
+        };
+        let r = task_result("big", &task);
+        assert!(r["answer"].as_str().unwrap().len() <= MAX_RESULT_ANSWER_BYTES);
+        assert!(r["cut"].as_str().unwrap().contains("cut"));
     }
 
     #[test]
