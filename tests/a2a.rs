@@ -60,6 +60,18 @@ spec:
 ---
 apiVersion: agentfleet.dev/v1alpha1
 kind: Agent
+metadata: {name: guard}
+spec:
+  model: {provider: openai, name: mock, baseUrl: 'MODEL_URL'}
+  spaces: [desk]
+  tools:
+    http:
+      - {name: restart, description: Restarts the service., url: 'http://127.0.0.1:9/restart', method: POST, requireApproval: true}
+  a2a:
+    callers: [\"human:husam\"]
+---
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
 metadata: {name: sleeper}
 spec:
   model: {provider: scripted, name: sleeper}
@@ -69,23 +81,59 @@ spec:
     callers: [\"human:husam\"]
 ";
 
-#[test]
-fn the_official_sdk_talks_to_agents_in_dev() {
+/// A model that calls `restart` (which needs approval) when asked to, and says what came of
+/// it.
+fn guard(req: &serde_json::Value) -> agentfleet::testing::MockTurn {
+    use agentfleet::testing::MockTurn;
+    let messages = agentfleet::testing::conversation(req);
+    let last = messages.last().cloned().unwrap_or_default();
+    let content = last["content"].as_str().unwrap_or("").to_string();
+    let called = messages
+        .iter()
+        .rev()
+        .find_map(|m| m["tool_calls"][0]["function"]["name"].as_str())
+        .unwrap_or("");
+    let say =
+        |text: String| MockTurn::tools(&[("send_message", serde_json::json!({ "text": text }))]);
+    match (last["role"].as_str(), called) {
+        (Some("tool"), "send_message") => MockTurn::text("done"),
+        (Some("tool"), "restart") => say(format!("restart: {content}")),
+        _ if content.contains("please restart") => {
+            MockTurn::tools(&[("restart", serde_json::json!({}))])
+        }
+        _ => say("ok".into()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdk_talks_to_agents_in_dev() {
     let python = python();
+    let model = agentfleet::testing::MockModel::responding(guard)
+        .await
+        .unwrap();
     let dir = std::env::temp_dir().join(format!("agentfleet-a2a-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("desk.yaml"), MANIFESTS).unwrap();
+    std::fs::write(
+        dir.join("desk.yaml"),
+        MANIFESTS.replace("MODEL_URL", &model.base_url),
+    )
+    .unwrap();
     let dev = Dev::start_in(dir.to_str().unwrap(), &[]);
     let husam = dev.token("default/desk", "Husam");
     let dana = dev.token("default/desk", "Dana");
-    let out = Command::new(python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/a2a/sdk_client.py"
-        ))
-        .args([&dev.url, &husam, &dana])
-        .output()
-        .unwrap();
+    let url = dev.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/a2a/sdk_client.py"
+            ))
+            .args([&url, &husam, &dana])
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

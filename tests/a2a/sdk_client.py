@@ -136,6 +136,19 @@ async def main():
     assert any('deploy' in a.parts[0].text for a in done.artifacts), done
     print('input required ok')
 
+    # An approval (the HTTP tool restart needs one): INPUT_REQUIRED, denied on the task with
+    # a reason; the tool does not run, and the agent says so.
+    guard = await create_client(f'{BASE}/a2a/default/guard', client_config=config(streaming=False))
+    t = (await one(guard, msg('please restart'))).task
+    assert state(t) == 'TASK_STATE_INPUT_REQUIRED', t
+    assert 'approve' in t.status.message.parts[0].text, t
+    done = (await one(guard, msg('deny: not during the freeze', task_id=t.id))).task
+    assert done.id == t.id and state(done) == 'TASK_STATE_COMPLETED', done
+    said = ' '.join(a.parts[0].text for a in done.artifacts)
+    assert 'denied' in said and 'not during the freeze' in said, said
+    await guard.close()
+    print('approval ok')
+
     # A spent budget: the first message is answered (and spends it), the next is rejected
     # at once, saying why.
     frugal = await create_client(f'{BASE}/a2a/default/frugal', client_config=config(streaming=False))
