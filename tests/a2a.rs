@@ -206,10 +206,26 @@ async fn a_task_survives_killing_dev_mid_cycle() {
         &first.token("default/desk", "Husam"),
         "SendMessage",
         serde_json::json!({"message": {"messageId": "m-kill", "role": "ROLE_USER",
-            "parts": [{"text": "are you there?"}]}, "configuration": {"returnImmediately": true}}),
+            "parts": [{"text": "are you there?"}], "metadata": {"agentfleet.dev/depth": 3}},
+            "configuration": {"returnImmediately": true}}),
     )
     .await;
     let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    // The depth a calling agentfleet agent sends goes on in the conversation.
+    {
+        use agentfleet::store::prelude::*;
+        let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
+        let (digest, message) = id.split_once('-').unwrap();
+        let space = agentfleet::identity::SpaceKey::new("default", format!("a2a_{digest}"));
+        let read = agentfleet::store::ReadQuery {
+            limit: 10,
+            before: None,
+            after: None,
+        };
+        let messages = store.read_messages(&space, &read).await.unwrap();
+        let posted = messages.iter().find(|m| m.id == message).unwrap();
+        assert_eq!(posted.depth, 3, "{posted:?}");
+    }
     let start = Instant::now();
     while model.request_count() == 0 {
         assert!(
@@ -318,13 +334,16 @@ impl RemoteAgent {
         Self { child, url, log }
     }
 
-    /// The messages it received: `(messageId, text)`.
-    fn received(&self) -> Vec<(String, String)> {
+    /// The messages it received: `(messageId, depth, text)`.
+    fn received(&self) -> Vec<(String, i64, String)> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(id, text)| (id.to_string(), text.to_string()))
+            .filter_map(|l| {
+                let (id, rest) = l.split_once(' ')?;
+                let (depth, text) = rest.split_once(' ')?;
+                Some((id.to_string(), depth.parse().ok()?, text.to_string()))
+            })
             .collect()
     }
 }
@@ -489,9 +508,11 @@ async fn an_agent_calls_an_sdk_agent_as_tools_even_across_a_kill() {
     let jobs: Vec<_> = remote
         .received()
         .into_iter()
-        .filter(|(_, text)| text == "job")
+        .filter(|(_, _, text)| text == "job")
         .collect();
     assert_eq!(jobs.len(), 1, "the long task was sent once: {jobs:?}");
+    // The chain's depth went with it: Husam's message started it, so the calling cycle is 1.
+    assert_eq!(jobs[0].1, 1, "{jobs:?}");
     // The secret never reached the model.
     let all = serde_json::to_string(&model.requests()).unwrap();
     assert!(!all.contains("remote-secret-token"));

@@ -9,3 +9,7 @@
 pub mod wire;
 
 pub use wire::*;
+
+/// The key of a message's metadata that carries an agentfleet agent's causal depth, so that
+/// agents calling each other over A2A go on counting their chain (`cycle.maxChainDepth`).
+pub const DEPTH_KEY: &str = "agentfleet.dev/depth";

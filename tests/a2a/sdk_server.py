@@ -5,7 +5,8 @@ python sdk_server.py PORT TOKEN LOG: serves agent `remote` at http://127.0.0.1:P
 - quick: answers "echo: TEXT" at once;
 - colour: asks "Which colour?" first (INPUT_REQUIRED), then answers "painted COLOUR";
 - slow: works for SLOW seconds (env, default 4), then answers "slow result for TEXT".
-Every message it receives is appended to LOG as one line: MESSAGE_ID TEXT.
+Every message it receives is appended to LOG as one line: MESSAGE_ID DEPTH TEXT (DEPTH: the
+agentfleet.dev/depth of its metadata, -1 without).
 """
 import asyncio
 import os
@@ -33,8 +34,10 @@ SLOW = float(os.environ.get('SLOW', '4'))
 class Remote(AgentExecutor):
     async def execute(self, context: RequestContext, q: EventQueue):
         text = context.get_user_input()
+        meta = context.message.metadata
+        depth = int(meta['agentfleet.dev/depth']) if 'agentfleet.dev/depth' in meta else -1
         with open(LOG, 'a') as log:
-            log.write(f'{context.message.message_id} {text}\n')
+            log.write(f'{context.message.message_id} {depth} {text}\n')
         if context.current_task is None:
             await q.enqueue_event(Task(id=context.task_id, context_id=context.context_id,
                                        status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),

@@ -293,7 +293,7 @@ async fn send(
         .subscribe(&space, &record)
         .await
         .map_err(|e| tasks::unavailable(&e))?;
-    let task_id = tasks::post(store, &space, caller, &message.message_id, text).await?;
+    let task_id = tasks::post(store, &space, caller, message, text).await?;
     let first = tasks::view(store, agent, caller, &task_id).await?.task;
     Ok(Sent::Watch(
         Box::new(Watch {

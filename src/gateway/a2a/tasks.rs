@@ -177,7 +177,7 @@ pub(super) async fn post(
     store: &dyn Store,
     space: &SpaceKey,
     caller: &Entity,
-    message_id: &str,
+    message: &Message,
     text: String,
 ) -> Result<String, A2aError> {
     let posted = store
@@ -187,14 +187,26 @@ pub(super) async fn post(
                 sender: caller_sender(caller),
                 text,
                 mention: None,
-                idempotency_key: Some(format!("a2a:{message_id}")),
+                idempotency_key: Some(format!("a2a:{}", message.message_id)),
                 urgent: false,
-                depth: 0,
+                depth: depth_of(message),
             },
         )
         .await
         .map_err(|e| unavailable(&e))?;
     Ok(task_id(space, &posted.id))
+}
+
+/// The causal depth a message carries (`agentfleet.dev/depth` in its metadata, from an
+/// agentfleet agent calling over A2A; at most 1,000), else 0: a message from outside starts a
+/// chain, one from an agent's call goes on with its chain.
+fn depth_of(message: &Message) -> u32 {
+    message
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get(crate::a2a::DEPTH_KEY))
+        .and_then(serde_json::Value::as_u64)
+        .map_or(0, |d| u32::try_from(d.min(1000)).unwrap_or(1000))
 }
 
 /// The text of the notice that cancels a task.

@@ -339,10 +339,12 @@ impl A2aAgent {
             task_id: args.task_id.filter(|t| !t.is_empty()),
             role: Role::User,
             parts: vec![Part::text(args.message)],
-            metadata: Some(serde_json::Map::from_iter([(
-                "skill".to_string(),
-                Value::String(skill),
-            )])),
+            // The chain's depth travels with it: an agentfleet agent on the other side goes
+            // on counting (cycle.maxChainDepth), so agents calling each other cannot loop.
+            metadata: Some(serde_json::Map::from_iter([
+                ("skill".to_string(), Value::String(skill)),
+                (crate::a2a::DEPTH_KEY.to_string(), json!(call.depth)),
+            ])),
             extensions: Vec::new(),
             reference_task_ids: Vec::new(),
         };
