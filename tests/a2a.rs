@@ -517,3 +517,110 @@ async fn an_agent_calls_an_sdk_agent_as_tools_even_across_a_kill() {
     let all = serde_json::to_string(&model.requests()).unwrap();
     assert!(!all.contains("remote-secret-token"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_get_coded_refusals_and_callers_see_only_their_own() {
+    agentfleet::install_crypto_provider();
+    let dir = std::env::temp_dir().join(format!("agentfleet-a2a-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("desk.yaml"),
+        "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: desk}\nspec:\n  members: [{id: husam, name: Husam}]\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: helper}\nspec:\n  model: {provider: scripted, name: helper}\n  spaces: [desk]\n  a2a: {callers: [\"human:husam\"]}\n",
+    )
+    .unwrap();
+    let dev = Dev::start_in(dir.to_str().unwrap(), &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let url = format!("{}/a2a/default/helper", dev.url);
+    let husam = dev.token("default/desk", "Husam");
+    let http = reqwest::Client::new();
+    let raw = |body: Vec<u8>, token: String| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let r = http
+                .post(&url)
+                .bearer_auth(token)
+                .header("A2A-Version", "1.0")
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let code = |v: &serde_json::Value| v["error"]["code"].as_i64().unwrap_or(0);
+    let message = |parts: serde_json::Value, extra: serde_json::Value| {
+        let mut m = serde_json::json!({"messageId": "h1", "role": "ROLE_USER", "parts": parts});
+        m.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": m}})).unwrap()
+    };
+
+    let (_, v) = raw(b"{not json".to_vec(), husam.clone()).await;
+    assert_eq!(code(&v), -32700, "{v}");
+    let (_, v) = raw(vec![b'x'; 200 * 1024], husam.clone()).await;
+    assert_eq!(code(&v), -32600, "a body over the limit: {v}");
+    let (_, v) = raw(
+        br#"{"jsonrpc":"2.0","id":1,"method":"DropTables"}"#.to_vec(),
+        husam.clone(),
+    )
+    .await;
+    assert_eq!(code(&v), -32601, "{v}");
+    let (_, v) = raw(
+        message(
+            serde_json::json!([{"raw": "aGVsbG8="}]),
+            serde_json::json!({}),
+        ),
+        husam.clone(),
+    )
+    .await;
+    assert_eq!(code(&v), -32005, "a file part: {v}");
+    let (_, v) = raw(
+        message(
+            serde_json::json!([{"text": "hi"}]),
+            serde_json::json!({"contextId": "c".repeat(300)}),
+        ),
+        husam.clone(),
+    )
+    .await;
+    assert_eq!(code(&v), -32602, "a contextId too long: {v}");
+    let (_, v) = raw(
+        message(
+            serde_json::json!([{"text": "hi", "data": {}}]),
+            serde_json::json!({}),
+        ),
+        husam.clone(),
+    )
+    .await;
+    assert!(
+        code(&v) == -32602 || code(&v) == -32600,
+        "a part of two kinds: {v}"
+    );
+
+    // Husam's task is Husam's: the dev service, which may call the agent too, neither reads
+    // it nor lists it, even with the same contextId.
+    let (_, v) = raw(
+        message(
+            serde_json::json!([{"text": "mine"}]),
+            serde_json::json!({"contextId": "shared"}),
+        ),
+        husam.clone(),
+    )
+    .await;
+    let id = v["result"]["task"]["id"].as_str().unwrap().to_string();
+    let get = serde_json::to_vec(
+        &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}),
+    )
+    .unwrap();
+    let (_, v) = raw(get.clone(), husam.clone()).await;
+    assert_eq!(v["result"]["id"], serde_json::json!(id), "{v}");
+    let (_, v) = raw(get, dev.service.clone()).await;
+    assert_eq!(code(&v), -32001, "{v}");
+    let list = serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {"contextId": "shared"}})).unwrap();
+    let (_, v) = raw(list, dev.service.clone()).await;
+    assert_eq!(v["result"]["tasks"], serde_json::json!([]), "{v}");
+}

@@ -18,6 +18,7 @@ mod tasks;
 mod watch;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -230,8 +231,12 @@ async fn jsonrpc(
     Path((ns, name)): Path<(String, String)>,
     uri: axum::http::Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return jsonrpc_error(Value::Null, &unreadable(&e)),
+    };
     let request = match JsonRpcRequest::parse(&body) {
         Ok(r) => r,
         Err(e) => return jsonrpc_error(Value::Null, &e),
@@ -296,9 +301,17 @@ async fn rest(
 }
 
 /// A request body of the HTTP+JSON binding.
-fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, A2aError> {
-    serde_json::from_slice(bytes)
+fn body<T: serde::de::DeserializeOwned>(
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<T, A2aError> {
+    let bytes = bytes.map_err(|e| unreadable(&e))?;
+    serde_json::from_slice(&bytes)
         .map_err(|e| A2aError::InvalidParams(format!("the body does not fit the method: {e}")))
+}
+
+/// A body that could not be read (over the gateway's `--max-body-bytes`, or broken off).
+fn unreadable(e: &BytesRejection) -> A2aError {
+    A2aError::InvalidRequest(format!("the body could not be read: {}", e.body_text()))
 }
 
 async fn rest_send(
@@ -306,9 +319,9 @@ async fn rest_send(
     Path((ns, name)): Path<(String, String)>,
     uri: axum::http::Uri,
     headers: HeaderMap,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    rest(gw, ns, name, uri, headers, || Ok(Call::Send(body(&bytes)?))).await
+    rest(gw, ns, name, uri, headers, || Ok(Call::Send(body(bytes)?))).await
 }
 
 async fn rest_stream(
@@ -316,10 +329,10 @@ async fn rest_stream(
     Path((ns, name)): Path<(String, String)>,
     uri: axum::http::Uri,
     headers: HeaderMap,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     rest(gw, ns, name, uri, headers, || {
-        Ok(Call::Stream(body(&bytes)?))
+        Ok(Call::Stream(body(bytes)?))
     })
     .await
 }

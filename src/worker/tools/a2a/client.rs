@@ -200,3 +200,84 @@ pub async fn get(
     )
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+
+    /// Serves `card` (any body) at the card path of a free port; its base URL.
+    async fn serve(body: String) -> String {
+        let app = axum::Router::new().route(
+            "/agent/.well-known/agent-card.json",
+            get(move || {
+                let body = body.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/agent")
+    }
+
+    fn card(interfaces: &str) -> String {
+        format!(
+            r#"{{"name":"x","description":"d","version":"1","supportedInterfaces":{interfaces},"capabilities":{{}},"defaultInputModes":["text/plain"],"defaultOutputModes":["text/plain"],"skills":[{{"id":"s","name":"s","description":"d","tags":["t"]}}]}}"#
+        )
+    }
+
+    #[tokio::test]
+    async fn a_card_is_read_bounded_and_needs_a_json_rpc_interface() {
+        crate::install_crypto_provider();
+        let client = reqwest::Client::new();
+        let read = |url: String| {
+            let client = client.clone();
+            async move { read_card(&client, &url, &HeaderMap::new(), Duration::from_secs(5)).await }
+        };
+        let good = serve(card(
+            r#"[{"url":"http://h/rest","protocolBinding":"HTTP+JSON","protocolVersion":"1.0"},{"url":"http://h/rpc","protocolBinding":"JSONRPC","protocolVersion":"1.0"}]"#,
+        ))
+        .await;
+        assert_eq!(read(good).await.unwrap().url, "http://h/rpc");
+
+        let old = serve(card(
+            r#"[{"url":"http://h/rpc","protocolBinding":"JSONRPC","protocolVersion":"0.3"}]"#,
+        ))
+        .await;
+        assert!(read(old)
+            .await
+            .unwrap_err()
+            .contains("no JSON-RPC interface"));
+
+        let huge = serve(format!(
+            r#"{{"name":"{}"}}"#,
+            "x".repeat(MAX_ANSWER_BYTES + 10)
+        ))
+        .await;
+        assert!(read(huge).await.unwrap_err().contains("over"));
+
+        let junk = serve("<html>hello</html>".into()).await;
+        assert!(read(junk).await.unwrap_err().contains("not a card"));
+
+        let missing = format!("{}/nothing-here", serve(String::new()).await);
+        assert!(read(missing).await.unwrap_err().contains("HTTP 404"));
+    }
+
+    #[test]
+    fn the_card_is_found_below_an_agent_url() {
+        assert_eq!(
+            card_url("https://a.example/a2a/ns/x/"),
+            "https://a.example/a2a/ns/x/.well-known/agent-card.json"
+        );
+        assert_eq!(
+            card_url("https://a.example/card.json"),
+            "https://a.example/card.json"
+        );
+    }
+}
