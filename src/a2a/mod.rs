@@ -6,8 +6,14 @@
 //! Data only: no transport, no task store. The gateway serves agents over A2A with these
 //! types, and clients of other agents decode their answers with them.
 
+mod card;
+mod errors;
+mod requests;
 pub mod wire;
 
+pub use card::*;
+pub use errors::*;
+pub use requests::*;
 pub use wire::*;
 
 /// The key of a message's metadata that carries an agentfleet agent's causal depth, so that

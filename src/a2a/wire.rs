@@ -1,4 +1,6 @@
-//! The ProtoJSON form of the A2A v1.0 messages (`lf.a2a.v1`), as serde types.
+//! The ProtoJSON form of the A2A v1.0 messages (`lf.a2a.v1`), as serde types: the task, its
+//! messages, parts, artifacts and stream events here; the card in `card.rs`, the requests in
+//! `requests.rs`, the errors in `errors.rs`.
 //!
 //! The rules, from the proto and ProtoJSON:
 //! * field names are camelCase; enums are their proto names (`TASK_STATE_COMPLETED`);
@@ -13,9 +15,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::de::{self, DeserializeOwned, Deserializer};
+use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use super::A2aError;
 
 /// The protocol version this module speaks (`Major.Minor`, the `A2A-Version` header's value).
 pub const PROTOCOL_VERSION: &str = "1.0";
@@ -38,7 +42,7 @@ pub const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 pub type JsonObject = serde_json::Map<String, Value>;
 
 /// Whether ProtoJSON leaves a field's value out when writing: unset, empty or `false`.
-trait Skip {
+pub(super) trait Skip {
     fn skip(&self) -> bool {
         false
     }
@@ -84,6 +88,7 @@ macro_rules! wire_struct {
         impl Skip for $name {}
     };
 }
+pub(super) use wire_struct;
 
 /// An int32 as ProtoJSON writes it: a JSON number or a numeric string.
 #[derive(Deserialize)]
@@ -93,7 +98,7 @@ enum Int32 {
     Text(String),
 }
 
-fn opt_int32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+pub(super) fn opt_int32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
     let n = match Option::<Int32>::deserialize(d)? {
         None => return Ok(None),
         Some(Int32::Number(n)) => i32::try_from(n).ok(),
@@ -103,7 +108,7 @@ fn opt_int32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
         .ok_or_else(|| de::Error::custom("expected an int32 (a number or a numeric string)"))
 }
 
-fn int32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+pub(super) fn int32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     opt_int32(d).map(Option::unwrap_or_default)
 }
 
@@ -447,521 +452,6 @@ pub enum SendMessageResponse {
     Message(Message),
 }
 
-wire_struct! {
-    /// An agent's self-description, served at [`CARD_PATH`] (`AgentCard`). Required: `name`,
-    /// `description`, `supportedInterfaces`, `version`, `capabilities`, the default modes and
-    /// `skills`.
-    AgentCard {
-        /// A human-readable name.
-        name: String,
-        /// What the agent does.
-        description: String,
-        /// Where and how to reach the agent, preferred first.
-        supported_interfaces: Vec<AgentInterface>,
-        /// Who provides the agent.
-        provider: Option<AgentProvider>,
-        /// The agent's own version (not the protocol's).
-        version: String,
-        /// Documentation URL.
-        documentation_url: Option<String>,
-        /// Optional features supported (always written, maybe `{}`).
-        capabilities: AgentCapabilities,
-        /// Security schemes by name.
-        security_schemes: BTreeMap<String, SecurityScheme>,
-        /// Alternatives of schemes a client must satisfy.
-        security_requirements: Vec<SecurityRequirement>,
-        /// Media types accepted as input by default.
-        default_input_modes: Vec<String>,
-        /// Media types produced by default.
-        default_output_modes: Vec<String>,
-        /// What the agent can do.
-        skills: Vec<AgentSkill>,
-        /// JWS signatures of the card.
-        signatures: Vec<AgentCardSignature>,
-        /// Icon URL.
-        icon_url: Option<String>,
-    }
-}
-
-wire_struct! {
-    /// A URL, binding and protocol version an agent is reachable at (`AgentInterface`).
-    AgentInterface {
-        /// Absolute URL (gRPC: `host:port`).
-        url: String,
-        /// [`BINDING_JSONRPC`], [`BINDING_HTTP_JSON`], `GRPC` or a custom URI.
-        protocol_binding: String,
-        /// A routing value the client must copy into every request's `tenant`.
-        tenant: Option<String>,
-        /// `Major.Minor`, e.g. [`PROTOCOL_VERSION`].
-        protocol_version: String,
-    }
-}
-
-wire_struct! {
-    /// The provider of an agent (`AgentProvider`).
-    AgentProvider {
-        /// The provider's website.
-        url: String,
-        /// The provider's organization.
-        organization: String,
-    }
-}
-
-wire_struct! {
-    /// Optional features of an agent; absent means unsupported (`AgentCapabilities`).
-    AgentCapabilities {
-        /// Streaming (`SendStreamingMessage`, `SubscribeToTask`).
-        streaming: Option<bool>,
-        /// Push notifications.
-        push_notifications: Option<bool>,
-        /// Protocol extensions supported.
-        extensions: Vec<AgentExtension>,
-        /// An extended card for authenticated clients (`GetExtendedAgentCard`).
-        extended_agent_card: Option<bool>,
-    }
-}
-
-wire_struct! {
-    /// A protocol extension an agent supports (`AgentExtension`).
-    AgentExtension {
-        /// The extension's URI.
-        uri: Option<String>,
-        /// How the agent uses it.
-        description: Option<String>,
-        /// Clients must understand and comply with it.
-        required: bool,
-        /// Extension-specific parameters.
-        params: Option<JsonObject>,
-    }
-}
-
-wire_struct! {
-    /// Something an agent can do (`AgentSkill`). Required: `id`, `name`, `description`, `tags`.
-    AgentSkill {
-        /// Unique id.
-        id: String,
-        /// A human-readable name.
-        name: String,
-        /// What the skill does.
-        description: String,
-        /// Keywords.
-        tags: Vec<String>,
-        /// Example prompts.
-        examples: Vec<String>,
-        /// Input media types, overriding the card's defaults.
-        input_modes: Vec<String>,
-        /// Output media types, overriding the card's defaults.
-        output_modes: Vec<String>,
-        /// Security requirements of this skill.
-        security_requirements: Vec<SecurityRequirement>,
-    }
-}
-
-wire_struct! {
-    /// A JWS (RFC 7515) signature of a card (`AgentCardSignature`).
-    AgentCardSignature {
-        /// The protected header, base64url-encoded JSON.
-        protected: String,
-        /// The signature, base64url-encoded.
-        signature: String,
-        /// The unprotected header.
-        header: Option<JsonObject>,
-    }
-}
-
-wire_struct! {
-    /// One way to authenticate (`SecurityScheme`, a oneof: set exactly one field). OAuth 2.0 and
-    /// OpenID Connect are kept as read, not modeled.
-    SecurityScheme {
-        /// An API key in a header, query parameter or cookie.
-        api_key_security_scheme: Option<ApiKeySecurityScheme>,
-        /// HTTP authentication (`Bearer`, `Basic`, …).
-        http_auth_security_scheme: Option<HttpAuthSecurityScheme>,
-        /// OAuth 2.0: `{flows, oauth2MetadataUrl?, description?}`.
-        oauth2_security_scheme: Option<JsonObject>,
-        /// OpenID Connect: `{openIdConnectUrl, description?}`.
-        open_id_connect_security_scheme: Option<JsonObject>,
-        /// Mutual TLS: `{description?}`.
-        mtls_security_scheme: Option<JsonObject>,
-    }
-}
-
-impl SecurityScheme {
-    /// HTTP `Bearer` authentication, with an optional token format hint (`JWT`, `opaque`).
-    pub fn bearer(bearer_format: Option<&str>) -> Self {
-        let http = HttpAuthSecurityScheme {
-            scheme: "Bearer".to_string(),
-            bearer_format: bearer_format.map(str::to_string),
-            description: None,
-        };
-        Self {
-            http_auth_security_scheme: Some(http),
-            ..Self::default()
-        }
-    }
-}
-
-wire_struct! {
-    /// An API key scheme (`APIKeySecurityScheme`).
-    ApiKeySecurityScheme {
-        /// A description.
-        description: Option<String>,
-        /// `query`, `header` or `cookie`.
-        location: String,
-        /// The header, query parameter or cookie name.
-        name: String,
-    }
-}
-
-wire_struct! {
-    /// An HTTP authentication scheme (`HTTPAuthSecurityScheme`).
-    HttpAuthSecurityScheme {
-        /// A description.
-        description: Option<String>,
-        /// The `Authorization` scheme, e.g. `Bearer`.
-        scheme: String,
-        /// A hint at the token's format, e.g. `JWT`.
-        bearer_format: Option<String>,
-    }
-}
-
-wire_struct! {
-    /// Schemes to satisfy together, each with its required scopes (`SecurityRequirement`):
-    /// `{"schemes": {"bearer": {"list": []}}}`.
-    SecurityRequirement {
-        /// Scheme name → scopes.
-        schemes: BTreeMap<String, StringList>,
-    }
-}
-
-wire_struct! {
-    /// A list of strings (`StringList`); an empty one is written `{}`.
-    StringList {
-        /// The strings.
-        list: Vec<String>,
-    }
-}
-
-wire_struct! {
-    /// Parameters of `SendMessage` and `SendStreamingMessage` (`SendMessageRequest`).
-    SendMessageRequest {
-        /// Routing value from the card's interface.
-        tenant: Option<String>,
-        /// The message (required).
-        message: Message,
-        /// How to answer.
-        configuration: Option<SendMessageConfiguration>,
-        /// Metadata.
-        metadata: Option<JsonObject>,
-    }
-}
-
-wire_struct! {
-    /// How to answer a message (`SendMessageConfiguration`).
-    SendMessageConfiguration {
-        /// Media types the client accepts in answers.
-        accepted_output_modes: Vec<String>,
-        /// Where to push updates (`TaskPushNotificationConfig`, kept as read).
-        task_push_notification_config: Option<JsonObject>,
-        /// At most this many recent history messages in the answer (`0`: none).
-        #[serde(deserialize_with = "opt_int32")]
-        history_length: Option<i32>,
-        /// Answer right after creating the task instead of waiting for a terminal or
-        /// interrupted state.
-        return_immediately: bool,
-    }
-}
-
-wire_struct! {
-    /// Parameters of `GetTask` (`GetTaskRequest`).
-    GetTaskRequest {
-        /// Routing value from the card's interface.
-        tenant: Option<String>,
-        /// The task (required).
-        id: String,
-        /// At most this many recent history messages (`0`: none).
-        #[serde(deserialize_with = "opt_int32")]
-        history_length: Option<i32>,
-    }
-}
-
-wire_struct! {
-    /// Parameters of `ListTasks` (`ListTasksRequest`); also its REST query.
-    ListTasksRequest {
-        /// Routing value from the card's interface.
-        tenant: Option<String>,
-        /// Only tasks of this conversation.
-        context_id: Option<String>,
-        /// Only tasks in this state.
-        status: Option<TaskState>,
-        /// At most this many tasks (1..=100, default 50).
-        #[serde(deserialize_with = "opt_int32")]
-        page_size: Option<i32>,
-        /// The `nextPageToken` of the previous page.
-        page_token: Option<String>,
-        /// At most this many history messages per task.
-        #[serde(deserialize_with = "opt_int32")]
-        history_length: Option<i32>,
-        /// Only tasks whose status timestamp is at or after this RFC 3339 time.
-        status_timestamp_after: Option<String>,
-        /// Include artifacts (default: no).
-        include_artifacts: Option<bool>,
-    }
-}
-
-/// The answer to `ListTasks` (`ListTasksResponse`); every field is always written.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ListTasksResponse {
-    /// The tasks of this page, newest status first.
-    pub tasks: Vec<Task>,
-    /// The next page's token; empty on the last page.
-    pub next_page_token: String,
-    /// The page size used.
-    #[serde(deserialize_with = "int32")]
-    pub page_size: i32,
-    /// The number of matching tasks over all pages.
-    #[serde(deserialize_with = "int32")]
-    pub total_size: i32,
-}
-
-wire_struct! {
-    /// Parameters of `CancelTask` (`CancelTaskRequest`).
-    CancelTaskRequest {
-        /// Routing value from the card's interface.
-        tenant: Option<String>,
-        /// The task (required).
-        id: String,
-        /// Metadata.
-        metadata: Option<JsonObject>,
-    }
-}
-
-wire_struct! {
-    /// Parameters of `SubscribeToTask` (`SubscribeToTaskRequest`).
-    SubscribeToTaskRequest {
-        /// Routing value from the card's interface.
-        tenant: Option<String>,
-        /// The task (required).
-        id: String,
-    }
-}
-
-/// A JSON-RPC 2.0 request; `params` is the ProtoJSON of the method's request message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JsonRpcRequest {
-    /// Always `"2.0"`.
-    pub jsonrpc: String,
-    /// A string, a number or null, echoed in the response.
-    #[serde(default)]
-    pub id: Value,
-    /// The method, e.g. `SendMessage`.
-    pub method: String,
-    /// The parameters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub params: Option<Value>,
-}
-
-impl JsonRpcRequest {
-    /// Reads a request body: not JSON is a [`A2aError::ParseError`], JSON that is no single
-    /// JSON-RPC 2.0 request (a batch included) an [`A2aError::InvalidRequest`].
-    pub fn parse(body: &[u8]) -> Result<Self, A2aError> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| A2aError::ParseError(format!("the body is not JSON: {e}")))?;
-        let req: Self = serde_json::from_value(value).map_err(|e| {
-            A2aError::InvalidRequest(format!("the body is not a JSON-RPC 2.0 request: {e}"))
-        })?;
-        if req.jsonrpc != "2.0" {
-            return Err(A2aError::InvalidRequest(
-                "\"jsonrpc\" must be \"2.0\"".to_string(),
-            ));
-        }
-        if !matches!(req.id, Value::String(_) | Value::Number(_) | Value::Null) {
-            return Err(A2aError::InvalidRequest(
-                "\"id\" must be a string, a number or null".to_string(),
-            ));
-        }
-        Ok(req)
-    }
-
-    /// The parameters as `T` (absent ones as `{}`); a mismatch is an
-    /// [`A2aError::InvalidParams`].
-    pub fn params<T: DeserializeOwned>(&self) -> Result<T, A2aError> {
-        let params = self.params.clone().unwrap_or_else(|| json!({}));
-        serde_json::from_value(params)
-            .map_err(|e| A2aError::InvalidParams(format!("invalid params of {}: {e}", self.method)))
-    }
-}
-
-/// The JSON-RPC 2.0 success response carrying `result`; a result that cannot be written as
-/// JSON becomes an [`A2aError::Internal`] response.
-pub fn jsonrpc_result<T: Serialize>(id: Value, result: &T) -> Value {
-    match serde_json::to_value(result) {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(e) => A2aError::Internal(format!("the result is not JSON: {e}")).to_jsonrpc(id),
-    }
-}
-
-/// The error enum from its table: variant = JSON-RPC code, HTTP status, gRPC status, reason.
-macro_rules! a2a_errors {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $code:literal, $http:literal, $grpc:literal, $reason:literal;)+ }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-        pub enum $name { $($(#[$vm])* #[error("{0}")] $variant(String),)+ }
-
-        impl $name {
-            /// (JSON-RPC code, HTTP status, gRPC status, `ErrorInfo.reason`).
-            fn mapping(&self) -> (i64, u16, &'static str, &'static str) {
-                match self { $(Self::$variant(_) => ($code, $http, $grpc, $reason),)+ }
-            }
-
-            /// The human-readable message.
-            pub fn message(&self) -> &str {
-                match self { $(Self::$variant(m))|+ => m }
-            }
-
-            /// The error of a JSON-RPC code, with `message` (`None` for an unknown code).
-            pub fn from_code(code: i64, message: impl Into<String>) -> Option<Self> {
-                match code { $($code => Some(Self::$variant(message.into())),)+ _ => None }
-            }
-        }
-    };
-}
-
-a2a_errors! {
-    /// An A2A error, with a human-readable message, and its mapping to each binding (SPEC
-    /// §5.4 of v1.0.1, and the JSON-RPC 2.0 standard codes).
-    ///
-    /// The spec gives authentication, authorization and rate-limit errors no JSON-RPC code
-    /// ("a custom error"). This server uses -32040 (unauthenticated), -32041 (permission
-    /// denied) and -32042 (rate limited): JSON-RPC 2.0 leaves -32000..-32099 to
-    /// implementations, and A2A, which claims -32001..-32099 for its own errors, uses only
-    /// -32001..-32009 so far. Should a later spec assign these codes, follow it.
-    A2aError {
-        /// No such task (or not visible to the caller).
-        TaskNotFound = -32001, 404, "NOT_FOUND", "TASK_NOT_FOUND";
-        /// The task cannot be canceled (already terminal).
-        TaskNotCancelable = -32002, 400, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE";
-        /// Push notifications are not supported.
-        PushNotificationNotSupported = -32003, 400, "FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED";
-        /// The operation is not supported (by the agent, or in the task's state).
-        UnsupportedOperation = -32004, 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION";
-        /// A media type is not supported.
-        ContentTypeNotSupported = -32005, 400, "INVALID_ARGUMENT", "CONTENT_TYPE_NOT_SUPPORTED";
-        /// The agent's answer was invalid.
-        InvalidAgentResponse = -32006, 500, "INTERNAL", "INVALID_AGENT_RESPONSE";
-        /// An extended card is declared but not configured.
-        ExtendedAgentCardNotConfigured = -32007, 400, "FAILED_PRECONDITION", "EXTENDED_AGENT_CARD_NOT_CONFIGURED";
-        /// The client must support an extension it did not declare.
-        ExtensionSupportRequired = -32008, 400, "FAILED_PRECONDITION", "EXTENSION_SUPPORT_REQUIRED";
-        /// The requested protocol version is not supported (see [`negotiate`]).
-        VersionNotSupported = -32009, 400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED";
-        /// The body is not JSON.
-        ParseError = -32700, 400, "INVALID_ARGUMENT", "PARSE_ERROR";
-        /// The JSON is not a valid request.
-        InvalidRequest = -32600, 400, "INVALID_ARGUMENT", "INVALID_REQUEST";
-        /// No such method.
-        MethodNotFound = -32601, 404, "NOT_FOUND", "METHOD_NOT_FOUND";
-        /// The parameters are invalid.
-        InvalidParams = -32602, 400, "INVALID_ARGUMENT", "INVALID_PARAMS";
-        /// An internal error.
-        Internal = -32603, 500, "INTERNAL", "INTERNAL_ERROR";
-        /// Missing or invalid credentials (JSON-RPC code ours, see above).
-        Unauthenticated = -32040, 401, "UNAUTHENTICATED", "UNAUTHENTICATED";
-        /// The caller may not do this (JSON-RPC code ours, see above).
-        PermissionDenied = -32041, 403, "PERMISSION_DENIED", "PERMISSION_DENIED";
-        /// Too many requests (JSON-RPC code ours, see above).
-        RateLimited = -32042, 429, "RESOURCE_EXHAUSTED", "RATE_LIMITED";
-    }
-}
-
-impl A2aError {
-    /// The JSON-RPC error code.
-    pub fn code(&self) -> i64 {
-        self.mapping().0
-    }
-
-    /// The HTTP status of the HTTP+JSON binding.
-    pub fn http_status(&self) -> u16 {
-        self.mapping().1
-    }
-
-    /// The gRPC status name, e.g. `NOT_FOUND` (also `status` of a REST error body).
-    pub fn grpc_status(&self) -> &'static str {
-        self.mapping().2
-    }
-
-    /// `ErrorInfo.reason`: the error's name in UPPER_SNAKE_CASE, e.g. `TASK_NOT_FOUND`.
-    pub fn reason(&self) -> &'static str {
-        self.mapping().3
-    }
-
-    /// The `google.rpc.ErrorInfo` detail (ProtoJSON `Any`) of this error, with `metadata`.
-    pub fn error_info(&self, metadata: &BTreeMap<String, String>) -> Value {
-        json!({
-            "@type": ERROR_INFO_TYPE,
-            "reason": self.reason(),
-            "domain": ERROR_DOMAIN,
-            "metadata": metadata,
-        })
-    }
-
-    /// The JSON-RPC 2.0 error response to request `id`, `ErrorInfo` in `data`.
-    pub fn to_jsonrpc(&self, id: Value) -> Value {
-        self.to_jsonrpc_with(id, &BTreeMap::new())
-    }
-
-    /// [`Self::to_jsonrpc`] with `ErrorInfo.metadata` (e.g. `{"taskId": …}`).
-    pub fn to_jsonrpc_with(&self, id: Value, metadata: &BTreeMap<String, String>) -> Value {
-        json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {
-                "code": self.code(),
-                "message": self.message(),
-                "data": [self.error_info(metadata)],
-            },
-        })
-    }
-
-    /// The HTTP+JSON error body (a `google.rpc.Status` under `error`), sent with
-    /// [`Self::http_status`].
-    pub fn to_rest_body(&self) -> Value {
-        self.to_rest_body_with(&BTreeMap::new())
-    }
-
-    /// [`Self::to_rest_body`] with `ErrorInfo.metadata`.
-    pub fn to_rest_body_with(&self, metadata: &BTreeMap<String, String>) -> Value {
-        json!({
-            "error": {
-                "code": self.http_status(),
-                "status": self.grpc_status(),
-                "message": self.message(),
-                "details": [self.error_info(metadata)],
-            },
-        })
-    }
-}
-
-/// Checks a request's `A2A-Version` value: any 1.x is accepted (the minor and a patch are
-/// ignored); a missing or empty one means 0.3 and, like any other, is refused with
-/// [`A2aError::VersionNotSupported`].
-pub fn negotiate(header: Option<&str>) -> Result<(), A2aError> {
-    let version = header
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .unwrap_or("0.3");
-    let mut parts = version.split('.');
-    let major = parts.next().unwrap_or_default();
-    if major == "1" && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
-        return Ok(());
-    }
-    let shown: String = version.chars().take(32).collect();
-    Err(A2aError::VersionNotSupported(format!(
-        "A2A version {shown:?} is not supported; this server speaks {PROTOCOL_VERSION} (send the {VERSION_HEADER}: {PROTOCOL_VERSION} header)"
-    )))
-}
-
 /// `ms` milliseconds since the Unix epoch as a protocol timestamp: RFC 3339 UTC with
 /// milliseconds, e.g. `2026-11-27T06:45:24.458Z` (clamped to the representable range).
 pub fn now_timestamp(ms: i64) -> String {
@@ -984,6 +474,9 @@ pub fn timestamp_millis(s: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::a2a::*;
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
 
     /// Decodes `json` as `T`, re-encodes it and checks the result is the same JSON.
     fn round_trip<T: Serialize + DeserializeOwned>(json: &str) -> T {
