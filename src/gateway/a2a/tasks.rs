@@ -554,6 +554,110 @@ mod tests {
         );
     }
 
+    fn said(id: &str, sender: Sender, text: &str) -> SpaceMessage {
+        SpaceMessage {
+            id: id.into(),
+            space: "a2a_x".into(),
+            sender,
+            text: text.into(),
+            time_ms: 1_000,
+            mention: None,
+            depth: 0,
+        }
+    }
+
+    #[test]
+    fn a_tasks_state_follows_from_its_receipt_notices_and_calls() {
+        let agent = AgentKey::new("ops", "oncall");
+        let caller = Sender {
+            id: "husam".into(),
+            name: "Husam".into(),
+            kind: Some(MemberKind::Human),
+        };
+        let me = Sender {
+            id: "oncall".into(),
+            name: "oncall".into(),
+            kind: Some(MemberKind::Agent),
+        };
+        let request = said("1-0", caller.clone(), "help");
+        let later = [
+            said("2-0", me.clone(), "on it"),
+            said("3-0", caller.clone(), "next task"),
+            said("4-0", me.clone(), "about the next task"),
+        ];
+        let state = |receipt: Option<&Receipt>,
+                     later: &[SpaceMessage],
+                     waiting: Option<String>,
+                     thinking| {
+            Facts {
+                agent: &agent,
+                caller: &caller,
+                id: "t-1-0",
+                later,
+                receipt,
+            }
+            .task(&request, "ctx", waiting, thinking)
+        };
+        let committed = Receipt::new(ReceiptOutcome::Committed, Some(3), None);
+        let done = state(Some(&committed), &later, None, false);
+        assert_eq!(done.status.state, TaskState::Completed);
+        // Its answers are the agent's messages up to the caller's next one.
+        let answers: Vec<_> = done
+            .artifacts
+            .iter()
+            .map(|a| a.artifact_id.as_str())
+            .collect();
+        assert_eq!(answers, ["2-0"]);
+        assert_eq!(done.history.len(), 2);
+        let failed = Receipt::new(
+            ReceiptOutcome::Failed,
+            Some(3),
+            Some("the model refused".into()),
+        );
+        let f = state(Some(&failed), &later, None, false);
+        assert_eq!(f.status.state, TaskState::Failed);
+        assert!(f
+            .status
+            .message
+            .unwrap()
+            .text()
+            .contains("the model refused"));
+        let skipped = Receipt::new(ReceiptOutcome::Skipped, None, None);
+        assert_eq!(
+            state(Some(&skipped), &[], None, false).status.state,
+            TaskState::Rejected
+        );
+        let asks = state(None, &[], Some("approve?".into()), true);
+        assert_eq!(asks.status.state, TaskState::InputRequired);
+        assert_eq!(
+            state(None, &[], None, true).status.state,
+            TaskState::Working
+        );
+        assert_eq!(
+            state(None, &[], None, false).status.state,
+            TaskState::Submitted
+        );
+        let canceled = [said(
+            "2-0",
+            Sender::system(),
+            &cancel_notice("t-1-0", "Husam"),
+        )];
+        assert_eq!(
+            state(None, &canceled, None, true).status.state,
+            TaskState::Canceled
+        );
+        // Another task's cancel notice is not this one's.
+        let other = [said(
+            "2-0",
+            Sender::system(),
+            &cancel_notice("t-1-00", "Husam"),
+        )];
+        assert_eq!(
+            state(None, &other, None, false).status.state,
+            TaskState::Submitted
+        );
+    }
+
     #[test]
     fn two_callers_with_one_context_id_have_two_conversations() {
         let agent = AgentKey::new("ops", "oncall");
