@@ -261,3 +261,46 @@ pub struct CallAnswered {
     /// No worker held the agent, so a wake signal was sent.
     pub woke: bool,
 }
+
+/// The spaces the caller is a member of.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct SpaceList {
+    /// Sorted by namespace and name.
+    pub spaces: Vec<SpaceInfo>,
+}
+
+/// A call that waits for a person's answer in one of the caller's spaces.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingCall {
+    /// The call, as its answer route names it.
+    pub call_id: String,
+    /// Namespace of the space it was asked in.
+    pub namespace: String,
+    /// The space it was asked in (members answer it there).
+    pub space: String,
+    /// The agent that asks.
+    pub agent: String,
+    /// The tool the agent called.
+    pub tool: String,
+    /// `approval` (approve or deny it) or `interactive` (give its result).
+    pub kind: String,
+    /// The call's arguments, secrets masked.
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Value,
+    /// For an interactive tool: the JSON Schema its result must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result_schema: Option<serde_json::Value>,
+    /// When it was asked (ms since the epoch).
+    pub since_ms: i64,
+    /// When it stops waiting (ms since the epoch); later answers are refused.
+    pub expires_ms: i64,
+}
+
+/// The calls waiting for the caller.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct WaitingCalls {
+    /// Oldest first.
+    pub calls: Vec<WaitingCall>,
+}

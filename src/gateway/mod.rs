@@ -5,7 +5,8 @@
 //! - `GET  /v1/spaces/{namespace}/{space}/messages`: pages, newest first or since an id.
 //! - `GET  /v1/spaces/{namespace}/{space}/stream`: SSE (messages, agents' text as it streams,
 //!   activity), resumable with `Last-Event-ID`.
-//! - `GET  /v1/spaces/{namespace}/{space}`, `GET /v1/me`.
+//! - `GET  /v1/spaces/{namespace}/{space}`, `GET /v1/me`; `GET /v1/spaces` and `GET /v1/calls`:
+//!   the caller's spaces and the calls waiting for it there (`mine.rs`).
 //! - `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: answer a call ([`decisions`]).
 //! - `POST /v1/agents/{namespace}/{agent}/events`: a service triggers an agent (webhook).
 //! - `POST /v1/tool-results/{callId}`: the service of an async tool call posts its result
@@ -21,6 +22,7 @@ mod config;
 pub mod decisions;
 pub mod error;
 mod health;
+mod mine;
 pub mod results;
 mod serve;
 pub mod sse;
@@ -47,8 +49,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    ErrorBody, Me, Member, Message, MessagePage, PostMessage, Posted, SpaceInfo, TriggerEvent,
-    Triggered,
+    ErrorBody, Me, Message, MessagePage, PostMessage, Posted, SpaceInfo, TriggerEvent, Triggered,
 };
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
@@ -438,20 +439,7 @@ async fn space_info(
     }): Path<SpacePath>,
 ) -> Result<Json<SpaceInfo>, ApiError> {
     let (key, record) = gw.member_space(&caller, &ns, &name).await?;
-    Ok(Json(SpaceInfo {
-        namespace: key.namespace,
-        name: key.name,
-        display_name: record.display_name,
-        members: record
-            .members
-            .iter()
-            .map(|m| Member {
-                kind: crate::api::member_kind(m.kind).into(),
-                id: m.id.clone(),
-                name: m.name.clone(),
-            })
-            .collect(),
-    }))
+    Ok(Json(mine::space_info(&key, &record)))
 }
 
 /// Triggers an agent with a service event (a webhook).
@@ -606,6 +594,8 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(post_message, read_messages))
         .routes(routes!(space_info))
+        .routes(routes!(mine::my_spaces))
+        .routes(routes!(mine::my_calls))
         .routes(routes!(stream::stream_space))
         .routes(routes!(trigger_agent))
         .routes(routes!(results::post_tool_result))

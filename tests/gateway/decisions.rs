@@ -335,3 +335,111 @@ async fn expired_and_foreign_calls_are_refused() {
     assert!(f.inbox(&AgentKey::new("other", "oncall")).await.is_empty());
     assert!(f.log("engineering").await.is_empty());
 }
+
+#[tokio::test]
+async fn each_person_lists_their_spaces_and_the_calls_waiting_for_them() {
+    let f = start(Limits::default()).await;
+    let assistant = AgentKey::new("ops", "assistant");
+    let family = paused(
+        &f,
+        &assistant,
+        "restart_deployment",
+        CallKind::Approval,
+        "family",
+        None,
+    )
+    .await;
+    let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+    let engineering = paused(
+        &f,
+        &oncall(),
+        "confirm",
+        CallKind::Interactive,
+        "engineering",
+        Some(schema.clone()),
+    )
+    .await;
+    let names = |v: &Value| -> Vec<String> {
+        v["spaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}/{}",
+                    s["namespace"].as_str().unwrap(),
+                    s["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        v["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["callId"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    // Husam is in both spaces, Muhammad only in the family; a service is in none.
+    let (status, husam) = f.get(Some(HUSAM), "/v1/spaces").await;
+    assert_eq!(status, 200);
+    assert_eq!(names(&husam), ["ops/engineering", "ops/family"]);
+    assert_eq!(
+        names(&f.get(Some(MUHAMMAD), "/v1/spaces").await.1),
+        ["ops/family"]
+    );
+    assert_eq!(
+        names(&f.get(Some(ALERTS), "/v1/spaces").await.1),
+        Vec::<String>::new()
+    );
+
+    // The calls: each person sees those of their spaces, with what answering them needs.
+    let (status, calls) = f.get(Some(HUSAM), "/v1/calls").await;
+    assert_eq!(status, 200);
+    assert_eq!(ids(&calls), [family.clone(), engineering.clone()]);
+    let c = &calls["calls"][1];
+    assert_eq!(
+        (
+            c["space"].as_str(),
+            c["agent"].as_str(),
+            c["tool"].as_str(),
+            c["kind"].as_str()
+        ),
+        (
+            Some("engineering"),
+            Some("oncall"),
+            Some("confirm"),
+            Some("interactive")
+        )
+    );
+    assert_eq!(c["resultSchema"], schema);
+    assert_eq!(c["arguments"], json!({"deployment": "api"}));
+    assert!(c["expiresMs"].as_i64().unwrap() > c["sinceMs"].as_i64().unwrap());
+    assert_eq!(
+        ids(&f.get(Some(MUHAMMAD), "/v1/calls").await.1),
+        std::slice::from_ref(&family)
+    );
+    assert_eq!(
+        ids(&f.get(Some(ALERTS), "/v1/calls").await.1),
+        Vec::<String>::new()
+    );
+
+    // Answered, it is no longer waiting.
+    let answered = f
+        .http
+        .post(format!(
+            "{}/v1/spaces/ops/family/tool-calls/{family}",
+            f.base
+        ))
+        .bearer_auth(MUHAMMAD)
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 202);
+    assert_eq!(ids(&f.get(Some(HUSAM), "/v1/calls").await.1), [engineering]);
+    let (status, _) = f.get(Some("no-such-token"), "/v1/calls").await;
+    assert_eq!(status, 401);
+}

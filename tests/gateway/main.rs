@@ -528,7 +528,9 @@ async fn the_openapi_document_matches_the_routes() {
         [
             "GET /healthz",
             "GET /readyz",
+            "GET /v1/calls",
             "GET /v1/me",
+            "GET /v1/spaces",
             "GET /v1/spaces/{namespace}/{space}",
             "GET /v1/spaces/{namespace}/{space}/messages",
             "GET /v1/spaces/{namespace}/{space}/stream",
