@@ -421,7 +421,7 @@ impl Dev {
     pub fn banner(&self) -> String {
         let url = format!("http://{}", self.addr);
         let mut out = format!(
-            "agentfleet dev: {} agent(s) thinking, {} space(s)\n\n  gateway   {url}   (OpenAPI {url}/openapi.json, metrics {url}/metrics)\n",
+            "agentfleet dev: {} agent(s) thinking, {} space(s)\n\n  gateway   {url}   (OpenAPI {url}/openapi.json, metrics {url}/metrics)\n  console   {url}/console/   (sign in with a token below)\n",
             self.agents.len(),
             self.spaces.len()
         );

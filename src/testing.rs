@@ -4,6 +4,7 @@
 //! needs Redis fails with a clear message when `redis-server` is missing; it never skips.
 #![doc(hidden)]
 
+pub mod browser;
 pub mod cluster;
 pub mod inbox;
 pub mod ports;

@@ -19,6 +19,7 @@
 pub mod a2a;
 pub mod auth;
 mod config;
+pub mod console;
 pub mod decisions;
 pub mod error;
 mod health;
@@ -619,6 +620,7 @@ pub fn router(gw: Gateway, registry: Registry) -> Router {
         }),
     )
     .merge(a2a::routes())
+    .merge(console::routes())
     .fallback(|| async { ApiError::not_found("no such route") })
     .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
     .layer(DefaultBodyLimit::max(gw.max_body_bytes()))

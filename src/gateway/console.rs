@@ -1,0 +1,101 @@
+//! The web console (issue 31), served by the gateway itself at `/console/`: a page, a script
+//! and a style sheet embedded in the binary, with no library and no third-party request. It
+//! calls the gateway's own API with the token a person pastes (kept in the tab only).
+//!
+//! Every answer carries a strict Content-Security-Policy: only this origin's script, style and
+//! API; no frames, no form posts, no base URL; and Trusted Types with no policy, so any HTML
+//! sink (`innerHTML` and kin) throws — text from agents, people, tools and models can only be
+//! shown as text.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::Gateway;
+
+const INDEX: &str = include_str!("console/index.html");
+const SCRIPT: &str = include_str!("console/console.js");
+const STYLE: &str = include_str!("console/console.css");
+const ICON: &str = include_str!("console/icon.svg");
+
+/// The page's policy: see the module's description.
+pub const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+    frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'";
+
+/// The console's routes.
+pub fn routes() -> Router<Gateway> {
+    Router::new()
+        .route(
+            "/console",
+            get(|| async { Redirect::permanent("/console/") }),
+        )
+        .route(
+            "/console/",
+            get(|| async { asset(INDEX, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/console/console.js",
+            get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/console/console.css",
+            get(|| async { asset(STYLE, "text/css; charset=utf-8") }),
+        )
+        .route(
+            "/console/icon.svg",
+            get(|| async { asset(ICON, "image/svg+xml") }),
+        )
+}
+
+/// An embedded asset with the console's headers.
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_writes_no_html() {
+        for sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "new Function",
+            "setTimeout('",
+        ] {
+            assert!(!SCRIPT.contains(sink), "console.js uses {sink}");
+        }
+        assert!(
+            !INDEX.contains("<script>"),
+            "no inline script (the policy forbids it)"
+        );
+        assert!(!INDEX.contains("style="), "no inline style");
+        // (The icon's `xmlns` is a name, not a request.)
+        for remote in ["http://", "https://", "//cdn"] {
+            assert!(!INDEX.contains(remote) && !SCRIPT.contains(remote) && !STYLE.contains(remote));
+        }
+    }
+}
