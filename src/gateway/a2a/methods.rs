@@ -169,14 +169,7 @@ pub async fn run(
                 )));
             }
             let live = subscribe(gw, &view.space).await?;
-            let watch = Watch {
-                gw: gw.clone(),
-                agent: agent.clone(),
-                caller: caller.clone(),
-                task_id: id,
-                live,
-                until: None,
-            };
+            let watch = Watch::new(gw, agent, caller, id, live);
             Ok(Answer::Stream(Box::pin(watch.updates(view.task))))
         }
     }
@@ -244,17 +237,8 @@ async fn send(
                 let live = subscribe(gw, &view.space).await?;
                 super::answers::answer(store, call, &view.space, &caller.name, message).await?;
                 let now = tasks::view(store, agent, caller, task).await?.task;
-                return Ok(Sent::Watch(
-                    Box::new(Watch {
-                        gw: gw.clone(),
-                        agent: agent.clone(),
-                        caller: caller.clone(),
-                        task_id: task.clone(),
-                        live,
-                        until: None,
-                    }),
-                    now,
-                ));
+                let watch = Watch::new(gw, agent, caller, task.clone(), live);
+                return Ok(Sent::Watch(Box::new(watch), now));
             }
             return Err(if state.is_terminal() {
                 A2aError::UnsupportedOperation(format!(
@@ -295,17 +279,8 @@ async fn send(
         .map_err(|e| tasks::unavailable(&e))?;
     let task_id = tasks::post(store, &space, caller, message, text).await?;
     let first = tasks::view(store, agent, caller, &task_id).await?.task;
-    Ok(Sent::Watch(
-        Box::new(Watch {
-            gw: gw.clone(),
-            agent: agent.clone(),
-            caller: caller.clone(),
-            task_id,
-            live,
-            until: None,
-        }),
-        first,
-    ))
+    let watch = Watch::new(gw, agent, caller, task_id, live);
+    Ok(Sent::Watch(Box::new(watch), first))
 }
 
 /// The `contextId` of the conversation a message without one starts: a digest of its

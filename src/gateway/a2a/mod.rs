@@ -242,21 +242,8 @@ async fn jsonrpc(
         Err(e) => return jsonrpc_error(Value::Null, &e),
     };
     let id = request.id.clone();
-    let call = async {
-        let (agent, record) = served(&gw, &ns, &name).await?;
-        let caller = admit(&gw, &headers, uri.query(), &record, &agent)?;
-        let call = Call::parse(&request)?;
-        Ok::<_, A2aError>((agent, record, caller, call))
-    };
-    let (agent, record, caller, call) = match call.await {
-        Ok(c) => c,
-        Err(e) => return jsonrpc_error(id, &e),
-    };
-    match methods::run(&gw, &agent, &record, &caller, call).await {
-        Ok(methods::Answer::One(value)) => {
-            axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": value}))
-                .into_response()
-        }
+    match answer(&gw, &ns, &name, &uri, &headers, || Call::parse(&request)).await {
+        Ok(methods::Answer::One(value)) => axum::Json(jsonrpc_result(id, &value)).into_response(),
         Ok(methods::Answer::Stream(updates)) => sse(updates, move |item| match item {
             Ok(u) => jsonrpc_result(id.clone(), u),
             Err(e) => e.to_jsonrpc(id.clone()),
@@ -265,7 +252,22 @@ async fn jsonrpc(
     }
 }
 
-/// Runs one HTTP+JSON call: admission, then the method, answered in that binding's shape.
+/// One call of either binding: the agent served, the caller admitted, then the call `make`
+/// reads from the request, run.
+async fn answer(
+    gw: &Gateway,
+    ns: &str,
+    name: &str,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    make: impl FnOnce() -> Result<Call, A2aError>,
+) -> Result<methods::Answer, A2aError> {
+    let (agent, record) = served(gw, ns, name).await?;
+    let caller = admit(gw, headers, uri.query(), &record, &agent)?;
+    methods::run(gw, &agent, &record, &caller, make()?).await
+}
+
+/// Runs one HTTP+JSON call, answered in that binding's shape.
 async fn rest(
     gw: Gateway,
     ns: String,
@@ -274,16 +276,7 @@ async fn rest(
     headers: HeaderMap,
     make: impl FnOnce() -> Result<Call, A2aError>,
 ) -> Response {
-    let admitted = async {
-        let (agent, record) = served(&gw, &ns, &name).await?;
-        let caller = admit(&gw, &headers, uri.query(), &record, &agent)?;
-        Ok::<_, A2aError>((agent, record, caller, make()?))
-    };
-    let (agent, record, caller, call) = match admitted.await {
-        Ok(a) => a,
-        Err(e) => return rest_error(&e),
-    };
-    match methods::run(&gw, &agent, &record, &caller, call).await {
+    match answer(&gw, &ns, &name, &uri, &headers, make).await {
         Ok(methods::Answer::One(value)) => {
             let mut response = axum::Json(value).into_response();
             response.headers_mut().insert(

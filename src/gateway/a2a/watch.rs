@@ -15,7 +15,7 @@ use crate::a2a::{A2aError, StreamResponse, Task, TaskArtifactUpdateEvent, TaskSt
 use crate::identity::AgentKey;
 
 use super::super::auth::Entity;
-use super::super::sse::Subscription;
+use super::super::sse::{Item, Subscription};
 use super::super::Gateway;
 use super::tasks;
 
@@ -42,6 +42,25 @@ struct State {
 }
 
 impl Watch {
+    /// A watch of task `task_id` of `caller` with `agent`, woken by `live` (the task's
+    /// conversation), with no deadline.
+    pub fn new(
+        gw: &Gateway,
+        agent: &AgentKey,
+        caller: &Entity,
+        task_id: String,
+        live: Subscription,
+    ) -> Self {
+        Self {
+            gw: gw.clone(),
+            agent: agent.clone(),
+            caller: caller.clone(),
+            task_id,
+            live,
+            until: None,
+        }
+    }
+
     /// The updates, starting with `first` (the task as just read): every item is what the
     /// stream sends; the stream ends after the task settles, at `until`, or when the
     /// gateway shuts down. A data-plane error ends it with the error.
@@ -123,7 +142,7 @@ impl State {
             }
         };
         tokio::select! {
-            r = self.watch.live.rx.recv() => !matches!(r, Err(RecvError::Closed)) || {
+            r = self.next_change() => r || {
                 // The live stream ended: fall back to looking now and then.
                 tokio::time::sleep(FALLBACK_LOOK).await;
                 true
@@ -131,6 +150,19 @@ impl State {
             () = tokio::time::sleep(FALLBACK_LOOK) => true,
             () = deadline => false,
             _ = async move { shutdown.wait_for(|s| *s).await.is_ok() } => false,
+        }
+    }
+
+    /// Waits for a live event that may change the task: any but the agent's streamed text
+    /// (a `delta` per piece, which changes neither its state nor its artifacts, so the task
+    /// is not read again for each). `false` when the live stream ended.
+    async fn next_change(&mut self) -> bool {
+        loop {
+            match self.watch.live.rx.recv().await {
+                Ok(Item::Frame(f)) if f.event == "delta" => continue,
+                Err(RecvError::Closed) => return false,
+                _ => return true,
+            }
         }
     }
 

@@ -49,31 +49,11 @@ impl Calls for RedisStore {
     }
 
     async fn human_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError> {
-        let keys = AgentKeys::new(agent);
-        let mut conn = self.conns.shared().await?;
-        let all: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(keys.calls())
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err("read calls"))?;
-        Ok(waiting_for_humans(&all))
+        Ok(waiting_for_humans(&self.call_registry(agent).await?))
     }
 
     async fn open_calls(&self, agent: &AgentKey) -> Result<Vec<RegisteredCall>, StoreError> {
-        let keys = AgentKeys::new(agent);
-        let mut conn = self.conns.shared().await?;
-        let all: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(keys.calls())
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err("read calls"))?;
-        let (records, done) = registry(&all);
-        Ok(RegisteredCall::open(
-            records
-                .iter()
-                .map(|(id, record)| (*id, record, done.contains(id))),
-            now_ms(),
-        ))
+        Ok(open(&self.call_registry(agent).await?))
     }
 
     async fn forget_call(&self, call: &CallId) -> Result<(), StoreError> {
@@ -119,13 +99,32 @@ impl Calls for RedisStore {
 /// (`ID` → record, `ID:done` → time); a record it cannot read is left out (the store wrote
 /// it; one bad entry must not hide the others).
 pub(super) fn waiting_for_humans(all: &[(String, String)]) -> Vec<RegisteredCall> {
+    let mut calls = open(all);
+    calls.retain(|c| c.record.kind.human());
+    calls
+}
+
+/// The calls without their result among an agent's call registry as `HGETALL` gives it.
+fn open(all: &[(String, String)]) -> Vec<RegisteredCall> {
     let (records, done) = registry(all);
-    RegisteredCall::waiting_for_humans(
+    RegisteredCall::open(
         records
             .iter()
             .map(|(id, record)| (*id, record, done.contains(id))),
         now_ms(),
     )
+}
+
+impl RedisStore {
+    /// An agent's call registry as `HGETALL` gives it.
+    async fn call_registry(&self, agent: &AgentKey) -> Result<Vec<(String, String)>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        redis::cmd("HGETALL")
+            .arg(AgentKeys::new(agent).calls())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read calls"))
+    }
 }
 
 /// The records of an agent's call registry as `HGETALL` gives it, and the ids that are done;

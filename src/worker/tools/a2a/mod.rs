@@ -496,27 +496,27 @@ mod tests {
     use super::*;
     use crate::a2a::{Artifact, TaskState, TaskStatus};
 
-    #[test]
-    fn a_task_reads_as_its_answer_or_its_question() {
-        let mut task = Task {
-            id: "t1".into(),
-            context_id: Some("c1".into()),
+    /// A completed task `id` whose one artifact says `answer`.
+    fn completed(id: &str, answer: String) -> Task {
+        Task {
+            id: id.into(),
             status: TaskStatus {
                 state: TaskState::Completed,
-                message: None,
-                timestamp: None,
+                ..Default::default()
             },
             artifacts: vec![Artifact {
                 artifact_id: "a".into(),
-                name: None,
-                description: None,
-                parts: vec![Part::text("42")],
-                metadata: None,
-                extensions: Vec::new(),
+                parts: vec![Part::text(answer)],
+                ..Default::default()
             }],
-            history: Vec::new(),
-            metadata: None,
-        };
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_task_reads_as_its_answer_or_its_question() {
+        let mut task = completed("t1", "42".into());
+        task.context_id = Some("c1".into());
         let done = task_result("calc", &task);
         assert_eq!(done["state"], "completed");
         assert_eq!(done["answer"], "42");
@@ -524,14 +524,9 @@ mod tests {
         task.artifacts.clear();
         task.status.state = TaskState::InputRequired;
         task.status.message = Some(Message {
-            message_id: "q".into(),
-            context_id: None,
-            task_id: None,
             role: Role::Agent,
             parts: vec![Part::text("Which colour?")],
-            metadata: None,
-            extensions: Vec::new(),
-            reference_task_ids: Vec::new(),
+            ..Default::default()
         });
         let asks = task_result("calc", &task);
         assert_eq!(asks["state"], "input_required");
@@ -541,26 +536,7 @@ mod tests {
 
     #[test]
     fn a_long_answer_is_cut_and_the_model_told() {
-        let task = Task {
-            id: "t".into(),
-            context_id: None,
-            status: TaskStatus {
-                state: TaskState::Completed,
-                message: None,
-                timestamp: None,
-            },
-            artifacts: vec![Artifact {
-                artifact_id: "a".into(),
-                name: None,
-                description: None,
-                parts: vec![Part::text("é".repeat(40_000))],
-                metadata: None,
-                extensions: Vec::new(),
-            }],
-            history: Vec::new(),
-            metadata: None,
-        };
-        let r = task_result("big", &task);
+        let r = task_result("big", &completed("t", "é".repeat(40_000)));
         assert!(r["answer"].as_str().unwrap().len() <= MAX_RESULT_ANSWER_BYTES);
         assert!(r["cut"].as_str().unwrap().contains("cut"));
     }
