@@ -304,3 +304,88 @@ pub struct WaitingCalls {
     /// Oldest first.
     pub calls: Vec<WaitingCall>,
 }
+
+/// An agent as the members of its spaces see it (read-only): what it is, what it does, what
+/// it spends. Live from the data plane; the model, budget and problem as the operator last
+/// wrote them.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    /// Namespace of the Agent.
+    pub namespace: String,
+    /// Name of the Agent.
+    pub name: String,
+    /// `failed` (see `problem`), `suspended` (`spec.paused`: events wait), `asking` (a cycle
+    /// waits for a person's answer), `thinking`, `sleeping` (a worker waits on its inbox) or
+    /// `stopped` (no worker holds it; an event wakes it).
+    pub state: String,
+    /// Why it cannot run, for `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Who serves its model (`openai`, `anthropic`, `scripted`); empty until the operator
+    /// has written it.
+    pub model_provider: String,
+    /// The model's name.
+    pub model_name: String,
+    /// How the model answered lately, once a worker has called it: `Available` or what failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_health: Option<String>,
+    /// The caller's spaces it is a member of.
+    pub spaces: Vec<String>,
+    /// Events waiting in its inbox.
+    pub waiting: u64,
+    /// Committed cycles.
+    pub cycles: u64,
+    /// When its last cycle was committed (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_cycle_ms: Option<i64>,
+    /// Model tokens used today (UTC).
+    pub tokens_today: u64,
+    /// Its budget per UTC day, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
+    /// Model tokens used this month (UTC).
+    pub tokens_this_month: u64,
+    /// Its budget per UTC month, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_month: Option<u64>,
+    /// Model tokens used over its life.
+    pub tokens_used: u64,
+    /// Its tools, once a worker has reported them.
+    pub tools: Vec<AgentTool>,
+    /// Calls waiting for a person's answer.
+    pub asking: u64,
+    /// Its retained checkpoints, newest first: one per committed cycle.
+    pub checkpoints: Vec<AgentCheckpoint>,
+}
+
+/// A tool of an agent.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentTool {
+    /// The name the model calls it by.
+    pub name: String,
+    /// `builtin`, `http`, `interactive`, `mcp:SERVER` or `a2a:AGENT`.
+    pub source: String,
+    /// Whether it can be called now.
+    pub ready: bool,
+    /// Why not, when it cannot (secrets masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// A retained checkpoint: the consciousness after one cycle.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCheckpoint {
+    /// The cycle it was taken after.
+    pub cycle: u64,
+    /// When (ms since the epoch).
+    pub time_ms: i64,
+    /// Model tokens that cycle used.
+    pub tokens_used: u64,
+    /// Estimated tokens of the consciousness it holds.
+    pub context_tokens: u64,
+    /// Messages in its window.
+    pub messages: u64,
+}

@@ -330,9 +330,11 @@ impl Dev {
                 }
                 r
             });
+            let facts = crate::store::records::agent_facts(agent, None);
             async move {
                 store.register_agent(key).await?;
-                store.apply_a2a(key, card.as_ref()).await.map(|_| ())
+                store.apply_a2a(key, card.as_ref()).await?;
+                store.apply_facts(key, &facts).await.map(|_| ())
             }
             .map(move |r| r.with_context(|| format!("registering agent {key}")))
         }))

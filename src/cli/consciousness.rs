@@ -231,6 +231,8 @@ fn archived(doc: Document, url: String) -> Shown {
         messages: consciousness.messages.len() as u64,
         tokens: consciousness.tokens,
         time_ms: consciousness.last_cycle_ms.unwrap_or_default(),
+        // A replaced or shown consciousness used no tokens of its own.
+        used: 0,
     };
     Shown {
         agent: doc.agent,

@@ -33,7 +33,7 @@ pub(super) fn space_info(key: &SpaceKey, record: &SpaceRecord) -> SpaceInfo {
 }
 
 /// The spaces (not A2A conversations) `caller` is a member of, sorted.
-async fn spaces_of(
+pub(super) async fn spaces_of(
     gw: &Gateway,
     caller: &Entity,
 ) -> Result<Vec<(SpaceKey, SpaceRecord)>, ApiError> {

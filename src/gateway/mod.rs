@@ -8,6 +8,7 @@
 //! - `GET  /v1/spaces/{namespace}/{space}`, `GET /v1/me`; `GET /v1/spaces` and `GET /v1/calls`:
 //!   the caller's spaces and the calls waiting for it there (`mine.rs`).
 //! - `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: answer a call ([`decisions`]).
+//! - `GET  /v1/agents/{namespace}/{agent}`: an agent, for the members of its spaces (`agents.rs`).
 //! - `POST /v1/agents/{namespace}/{agent}/events`: a service triggers an agent (webhook).
 //! - `POST /v1/tool-results/{callId}`: the service of an async tool call posts its result
 //!   with the call's own token ([`results`]).
@@ -17,6 +18,7 @@
 //! with a stable `code` ([`error::ApiError`]).
 
 pub mod a2a;
+mod agents;
 pub mod auth;
 mod config;
 pub mod console;
@@ -597,6 +599,7 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(space_info))
         .routes(routes!(mine::my_spaces))
         .routes(routes!(mine::my_calls))
+        .routes(routes!(agents::agent_view))
         .routes(routes!(stream::stream_space))
         .routes(routes!(trigger_agent))
         .routes(routes!(results::post_tool_result))

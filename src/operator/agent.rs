@@ -122,14 +122,20 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
 
     // Known to the data plane, so producers (the gateway's webhook) can address it.
     // Its A2A card too (the gateway serves it from there).
-    let registered = match ctx.store.register_agent(&key).await {
-        Ok(_) => ctx
-            .store
+    // And what the gateway shows of it (the console's agent page, A2A's budget check).
+    let problem = is_failed
+        .then(|| crate::operator::status::find(&status.conditions, READY))
+        .flatten()
+        .map(|c| c.message.clone());
+    let facts = crate::store::records::agent_facts(&agent, problem);
+    let registered = async {
+        ctx.store.register_agent(&key).await?;
+        ctx.store
             .apply_a2a(&key, crate::store::records::a2a_record(&agent).as_ref())
-            .await
-            .map(|_| ()),
-        Err(e) => Err(e),
-    };
+            .await?;
+        ctx.store.apply_facts(&key, &facts).await
+    }
+    .await;
     if let Err(e) = &registered {
         warn!(error = %crate::report::chain(e), "could not register the agent in the data plane; retrying in 30s");
     }

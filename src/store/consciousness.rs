@@ -68,6 +68,8 @@ pub(super) fn replaced_checkpoint(c: &Consciousness, time_ms: i64) -> Checkpoint
         messages: c.messages.len() as u64,
         tokens: c.tokens,
         time_ms: c.last_cycle_ms.unwrap_or(time_ms),
+        // A replaced or shown consciousness used no tokens of its own.
+        used: 0,
     }
 }
 
@@ -155,6 +157,7 @@ pub(super) fn plan_commit(
         messages: end - start,
         tokens: commit.tokens,
         time_ms,
+        used: commit.cycle_tokens,
     };
     let keep = commit.checkpoints_retained.max(1) as usize;
     let mut kept: Vec<Checkpoint> = std::iter::once(checkpoint.clone())
@@ -284,6 +287,13 @@ pub struct Checkpoint {
     pub tokens: u64,
     /// When it was written (ms since the epoch).
     pub time_ms: i64,
+    /// Model tokens the cycle used (0 in checkpoints written before this was kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub used: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What one committed cycle adds.

@@ -82,7 +82,7 @@ pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecor
 pub use self::redis::{
     redact_url, RedisArgs, RedisOptions, RedisStore, WaitReplicas, REDIS_CA_ENV,
 };
-pub use self::spaces::{A2aRecord, A2aSkill, SpaceRecord, Spaces};
+pub use self::spaces::{A2aRecord, A2aSkill, AgentFacts, SpaceRecord, Spaces};
 pub use self::tokens::TokenSpend;
 use crate::identity::AgentKey;
 

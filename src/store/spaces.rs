@@ -46,6 +46,52 @@ pub trait Spaces: Send + Sync {
 
     /// What the gateway serves of an agent over A2A, if anything.
     async fn a2a(&self, agent: &AgentKey) -> Result<Option<A2aRecord>, StoreError>;
+
+    /// Sets what the data plane knows of an agent's spec and health that only the control
+    /// plane can tell (its model, its budget, why it cannot run). Idempotent: returns whether
+    /// anything changed. Forgotten with the agent's data.
+    async fn apply_facts(&self, agent: &AgentKey, facts: &AgentFacts) -> Result<bool, StoreError>;
+
+    /// What the data plane knows of an agent's spec, once the operator (or `dev`) wrote it.
+    async fn facts(&self, agent: &AgentKey) -> Result<Option<AgentFacts>, StoreError>;
+}
+
+/// What the data plane knows of an Agent from its spec and its reconcile, for readers that
+/// see only the data plane (the gateway: the console's agent page, A2A's budget check).
+/// Applied by the operator and `agentfleet dev`. A versioned record (see
+/// [`records`](super::records)).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentFacts {
+    /// The record's format.
+    #[serde(default, rename = "v", skip_serializing_if = "V1::implied")]
+    pub v: V1,
+    /// Who serves its model (`openai`, `anthropic`, `scripted`).
+    pub model_provider: String,
+    /// The model's name as the provider knows it.
+    pub model_name: String,
+    /// Its budget (`spec.budget`): tokens per UTC day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
+    /// As `tokens_per_day`, per UTC month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_month: Option<u64>,
+    /// `spec.paused`: events wait until it is resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// Why it cannot run (its `Ready` condition's message), when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+impl AgentFacts {
+    /// Its budget.
+    pub fn budget(&self) -> crate::crd::BudgetSpec {
+        crate::crd::BudgetSpec {
+            tokens_per_day: self.tokens_per_day,
+            tokens_per_month: self.tokens_per_month,
+        }
+    }
 }
 
 /// What the gateway serves of an agent over A2A: from `spec.a2a` (enabled), applied by the
@@ -65,13 +111,6 @@ pub struct A2aRecord {
     pub callers: Vec<String>,
     /// The agent's version as its card says (the Agent's generation).
     pub version: String,
-    /// Its budget (`spec.budget`), so that a message it could not answer before the budget's
-    /// period rolls over is refused at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokens_per_day: Option<u64>,
-    /// As `tokens_per_day`, per UTC month.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokens_per_month: Option<u64>,
 }
 
 /// A skill of an agent's card.

@@ -443,3 +443,75 @@ async fn each_person_lists_their_spaces_and_the_calls_waiting_for_them() {
     let (status, _) = f.get(Some("no-such-token"), "/v1/calls").await;
     assert_eq!(status, 401);
 }
+
+/// `GET /v1/agents/{ns}/{agent}`: what the console's agent page shows, for the members of the
+/// agent's spaces only; anyone else learns nothing, not even whether it exists.
+#[tokio::test]
+async fn an_agent_is_shown_to_the_members_of_its_spaces() {
+    use agentfleet::store::AgentFacts;
+    let f = start(Limits::default()).await;
+    let oncall = oncall();
+    f.store
+        .apply_facts(
+            &oncall,
+            &AgentFacts {
+                model_provider: "openai".into(),
+                model_name: "gpt-4o-mini".into(),
+                tokens_per_day: Some(1000),
+                ..AgentFacts::default()
+            },
+        )
+        .await
+        .unwrap();
+    paused(
+        &f,
+        &oncall,
+        "confirm",
+        CallKind::Interactive,
+        "engineering",
+        None,
+    )
+    .await;
+
+    // Husam shares the engineering space with it.
+    let (status, seen) = f.get(Some(HUSAM), "/v1/agents/ops/oncall").await;
+    assert_eq!(status, 200, "{seen}");
+    assert_eq!(seen["state"], "stopped", "no worker holds it");
+    assert_eq!(
+        (&seen["modelProvider"], &seen["modelName"]),
+        (&json!("openai"), &json!("gpt-4o-mini"))
+    );
+    assert_eq!(seen["spaces"], json!(["engineering"]));
+    assert_eq!(seen["tokensPerDay"], 1000);
+    assert_eq!(seen["tokensToday"], 0);
+    assert_eq!(seen["asking"], 1);
+    assert_eq!(seen["checkpoints"], json!([]));
+    assert!(seen.get("tokensPerMonth").is_none());
+
+    // Muhammad does not: the same answer as for an agent that does not exist.
+    let (status, hidden) = f.get(Some(MUHAMMAD), "/v1/agents/ops/oncall").await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        hidden["error"]["message"],
+        "no agent \"ops/oncall\" in your spaces"
+    );
+    let (status, _) = f.get(Some(HUSAM), "/v1/agents/ops/ghost").await;
+    assert_eq!(status, 404);
+
+    // What the operator says it cannot do comes first.
+    f.store
+        .apply_facts(
+            &oncall,
+            &AgentFacts {
+                problem: Some("Secret openai-key not found".into()),
+                ..AgentFacts::default()
+            },
+        )
+        .await
+        .unwrap();
+    let (_, seen) = f.get(Some(HUSAM), "/v1/agents/ops/oncall").await;
+    assert_eq!(
+        (&seen["state"], &seen["problem"]),
+        (&json!("failed"), &json!("Secret openai-key not found"))
+    );
+}

@@ -528,6 +528,7 @@ async fn the_openapi_document_matches_the_routes() {
         [
             "GET /healthz",
             "GET /readyz",
+            "GET /v1/agents/{namespace}/{agent}",
             "GET /v1/calls",
             "GET /v1/me",
             "GET /v1/spaces",

@@ -13,7 +13,6 @@ use crate::a2a::{
     SubscribeToTaskRequest, Task, TaskState,
 };
 use crate::identity::AgentKey;
-use crate::store::A2aRecord;
 
 use super::super::auth::Entity;
 use super::super::Gateway;
@@ -99,7 +98,6 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Value, A2aError> {
 pub async fn run(
     gw: &Gateway,
     agent: &AgentKey,
-    record: &A2aRecord,
     caller: &Entity,
     call: Call,
 ) -> Result<Answer, A2aError> {
@@ -114,7 +112,7 @@ pub async fn run(
                 .configuration
                 .as_ref()
                 .is_some_and(|c| c.return_immediately);
-            let (watch, first) = match send(gw, agent, record, caller, &request).await? {
+            let (watch, first) = match send(gw, agent, caller, &request).await? {
                 Sent::Watch(watch, first) => (*watch, first),
                 Sent::Rejected(task) => {
                     return Ok(Answer::One(json(&SendMessageResponse::Task(task))?))
@@ -139,7 +137,7 @@ pub async fn run(
                 tasks::trimmed(task, history, true),
             ))?))
         }
-        Call::Stream(request) => match send(gw, agent, record, caller, &request).await? {
+        Call::Stream(request) => match send(gw, agent, caller, &request).await? {
             Sent::Watch(watch, first) => Ok(Answer::Stream(Box::pin(watch.updates(first)))),
             Sent::Rejected(task) => Ok(Answer::Stream(Box::pin(futures::stream::once(
                 async move { Ok(StreamResponse::Task(task)) },
@@ -207,7 +205,6 @@ enum Sent {
 async fn send(
     gw: &Gateway,
     agent: &AgentKey,
-    record: &A2aRecord,
     caller: &Entity,
     request: &SendMessageRequest,
 ) -> Result<Sent, A2aError> {
@@ -263,7 +260,7 @@ async fn send(
         _ => new_context_id(caller, &message.message_id),
     };
     let text = tasks::inbound_text(message)?;
-    if let Some(spent) = spent_budget(gw, agent, record).await? {
+    if let Some(spent) = spent_budget(gw, agent).await? {
         return Ok(Sent::Rejected(rejected(
             &context_id,
             &message.message_id,
@@ -299,12 +296,14 @@ fn new_context_id(caller: &Entity, message_id: &str) -> String {
 async fn spent_budget(
     gw: &Gateway,
     agent: &AgentKey,
-    record: &A2aRecord,
 ) -> Result<Option<crate::crd::Exhausted>, A2aError> {
-    let budget = crate::crd::BudgetSpec {
-        tokens_per_day: record.tokens_per_day,
-        tokens_per_month: record.tokens_per_month,
-    };
+    let facts = gw
+        .inner
+        .store
+        .facts(agent)
+        .await
+        .map_err(|e| tasks::unavailable(&e))?;
+    let budget = facts.map(|f| f.budget()).unwrap_or_default();
     if !budget.is_set() {
         return Ok(None);
     }

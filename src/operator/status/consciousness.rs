@@ -130,6 +130,7 @@ mod tests {
                 messages: 4,
                 tokens: 90,
                 time_ms: 1_795_000_000_123,
+                used: 0,
             }),
             ..AgentObservation::default()
         }

@@ -538,6 +538,7 @@ mod tests {
             messages: 14,
             tokens: 900,
             time_ms: 1_795_000_000_123,
+            used: 0,
         }
     }
 

@@ -95,6 +95,8 @@ struct AgentState {
     journal: Vec<String>,
     /// What the gateway serves of the agent over A2A.
     a2a: Option<super::A2aRecord>,
+    /// What the control plane says of the agent.
+    facts: Option<super::AgentFacts>,
     /// Receipts of acknowledged events that asked for one, and their ids newest last.
     receipts: HashMap<String, super::Receipt>,
     receipt_order: VecDeque<String>,

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::MemoryStore;
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
-use crate::store::{A2aRecord, SpaceRecord, Spaces, StoreError};
+use crate::store::{A2aRecord, AgentFacts, SpaceRecord, Spaces, StoreError};
 
 #[async_trait]
 impl Spaces for MemoryStore {
@@ -61,5 +61,17 @@ impl Spaces for MemoryStore {
 
     async fn a2a(&self, agent: &AgentKey) -> Result<Option<A2aRecord>, StoreError> {
         Ok(self.agent(agent, |a| a.a2a.clone()))
+    }
+
+    async fn apply_facts(&self, agent: &AgentKey, facts: &AgentFacts) -> Result<bool, StoreError> {
+        Ok(self.agent(agent, |a| {
+            let changed = a.facts.as_ref() != Some(facts);
+            a.facts = Some(facts.clone());
+            changed
+        }))
+    }
+
+    async fn facts(&self, agent: &AgentKey) -> Result<Option<AgentFacts>, StoreError> {
+        Ok(self.agent(agent, |a| a.facts.clone()))
     }
 }

@@ -167,7 +167,19 @@ pub fn a2a_record(agent: &crd::Agent) -> Option<super::super::A2aRecord> {
         skills,
         callers: spec.callers.clone(),
         version: agent.metadata.generation.unwrap_or(1).to_string(),
-        tokens_per_day: agent.spec.budget.as_ref().and_then(|b| b.tokens_per_day),
-        tokens_per_month: agent.spec.budget.as_ref().and_then(|b| b.tokens_per_month),
     })
+}
+
+/// What the data plane knows of `agent` from its spec, and `problem`: why it cannot run.
+pub fn agent_facts(agent: &crd::Agent, problem: Option<String>) -> super::super::AgentFacts {
+    let budget = agent.spec.budget.clone().unwrap_or_default();
+    super::super::AgentFacts {
+        v: V1,
+        model_provider: agent.spec.model.provider.as_str().into(),
+        model_name: agent.spec.model.name.clone(),
+        tokens_per_day: budget.tokens_per_day,
+        tokens_per_month: budget.tokens_per_month,
+        suspended: agent.spec.paused,
+        problem,
+    }
 }

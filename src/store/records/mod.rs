@@ -41,7 +41,7 @@
 //! readers check, as [`V1`] does, before a new format is written).
 
 mod crd;
-pub use self::crd::a2a_record;
+pub use self::crd::{a2a_record, agent_facts};
 #[cfg(test)]
 mod tests;
 

@@ -80,6 +80,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "receipts",
     "receiptids",
     "a2a",
+    "facts",
     "calls",
     "callsforget",
     "archive",
@@ -131,6 +132,11 @@ impl AgentKeys {
     /// What the gateway serves of the agent over A2A (JSON `A2aRecord`).
     pub(super) fn a2a(&self) -> String {
         self.key("a2a")
+    }
+
+    /// What the control plane says of the agent (JSON `AgentFacts`).
+    pub(super) fn facts(&self) -> String {
+        self.key("facts")
     }
 
     /// Receipts of acknowledged events that asked for one: event id → JSON `Receipt`.
@@ -394,6 +400,7 @@ pub(super) mod tests {
             a.receipts(),
             a.receipt_ids(),
             a.a2a(),
+            a.facts(),
             a.calls(),
             a.calls_forget(),
             a.archive(),

@@ -7,7 +7,7 @@ use super::keys::{agents_index, spaces_index, AgentKeys, SpaceKeys};
 use super::{from_json, redis_err, to_json, RedisStore};
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
-use crate::store::{A2aRecord, SpaceRecord, Spaces, StoreError};
+use crate::store::{A2aRecord, AgentFacts, SpaceRecord, Spaces, StoreError};
 
 #[async_trait]
 impl Spaces for RedisStore {
@@ -124,12 +124,42 @@ impl Spaces for RedisStore {
         agent: &AgentKey,
         record: Option<&A2aRecord>,
     ) -> Result<bool, StoreError> {
-        let key = AgentKeys::new(agent).a2a();
-        let json = record
-            .map(|r| to_json(|| format!("the A2A card of agent {agent}"), r))
-            .transpose()?;
+        let what = || format!("the A2A card of agent {agent}");
+        let json = record.map(|r| to_json(what, r)).transpose()?;
+        self.apply_json(AgentKeys::new(agent).a2a(), json, "set A2A card")
+            .await
+    }
+
+    async fn a2a(&self, agent: &AgentKey) -> Result<Option<A2aRecord>, StoreError> {
+        let what = || format!("the A2A card of agent {agent}");
+        self.read_json(AgentKeys::new(agent).a2a(), what, "get A2A card")
+            .await
+    }
+
+    async fn apply_facts(&self, agent: &AgentKey, facts: &AgentFacts) -> Result<bool, StoreError> {
+        let json = to_json(|| format!("the facts of agent {agent}"), facts)?;
+        self.apply_json(AgentKeys::new(agent).facts(), Some(json), "set agent facts")
+            .await
+    }
+
+    async fn facts(&self, agent: &AgentKey) -> Result<Option<AgentFacts>, StoreError> {
+        let what = || format!("the facts of agent {agent}");
+        self.read_json(AgentKeys::new(agent).facts(), what, "get agent facts")
+            .await
+    }
+}
+
+impl RedisStore {
+    /// Sets `key` to `json` (deletes it for `None`) unless it holds that already: whether it
+    /// changed.
+    async fn apply_json(
+        &self,
+        key: String,
+        json: Option<String>,
+        what: &'static str,
+    ) -> Result<bool, StoreError> {
         let mut conn = self.conns.shared().await?;
-        let current: Option<String> = conn.get(&key).await.map_err(redis_err("get A2A card"))?;
+        let current: Option<String> = conn.get(&key).await.map_err(redis_err(what))?;
         if current == json {
             return Ok(false);
         }
@@ -137,18 +167,20 @@ impl Spaces for RedisStore {
             Some(j) => conn.set::<_, _, ()>(&key, j).await,
             None => conn.del::<_, ()>(&key).await,
         }
-        .map_err(redis_err("set A2A card"))?;
+        .map_err(redis_err(what))?;
         Ok(true)
     }
 
-    async fn a2a(&self, agent: &AgentKey) -> Result<Option<A2aRecord>, StoreError> {
+    /// The record at `key`, if any.
+    async fn read_json<T: serde::de::DeserializeOwned>(
+        &self,
+        key: String,
+        what: impl Fn() -> String,
+        short: &'static str,
+    ) -> Result<Option<T>, StoreError> {
         let mut conn = self.conns.shared().await?;
-        let json: Option<String> = conn
-            .get(AgentKeys::new(agent).a2a())
-            .await
-            .map_err(redis_err("get A2A card"))?;
-        json.map(|j| from_json(|| format!("the A2A card of agent {agent}"), &j))
-            .transpose()
+        let json: Option<String> = conn.get(key).await.map_err(redis_err(short))?;
+        json.map(|j| from_json(what, &j)).transpose()
     }
 }
 

@@ -375,6 +375,7 @@ macro_rules! suite {
 
 suite!(
     membership_is_applied_idempotently,
+    agent_facts_are_applied_idempotently,
     ping_answers,
     agents_are_registered,
     inbox_drains_whole_batches_in_order_and_drops_duplicates,

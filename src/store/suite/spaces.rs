@@ -66,6 +66,33 @@ pub(super) async fn agents_are_registered(store: &dyn Store) {
     assert!(!store.agent_registered(&a).await.unwrap());
 }
 
+pub(super) async fn agent_facts_are_applied_idempotently(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    assert_eq!(store.facts(&a).await.unwrap(), None);
+    let facts = AgentFacts {
+        model_provider: "openai".into(),
+        model_name: "gpt-4o-mini".into(),
+        tokens_per_day: Some(1000),
+        problem: Some("Secret key not found".into()),
+        ..AgentFacts::default()
+    };
+    assert!(store.apply_facts(&a, &facts).await.unwrap());
+    assert!(!store.apply_facts(&a, &facts).await.unwrap(), "idempotent");
+    assert_eq!(store.facts(&a).await.unwrap().as_ref(), Some(&facts));
+    let mended = AgentFacts {
+        problem: None,
+        ..facts
+    };
+    assert!(store.apply_facts(&a, &mended).await.unwrap());
+    assert_eq!(store.facts(&a).await.unwrap(), Some(mended));
+    store.purge_agent(&a).await.unwrap();
+    assert_eq!(
+        store.facts(&a).await.unwrap(),
+        None,
+        "forgotten with its data"
+    );
+}
+
 pub(super) async fn ping_answers(store: &dyn Store) {
     store.ping().await.unwrap();
 }

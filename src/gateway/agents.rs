@@ -1,0 +1,142 @@
+//! `GET /v1/agents/{namespace}/{agent}`: an agent as the members of its spaces see it, read
+//! only — what the console's agent page shows. Live from the data plane (inbox, cycles,
+//! tokens, tools, checkpoints); its model, budget and problem as the operator (or `dev`)
+//! last wrote them ([`crate::store::AgentFacts`]).
+
+use axum::extract::{Path, State};
+use axum::Json;
+
+use super::auth::Caller;
+use super::error::{quote, ApiError};
+use super::mine::spaces_of;
+use super::{Gateway, RequestRefusals};
+use crate::api::{AgentCheckpoint, AgentTool, AgentView, ErrorBody};
+use crate::identity::AgentKey;
+use crate::periods::Periods;
+use crate::store::{AgentFacts, AgentObservation};
+
+/// An Agent in a route.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct AgentPath {
+    /// Namespace of the Agent.
+    pub namespace: String,
+    /// Name of the Agent.
+    pub agent: String,
+}
+
+/// An agent, for a member of one of its spaces.
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{namespace}/{agent}",
+    tag = "agents",
+    params(AgentPath),
+    responses(
+        (status = 200, description = "The agent", body = AgentView),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 404, description = "No such agent in the caller's spaces (`not_found`)", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+        RequestRefusals,
+    ),
+    security(("bearer" = []))
+)]
+pub(super) async fn agent_view(
+    State(gw): State<Gateway>,
+    Caller(caller, _): Caller,
+    Path(AgentPath { namespace, agent }): Path<AgentPath>,
+) -> Result<Json<AgentView>, ApiError> {
+    // Seen only through a space the caller shares with it: anyone else learns nothing, not
+    // even whether it exists.
+    let spaces: Vec<String> = spaces_of(&gw, &caller)
+        .await?
+        .into_iter()
+        .filter(|(k, r)| k.namespace == namespace && r.agents().any(|a| a == agent))
+        .map(|(k, _)| k.name)
+        .collect();
+    if spaces.is_empty() {
+        return Err(ApiError::not_found(format!(
+            "no agent {} in your spaces",
+            quote(&format!("{namespace}/{agent}"))
+        )));
+    }
+    let key = AgentKey::new(namespace, agent);
+    let store = &gw.inner.store;
+    let (seen, facts, checkpoints) = tokio::try_join!(
+        store.observe(std::slice::from_ref(&key)),
+        store.facts(&key),
+        store.checkpoints(&key),
+    )
+    .map_err(|e| ApiError::unavailable(&e))?;
+    let seen = seen.into_iter().next().unwrap_or_default();
+    let facts = facts.unwrap_or_default();
+    let periods = Periods::at(crate::store::now_ms());
+    let spent = seen
+        .tokens
+        .as_ref()
+        .map(|t| t.spent(&periods))
+        .unwrap_or_default();
+    Ok(Json(AgentView {
+        state: state(&facts, &seen).into(),
+        namespace: key.namespace,
+        name: key.name,
+        problem: facts.problem,
+        model_provider: facts.model_provider,
+        model_name: facts.model_name,
+        model_health: seen.model.as_ref().map(|m| {
+            if m.available {
+                m.reason.clone()
+            } else {
+                format!("{}: {}", m.reason, m.message)
+            }
+        }),
+        spaces,
+        waiting: seen.waiting,
+        cycles: seen.cycles,
+        last_cycle_ms: seen.last_cycle_ms,
+        tokens_today: spent.day,
+        tokens_per_day: facts.tokens_per_day,
+        tokens_this_month: spent.month,
+        tokens_per_month: facts.tokens_per_month,
+        tokens_used: seen.tokens_used,
+        tools: seen
+            .tools
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| AgentTool {
+                name: t.name,
+                source: t.source,
+                ready: t.ready,
+                problem: t.last_error,
+            })
+            .collect(),
+        asking: seen.pending.len() as u64,
+        checkpoints: checkpoints
+            .into_iter()
+            .map(|c| AgentCheckpoint {
+                cycle: c.cycle,
+                time_ms: c.time_ms,
+                tokens_used: c.used,
+                context_tokens: c.tokens,
+                messages: c.messages,
+            })
+            .collect(),
+    }))
+}
+
+/// What the agent is doing, in the words of [`AgentView::state`].
+fn state(facts: &AgentFacts, seen: &AgentObservation) -> &'static str {
+    if facts.problem.is_some() {
+        "failed"
+    } else if facts.suspended {
+        "suspended"
+    } else if seen.paused {
+        "asking"
+    } else if seen.thinking {
+        "thinking"
+    } else if seen.worker {
+        "sleeping"
+    } else {
+        "stopped"
+    }
+}
