@@ -470,9 +470,16 @@ fn sse_body(
         serde_json::json!({"role": "assistant", "content": ""}),
         None,
     )];
+    // Seven characters a chunk; a long text (past 64 KiB) in a thousandth of it a chunk, so
+    // that a megabyte stays well inside what the worker reads of an answer.
     let pieces = |s: &str| -> Vec<String> {
         let chars: Vec<char> = s.chars().collect();
-        chars.chunks(7).map(|c| c.iter().collect()).collect()
+        let size = if chars.len() > 64 << 10 {
+            chars.len() / 1000
+        } else {
+            7
+        };
+        chars.chunks(size).map(|c| c.iter().collect()).collect()
     };
     if let Some(t) = text {
         events.extend(

@@ -12,6 +12,11 @@ use crate::membership::{self};
 use crate::model::{Delta, ModelError, Request, Turn};
 use crate::store::{LiveEvent, SpaceRecord};
 
+/// How much of a call's arguments is read for live text: beyond it, the rest of a message
+/// arrives whole with the message. Each delta rescans the arguments so far, so this bounds a
+/// step's streaming work (a model that writes a megabyte costs at most this much per delta).
+const MAX_STREAMED: usize = 16 << 10;
+
 /// The `send_message` calls of one model call as their arguments stream in.
 pub(super) struct SendStreams<'a> {
     /// The agent's spaces, to resolve the space a call names.
@@ -57,6 +62,9 @@ impl<'a> SendStreams<'a> {
             self.calls.resize_with(index + 1, Default::default);
         }
         let (arguments, shown) = &mut self.calls[index];
+        if arguments.len() >= MAX_STREAMED {
+            return None;
+        }
         arguments.push_str(&delta);
         let text = partial_string(arguments, "text")?.value;
         let space = partial_string(arguments, "space")
@@ -147,6 +155,21 @@ mod tests {
             .filter_map(|d| streams.push(d))
             .map(|p| (p.space, p.index, p.text))
             .collect()
+    }
+
+    #[test]
+    fn a_long_text_streams_up_to_the_bound_then_comes_whole() {
+        let spaces = spaces();
+        let mut s = SendStreams::new(&spaces, Some("family".into()));
+        let mut deltas = vec![args(0, r#"{"text": ""#)];
+        deltas.extend((0..1000).map(|_| args(0, &"x".repeat(1000))));
+        let out = shown(&mut s, deltas);
+        let streamed: usize = out.iter().map(|(_, _, t)| t.len()).sum();
+        // Up to the delta that crossed the bound, of a megabyte.
+        assert!(
+            (MAX_STREAMED - 1000..MAX_STREAMED + 1000).contains(&streamed),
+            "{streamed}"
+        );
     }
 
     #[test]
