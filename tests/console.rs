@@ -5,12 +5,151 @@
 use std::time::Duration;
 
 use agentfleet::testing::browser::Browser;
+use agentfleet::testing::{MockModel, MockTurn};
+use serde_json::{json, Value};
 
 #[path = "support/dev.rs"]
 mod support;
-use support::Dev;
+use support::{openai, Dev, ManifestDir};
 
 const WAIT: Duration = Duration::from_secs(10);
+
+/// Signs `token` in on the page open in `browser` (any page of the console).
+async fn sign_in(browser: &Browser, token: &str) {
+    browser
+        .type_into(&browser.wait_for("#token", WAIT).await.unwrap(), token)
+        .await
+        .unwrap();
+    browser
+        .click(&browser.wait_for("#signin-button", WAIT).await.unwrap())
+        .await
+        .unwrap();
+}
+
+/// With `AGENTFLEET_SCREENSHOTS=DIR`, a PNG of the page as `DIR/NAME.png` (the docs' pictures).
+async fn screenshot(browser: &Browser, name: &str) {
+    if let Some(dir) = std::env::var_os("AGENTFLEET_SCREENSHOTS") {
+        let png = browser.screenshot().await.unwrap();
+        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+/// Waits until `script` (returning a value) returns something `done` accepts; that value.
+async fn until(browser: &Browser, script: &str, done: impl Fn(&Value) -> bool) -> Value {
+    until_within(browser, WAIT, script, done).await
+}
+
+/// [`until`], waiting up to `within`.
+async fn until_within(
+    browser: &Browser,
+    within: Duration,
+    script: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let v = browser.exec(script).await.unwrap();
+        if done(&v) {
+            return v;
+        }
+        assert!(
+            start.elapsed() < within,
+            "still {v} after {within:?}: {script}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A deployer's model: asked to restart, it calls `restart` (which needs approval); asked to
+/// deploy, it asks the space with `confirm_deployment`; asked to flood, it says a megabyte of
+/// hostile text; and it says what came of each call.
+fn deployer(req: &Value) -> MockTurn {
+    let messages = agentfleet::testing::conversation(req);
+    let last = messages.last().cloned().unwrap_or_default();
+    let content = last["content"].as_str().unwrap_or("").to_string();
+    let called = messages
+        .iter()
+        .rev()
+        .find_map(|m| m["tool_calls"][0]["function"]["name"].as_str())
+        .unwrap_or("");
+    let say = |text: String| MockTurn::tools(&[("send_message", json!({ "text": text }))]);
+    match (last["role"].as_str(), called) {
+        (Some("tool"), "send_message") => MockTurn::text("done"),
+        (Some("tool"), "restart") => say(format!("restart: {content}")),
+        (Some("tool"), "confirm_deployment") => say(format!("Deploying: {content}")),
+        _ if content.contains("please restart") => MockTurn::tools(&[("restart", json!({}))]),
+        _ if content.contains("please deploy") => {
+            MockTurn::tools(&[("confirm_deployment", json!({"version": "1.2"}))])
+        }
+        _ if content.contains("please flood") => say(format!(
+            "<img src=x onerror=\"window.pwned=1\">\u{202e}{}",
+            "<b>x</b>".repeat(1 << 17)
+        )),
+        _ => say("ok".into()),
+    }
+}
+
+/// `agentfleet dev` with the deployer in space `desk`, and Husam's token.
+async fn desk() -> (MockModel, ManifestDir, Dev, String) {
+    agentfleet::install_crypto_provider();
+    let model = MockModel::responding(deployer).await.unwrap();
+    let spec = format!(
+        "{}
+  tools:
+    http:
+      - {{name: restart, description: Restarts the service., url: 'http://127.0.0.1:9/restart', method: POST, requireApproval: true}}
+    interactive:
+      - name: confirm_deployment
+        description: Ask a human to confirm a deployment.
+        inputSchema: {{type: object, properties: {{version: {{type: string}}}}}}
+        resultSchema:
+          type: object
+          properties:
+            confirmed: {{type: boolean, description: Go ahead.}}
+            replicas: {{type: integer, minimum: 1, maximum: 10}}
+            note: {{type: string, maxLength: 40}}
+          required: [confirmed, replicas]",
+        openai(&model.base_url)
+    );
+    let dir = ManifestDir::new("console", "desk", &[("deployer", spec)]);
+    let dev = Dev::start_in(dir.path(), &[]);
+    let husam = dev.token("default/desk", "Husam");
+    (model, dir, dev, husam)
+}
+
+/// Posts `text` in `desk` as `token`, then waits until a call of the deployer waits for an
+/// answer: its id.
+async fn asked(dev: &Dev, token: &str, text: &str) -> String {
+    let http = reqwest::Client::new();
+    let posted = http
+        .post(format!("{}/v1/spaces/default/desk/messages", dev.url))
+        .bearer_auth(token)
+        .json(&json!({ "text": text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201);
+    let start = std::time::Instant::now();
+    loop {
+        let calls: Value = http
+            .get(format!("{}/v1/calls", dev.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(id) = calls["calls"][0]["callId"].as_str() {
+            return id.to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no call: {calls}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_signs_in_and_sees_their_spaces_and_what_waits_for_them() {
@@ -126,7 +265,7 @@ async fn a_person_talks_in_a_space_and_hostile_text_stays_text() {
         .await
         .unwrap();
     let family = browser
-        .wait_for("#spaces li[data-space='default/family']", WAIT)
+        .wait_for("#spaces li[data-space='default/family'] a", WAIT)
         .await
         .unwrap();
     browser.click(&family).await.unwrap();
@@ -173,4 +312,346 @@ async fn a_person_talks_in_a_space_and_hostile_text_stays_text() {
     }
     let errors = browser.errors().await.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// The texts of the deployer's messages in the space page open in `browser`.
+const SAID: &str = "return [...document.querySelectorAll('#messages li.agent:not(.streaming) .text:last-child')].map(t => t.textContent)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_to_a_call_leads_to_approving_it_and_the_cycle_goes_on() {
+    let (_model, _dir, dev, husam) = desk().await;
+    let call = asked(&dev, &husam, "please restart").await;
+
+    // The link an alert would carry: the call is in the fragment, which no server sees.
+    let browser = Browser::start().await.unwrap();
+    let link = format!("{}/console/#/calls/{call}", dev.url);
+    browser.goto(&link).await.unwrap();
+    sign_in(&browser, &husam).await;
+    let approve = browser
+        .wait_for("#call-body button.approve", WAIT)
+        .await
+        .unwrap();
+    let shown = browser
+        .exec("return [location.href, document.querySelector('#call-body').dataset.call, document.querySelector('#call-body h2').textContent]")
+        .await
+        .unwrap();
+    assert_eq!(shown, json!([link, call, "deployer asks: restart"]));
+    screenshot(&browser, "call-approval").await;
+    browser
+        .type_into(
+            &browser.wait_for("#reason", WAIT).await.unwrap(),
+            "after the backup",
+        )
+        .await
+        .unwrap();
+    browser.click(&approve).await.unwrap();
+    let outcome = browser
+        .wait_for("#call-body .outcome:not(:empty)", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        browser.text(&outcome).await.unwrap(),
+        "Approved. deployer goes on."
+    );
+
+    // The cycle goes on: the tool ran (its server is not there) and the agent says so.
+    browser
+        .click(&browser.wait_for("#call-body p.meta a", WAIT).await.unwrap())
+        .await
+        .unwrap();
+    let said = until(&browser, SAID, |v| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t.as_str().unwrap().starts_with("restart:"))
+    })
+    .await;
+    assert!(said.to_string().contains("restart:"), "{said}");
+    // And the link leads nowhere now, saying why.
+    browser.goto(&link).await.unwrap();
+    let gone = browser.wait_for("#call-body p.empty", WAIT).await.unwrap();
+    assert!(browser
+        .text(&gone)
+        .await
+        .unwrap()
+        .contains("was answered, it ran out of time"));
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_form_refuses_what_the_schema_refuses() {
+    let (_model, _dir, dev, husam) = desk().await;
+    let call = asked(&dev, &husam, "please deploy").await;
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!("{}/console/", dev.url))
+        .await
+        .unwrap();
+    sign_in(&browser, &husam).await;
+    // Waiting for Husam on his first page, with a link to answer it.
+    let answer = browser
+        .wait_for(&format!("#calls li[data-call='{call}'] a.answer"), WAIT)
+        .await
+        .unwrap();
+    browser.click(&answer).await.unwrap();
+
+    // The form the schema makes: a checkbox, a whole number, a line of text.
+    let replicas = browser.wait_for("#field-replicas", WAIT).await.unwrap();
+    let kinds = browser
+        .exec("return [...document.querySelectorAll('#call-body .field input')].map(i => i.name + ':' + i.type)")
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds,
+        json!(["confirmed:checkbox", "replicas:text", "note:text"])
+    );
+    browser
+        .click(&browser.wait_for("#field-confirmed", WAIT).await.unwrap())
+        .await
+        .unwrap();
+    browser.type_into(&replicas, "50").await.unwrap();
+    screenshot(&browser, "call-form").await;
+    let send = browser
+        .wait_for("#call-body button.send-answer", WAIT)
+        .await
+        .unwrap();
+    browser.click(&send).await.unwrap();
+    let problem = browser
+        .wait_for("#call-body .problems li", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        browser.text(&problem).await.unwrap(),
+        "replicas must be at most 10"
+    );
+    screenshot(&browser, "call-form-refused").await;
+
+    // Nothing was sent: the call still waits. And the gateway refuses it too, when a page
+    // that does not check sends it anyway.
+    let refused = browser
+        .exec_async(&format!(
+            "const r = await fetch('/v1/spaces/default/desk/tool-calls/{call}', {{method: 'POST', \
+             headers: {{Authorization: 'Bearer ' + sessionStorage.getItem('agentfleet.token'), \
+             'Content-Type': 'application/json'}}, body: JSON.stringify({{result: {{confirmed: true, replicas: 50}}}})}}); \
+             return [r.status, (await r.json()).error.code];"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(refused, json!([400, "invalid_request"]));
+
+    // A value the schema takes is answered, and the agent goes on with it.
+    browser.clear(&replicas).await.unwrap();
+    browser.type_into(&replicas, "3").await.unwrap();
+    browser.click(&send).await.unwrap();
+    let outcome = browser
+        .wait_for("#call-body .outcome:not(:empty)", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        browser.text(&outcome).await.unwrap(),
+        "Answered. deployer goes on."
+    );
+    assert_eq!(
+        browser
+            .exec("return document.querySelectorAll('#call-body .problems li').length")
+            .await
+            .unwrap(),
+        0
+    );
+    browser
+        .goto(&format!("{}/console/#/spaces/default/desk", dev.url))
+        .await
+        .unwrap();
+    let said = until(&browser, SAID, |v| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t.as_str().unwrap().starts_with("Deploying:"))
+    })
+    .await;
+    assert!(said.to_string().contains(r#"\"replicas\":3"#), "{said}");
+    // (Only the refusal the page provoked on purpose.)
+    let errors = browser.errors().await.unwrap();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("tool-calls") && e.contains("400")),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_megabyte_of_an_agents_markup_stays_text() {
+    let (_model, _dir, dev, husam) = desk().await;
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!("{}/console/#/spaces/default/desk", dev.url))
+        .await
+        .unwrap();
+    sign_in(&browser, &husam).await;
+    browser.wait_for("#message", WAIT).await.unwrap();
+    browser
+        .type_into(
+            &browser.wait_for("#message", WAIT).await.unwrap(),
+            "please flood",
+        )
+        .await
+        .unwrap();
+    browser
+        .click(&browser.wait_for("#send-button", WAIT).await.unwrap())
+        .await
+        .unwrap();
+    let said = until_within(
+        &browser,
+        Duration::from_secs(30),
+        "return [...document.querySelectorAll('#messages li.agent:not(.streaming) .text:last-child')].map(t => t.textContent.length)",
+        |v| v.as_array().unwrap().iter().any(|n| n.as_u64().unwrap() > 1_000_000),
+    )
+    .await;
+    assert!(!said.as_array().unwrap().is_empty());
+    let inert = browser
+        .exec("return [document.querySelectorAll('#messages img, #messages b').length, window.pwned === undefined]")
+        .await
+        .unwrap();
+    assert_eq!(inert, json!([0, true]));
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_page_shows_what_it_does_and_spends() {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start();
+    let husam = dev.token("default/family", "Husam");
+    let http = reqwest::Client::new();
+    // Three cycles, one after the other (the chart has a point for each).
+    for (n, text) in [
+        "hello assistant",
+        "remember the boiler is serviced in May",
+        "what do you remember?",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let posted = dev
+            .post(&http, &husam, "family", &json!({ "text": text }))
+            .await;
+        assert_eq!(posted.status(), 201);
+        let start = std::time::Instant::now();
+        loop {
+            let page: Value = http
+                .get(format!("{}/v1/spaces/default/family/messages", dev.url))
+                .bearer_auth(&husam)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let answers = page["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["sender"]["id"] == "assistant")
+                .count();
+            if answers > n {
+                break;
+            }
+            assert!(start.elapsed() < WAIT, "no answer to {text}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!("{}/console/", dev.url))
+        .await
+        .unwrap();
+    sign_in(&browser, &husam).await;
+    browser
+        .wait_for("#spaces li[data-space='default/family']", WAIT)
+        .await
+        .unwrap();
+    screenshot(&browser, "home").await;
+    browser
+        .goto(&format!("{}/console/#/spaces/default/family", dev.url))
+        .await
+        .unwrap();
+    until(&browser, SAID, |v| v.as_array().unwrap().len() >= 3).await;
+    screenshot(&browser, "space").await;
+    // From the space list, the agent's name leads to its page.
+    browser
+        .goto(&format!("{}/console/#/", dev.url))
+        .await
+        .unwrap();
+    browser
+        .click(
+            &browser
+                .wait_for("#spaces li[data-space='default/family'] .meta a", WAIT)
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    browser.wait_for("#agent-body .facts", WAIT).await.unwrap();
+    let page = until(
+        &browser,
+        "return [location.hash, document.querySelector('#agent-body .state').dataset.state, \
+         [...document.querySelectorAll('#agent-body .facts dt')].map(d => d.textContent + ': ' + d.nextSibling.textContent), \
+         document.querySelectorAll('#agent-body table.checkpoints tr').length - 1, \
+         document.querySelectorAll('#agent-body svg.chart rect.bar').length, \
+         document.querySelector('#budget-today') && document.querySelector('#budget-today').max]",
+        |v| v[3].as_u64().unwrap_or(0) >= 3,
+    )
+    .await;
+    assert_eq!(page[0], "#/agents/default/assistant");
+    assert!(
+        ["sleeping", "thinking", "stopped"].contains(&page[1].as_str().unwrap()),
+        "{page}"
+    );
+    let facts: Vec<&str> = page[2]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        facts[0].starts_with("Model: scripted/assistant"),
+        "{facts:?}"
+    );
+    assert_eq!(facts[1], "Spaces: family", "{facts:?}");
+    assert!(facts[3].starts_with("Cycles: "), "{facts:?}");
+    assert!(facts[4].ends_with(" of 2,000,000 tokens"), "{facts:?}");
+    assert_eq!(page[3], page[4], "one bar per checkpoint: {page}");
+    assert_eq!(page[5], 2_000_000);
+    // Its tools, as its worker reported them.
+    let tools = until(
+        &browser,
+        "return [...document.querySelectorAll('#agent-body table.tools td:first-child')].map(t => t.textContent)",
+        |v| !v.as_array().unwrap().is_empty(),
+    )
+    .await;
+    assert!(tools.to_string().contains("send_message"), "{tools}");
+    screenshot(&browser, "agent").await;
+
+    // An agent of nobody's space here: nothing, not even whether it exists.
+    browser
+        .goto(&format!("{}/console/#/agents/default/nobody", dev.url))
+        .await
+        .unwrap();
+    let error = browser
+        .wait_for("#page-error:not(:empty)", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        browser.text(&error).await.unwrap(),
+        "no agent \"default/nobody\" in your spaces"
+    );
+    let errors = browser.errors().await.unwrap();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("/v1/agents/default/nobody")),
+        "{errors:?}"
+    );
 }

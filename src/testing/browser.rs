@@ -140,6 +140,12 @@ impl Browser {
             .map(|_| ())
     }
 
+    /// Empties the field `element`.
+    pub async fn clear(&self, element: &Element) -> Result<(), String> {
+        let path = format!("/element/{}/clear", element.0);
+        self.call("POST", &path, None).await.map(|_| ())
+    }
+
     /// Clicks `element`.
     pub async fn click(&self, element: &Element) -> Result<(), String> {
         let path = format!("/element/{}/click", element.0);
@@ -161,6 +167,40 @@ impl Browser {
             Some(json!({"script": script, "args": []})),
         )
         .await
+    }
+
+    /// Runs `script` in the page as an async function body: what it returns (awaited).
+    pub async fn exec_async(&self, script: &str) -> Result<Value, String> {
+        let wrapped = format!(
+            "const done = arguments[arguments.length - 1]; \
+             (async () => {{ {script} }})().then(done, (e) => done('threw: ' + e));"
+        );
+        self.call(
+            "POST",
+            "/execute/async",
+            Some(json!({"script": wrapped, "args": []})),
+        )
+        .await
+    }
+
+    /// A PNG of the whole page (beyond the window's height), through Chromium's DevTools
+    /// protocol.
+    pub async fn screenshot(&self) -> Result<Vec<u8>, String> {
+        use base64::Engine as _;
+        let shot = self
+            .call(
+                "POST",
+                "/goog/cdp/execute",
+                Some(json!({"cmd": "Page.captureScreenshot",
+                    "params": {"format": "png", "captureBeyondViewport": true}})),
+            )
+            .await?;
+        let data = shot["data"]
+            .as_str()
+            .ok_or_else(|| format!("no screenshot in {shot}"))?;
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| format!("screenshot: {e}"))
     }
 
     /// The browser's log entries at `SEVERE` (errors, Content-Security-Policy violations,

@@ -1,36 +1,26 @@
 // The agentfleet console: plain DOM, no library, no HTML strings. Every text from the gateway
 // (agents, people, tools, models) goes into the page with textContent only; the page's
 // Content-Security-Policy (Trusted Types) makes any HTML sink throw.
-'use strict';
+//
+// Pages are fragments, so that a link to one (`#/calls/ID` in an alert) never sends what it
+// names to a server log: `#/` the spaces and the calls waiting, `#/spaces/NS/NAME` a space,
+// `#/calls/ID` one call to answer, `#/agents/NS/NAME` an agent.
+import { TOKEN, api, el, link, seg, when } from './dom.js';
+import { check, form } from './schema.js';
+import { agentPage } from './agent.js';
 
-const TOKEN = 'agentfleet.token';
 const $ = (id) => document.getElementById(id);
+const PAGES = ['home', 'space', 'call', 'agent'];
 
-/** An element with `text` as its text (never as HTML) and a class. */
-function el(tag, text, cls) {
-  const e = document.createElement(tag);
-  if (text !== undefined && text !== null) e.textContent = String(text);
-  if (cls) e.className = cls;
-  return e;
+function spacePath(ns, name) {
+  return '/v1/spaces/' + seg(ns) + '/' + seg(name);
 }
 
-/** GET `path` of the gateway with the tab's token: the JSON, or an Error saying why. */
-async function api(path) {
-  const token = sessionStorage.getItem(TOKEN);
-  const r = await fetch(path, { headers: { Authorization: 'Bearer ' + token } });
-  const body = await r.json().catch(() => null);
-  if (!r.ok) {
-    const why = body && body.error ? body.error.message : 'HTTP ' + r.status;
-    const e = new Error(why);
-    e.status = r.status;
-    throw e;
-  }
-  return body;
+function show(page) {
+  for (const p of PAGES) $(p).hidden = p !== page;
 }
 
-function when(ms) {
-  return new Date(ms).toLocaleString();
-}
+// ---- Home: the spaces and what waits for this person.
 
 function showSpaces(list) {
   const ul = $('spaces');
@@ -39,44 +29,60 @@ function showSpaces(list) {
   for (const s of list.spaces) {
     const li = el('li');
     li.dataset.space = s.namespace + '/' + s.name;
-    li.addEventListener('click', () => openSpace(s.namespace, s.name, s.displayName));
-    li.append(el('div', s.displayName, 'name text'));
-    const members = s.members.map((m) => m.name).join(', ');
-    li.append(el('div', s.namespace + '/' + s.name + ' · ' + members, 'meta text'));
+    li.append(link(s.displayName, '#/spaces/' + seg(s.namespace) + '/' + seg(s.name), 'name text'));
+    const members = el('div', s.namespace + '/' + s.name + ' · ', 'meta text');
+    s.members.forEach((m, i) => {
+      if (i) members.append(', ');
+      members.append(m.kind === 'agent'
+        ? link(m.name, '#/agents/' + seg(s.namespace) + '/' + seg(m.id))
+        : m.name);
+    });
+    li.append(members);
     ul.append(li);
   }
 }
 
-function showCalls(list) {
-  const ul = $('calls');
+function callItem(c) {
+  const li = el('li');
+  li.dataset.call = c.callId;
+  const head = el('div', undefined, 'name text');
+  head.append(link(c.agent, '#/agents/' + seg(c.namespace) + '/' + seg(c.agent)),
+    ' asks: ' + c.tool + ' (' + c.kind + ') ',
+    link('Answer', '#/calls/' + seg(c.callId), 'answer'));
+  li.append(head);
+  li.append(el('div', JSON.stringify(c.arguments), 'text'));
+  li.append(el('div', 'in ' + c.namespace + '/' + c.space + ' since ' + when(c.sinceMs) +
+    ', until ' + when(c.expiresMs), 'meta text'));
+  return li;
+}
+
+function showCalls(ul, calls, none) {
   ul.replaceChildren();
-  if (list.calls.length === 0) ul.append(el('li', 'Nothing waits for you.', 'empty'));
-  for (const c of list.calls) {
-    const li = el('li');
-    li.dataset.call = c.callId;
-    li.append(el('div', c.agent + ' asks: ' + c.tool + ' (' + c.kind + ')', 'name text'));
-    li.append(el('div', JSON.stringify(c.arguments), 'text'));
-    li.append(el('div', 'in ' + c.namespace + '/' + c.space + ' since ' + when(c.sinceMs) +
-      ', until ' + when(c.expiresMs), 'meta text'));
-    ul.append(li);
-  }
+  if (calls.length === 0 && none) ul.append(el('li', none, 'empty'));
+  for (const c of calls) ul.append(callItem(c));
+}
+
+async function home() {
+  show('home');
+  const [spaces, calls] = await Promise.all([api('/v1/spaces'), api('/v1/calls')]);
+  showSpaces(spaces);
+  showCalls($('calls'), calls.calls, 'Nothing waits for you.');
 }
 
 // ---- A space: its messages, live (SSE over fetch, since EventSource cannot send the token),
-// resumed after a dropped connection from the last message id, and sending.
+// resumed after a dropped connection from the last message id; older ones by scrolling up;
+// the calls waiting in it; and sending, to everyone or to one agent.
 
-let open = null; // {ns, name, abort, last}
-
-function path(ns, name) {
-  return '/v1/spaces/' + encodeURIComponent(ns) + '/' + encodeURIComponent(name);
-}
+let open = null; // {ns, name, abort, last, older, loading}
 
 function messageItem(m) {
   const li = el('li', undefined, m.sender.kind === 'agent' ? 'message agent' : 'message');
   li.dataset.id = m.id;
   li.dir = 'auto';
   li.append(el('span', m.sender.name, 'sender text'));
+  if (m.mention) li.append(el('span', '→ ' + m.mention, 'mention text'));
   li.append(el('span', m.text, 'text'));
+  li.title = when(m.timeMs);
   return li;
 }
 
@@ -87,8 +93,9 @@ function addMessage(m) {
   for (const d of list.querySelectorAll('li.streaming')) {
     if (d.dataset.sender === m.sender.id) d.remove();
   }
+  const bottom = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
   list.append(messageItem(m));
-  list.scrollTop = list.scrollHeight;
+  if (bottom) list.scrollTop = list.scrollHeight;
   if (open) open.last = m.id;
 }
 
@@ -116,6 +123,12 @@ function showActivity(a) {
   $('activity').textContent = what ? a.sender.name + what : '';
 }
 
+async function waitingHere(space) {
+  const calls = await api('/v1/calls');
+  if (open !== space) return;
+  showCalls($('space-calls'), calls.calls.filter((c) => c.namespace === space.ns && c.space === space.name));
+}
+
 /** Parses SSE frames out of `buffer`; returns what is left (an unfinished frame). */
 function frames(buffer, handle) {
   let cut;
@@ -138,7 +151,7 @@ async function stream(space) {
     try {
       const headers = { Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN) };
       if (space.last) headers['Last-Event-ID'] = space.last;
-      const r = await fetch(path(space.ns, space.name) + '/stream', {
+      const r = await fetch(spacePath(space.ns, space.name) + '/stream', {
         headers, signal: space.abort.signal,
       });
       if (!r.ok) throw new Error('HTTP ' + r.status);
@@ -152,6 +165,7 @@ async function stream(space) {
           if (event === 'message') addMessage(v);
           else if (event === 'delta') addDelta(v);
           else if (event === 'activity') showActivity(v);
+          else if (event === 'tool_request') waitingHere(space).catch(() => {});
         });
       }
     } catch (e) {
@@ -161,18 +175,57 @@ async function stream(space) {
   }
 }
 
-async function openSpace(ns, name, title) {
+/** The page of messages before the oldest shown, kept in place on the screen. */
+async function older(space) {
+  if (!space.older || space.loading) return;
+  space.loading = true;
+  try {
+    const page = await api(spacePath(space.ns, space.name) + '/messages?limit=50&before=' + seg(space.older));
+    if (open !== space) return;
+    const list = $('messages');
+    const from = list.scrollHeight - list.scrollTop;
+    const first = list.firstChild;
+    for (const m of page.messages) {
+      if (!list.querySelector('li[data-id="' + CSS.escape(m.id) + '"]')) {
+        list.insertBefore(messageItem(m), first);
+      }
+    }
+    list.scrollTop = list.scrollHeight - from;
+    space.older = page.next || null;
+  } finally {
+    space.loading = false;
+  }
+}
+
+async function spacePage(ns, name) {
   closeSpace();
-  const space = { ns, name, abort: new AbortController(), last: null };
+  const space = { ns, name, abort: new AbortController(), last: null, older: null, loading: false };
   open = space;
-  $('home').hidden = true;
-  $('space').hidden = false;
-  $('space-title').textContent = title;
+  show('space');
   $('messages').replaceChildren();
+  $('space-calls').replaceChildren();
   $('activity').textContent = '';
-  const page = await api(path(ns, name) + '/messages?limit=50');
+  $('send-error').textContent = '';
+  const [info, page] = await Promise.all([
+    api(spacePath(ns, name)),
+    api(spacePath(ns, name) + '/messages?limit=50'),
+  ]);
+  if (open !== space) return;
+  $('space-title').textContent = info.displayName;
+  const to = $('mention');
+  to.replaceChildren(el('option', 'everyone'));
+  to.firstChild.value = '';
+  for (const m of info.members.filter((m) => m.kind === 'agent')) {
+    const o = el('option', m.name);
+    o.value = m.id;
+    to.append(o);
+  }
   for (const m of page.messages.slice().reverse()) addMessage(m);
+  const list = $('messages');
+  list.scrollTop = list.scrollHeight;
+  space.older = page.next || null;
   stream(space);
+  waitingHere(space).catch(() => {});
   $('message').focus();
 }
 
@@ -181,11 +234,8 @@ function closeSpace() {
   open = null;
 }
 
-$('back').addEventListener('click', async () => {
-  closeSpace();
-  $('space').hidden = true;
-  $('home').hidden = false;
-  await enter();
+$('messages').addEventListener('scroll', () => {
+  if (open && $('messages').scrollTop < 80) older(open).catch(() => {});
 });
 
 $('send-form').addEventListener('submit', async (ev) => {
@@ -193,40 +243,144 @@ $('send-form').addEventListener('submit', async (ev) => {
   const text = $('message').value;
   if (!open || !text.trim()) return;
   $('send-error').textContent = '';
-  const r = await fetch(path(open.ns, open.name) + '/messages', {
-    method: 'POST',
-    headers: {
-      Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN),
-      'Content-Type': 'application/json',
-    },
-    body: JSON.stringify({ text }),
-  });
-  if (r.ok) {
+  const body = { text };
+  if ($('mention').value) body.mention = $('mention').value;
+  try {
+    await api(spacePath(open.ns, open.name) + '/messages', body);
     $('message').value = '';
-  } else {
-    const body = await r.json().catch(() => null);
-    $('send-error').textContent = body && body.error ? body.error.message : 'HTTP ' + r.status;
+  } catch (e) {
+    $('send-error').textContent = e.message;
   }
 });
+
+// ---- One call: approve or deny it with a reason, or answer it with the form its schema makes.
+
+async function callPage(id) {
+  show('call');
+  const box = $('call-body');
+  box.replaceChildren(el('p', 'Looking for the call…', 'meta'));
+  const calls = await api('/v1/calls');
+  const c = calls.calls.find((x) => x.callId === id);
+  box.replaceChildren();
+  if (!c) {
+    box.append(el('p', 'No call ' + id + ' waits for you: it was answered, it ran out of time, ' +
+      'or it was asked in a space you are not in.', 'empty text'));
+    return;
+  }
+  box.dataset.call = c.callId;
+  const head = el('h2', undefined, 'text');
+  head.append(link(c.agent, '#/agents/' + seg(c.namespace) + '/' + seg(c.agent)), ' asks: ' + c.tool);
+  box.append(head);
+  const where = el('p', c.kind === 'approval' ? 'To run this call, in ' : 'For an answer, in ', 'meta text');
+  where.append(link(c.namespace + '/' + c.space, '#/spaces/' + seg(c.namespace) + '/' + seg(c.space)),
+    '; asked ' + when(c.sinceMs) + ', waits until ' + when(c.expiresMs) + '.');
+  box.append(where, el('pre', JSON.stringify(c.arguments, null, 2), 'arguments text'));
+  const f = el('form', undefined, 'answer-form');
+  f.noValidate = true;
+  const problems = el('ul', undefined, 'problems');
+  const outcome = el('p', '', 'outcome');
+  outcome.setAttribute('role', 'status');
+  const answer = async (body) => {
+    problems.replaceChildren();
+    outcome.textContent = '';
+    outcome.classList.remove('error');
+    try {
+      const done = await api(spacePath(c.namespace, c.space) + '/tool-calls/' + seg(c.callId), body);
+      outcome.textContent = { approved: 'Approved', denied: 'Denied', answered: 'Answered' }[done.decision] +
+        '. ' + c.agent + ' goes on.';
+      for (const b of f.querySelectorAll('button, input, select, textarea')) b.disabled = true;
+    } catch (e) {
+      outcome.textContent = e.message;
+      outcome.classList.add('error');
+    }
+  };
+  if (c.kind === 'approval') {
+    const reason = el('input');
+    reason.id = 'reason';
+    reason.type = 'text';
+    reason.placeholder = 'Reason (optional)';
+    reason.setAttribute('aria-label', 'Reason');
+    const approve = el('button', 'Approve', 'approve');
+    approve.type = 'button';
+    const deny = el('button', 'Deny', 'deny');
+    deny.type = 'button';
+    const decide = (decision) => () => {
+      const body = { decision };
+      if (reason.value.trim()) body.reason = reason.value.trim();
+      answer(body);
+    };
+    approve.addEventListener('click', decide('approve'));
+    deny.addEventListener('click', decide('deny'));
+    f.addEventListener('submit', (ev) => ev.preventDefault());
+    f.append(reason, approve, deny);
+  } else {
+    const fields = el('div', undefined, 'fields');
+    const read = form(fields, c.resultSchema);
+    const send = el('button', 'Send answer', 'send-answer');
+    send.type = 'submit';
+    f.append(fields, send);
+    f.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      problems.replaceChildren();
+      outcome.textContent = '';
+      let value;
+      try {
+        value = read();
+      } catch (e) {
+        problems.append(el('li', e.message, 'text'));
+        return;
+      }
+      const wrong = check(c.resultSchema, value);
+      if (wrong.length) {
+        for (const w of wrong) problems.append(el('li', (w.path || 'the answer') + ' ' + w.message, 'text'));
+        return;
+      }
+      answer({ result: value });
+    });
+  }
+  box.append(f, problems, outcome);
+}
+
+// ---- Signing in and out, and the pages.
+
+async function route() {
+  const parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  if (parts[0] !== 'spaces') closeSpace();
+  if (parts[0] === 'spaces' && parts.length === 3) return spacePage(parts[1], parts[2]);
+  if (parts[0] === 'calls' && parts.length === 2) return callPage(parts[1]);
+  if (parts[0] === 'agents' && parts.length === 3) {
+    show('agent');
+    return agentPage($('agent-body'), parts[1], parts[2]);
+  }
+  return home();
+}
+
+async function routeShowingErrors() {
+  $('page-error').textContent = '';
+  try {
+    await route();
+  } catch (e) {
+    if (e.status === 401) return signOut();
+    $('page-error').textContent = e.message;
+  }
+}
 
 async function enter() {
   const me = await api('/v1/me');
   $('who').textContent = me.name + ' (' + me.kind + ')';
   $('signin').hidden = true;
-  $('home').hidden = false;
   $('signout').hidden = false;
-  const [spaces, calls] = await Promise.all([api('/v1/spaces'), api('/v1/calls')]);
-  showSpaces(spaces);
-  showCalls(calls);
+  $('nav').hidden = false;
+  await routeShowingErrors();
 }
 
 function signOut() {
   closeSpace();
-  $('space').hidden = true;
   sessionStorage.removeItem(TOKEN);
   $('who').textContent = '';
-  $('home').hidden = true;
+  show(null);
   $('signout').hidden = true;
+  $('nav').hidden = true;
   $('signin').hidden = false;
 }
 
@@ -246,6 +400,10 @@ $('signin-form').addEventListener('submit', async (ev) => {
 });
 
 $('signout').addEventListener('click', signOut);
+
+window.addEventListener('hashchange', () => {
+  if (sessionStorage.getItem(TOKEN)) routeShowingErrors();
+});
 
 if (sessionStorage.getItem(TOKEN)) {
   enter().catch(() => signOut());
