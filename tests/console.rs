@@ -655,3 +655,165 @@ async fn an_agents_page_shows_what_it_does_and_spends() {
         "{errors:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_messages_page_in_and_a_message_can_address_one_agent() {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start();
+    let husam = dev.token("default/engineering", "Husam");
+    let http = reqwest::Client::new();
+    // 70 messages nobody answers (the engineering agents answer only when addressed), at the
+    // pace the gateway's rate limit allows.
+    for n in 0..70 {
+        let body = json!({ "text": format!("note {n}") });
+        let mut posted = dev.post(&http, &husam, "engineering", &body).await;
+        while posted.status() == 429 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            posted = dev.post(&http, &husam, "engineering", &body).await;
+        }
+        assert_eq!(posted.status(), 201);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!("{}/console/#/spaces/default/engineering", dev.url))
+        .await
+        .unwrap();
+    sign_in(&browser, &husam).await;
+    const TEXTS: &str = "return [...document.querySelectorAll('#messages li.message .text:last-child')].map(t => t.textContent)";
+    let first = until(&browser, TEXTS, |v| v.as_array().unwrap().len() == 50).await;
+    assert_eq!(first[0], "note 20");
+    assert_eq!(first[49], "note 69");
+    // Scrolled to the top, the 20 before come in above, in order.
+    browser
+        .exec("document.querySelector('#messages').scrollTop = 0; return null")
+        .await
+        .unwrap();
+    let all = until(&browser, TEXTS, |v| v.as_array().unwrap().len() == 70).await;
+    let expected: Vec<String> = (0..70).map(|n| format!("note {n}")).collect();
+    assert_eq!(all, json!(expected));
+
+    // To one agent: the message names it, and that agent answers.
+    let choices = browser
+        .exec("return [...document.querySelectorAll('#mention option')].map(o => o.value)")
+        .await
+        .unwrap();
+    assert_eq!(choices, json!(["", "oncall", "reviewer"]));
+    browser
+        .exec("document.querySelector('#mention').value = 'oncall'; return null")
+        .await
+        .unwrap();
+    browser
+        .type_into(
+            &browser.wait_for("#message", WAIT).await.unwrap(),
+            "is the api up?",
+        )
+        .await
+        .unwrap();
+    browser
+        .click(&browser.wait_for("#send-button", WAIT).await.unwrap())
+        .await
+        .unwrap();
+    let mentioned = browser
+        .wait_for("#messages li.message .mention", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(browser.text(&mentioned).await.unwrap(), "→ oncall");
+    let said = until(&browser, SAID, |v| !v.as_array().unwrap().is_empty()).await;
+    assert!(
+        said[0].as_str().unwrap().contains("is the api up?"),
+        "{said}"
+    );
+    let senders = browser
+        .exec("return [...document.querySelectorAll('#messages li.agent .sender')].map(s => s.textContent)")
+        .await
+        .unwrap();
+    assert_eq!(senders, json!(["oncall"]));
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// A TCP relay to `target` on a free port, whose connections the test can cut: what a
+/// dropped connection between a browser and the gateway looks like.
+struct Relay {
+    url: String,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl Relay {
+    async fn start(target: &str) -> Relay {
+        let target = target.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let mut cuts = cuts.clone();
+                cuts.mark_unchanged();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cuts.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay { url, cut }
+    }
+
+    /// Cuts every connection open now.
+    fn cut(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_resumes_where_it_left_off() {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start();
+    let husam = dev.token("default/engineering", "Husam");
+    let http = reqwest::Client::new();
+    let relay = Relay::start(&dev.url).await;
+    let browser = Browser::start().await.unwrap();
+    browser
+        .goto(&format!(
+            "{}/console/#/spaces/default/engineering",
+            relay.url
+        ))
+        .await
+        .unwrap();
+    sign_in(&browser, &husam).await;
+    browser.wait_for("#message", WAIT).await.unwrap();
+    let post = |text: &'static str| {
+        let (http, husam, dev) = (&http, &husam, &dev);
+        async move {
+            let posted = dev
+                .post(http, husam, "engineering", &json!({ "text": text }))
+                .await;
+            assert_eq!(posted.status(), 201);
+        }
+    };
+    const TEXTS: &str = "return [...document.querySelectorAll('#messages li.message .text:last-child')].map(t => t.textContent)";
+    post("before").await;
+    until(&browser, TEXTS, |v| v == &json!(["before"])).await;
+
+    // The connection drops, and messages are said before the page connects again (it waits
+    // a second): they come once it is back, once each, in order.
+    relay.cut();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    post("while away 1").await;
+    post("while away 2").await;
+    until(&browser, TEXTS, |v| v.as_array().unwrap().len() >= 3).await;
+    post("after").await;
+    let all = until(&browser, TEXTS, |v| v.as_array().unwrap().len() >= 4).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        browser.exec(TEXTS).await.unwrap(),
+        json!(["before", "while away 1", "while away 2", "after"]),
+        "{all}"
+    );
+}

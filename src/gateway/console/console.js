@@ -185,7 +185,8 @@ async function older(space) {
     const list = $('messages');
     const from = list.scrollHeight - list.scrollTop;
     const first = list.firstChild;
-    for (const m of page.messages) {
+    // The page is newest first: each goes in above the oldest shown, oldest of them first.
+    for (const m of page.messages.slice().reverse()) {
       if (!list.querySelector('li[data-id="' + CSS.escape(m.id) + '"]')) {
         list.insertBefore(messageItem(m), first);
       }
