@@ -539,6 +539,32 @@ async fn operator_on_a_real_api_server() {
         },
     )
     .await;
+    // The gateway sees it too (the console's agent page): the operator's facts say why.
+    let keyed_key = agentfleet::identity::AgentKey::new(&ns, "keyed");
+    let facts = eventually(
+        "keyed: its facts in the data plane say why it cannot run",
+        Duration::from_secs(15),
+        || {
+            let store = store.clone();
+            let key = keyed_key.clone();
+            async move {
+                store
+                    .facts(&key)
+                    .await
+                    .ok()?
+                    .filter(|f| f.problem.is_some())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        (facts.model_provider.as_str(), facts.model_name.as_str()),
+        ("openai", "gpt-4o-mini")
+    );
+    assert!(
+        facts.problem.as_deref().unwrap().contains("llm-key"),
+        "{facts:?}"
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     eventually(
         "Warning event SecretNotFound on keyed",
@@ -566,6 +592,23 @@ async fn operator_on_a_real_api_server() {
             async move {
                 let a = agents.get("keyed").await.ok()?;
                 (condition(&a, "ModelConfigured")?.0 == "True").then_some(a)
+            }
+        },
+    )
+    .await;
+    eventually(
+        "keyed: its facts no longer name a problem",
+        Duration::from_secs(15),
+        || {
+            let store = store.clone();
+            let key = keyed_key.clone();
+            async move {
+                store
+                    .facts(&key)
+                    .await
+                    .ok()?
+                    .filter(|f| f.problem.is_none())
+                    .map(drop)
             }
         },
     )
@@ -1393,6 +1436,11 @@ async fn budget_on_a_real_api_server(client: &Client, ns: &str, store: &Arc<Redi
     )
     .await;
     let key = AgentKey::new(ns, "spender");
+    let facts = store.facts(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (facts.tokens_per_day, facts.tokens_per_month),
+        (Some(1000), None)
+    );
     let periods = agentfleet::crd::Periods::at(agentfleet::store::now_ms());
     let used = agentfleet::model::Usage {
         input: 1100,
