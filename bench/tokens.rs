@@ -17,17 +17,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentfleet::identity::AgentKey;
-use agentfleet::identity::SpaceKey;
-use agentfleet::store::MemberKind;
-use agentfleet::store::{prelude::*, NewMessage, RedisStore, Sender};
-use agentfleet::testing::{
-    cached_form, conversation, free_port, shared_prefix, space_record, MockModel, MockTurn,
-    RedisServer,
-};
+use agentfleet::store::prelude::*;
+use agentfleet::testing::{cached_form, conversation, shared_prefix, MockModel, MockTurn};
 use common::Kill;
 use serde_json::json;
 
@@ -39,13 +33,7 @@ const CACHE_READ_PRICE: f64 = 0.1;
 
 #[tokio::main]
 async fn main() {
-    let redis = RedisServer::start().unwrap();
-    let store = RedisStore::new(&redis.url()).unwrap();
-    let family = SpaceKey::new("bench", "family");
-    store
-        .apply_space(&family, &space_record("Family", &["assistant"], &["Husam"]))
-        .await
-        .unwrap();
+    let (redis, store, family) = common::family().await;
     let agent = AgentKey::new("bench", "assistant");
     common::prefill(&store, &agent).await;
 
@@ -79,53 +67,21 @@ async fn main() {
     })
     .await
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("agentfleet-bench-tokens-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let manifest = dir.join("assistant.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: bench}}\nspec:\n  model: {{provider: openai, name: instant, baseUrl: \"{}\"}}\n  instructions: You help the family plan their weeks. Be brief and concrete.\n  spaces: [family]\n  consciousness: {{windowTokens: 3000, keepRecentMessages: 12, compaction: slidingWindow}}\n",
-            model.base_url
-        ),
-    )
-    .unwrap();
-    let mut command = Command::new(common::agentfleet_bin());
-    command
-        .args([
-            "worker",
-            "--agent",
-            manifest.to_str().unwrap(),
-            "--metrics-addr",
-            &format!("127.0.0.1:{}", free_port().unwrap()),
-        ])
-        .env("AGENTFLEET_REDIS_URL", redis.url())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    let _worker = Kill(command.spawn().unwrap());
+    let manifest = common::assistant_manifest(
+        "instant",
+        &model.base_url,
+        "  instructions: You help the family plan their weeks. Be brief and concrete.\n  consciousness: {windowTokens: 3000, keepRecentMessages: 12, compaction: slidingWindow}\n",
+    );
+    let _worker = Kill(common::worker(&manifest, &redis.url()).spawn().unwrap());
 
-    let human = Sender {
-        id: "husam".into(),
-        name: "Husam".into(),
-        kind: Some(MemberKind::Human),
-    };
     for i in 1..=CYCLES {
         let before = store.consciousness(&agent).await.unwrap().cycle;
-        store
-            .post_message(
-                &family,
-                &NewMessage {
-                    sender: human.clone(),
-                    text: format!("This is message {i} about the weekend plans"),
-                    mention: None,
-                    idempotency_key: None,
-                    urgent: false,
-                    depth: 0,
-                },
-            )
-            .await
-            .unwrap();
+        common::husam_says(
+            &store,
+            &family,
+            format!("This is message {i} about the weekend plans"),
+        )
+        .await;
         let start = Instant::now();
         while store.consciousness(&agent).await.unwrap().cycle == before {
             assert!(start.elapsed() < Duration::from_secs(20), "cycle {i}");

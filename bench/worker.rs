@@ -14,17 +14,13 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
 use common::{pct, rss_kib, Kill};
 use std::time::{Duration, Instant};
 
 use agentfleet::identity::AgentKey;
 use agentfleet::identity::SpaceKey;
-use agentfleet::store::MemberKind;
-use agentfleet::store::{prelude::*, LiveEvent, NewMessage, RedisStore, Sender};
-use agentfleet::testing::{free_port, space_record, MockModel, MockTurn, RedisServer, S3Server};
-use futures::StreamExt;
+use agentfleet::store::{prelude::*, RedisStore};
+use agentfleet::testing::{space_record, MockModel, MockTurn, RedisServer, S3Server};
 use serde_json::json;
 
 const ITERATIONS: usize = 2000;
@@ -90,12 +86,7 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
     // Like a real model: answer the inbox once, then end the cycle (the fresh context after
     // the conversation, with any preview of waiting events, is not a new question).
     let model = MockModel::responding(|req| {
-        let replied = agentfleet::testing::conversation(req)
-            .iter()
-            .rev()
-            .take_while(|m| m["role"] != "user")
-            .any(|m| m["role"] == "tool");
-        if replied {
+        if common::answered(req) {
             MockTurn::text("Done.")
         } else {
             MockTurn::tools(&[("send_message", json!({"text": "Got it, Husam."}))])
@@ -103,32 +94,15 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
     })
     .await
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("agentfleet-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let manifest = dir.join("assistant.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: bench}}\nspec:\n  model: {{provider: openai, name: instant, baseUrl: \"{}\"}}\n  spaces: [family]\n  consciousness: {{windowTokens: 3000, keepRecentMessages: 12, compaction: slidingWindow, checkpointsRetained: 10, archive: {{intervalSeconds: {}}}}}\n",
-            model.base_url,
+    let manifest = common::assistant_manifest(
+        "instant",
+        &model.base_url,
+        &format!(
+            "  consciousness: {{windowTokens: 3000, keepRecentMessages: 12, compaction: slidingWindow, checkpointsRetained: 10, archive: {{intervalSeconds: {}}}}}\n",
             archive.map_or(1, |(_, interval)| interval)
         ),
-    )
-    .unwrap();
-    let port = free_port().unwrap();
-    let mut command = Command::new(common::agentfleet_bin());
-    command
-        .args([
-            "worker",
-            "--agent",
-            manifest.to_str().unwrap(),
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("AGENTFLEET_REDIS_URL", redis.url())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+    );
+    let mut command = common::worker(&manifest, &redis.url());
     if let Some((s3, _)) = archive {
         command
             .envs(s3.env())
@@ -141,11 +115,6 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
     let idle_rss = rss_kib(pid);
 
     let mut live = store.subscribe_live(&family).await.unwrap();
-    let human = Sender {
-        id: "husam".into(),
-        name: "Husam".into(),
-        kind: Some(MemberKind::Human),
-    };
     let mut latencies = Vec::with_capacity(ITERATIONS);
     let started = Instant::now();
     let mut measured_from = started;
@@ -154,31 +123,8 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
             measured_from = Instant::now();
         }
         let t0 = Instant::now();
-        store
-            .post_message(
-                &family,
-                &NewMessage {
-                    sender: human.clone(),
-                    text: format!("ping {i}"),
-                    mention: None,
-                    idempotency_key: None,
-                    urgent: false,
-                    depth: 0,
-                },
-            )
-            .await
-            .unwrap();
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(10), live.next())
-                .await
-                .expect("no reply within 10s")
-                .unwrap();
-            if let LiveEvent::Message { message } = event {
-                if message.sender.id == "assistant" {
-                    break;
-                }
-            }
-        }
+        common::husam_says(&store, &family, format!("ping {i}")).await;
+        common::assistant_says(&mut live, Duration::from_secs(10)).await;
         if i >= WARMUP {
             latencies.push(t0.elapsed());
         }
@@ -224,7 +170,7 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
         idle_rss as f64 / 1024.0,
         busy_rss as f64 / 1024.0
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(manifest.parent().unwrap());
     Run {
         p50: ms(pct(&latencies, 0.50)),
         p99: ms(pct(&latencies, 0.99)),

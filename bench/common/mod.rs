@@ -211,3 +211,112 @@ impl Drop for Gateway {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The release `agentfleet worker` (or `AGENTFLEET_BENCH_BIN`) for the Agent manifest at
+/// `manifest`, on the Redis at `redis_url`, metrics on a free port, logging warnings only.
+pub fn worker(manifest: &std::path::Path, redis_url: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(agentfleet_bin());
+    command
+        .args([
+            "worker",
+            "--agent",
+            manifest.to_str().unwrap(),
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", agentfleet::testing::free_port().unwrap()),
+        ])
+        .env("AGENTFLEET_REDIS_URL", redis_url)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    command
+}
+
+/// Husam posts `text` in `space`.
+pub async fn husam_says(store: &RedisStore, space: &agentfleet::identity::SpaceKey, text: String) {
+    use agentfleet::store::{MemberKind, NewMessage, Sender};
+    let husam = Sender {
+        id: "husam".into(),
+        name: "Husam".into(),
+        kind: Some(MemberKind::Human),
+    };
+    store
+        .post_message(
+            space,
+            &NewMessage {
+                sender: husam,
+                text,
+                mention: None,
+                idempotency_key: None,
+                urgent: false,
+                depth: 0,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+/// Whether the model already answered in this cycle (a tool result after the last user
+/// message): a well-behaved model then ends the cycle ("Done.") instead of answering again.
+pub fn answered(request: &serde_json::Value) -> bool {
+    agentfleet::testing::conversation(request)
+        .iter()
+        .rev()
+        .take_while(|m| m["role"] != "user")
+        .any(|m| m["role"] == "tool")
+}
+
+/// The manifest of the benchmarks' `assistant` (namespace `bench`, space `family`) on the
+/// OpenAI-compatible server at `base_url`, with `more` spec lines, in a directory of its own
+/// named after `tag` (remove it with `remove_dir_all` of the path's parent).
+pub fn assistant_manifest(tag: &str, base_url: &str, more: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("agentfleet-bench-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("assistant.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: assistant, namespace: bench}}\nspec:\n  model: {{provider: openai, name: {tag}, baseUrl: \"{base_url}\"}}\n  spaces: [family]\n{more}"
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+/// A real `redis-server`, a store on it, and the benchmarks' space `bench/family` (the
+/// `assistant` and Husam).
+pub async fn family() -> (
+    agentfleet::testing::RedisServer,
+    RedisStore,
+    agentfleet::identity::SpaceKey,
+) {
+    let redis = agentfleet::testing::RedisServer::start().unwrap();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    let family = agentfleet::identity::SpaceKey::new("bench", "family");
+    store
+        .apply_space(
+            &family,
+            &agentfleet::testing::space_record("Family", &["assistant"], &["Husam"]),
+        )
+        .await
+        .unwrap();
+    (redis, store, family)
+}
+
+/// The next message of the `assistant` on `live`, waiting up to `within`.
+pub async fn assistant_says(
+    live: &mut futures::stream::BoxStream<'static, agentfleet::store::LiveEvent>,
+    within: Duration,
+) -> agentfleet::store::SpaceMessage {
+    use futures::StreamExt;
+    loop {
+        let event = tokio::time::timeout(within, live.next())
+            .await
+            .unwrap_or_else(|_| panic!("the assistant said nothing within {within:?}"))
+            .unwrap();
+        if let agentfleet::store::LiveEvent::Message { message } = event {
+            if message.sender.id == "assistant" {
+                return message;
+            }
+        }
+    }
+}
