@@ -316,8 +316,9 @@ pub struct AgentView {
     /// Name of the Agent.
     pub name: String,
     /// `failed` (see `problem`), `suspended` (`spec.paused`: events wait), `asking` (a cycle
-    /// waits for a person's answer), `thinking`, `sleeping` (a worker waits on its inbox) or
-    /// `stopped` (no worker holds it; an event wakes it).
+    /// waits for a person's answer), `thinking`, `sleeping` (a worker waits on its inbox),
+    /// `stopped` (no worker holds it; an event wakes it), or `unknown` (the operator has not
+    /// described it: not reconciled yet, or no longer an Agent).
     pub state: String,
     /// Why it cannot run, for `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

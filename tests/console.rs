@@ -163,6 +163,7 @@ async fn a_person_signs_in_and_sees_their_spaces_and_what_waits_for_them() {
 
     // A wrong token is refused, and says so.
     let token = browser.wait_for("#token", WAIT).await.unwrap();
+    screenshot(&browser, "sign-in").await;
     browser.type_into(&token, "not-a-token").await.unwrap();
     browser
         .click(&browser.wait_for("#signin-button", WAIT).await.unwrap())
@@ -490,7 +491,8 @@ async fn a_megabyte_of_an_agents_markup_stays_text() {
         .await
         .unwrap();
     sign_in(&browser, &husam).await;
-    browser.wait_for("#message", WAIT).await.unwrap();
+    // Live: the stream is open.
+    browser.wait_for("#space[data-live]", WAIT).await.unwrap();
     browser
         .type_into(
             &browser.wait_for("#message", WAIT).await.unwrap(),
@@ -787,7 +789,8 @@ async fn a_dropped_stream_resumes_where_it_left_off() {
         .await
         .unwrap();
     sign_in(&browser, &husam).await;
-    browser.wait_for("#message", WAIT).await.unwrap();
+    // Live: the stream is open.
+    browser.wait_for("#space[data-live]", WAIT).await.unwrap();
     let post = |text: &'static str| {
         let (http, husam, dev) = (&http, &husam, &dev);
         async move {

@@ -69,6 +69,7 @@ pub(super) async fn agent_view(
     )
     .map_err(|e| ApiError::unavailable(&e))?;
     let seen = seen.into_iter().next().unwrap_or_default();
+    let state = state(facts.as_ref(), &seen);
     let facts = facts.unwrap_or_default();
     let periods = Periods::at(crate::store::now_ms());
     let spent = seen
@@ -77,7 +78,7 @@ pub(super) async fn agent_view(
         .map(|t| t.spent(&periods))
         .unwrap_or_default();
     Ok(Json(AgentView {
-        state: state(&facts, &seen).into(),
+        state: state.into(),
         namespace: key.namespace,
         name: key.name,
         problem: facts.problem,
@@ -125,7 +126,10 @@ pub(super) async fn agent_view(
 }
 
 /// What the agent is doing, in the words of [`AgentView::state`].
-fn state(facts: &AgentFacts, seen: &AgentObservation) -> &'static str {
+fn state(facts: Option<&AgentFacts>, seen: &AgentObservation) -> &'static str {
+    let Some(facts) = facts else {
+        return "unknown";
+    };
     if facts.problem.is_some() {
         "failed"
     } else if facts.suspended {

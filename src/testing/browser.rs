@@ -24,9 +24,40 @@ pub struct Browser {
 pub struct Element(String);
 
 impl Drop for Browser {
+    /// Ends the session (chromedriver then quits its Chromium), then kills what is left of
+    /// the driver's process group: no browser outlives its test.
     fn drop(&mut self) {
+        end_session(&self.session);
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+    }
+}
+
+/// `DELETE` of the session at `url` (`http://127.0.0.1:PORT/session/ID`), blocking and
+/// bounded: a drop cannot wait for the async client.
+fn end_session(url: &str) {
+    use std::io::{Read, Write};
+    let Some((host, path)) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+    else {
+        return;
+    };
+    let Ok(addr) = host.parse() else { return };
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!(
+        "DELETE /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    if stream.write_all(request.as_bytes()).is_ok() {
+        let _ = stream.read_to_end(&mut Vec::new());
     }
 }
 
@@ -37,8 +68,11 @@ impl Browser {
         let (driver, [port]) = spawn_on_free_ports(
             "chromedriver",
             |[port]| {
+                use std::os::unix::process::CommandExt as _;
                 Command::new("chromedriver")
                     .args([format!("--port={port}"), "--allowed-ips=127.0.0.1".into()])
+                    // Its own process group, with the browsers it starts: see `drop`.
+                    .process_group(0)
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .spawn()
@@ -54,7 +88,7 @@ impl Browser {
             "browserName": "chrome",
             "goog:loggingPrefs": {"browser": "ALL"},
             "goog:chromeOptions": {"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                "--window-size=1280,900", "--disable-dev-shm-usage"]}}}});
+                "--window-size=1280,900", "--disable-dev-shm-usage", "--lang=en-US"]}}}});
         let mut browser = Self {
             http,
             session: base.clone(),

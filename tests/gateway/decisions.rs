@@ -451,6 +451,9 @@ async fn an_agent_is_shown_to_the_members_of_its_spaces() {
     use agentfleet::store::AgentFacts;
     let f = start(Limits::default()).await;
     let oncall = oncall();
+    // Before the operator has described it.
+    let (status, seen) = f.get(Some(HUSAM), "/v1/agents/ops/oncall").await;
+    assert_eq!((status, &seen["state"]), (200, &json!("unknown")));
     f.store
         .apply_facts(
             &oncall,

@@ -5,6 +5,7 @@ import { api, el, link, seg, when } from './dom.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 const STATES = {
+  unknown: 'Not described by the operator yet (or no longer an Agent)',
   failed: 'Cannot run',
   suspended: 'Suspended (spec.paused): events wait until it is resumed',
   asking: 'Waiting for a person’s answer',
@@ -13,24 +14,35 @@ const STATES = {
   stopped: 'Not running: the next event wakes it',
 };
 
-let shown = null; // the hash the refresh belongs to
+let tick = null; // the refresh of the agent shown
 
-/** Shows agent `ns/name` in `box`, and keeps it fresh while the page stays on it. */
-export async function agentPage(box, ns, name) {
-  const hash = location.hash;
-  shown = hash;
-  await render(box, ns, name);
-  const tick = setInterval(() => {
-    if (shown !== hash || location.hash !== hash || box.hidden || box.parentElement.hidden) {
+/**
+ * Shows agent `ns/name` in `box`, and keeps it fresh while the page stays on it; `current`
+ * says whether it still does (an answer that comes later than another page is dropped).
+ */
+export async function agentPage(box, ns, name, current) {
+  clearInterval(tick);
+  box.replaceChildren(el('p', 'Looking for the agent…', 'meta'));
+  await render(box, ns, name, current);
+  if (!current()) return;
+  tick = setInterval(() => {
+    if (!current() || box.parentElement.hidden) {
       clearInterval(tick);
       return;
     }
-    render(box, ns, name).catch(() => {});
+    render(box, ns, name, current).catch(() => {});
   }, 5000);
 }
 
-async function render(box, ns, name) {
-  const a = await api('/v1/agents/' + seg(ns) + '/' + seg(name));
+async function render(box, ns, name, current) {
+  let a;
+  try {
+    a = await api('/v1/agents/' + seg(ns) + '/' + seg(name));
+  } catch (e) {
+    if (current()) box.replaceChildren();
+    throw e;
+  }
+  if (!current()) return;
   const page = [];
   page.push(el('h2', a.namespace + '/' + a.name, 'text'));
   const state = el('p', STATES[a.state] || a.state, 'state ' + a.state);

@@ -62,9 +62,10 @@ function showCalls(ul, calls, none) {
   for (const c of calls) ul.append(callItem(c));
 }
 
-async function home() {
+async function home(visit) {
   show('home');
   const [spaces, calls] = await Promise.all([api('/v1/spaces'), api('/v1/calls')]);
+  if (visit !== visits) return;
   showSpaces(spaces);
   showCalls($('calls'), calls.calls, 'Nothing waits for you.');
 }
@@ -86,6 +87,15 @@ function messageItem(m) {
   return li;
 }
 
+/** Message ids (`MILLIS-SEQ`) in posting order. */
+function before(a, b) {
+  const [am, as] = a.split('-').map(Number);
+  const [bm, bs] = b.split('-').map(Number);
+  return am < bm || (am === bm && as < bs);
+}
+
+/** Shows `m` in its place by id (the page, the live stream and older pages may come in any
+ * order), once. */
 function addMessage(m) {
   const list = $('messages');
   if (list.querySelector('li[data-id="' + CSS.escape(m.id) + '"]')) return;
@@ -94,9 +104,14 @@ function addMessage(m) {
     if (d.dataset.sender === m.sender.id) d.remove();
   }
   const bottom = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
-  list.append(messageItem(m));
+  let next = null;
+  for (let li = list.lastElementChild; li; li = li.previousElementSibling) {
+    if (li.dataset.id && !before(m.id, li.dataset.id)) break;
+    if (li.dataset.id) next = li;
+  }
+  list.insertBefore(messageItem(m), next);
   if (bottom) list.scrollTop = list.scrollHeight;
-  if (open) open.last = m.id;
+  if (open && (!open.last || before(open.last, m.id))) open.last = m.id;
 }
 
 function addDelta(d) {
@@ -146,7 +161,17 @@ function frames(buffer, handle) {
   return buffer;
 }
 
+/** The space's stream ends for good: the gateway said why (the token is no longer known,
+ * or the caller is no longer a member). */
+function streamEnded(space, status, message) {
+  if (open !== space) return;
+  closeSpace();
+  if (status === 401) return signOut();
+  $('page-error').textContent = message;
+}
+
 async function stream(space) {
+  let wait = 1000;
   while (open === space) {
     try {
       const headers = { Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN) };
@@ -154,7 +179,13 @@ async function stream(space) {
       const r = await fetch(spacePath(space.ns, space.name) + '/stream', {
         headers, signal: space.abort.signal,
       });
+      if ([401, 403, 404].includes(r.status)) {
+        const body = await r.json().catch(() => null);
+        return streamEnded(space, r.status, body && body.error ? body.error.message : 'HTTP ' + r.status);
+      }
       if (!r.ok) throw new Error('HTTP ' + r.status);
+      $('space').dataset.live = space.ns + '/' + space.name;
+      wait = 1000;
       const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = '';
       for (;;) {
@@ -166,12 +197,21 @@ async function stream(space) {
           else if (event === 'delta') addDelta(v);
           else if (event === 'activity') showActivity(v);
           else if (event === 'tool_request') waitingHere(space).catch(() => {});
+          else if (event === 'error' && v.error) {
+            // For good when the caller may no longer read the space; else it comes back.
+            const status = { unauthenticated: 401, not_member: 403, not_found: 404 }[v.error.code];
+            if (status) streamEnded(space, status, v.error.message);
+          }
         });
       }
     } catch (e) {
       if (space.abort.signal.aborted) return;
     }
-    await new Promise((ok) => setTimeout(ok, 1000));
+    if (open !== space) return;
+    delete $('space').dataset.live;
+    // Again in a second, then less often while the gateway stays away (at most every 15 s).
+    await new Promise((ok) => setTimeout(ok, wait));
+    wait = Math.min(wait * 2, 15000);
   }
 }
 
@@ -184,13 +224,7 @@ async function older(space) {
     if (open !== space) return;
     const list = $('messages');
     const from = list.scrollHeight - list.scrollTop;
-    const first = list.firstChild;
-    // The page is newest first: each goes in above the oldest shown, oldest of them first.
-    for (const m of page.messages.slice().reverse()) {
-      if (!list.querySelector('li[data-id="' + CSS.escape(m.id) + '"]')) {
-        list.insertBefore(messageItem(m), first);
-      }
-    }
+    for (const m of page.messages) addMessage(m);
     list.scrollTop = list.scrollHeight - from;
     space.older = page.next || null;
   } finally {
@@ -207,6 +241,9 @@ async function spacePage(ns, name) {
   $('space-calls').replaceChildren();
   $('activity').textContent = '';
   $('send-error').textContent = '';
+  // The stream first, then the last page: a message posted in between is in one or the other
+  // (shown once, in its place).
+  stream(space);
   const [info, page] = await Promise.all([
     api(spacePath(ns, name)),
     api(spacePath(ns, name) + '/messages?limit=50'),
@@ -225,7 +262,6 @@ async function spacePage(ns, name) {
   const list = $('messages');
   list.scrollTop = list.scrollHeight;
   space.older = page.next || null;
-  stream(space);
   waitingHere(space).catch(() => {});
   $('message').focus();
 }
@@ -233,6 +269,7 @@ async function spacePage(ns, name) {
 function closeSpace() {
   if (open) open.abort.abort();
   open = null;
+  delete $('space').dataset.live;
 }
 
 $('messages').addEventListener('scroll', () => {
@@ -256,11 +293,13 @@ $('send-form').addEventListener('submit', async (ev) => {
 
 // ---- One call: approve or deny it with a reason, or answer it with the form its schema makes.
 
-async function callPage(id) {
+async function callPage(id, visit) {
   show('call');
   const box = $('call-body');
+  delete box.dataset.call;
   box.replaceChildren(el('p', 'Looking for the call…', 'meta'));
   const calls = await api('/v1/calls');
+  if (visit !== visits) return;
   const c = calls.calls.find((x) => x.callId === id);
   box.replaceChildren();
   if (!c) {
@@ -344,16 +383,20 @@ async function callPage(id) {
 
 // ---- Signing in and out, and the pages.
 
+let visits = 0; // pages opened: an answer that comes after another page opened is dropped
+
 async function route() {
+  const visit = ++visits;
   const parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
-  if (parts[0] !== 'spaces') closeSpace();
-  if (parts[0] === 'spaces' && parts.length === 3) return spacePage(parts[1], parts[2]);
-  if (parts[0] === 'calls' && parts.length === 2) return callPage(parts[1]);
-  if (parts[0] === 'agents' && parts.length === 3) {
+  const [page, n] = [parts[0], parts.length];
+  if (!(page === 'spaces' && n === 3)) closeSpace();
+  if (page === 'spaces' && n === 3) return spacePage(parts[1], parts[2]);
+  if (page === 'calls' && n === 2) return callPage(parts[1], visit);
+  if (page === 'agents' && n === 3) {
     show('agent');
-    return agentPage($('agent-body'), parts[1], parts[2]);
+    return agentPage($('agent-body'), parts[1], parts[2], () => visit === visits);
   }
-  return home();
+  return home(visit);
 }
 
 async function routeShowingErrors() {
@@ -407,5 +450,10 @@ window.addEventListener('hashchange', () => {
 });
 
 if (sessionStorage.getItem(TOKEN)) {
-  enter().catch(() => signOut());
+  // A token the gateway no longer knows is forgotten; any other failure (the gateway away)
+  // keeps it, to try again with a reload.
+  enter().catch((e) => {
+    if (e.status === 401) signOut();
+    else $('page-error').textContent = e.message;
+  });
 }

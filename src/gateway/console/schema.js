@@ -1,7 +1,10 @@
 // What an interactive tool's answer must be (its `resultSchema`, JSON Schema), in the browser:
-// a form generated from the schema, and a check of the value before it is sent. The gateway
-// checks it again with the full JSON Schema rules; this is the common part, so that a person
-// sees what is wrong beside the field instead of after a round trip.
+// a form generated from the schema, and a check of the value before it is sent. The check is
+// the gateway's (`check_arguments` in src/crd/validate.rs), read the same way and on the same
+// keywords: `type` (one or a list), `properties`, `required`, `enum`, `minimum`/`maximum`,
+// `minLength`/`maxLength`, `pattern`, `items`, `minItems`/`maxItems`, `additionalProperties`.
+// The gateway checks again and its word counts; this one names what is wrong beside the answer
+// before a round trip (a `pattern` is read by JavaScript's rules here, Rust's there).
 import { el } from './dom.js';
 
 const TYPES = {
@@ -14,7 +17,15 @@ const TYPES = {
   null: (v) => v === null,
 };
 
-const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+/** JSON equality: objects by their members in any order, as JSON Schema compares. */
+function same(a, b) {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) return a.length === b.length && a.every((v, i) => same(v, b[i]));
+  const keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((k) => Object.hasOwn(b, k) && same(a[k], b[k]));
+}
 
 /** What is wrong with `value` under `schema`: a list of `{path, message}`, empty when right. */
 export function check(schema, value, path = '') {
@@ -30,19 +41,9 @@ export function check(schema, value, path = '') {
   if (schema.enum && !schema.enum.some((e) => same(e, value))) {
     fail('must be one of ' + schema.enum.map((e) => JSON.stringify(e)).join(', '));
   }
-  if ('const' in schema && !same(schema.const, value)) fail('must be ' + JSON.stringify(schema.const));
   if (typeof value === 'number') {
     if (schema.minimum !== undefined && value < schema.minimum) fail('must be at least ' + schema.minimum);
     if (schema.maximum !== undefined && value > schema.maximum) fail('must be at most ' + schema.maximum);
-    if (typeof schema.exclusiveMinimum === 'number' && value <= schema.exclusiveMinimum) {
-      fail('must be more than ' + schema.exclusiveMinimum);
-    }
-    if (typeof schema.exclusiveMaximum === 'number' && value >= schema.exclusiveMaximum) {
-      fail('must be less than ' + schema.exclusiveMaximum);
-    }
-    if (schema.multipleOf && !Number.isInteger(value / schema.multipleOf)) {
-      fail('must be a multiple of ' + schema.multipleOf);
-    }
   }
   if (typeof value === 'string') {
     const length = [...value].length;
@@ -68,16 +69,15 @@ export function check(schema, value, path = '') {
   if (TYPES.object(value)) {
     const props = schema.properties || {};
     for (const name of schema.required || []) {
-      if (!(name in value)) errors.push({ path: join(path, name), message: 'is required' });
+      if (!Object.hasOwn(value, name)) errors.push({ path: join(path, name), message: 'is required' });
     }
     for (const [name, v] of Object.entries(value)) {
-      if (name in props) errors.push(...check(props[name], v, join(path, name)));
+      if (Object.hasOwn(props, name)) errors.push(...check(props[name], v, join(path, name)));
       else if (schema.additionalProperties !== undefined) {
         errors.push(...check(schema.additionalProperties, v, join(path, name)));
       }
     }
   }
-  for (const sub of schema.allOf || []) errors.push(...check(sub, value, path));
   return errors;
 }
 
@@ -104,7 +104,10 @@ function control(schema) {
 export function form(container, schema) {
   container.replaceChildren();
   const props = schema && schema.type === 'object' && schema.properties;
-  if (!props || Object.keys(props).length === 0) {
+  // A field per property; a JSON answer when there are none, or when a required member has
+  // no property to make a field of.
+  const fieldless = props && (schema.required || []).some((n) => !Object.hasOwn(props, n));
+  if (!props || Object.keys(props).length === 0 || fieldless) {
     const area = el('textarea', '', 'json');
     area.name = 'result';
     area.rows = 6;
