@@ -199,6 +199,34 @@ pub fn space_record(
     }
 }
 
+/// Where a chat completions request leaves the conversation: the last message's role and
+/// text, and the tool the model called last (empty when none).
+pub struct LastTurn {
+    /// `user`, `tool`, `assistant`…
+    pub role: String,
+    /// Its text.
+    pub content: String,
+    /// The name of the last tool called in the conversation.
+    pub called: String,
+}
+
+/// The [`LastTurn`] of a request body as [`MockModel`] received it.
+pub fn last_turn(request: &serde_json::Value) -> LastTurn {
+    let messages = conversation(request);
+    let last = messages.last().cloned().unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    LastTurn {
+        role: text(&last["role"]),
+        content: text(&last["content"]),
+        called: messages
+            .iter()
+            .rev()
+            .find_map(|m| m["tool_calls"][0]["function"]["name"].as_str())
+            .unwrap_or_default()
+            .to_string(),
+    }
+}
+
 /// The conversation of a chat completions request body as [`MockModel`] received it: its
 /// messages without the fresh context the worker sends last (see `Request::context`).
 pub fn conversation(request: &serde_json::Value) -> Vec<serde_json::Value> {

@@ -85,20 +85,13 @@ spec:
 /// it.
 fn guard(req: &serde_json::Value) -> agentfleet::testing::MockTurn {
     use agentfleet::testing::MockTurn;
-    let messages = agentfleet::testing::conversation(req);
-    let last = messages.last().cloned().unwrap_or_default();
-    let content = last["content"].as_str().unwrap_or("").to_string();
-    let called = messages
-        .iter()
-        .rev()
-        .find_map(|m| m["tool_calls"][0]["function"]["name"].as_str())
-        .unwrap_or("");
+    let last = agentfleet::testing::last_turn(req);
     let say =
         |text: String| MockTurn::tools(&[("send_message", serde_json::json!({ "text": text }))]);
-    match (last["role"].as_str(), called) {
-        (Some("tool"), "send_message") => MockTurn::text("done"),
-        (Some("tool"), "restart") => say(format!("restart: {content}")),
-        _ if content.contains("please restart") => {
+    match (last.role.as_str(), last.called.as_str()) {
+        ("tool", "send_message") => MockTurn::text("done"),
+        ("tool", "restart") => say(format!("restart: {}", last.content)),
+        _ if last.content.contains("please restart") => {
             MockTurn::tools(&[("restart", serde_json::json!({}))])
         }
         _ => say("ok".into()),

@@ -16,14 +16,20 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// Signs `token` in on the page open in `browser` (any page of the console).
 async fn sign_in(browser: &Browser, token: &str) {
+    browser.type_on("#token", token, WAIT).await.unwrap();
+    browser.click_on("#signin-button", WAIT).await.unwrap();
+}
+
+/// A browser on `page` of the console of `dev` (`#/…`, or empty for the first page), signed
+/// in with `token`.
+async fn signed_in(dev: &Dev, page: &str, token: &str) -> Browser {
+    let browser = Browser::start().await.unwrap();
     browser
-        .type_into(&browser.wait_for("#token", WAIT).await.unwrap(), token)
+        .goto(&format!("{}/console/{page}", dev.url))
         .await
         .unwrap();
+    sign_in(&browser, token).await;
     browser
-        .click(&browser.wait_for("#signin-button", WAIT).await.unwrap())
-        .await
-        .unwrap();
 }
 
 /// With `AGENTFLEET_SCREENSHOTS=DIR`, a PNG of the page as `DIR/NAME.png` (the docs' pictures).
@@ -64,19 +70,13 @@ async fn until_within(
 /// deploy, it asks the space with `confirm_deployment`; asked to flood, it says a megabyte of
 /// hostile text; and it says what came of each call.
 fn deployer(req: &Value) -> MockTurn {
-    let messages = agentfleet::testing::conversation(req);
-    let last = messages.last().cloned().unwrap_or_default();
-    let content = last["content"].as_str().unwrap_or("").to_string();
-    let called = messages
-        .iter()
-        .rev()
-        .find_map(|m| m["tool_calls"][0]["function"]["name"].as_str())
-        .unwrap_or("");
+    let last = agentfleet::testing::last_turn(req);
+    let content = &last.content;
     let say = |text: String| MockTurn::tools(&[("send_message", json!({ "text": text }))]);
-    match (last["role"].as_str(), called) {
-        (Some("tool"), "send_message") => MockTurn::text("done"),
-        (Some("tool"), "restart") => say(format!("restart: {content}")),
-        (Some("tool"), "confirm_deployment") => say(format!("Deploying: {content}")),
+    match (last.role.as_str(), last.called.as_str()) {
+        ("tool", "send_message") => MockTurn::text("done"),
+        ("tool", "restart") => say(format!("restart: {content}")),
+        ("tool", "confirm_deployment") => say(format!("Deploying: {content}")),
         _ if content.contains("please restart") => MockTurn::tools(&[("restart", json!({}))]),
         _ if content.contains("please deploy") => {
             MockTurn::tools(&[("confirm_deployment", json!({"version": "1.2"}))])
@@ -131,15 +131,7 @@ async fn asked(dev: &Dev, token: &str, text: &str) -> String {
     assert_eq!(posted.status(), 201);
     let start = std::time::Instant::now();
     loop {
-        let calls: Value = http
-            .get(format!("{}/v1/calls", dev.url))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let calls = dev.get(&http, token, "/v1/calls").await;
         if let Some(id) = calls["calls"][0]["callId"].as_str() {
             return id.to_string();
         }
@@ -165,16 +157,12 @@ async fn a_person_signs_in_and_sees_their_spaces_and_what_waits_for_them() {
     let token = browser.wait_for("#token", WAIT).await.unwrap();
     screenshot(&browser, "sign-in").await;
     browser.type_into(&token, "not-a-token").await.unwrap();
-    browser
-        .click(&browser.wait_for("#signin-button", WAIT).await.unwrap())
-        .await
-        .unwrap();
-    let error = browser
-        .wait_for("#signin-error:not(:empty)", WAIT)
-        .await
-        .unwrap();
+    browser.click_on("#signin-button", WAIT).await.unwrap();
     assert_eq!(
-        browser.text(&error).await.unwrap(),
+        browser
+            .text_of("#signin-error:not(:empty)", WAIT)
+            .await
+            .unwrap(),
         "That token is not known here."
     );
 
@@ -183,10 +171,7 @@ async fn a_person_signs_in_and_sees_their_spaces_and_what_waits_for_them() {
         .type_into(&token, &dev.token("default/family", "Husam"))
         .await
         .unwrap();
-    browser
-        .click(&browser.wait_for("#signin-button", WAIT).await.unwrap())
-        .await
-        .unwrap();
+    browser.click_on("#signin-button", WAIT).await.unwrap();
     browser
         .wait_for("#spaces li[data-space]", WAIT)
         .await
@@ -252,19 +237,7 @@ async fn a_person_talks_in_a_space_and_hostile_text_stays_text() {
         .unwrap();
     assert_eq!(posted.status(), 201);
 
-    let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("{}/console/", dev.url))
-        .await
-        .unwrap();
-    browser
-        .type_into(&browser.wait_for("#token", WAIT).await.unwrap(), &husam)
-        .await
-        .unwrap();
-    browser
-        .click(&browser.wait_for("#signin-button", WAIT).await.unwrap())
-        .await
-        .unwrap();
+    let browser = signed_in(&dev, "", &husam).await;
     let family = browser
         .wait_for("#spaces li[data-space='default/family'] a", WAIT)
         .await
@@ -284,16 +257,10 @@ async fn a_person_talks_in_a_space_and_hostile_text_stays_text() {
 
     // Sending: the assistant's answer arrives live.
     browser
-        .type_into(
-            &browser.wait_for("#message", WAIT).await.unwrap(),
-            "hello from the browser",
-        )
+        .type_on("#message", "hello from the browser", WAIT)
         .await
         .unwrap();
-    browser
-        .click(&browser.wait_for("#send-button", WAIT).await.unwrap())
-        .await
-        .unwrap();
+    browser.click_on("#send-button", WAIT).await.unwrap();
     let start = std::time::Instant::now();
     loop {
         let said = browser
@@ -339,27 +306,20 @@ async fn a_link_to_a_call_leads_to_approving_it_and_the_cycle_goes_on() {
     assert_eq!(shown, json!([link, call, "deployer asks: restart"]));
     screenshot(&browser, "call-approval").await;
     browser
-        .type_into(
-            &browser.wait_for("#reason", WAIT).await.unwrap(),
-            "after the backup",
-        )
+        .type_on("#reason", "after the backup", WAIT)
         .await
         .unwrap();
     browser.click(&approve).await.unwrap();
-    let outcome = browser
-        .wait_for("#call-body .outcome:not(:empty)", WAIT)
-        .await
-        .unwrap();
     assert_eq!(
-        browser.text(&outcome).await.unwrap(),
+        browser
+            .text_of("#call-body .outcome:not(:empty)", WAIT)
+            .await
+            .unwrap(),
         "Approved. deployer goes on."
     );
 
     // The cycle goes on: the tool ran (its server is not there) and the agent says so.
-    browser
-        .click(&browser.wait_for("#call-body p.meta a", WAIT).await.unwrap())
-        .await
-        .unwrap();
+    browser.click_on("#call-body p.meta a", WAIT).await.unwrap();
     let said = until(&browser, SAID, |v| {
         v.as_array()
             .unwrap()
@@ -384,12 +344,7 @@ async fn a_link_to_a_call_leads_to_approving_it_and_the_cycle_goes_on() {
 async fn an_answer_form_refuses_what_the_schema_refuses() {
     let (_model, _dir, dev, husam) = desk().await;
     let call = asked(&dev, &husam, "please deploy").await;
-    let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("{}/console/", dev.url))
-        .await
-        .unwrap();
-    sign_in(&browser, &husam).await;
+    let browser = signed_in(&dev, "", &husam).await;
     // Waiting for Husam on his first page, with a link to answer it.
     let answer = browser
         .wait_for(&format!("#calls li[data-call='{call}'] a.answer"), WAIT)
@@ -407,10 +362,7 @@ async fn an_answer_form_refuses_what_the_schema_refuses() {
         kinds,
         json!(["confirmed:checkbox", "replicas:text", "note:text"])
     );
-    browser
-        .click(&browser.wait_for("#field-confirmed", WAIT).await.unwrap())
-        .await
-        .unwrap();
+    browser.click_on("#field-confirmed", WAIT).await.unwrap();
     browser.type_into(&replicas, "50").await.unwrap();
     screenshot(&browser, "call-form").await;
     let send = browser
@@ -418,12 +370,11 @@ async fn an_answer_form_refuses_what_the_schema_refuses() {
         .await
         .unwrap();
     browser.click(&send).await.unwrap();
-    let problem = browser
-        .wait_for("#call-body .problems li", WAIT)
-        .await
-        .unwrap();
     assert_eq!(
-        browser.text(&problem).await.unwrap(),
+        browser
+            .text_of("#call-body .problems li", WAIT)
+            .await
+            .unwrap(),
         "replicas must be at most 10"
     );
     screenshot(&browser, "call-form-refused").await;
@@ -445,12 +396,11 @@ async fn an_answer_form_refuses_what_the_schema_refuses() {
     browser.clear(&replicas).await.unwrap();
     browser.type_into(&replicas, "3").await.unwrap();
     browser.click(&send).await.unwrap();
-    let outcome = browser
-        .wait_for("#call-body .outcome:not(:empty)", WAIT)
-        .await
-        .unwrap();
     assert_eq!(
-        browser.text(&outcome).await.unwrap(),
+        browser
+            .text_of("#call-body .outcome:not(:empty)", WAIT)
+            .await
+            .unwrap(),
         "Answered. deployer goes on."
     );
     assert_eq!(
@@ -485,25 +435,14 @@ async fn an_answer_form_refuses_what_the_schema_refuses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_megabyte_of_an_agents_markup_stays_text() {
     let (_model, _dir, dev, husam) = desk().await;
-    let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("{}/console/#/spaces/default/desk", dev.url))
-        .await
-        .unwrap();
-    sign_in(&browser, &husam).await;
+    let browser = signed_in(&dev, "#/spaces/default/desk", &husam).await;
     // Live: the stream is open.
     browser.wait_for("#space[data-live]", WAIT).await.unwrap();
     browser
-        .type_into(
-            &browser.wait_for("#message", WAIT).await.unwrap(),
-            "please flood",
-        )
+        .type_on("#message", "please flood", WAIT)
         .await
         .unwrap();
-    browser
-        .click(&browser.wait_for("#send-button", WAIT).await.unwrap())
-        .await
-        .unwrap();
+    browser.click_on("#send-button", WAIT).await.unwrap();
     let said = until_within(
         &browser,
         Duration::from_secs(30),
@@ -542,34 +481,14 @@ async fn an_agents_page_shows_what_it_does_and_spends() {
         assert_eq!(posted.status(), 201);
         let start = std::time::Instant::now();
         loop {
-            let page: Value = http
-                .get(format!("{}/v1/spaces/default/family/messages", dev.url))
-                .bearer_auth(&husam)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let answers = page["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|m| m["sender"]["id"] == "assistant")
-                .count();
-            if answers > n {
+            if dev.count_from(&http, &husam, "family", "assistant").await > n {
                 break;
             }
             assert!(start.elapsed() < WAIT, "no answer to {text}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("{}/console/", dev.url))
-        .await
-        .unwrap();
-    sign_in(&browser, &husam).await;
+    let browser = signed_in(&dev, "", &husam).await;
     browser
         .wait_for("#spaces li[data-space='default/family']", WAIT)
         .await
@@ -641,12 +560,11 @@ async fn an_agents_page_shows_what_it_does_and_spends() {
         .goto(&format!("{}/console/#/agents/default/nobody", dev.url))
         .await
         .unwrap();
-    let error = browser
-        .wait_for("#page-error:not(:empty)", WAIT)
-        .await
-        .unwrap();
     assert_eq!(
-        browser.text(&error).await.unwrap(),
+        browser
+            .text_of("#page-error:not(:empty)", WAIT)
+            .await
+            .unwrap(),
         "no agent \"default/nobody\" in your spaces"
     );
     let errors = browser.errors().await.unwrap();
@@ -676,12 +594,7 @@ async fn older_messages_page_in_and_a_message_can_address_one_agent() {
         assert_eq!(posted.status(), 201);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("{}/console/#/spaces/default/engineering", dev.url))
-        .await
-        .unwrap();
-    sign_in(&browser, &husam).await;
+    let browser = signed_in(&dev, "#/spaces/default/engineering", &husam).await;
     const TEXTS: &str = "return [...document.querySelectorAll('#messages li.message .text:last-child')].map(t => t.textContent)";
     let first = until(&browser, TEXTS, |v| v.as_array().unwrap().len() == 50).await;
     assert_eq!(first[0], "note 20");
@@ -706,21 +619,17 @@ async fn older_messages_page_in_and_a_message_can_address_one_agent() {
         .await
         .unwrap();
     browser
-        .type_into(
-            &browser.wait_for("#message", WAIT).await.unwrap(),
-            "is the api up?",
-        )
+        .type_on("#message", "is the api up?", WAIT)
         .await
         .unwrap();
-    browser
-        .click(&browser.wait_for("#send-button", WAIT).await.unwrap())
-        .await
-        .unwrap();
-    let mentioned = browser
-        .wait_for("#messages li.message .mention", WAIT)
-        .await
-        .unwrap();
-    assert_eq!(browser.text(&mentioned).await.unwrap(), "→ oncall");
+    browser.click_on("#send-button", WAIT).await.unwrap();
+    assert_eq!(
+        browser
+            .text_of("#messages li.message .mention", WAIT)
+            .await
+            .unwrap(),
+        "→ oncall"
+    );
     let said = until(&browser, SAID, |v| !v.as_array().unwrap().is_empty()).await;
     assert!(
         said[0].as_str().unwrap().contains("is the api up?"),

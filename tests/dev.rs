@@ -212,15 +212,7 @@ async fn wait_for_message(
 ) -> Value {
     let start = Instant::now();
     loop {
-        let page: Value = http
-            .get(format!("{}/v1/spaces/default/{space}/messages", dev.url))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page: Value = dev.messages(http, token, space).await;
         if let Some(m) = page["messages"]
             .as_array()
             .unwrap()
@@ -518,15 +510,7 @@ async fn plans_fire_in_dev_and_the_agent_acts_on_them() {
     let husam = dev.token("default/home", "Husam");
     let start = Instant::now();
     let from_butler = || async {
-        let page: serde_json::Value = http
-            .get(format!("{}/v1/spaces/default/home/messages", dev.url))
-            .bearer_auth(&husam)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page: serde_json::Value = dev.messages(&http, &husam, "home").await;
         page["messages"]
             .as_array()
             .unwrap()
@@ -724,22 +708,8 @@ async fn agents_ride_out_a_redis_restart() {
     .await;
     // Each message answered once.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let page: Value = http
-        .get(format!("{}/v1/spaces/default/family/messages", dev.url))
-        .bearer_auth(&husam)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let replies = page["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["sender"]["id"] == "assistant")
-        .count();
-    assert_eq!(replies, 2, "{page}");
+    let replies = dev.count_from(&http, &husam, "family", "assistant").await;
+    assert_eq!(replies, 2);
     let metrics = dev.metrics(&http).await;
     assert!(
         metrics.contains("agentfleet_agent_ready{agent=\"assistant\",namespace=\"default\"} 1"),

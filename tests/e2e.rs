@@ -102,6 +102,19 @@ async fn husam_posts(store: &RedisStore, ns: &str, text: &str) -> agentfleet::st
         .unwrap()
 }
 
+/// The agent's facts in the data plane once `done` holds of them (within 15 s).
+async fn facts_until(
+    store: &Arc<RedisStore>,
+    key: &agentfleet::identity::AgentKey,
+    what: &str,
+    done: fn(&agentfleet::store::AgentFacts) -> bool,
+) -> agentfleet::store::AgentFacts {
+    eventually(what, Duration::from_secs(15), || async move {
+        store.facts(key).await.ok()?.filter(done)
+    })
+    .await
+}
+
 fn condition(agent: &Agent, type_: &str) -> Option<(String, String)> {
     agent
         .status
@@ -541,20 +554,11 @@ async fn operator_on_a_real_api_server() {
     .await;
     // The gateway sees it too (the console's agent page): the operator's facts say why.
     let keyed_key = agentfleet::identity::AgentKey::new(&ns, "keyed");
-    let facts = eventually(
+    let facts = facts_until(
+        &store,
+        &keyed_key,
         "keyed: its facts in the data plane say why it cannot run",
-        Duration::from_secs(15),
-        || {
-            let store = store.clone();
-            let key = keyed_key.clone();
-            async move {
-                store
-                    .facts(&key)
-                    .await
-                    .ok()?
-                    .filter(|f| f.problem.is_some())
-            }
-        },
+        |f| f.problem.is_some(),
     )
     .await;
     assert_eq!(
@@ -596,21 +600,11 @@ async fn operator_on_a_real_api_server() {
         },
     )
     .await;
-    eventually(
+    facts_until(
+        &store,
+        &keyed_key,
         "keyed: its facts no longer name a problem",
-        Duration::from_secs(15),
-        || {
-            let store = store.clone();
-            let key = keyed_key.clone();
-            async move {
-                store
-                    .facts(&key)
-                    .await
-                    .ok()?
-                    .filter(|f| f.problem.is_none())
-                    .map(drop)
-            }
-        },
+        |f| f.problem.is_none(),
     )
     .await;
     let everything = format!(

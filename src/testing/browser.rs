@@ -174,6 +174,18 @@ impl Browser {
             .map(|_| ())
     }
 
+    /// Waits up to `within` for an element matching `css`, then clicks it.
+    pub async fn click_on(&self, css: &str, within: Duration) -> Result<(), String> {
+        let element = self.wait_for(css, within).await?;
+        self.click(&element).await
+    }
+
+    /// Waits up to `within` for a field matching `css`, then types `text` into it.
+    pub async fn type_on(&self, css: &str, text: &str, within: Duration) -> Result<(), String> {
+        let element = self.wait_for(css, within).await?;
+        self.type_into(&element, text).await
+    }
+
     /// Empties the field `element`.
     pub async fn clear(&self, element: &Element) -> Result<(), String> {
         let path = format!("/element/{}/clear", element.0);
@@ -191,6 +203,12 @@ impl Browser {
         let path = format!("/element/{}/text", element.0);
         let v = self.call("GET", &path, None).await?;
         Ok(v.as_str().unwrap_or_default().to_string())
+    }
+
+    /// The rendered text of the first element matching `css`, waiting up to `within` for one.
+    pub async fn text_of(&self, css: &str, within: Duration) -> Result<String, String> {
+        let element = self.wait_for(css, within).await?;
+        self.text(&element).await
     }
 
     /// Runs `script` in the page; what it returns.

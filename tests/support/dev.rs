@@ -133,6 +133,42 @@ impl Dev {
             .unwrap()
     }
 
+    /// `GET path` of the gateway as the holder of `token`: its JSON.
+    pub async fn get(&self, http: &reqwest::Client, token: &str, path: &str) -> Value {
+        http.get(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// The last page of `space`'s (of `default`) messages, newest first, as the holder of
+    /// `token` reads it.
+    pub async fn messages(&self, http: &reqwest::Client, token: &str, space: &str) -> Value {
+        let path = format!("/v1/spaces/default/{space}/messages");
+        self.get(http, token, &path).await
+    }
+
+    /// How many messages of the last page of `space` (of `default`) `sender` wrote.
+    pub async fn count_from(
+        &self,
+        http: &reqwest::Client,
+        token: &str,
+        space: &str,
+        sender: &str,
+    ) -> usize {
+        let page = self.messages(http, token, space).await;
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["sender"]["id"] == sender)
+            .count()
+    }
+
     /// The SSE stream of `space` (of `default`) as the holder of `token`.
     pub async fn stream(
         &self,
