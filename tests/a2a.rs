@@ -555,7 +555,9 @@ async fn hostile_requests_get_coded_refusals_and_callers_see_only_their_own() {
 
     let (_, v) = raw(b"{not json".to_vec(), husam.clone()).await;
     assert_eq!(code(&v), -32700, "{v}");
-    let (_, v) = raw(vec![b'x'; 200 * 1024], husam.clone()).await;
+    // Just over dev's 64 KiB: a body far over it is refused before it is read, and the
+    // connection may close while the client still writes (no answer to read).
+    let (_, v) = raw(vec![b'x'; 65 * 1024], husam.clone()).await;
     assert_eq!(code(&v), -32600, "a body over the limit: {v}");
     let (_, v) = raw(
         br#"{"jsonrpc":"2.0","id":1,"method":"DropTables"}"#.to_vec(),
