@@ -15,8 +15,7 @@ pub mod secure;
 pub use self::cluster::RedisCluster;
 pub use self::inbox::WaitInbox;
 pub use self::model::{
-    cached_form, context_of, conversation, last_turn, shared_prefix, LastTurn, MockModel,
-    MockTurn,
+    cached_form, context_of, conversation, last_turn, shared_prefix, LastTurn, MockModel, MockTurn,
 };
 pub use self::ports::{free_port, listening, spawn_on_free_ports};
 pub use self::s3::S3Server;

@@ -233,26 +233,8 @@ pub fn worker(manifest: &std::path::Path, redis_url: &str) -> std::process::Comm
 
 /// Husam posts `text` in `space`.
 pub async fn husam_says(store: &RedisStore, space: &agentfleet::identity::SpaceKey, text: String) {
-    use agentfleet::store::{MemberKind, NewMessage, Sender};
-    let husam = Sender {
-        id: "husam".into(),
-        name: "Husam".into(),
-        kind: Some(MemberKind::Human),
-    };
-    store
-        .post_message(
-            space,
-            &NewMessage {
-                sender: husam,
-                text,
-                mention: None,
-                idempotency_key: None,
-                urgent: false,
-                depth: 0,
-            },
-        )
-        .await
-        .unwrap();
+    let message = agentfleet::testing::human_message("Husam", &text);
+    store.post_message(space, &message).await.unwrap();
 }
 
 /// Whether the model already answered in this cycle (a tool result after the last user
