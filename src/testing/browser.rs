@@ -56,8 +56,31 @@ fn end_session(url: &str) {
     let request = format!(
         "DELETE /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     );
-    if stream.write_all(request.as_bytes()).is_ok() {
-        let _ = stream.read_to_end(&mut Vec::new());
+    if stream.write_all(request.as_bytes()).is_err() {
+        return;
+    }
+    // Until the whole answer is in: the session is over then (the driver keeps the
+    // connection open, so reading to its end would wait for the timeout).
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = stream.read(&mut buf) {
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer);
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let length = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().to_string())
+            })
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        if body.len() >= length {
+            return;
+        }
     }
 }
 
