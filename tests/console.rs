@@ -255,29 +255,49 @@ async fn a_person_talks_in_a_space_and_hostile_text_stays_text() {
         .unwrap();
     assert_eq!(inert, serde_json::json!([0, true, true]));
 
-    // Sending: the assistant's answer arrives live.
+    // Sending: the assistant's answer arrives live, written as it streams (a draft that gives
+    // way to the message), with what it is doing on the activity line meanwhile. (Both pass
+    // in milliseconds: an observer of the page records them.)
+    browser
+        .exec("window.seen = {drafts: [], activity: []}; \
+               new MutationObserver((records) => { for (const r of records) for (const n of r.addedNodes) { \
+                 if (n.nodeType === 1 && n.classList.contains('streaming')) window.seen.drafts.push(n); \
+                 if (n.nodeType === 3 && r.target.id === 'activity') window.seen.activity.push(n.data); \
+               } }).observe(document.querySelector('#space'), {childList: true, subtree: true}); \
+               return null")
+        .await
+        .unwrap();
     browser
         .type_on("#message", "hello from the browser", WAIT)
         .await
         .unwrap();
     browser.click_on("#send-button", WAIT).await.unwrap();
-    let start = std::time::Instant::now();
-    loop {
-        let said = browser
-            .exec("return [...document.querySelectorAll('#messages li.agent:not(.streaming) .text:last-child')].map(t => t.textContent)")
-            .await
-            .unwrap();
-        if said
-            .as_array()
+    until(&browser, SAID, |v| {
+        v.as_array()
             .unwrap()
             .iter()
             .any(|t| t.as_str().unwrap().contains("hello from the browser"))
-        {
-            break;
-        }
-        assert!(start.elapsed() < WAIT, "no answer: {said}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    let seen = browser
+        .exec("return {drafts: window.seen.drafts.map(d => d.textContent), activity: window.seen.activity}")
+        .await
+        .unwrap();
+    assert!(
+        seen["drafts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d.as_str().unwrap().contains("hello from the browser")),
+        "{seen}"
+    );
+    assert!(
+        seen["activity"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("assistant is thinking…")),
+        "{seen}"
+    );
     let errors = browser.errors().await.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
 }
