@@ -148,10 +148,7 @@ async fn a_person_signs_in_and_sees_their_spaces_and_what_waits_for_them() {
     agentfleet::install_crypto_provider();
     let dev = Dev::start();
     let browser = Browser::start().await.unwrap();
-    browser
-        .goto(&format!("{}/console/", dev.url))
-        .await
-        .unwrap();
+    browser.goto(&dev.console).await.unwrap();
 
     // A wrong token is refused, and says so.
     let token = browser.wait_for("#token", WAIT).await.unwrap();

@@ -32,6 +32,8 @@ pub fn lines(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String>
 pub struct Dev {
     pub child: Child,
     pub url: String,
+    /// The web console's URL, as the banner prints it.
+    pub console: String,
     /// `(space, human, token)` from the banner's chat commands.
     pub chats: Vec<(String, String, String)>,
     /// The service token of the banner's curl line.
@@ -76,6 +78,7 @@ impl Dev {
         let rx = lines(child.stdout.take().unwrap());
         let stderr = lines(child.stderr.take().unwrap());
         let mut url = None;
+        let mut console = None;
         let mut chats = Vec::new();
         let mut chat_as = None;
         let mut service = None;
@@ -87,6 +90,9 @@ impl Dev {
             let t = line.trim();
             if let Some(rest) = t.strip_prefix("gateway") {
                 url = Some(rest.split_whitespace().next().unwrap().to_string());
+            }
+            if let Some(rest) = t.strip_prefix("console") {
+                console = rest.split_whitespace().next().map(str::to_string);
             }
             if let Some(rest) = t.strip_prefix("chat in ") {
                 let (space, who) = rest.trim_end_matches(':').split_once(" as ").unwrap();
@@ -110,6 +116,7 @@ impl Dev {
         Dev {
             child,
             url: url.expect("a gateway URL in the banner"),
+            console: console.expect("the console's URL in the banner"),
             chats,
             service: service.expect("a service token in the banner"),
             webhook: webhook.expect("a webhook URL in the banner"),
