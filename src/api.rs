@@ -296,6 +296,18 @@ pub struct WaitingCall {
     pub since_ms: i64,
     /// When it stops waiting (ms since the epoch); later answers are refused.
     pub expires_ms: i64,
+    /// Who may answer it, when the agent names them (`human:ID`, `group:NAME`); empty: the
+    /// humans of its space.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+    /// Whether the caller may answer it (a member sees the calls of the space; only its
+    /// approvers answer them).
+    #[serde(default = "yes")]
+    pub may_answer: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The calls waiting for the caller.

@@ -1,10 +1,12 @@
 //! A human's answer to a paused tool call (issue 14): an approval's approve or deny, an
-//! interactive tool's result. One rule for the gateway's
-//! `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}` (a member of the space) and the
-//! operator tools `agentfleet approve|deny|answer` (no membership): the call must wait for a
-//! human, be asked in that space, have no answer yet and not be expired, and the answer must
-//! fit the call (a decision for an approval, a result matching the tool's schema for an
-//! interactive tool). The store takes it once ([`Calls::complete_call`]: the call is done and
+//! interactive tool's result. One rule for every route that answers one — the gateway's
+//! `POST /v1/spaces/{ns}/{space}/tool-calls/{callId}` (which the console and chat use), a
+//! message on an A2A task, and `agentfleet approve|deny|answer`: the call must wait for a
+//! human, be asked in that space, be the one answering's to answer
+//! ([`crate::party::may_answer`]: its approvers, by default the humans of its space, never an
+//! outside caller for its own conversation's approval), have no answer yet and not be
+//! expired, and the answer must fit the call (a decision for an approval, a result matching
+//! the tool's schema for an interactive tool). The store takes it once ([`Calls::complete_call`]: the call is done and
 //! its `tool_result` event is in the agent's inbox, waking it); then a notice from agentfleet
 //! records it in the space's log (who, the decision, the reason; the message's time is
 //! when): the audit trail, posted once per call (its idempotency key is the call's).
@@ -14,6 +16,7 @@ use serde_json::Value;
 
 use crate::crd::validate::check_arguments;
 use crate::identity::SpaceKey;
+use crate::party::{may_answer, Principal};
 use crate::store::prelude::*;
 use crate::store::{
     now_ms, Answer, CallId, CallKind, CallRecord, CallResult, Completion, StoreError, Verdict,
@@ -73,6 +76,9 @@ pub enum Refusal {
         /// What does not match, each with its path.
         problems: Vec<String>,
     },
+    /// The one answering may not answer this call (see [`crate::party::may_answer`]).
+    #[error("{0}")]
+    Forbidden(String),
     /// The call already has its answer.
     #[error("tool call {0} was already answered")]
     Answered(String),
@@ -86,12 +92,13 @@ pub enum Refusal {
 
 impl Refusal {
     /// The exit code of `agentfleet approve|deny|answer` refused this way: 3 unknown call,
-    /// 4 already answered, 5 expired, 1 anything else.
+    /// 4 already answered, 5 expired, 6 not the one answering's to answer, 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Refusal::Unknown(_) => 3,
             Refusal::Answered(_) => 4,
             Refusal::Expired(_) => 5,
+            Refusal::Forbidden(_) => 6,
             _ => 1,
         }
     }
@@ -109,7 +116,7 @@ pub async fn answer(
     store: &dyn Store,
     id: &CallId,
     space: Option<&SpaceKey>,
-    by: &str,
+    by: &Principal,
     reply: Reply,
 ) -> Result<Answered, Refusal> {
     let unknown = || Refusal::Unknown(id.to_string());
@@ -118,6 +125,10 @@ pub async fn answer(
     if space.is_some_and(|s| *s != home) {
         return Err(unknown());
     }
+    let record = store.space(&home).await?;
+    may_answer(&call.record, &home.name, record.as_ref(), by)
+        .map_err(|why| Refusal::Forbidden(why.to_string()))?;
+    let by = by.name.as_str();
     if call.done {
         return Err(Refusal::Answered(id.to_string()));
     }

@@ -248,6 +248,7 @@ impl Dev {
                         id: h.id.clone(),
                         name: h.name.clone(),
                         agents: Vec::new(),
+                        groups: Vec::new(),
                     },
                 )
             })
@@ -259,6 +260,7 @@ impl Dev {
                 id: DEV_SERVICE.into(),
                 name: DEV_SERVICE.into(),
                 agents: vec!["*".into()],
+                groups: Vec::new(),
             },
         ));
 

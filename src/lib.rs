@@ -17,6 +17,7 @@ pub mod manifests;
 pub mod membership;
 pub mod names;
 pub mod operator;
+pub mod party;
 pub mod periods;
 pub mod plans;
 pub mod report;

@@ -19,6 +19,24 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
+/// The name the model calls a tool of an MCP server or a remote A2A agent by:
+/// `PREFIX__NAME`, every character of the name but letters, digits, `_` and `-` made `_`.
+/// With `pattern`, `*` is kept: the name a tool pattern (`requireApproval`) takes on, to be
+/// matched against model names (see [`crate::party::tool_matches`]).
+pub fn prefixed_tool(prefix: &str, name: &str, pattern: bool) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' || (pattern && c == '*') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{prefix}__{safe}")
+}
+
 /// Why `name` is not a valid name for an object (`None` when it is).
 pub fn object_name_problem(name: &str) -> Option<String> {
     (!is_dns1123_subdomain(name)).then(|| {

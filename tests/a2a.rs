@@ -9,20 +9,9 @@ use std::process::Command;
 #[path = "support/dev.rs"]
 mod support;
 use support::Dev;
-
-/// The Python that has the SDK.
-fn python() -> String {
-    let python = std::env::var("AGENTFLEET_A2A_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import a2a.client, a2a.types"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "{python} cannot import the A2A SDK: python3 -m venv /tmp/a2a && /tmp/a2a/bin/pip install 'a2a-sdk==1.3.0' and set AGENTFLEET_A2A_PYTHON=/tmp/a2a/bin/python"
-    );
-    python
-}
+#[path = "support/a2a.rs"]
+mod sdk;
+use sdk::{python, RemoteAgent};
 
 const MANIFESTS: &str = "\
 apiVersion: agentfleet.dev/v1alpha1
@@ -67,6 +56,7 @@ spec:
   tools:
     http:
       - {name: restart, description: Restarts the service., url: 'http://127.0.0.1:9/restart', method: POST, requireApproval: true}
+    approvers: [{tools: [Restart], subjects: [\"human:dana\"]}]
   a2a:
     callers: [\"human:husam\"]
 ---
@@ -288,65 +278,6 @@ async fn a_task_survives_killing_dev_mid_cycle() {
         3,
         "the cycle was done once more, not twice"
     );
-}
-
-/// The remote agent of `tests/a2a/sdk_server.py`, on a free port; killed when dropped.
-struct RemoteAgent {
-    child: std::process::Child,
-    url: String,
-    log: std::path::PathBuf,
-}
-
-impl RemoteAgent {
-    fn start(token: &str, slow_seconds: u32) -> Self {
-        let python = python();
-        let log = std::env::temp_dir().join(format!(
-            "agentfleet-a2a-remote-{}-{slow_seconds}.log",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&log);
-        let port = agentfleet::testing::free_port().unwrap();
-        let child = Command::new(python)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/a2a/sdk_server.py"
-            ))
-            .args([&port.to_string(), token, log.to_str().unwrap()])
-            .env("SLOW", slow_seconds.to_string())
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}/remote");
-        let start = std::time::Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed().as_secs() < 30,
-                "the SDK server did not start"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        Self { child, url, log }
-    }
-
-    /// The messages it received: `(messageId, depth, text)`.
-    fn received(&self) -> Vec<(String, i64, String)> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let (id, rest) = l.split_once(' ')?;
-                let (depth, text) = rest.split_once(' ')?;
-                Some((id.to_string(), depth.parse().ok()?, text.to_string()))
-            })
-            .collect()
-    }
-}
-
-impl Drop for RemoteAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
 }
 
 /// A model that calls the remote agent's skills as Husam asks ("please quick", "please

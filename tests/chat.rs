@@ -540,6 +540,22 @@ async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
     }
     writeln!(stdin, "/deny {id} too late").unwrap();
     until(&rx, "! not answered: conflict (409)", &mut out);
+    // A call that names its approvers: Husam, not among them, is refused by the same rule as
+    // every route (issue 40).
+    let named = HumanCall::new(
+        &assistant,
+        "drain_node",
+        CallKind::Approval,
+        "family",
+        serde_json::json!({}),
+        None,
+        60_000,
+    )
+    .unwrap()
+    .answered_by(vec!["human:dana".into()]);
+    f.store.register_human_call(&named).await.unwrap();
+    writeln!(stdin, "/approve {}", named.id).unwrap();
+    until(&rx, "only human:dana may answer this call", &mut out);
     writeln!(stdin, "/deny {id}").unwrap();
     until(&rx, "say why", &mut out);
     drop(stdin);

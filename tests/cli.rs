@@ -586,7 +586,7 @@ async fn operators_answer_paused_calls_from_a_terminal() {
     let store = RedisStore::new(&url).unwrap();
     let space = SpaceKey::new("ops", "oncall");
     store
-        .apply_space(&space, &space_record("On call", &["sre"], &["Dana"]))
+        .apply_space(&space, &space_record("On call", &["sre"], &["Dana", "Sam"]))
         .await
         .unwrap();
     let sre = AgentKey::new("ops", "sre");
@@ -639,10 +639,24 @@ async fn operators_answer_paused_calls_from_a_terminal() {
 
     // Approved as someone, once; a second answer, an expired call and an unknown one are
     // refused with their own exit codes, writing nothing.
+    // Only its approvers answer it (here the humans of its space, by their ids), as on every
+    // other route.
     let o = run(
         &url,
         &[
-            "approve", "ops/sre", &restart, "--as", "Dana", "--reason", "go",
+            "approve", "ops/sre", &restart, "--as", "eve", "--reason", "me",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("only the humans of space oncall may answer this call"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(
+        &url,
+        &[
+            "approve", "ops/sre", &restart, "--as", "dana", "--reason", "go",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -652,7 +666,15 @@ async fn operators_answer_paused_calls_from_a_terminal() {
     );
     let o = run(
         &url,
-        &["deny", "ops/sre", &restart, "--reason", "changed my mind"],
+        &[
+            "deny",
+            "ops/sre",
+            &restart,
+            "--as",
+            "sam",
+            "--reason",
+            "changed my mind",
+        ],
     );
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(
@@ -660,7 +682,10 @@ async fn operators_answer_paused_calls_from_a_terminal() {
         "{}",
         stderr(&o)
     );
-    let o = run(&url, &["deny", "ops/sre", &late, "--reason", "x"]);
+    let o = run(
+        &url,
+        &["deny", "ops/sre", &late, "--as", "sam", "--reason", "x"],
+    );
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert!(stderr(&o).contains("expired"), "{}", stderr(&o));
     let o = run(&url, &["approve", "ops/other", &scale]);
@@ -682,14 +707,14 @@ async fn operators_answer_paused_calls_from_a_terminal() {
     assert!(stderr(&o).contains("no tool call"), "{}", stderr(&o));
     let o = run(&url, &["deny", "ops/sre", &scale]);
     assert!(!o.status.success(), "a denial needs a reason");
-    let o = run(&url, &["answer", "ops/sre", &confirm, "{}"]);
+    let o = run(&url, &["answer", "ops/sre", &confirm, "--as", "sam", "{}"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("does not match the schema"),
         "{}",
         stderr(&o)
     );
-    let o = run(&url, &["approve", "ops/sre", &confirm]);
+    let o = run(&url, &["approve", "ops/sre", &confirm, "--as", "sam"]);
     assert_eq!(
         o.status.code(),
         Some(1),
@@ -700,7 +725,7 @@ async fn operators_answer_paused_calls_from_a_terminal() {
     let o = run(
         &url,
         &[
-            "deny", "ops/sre", &scale, "--as", "Sam", "--reason", "freeze",
+            "deny", "ops/sre", &scale, "--as", "sam", "--reason", "freeze",
         ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -711,7 +736,7 @@ async fn operators_answer_paused_calls_from_a_terminal() {
             "ops/sre",
             &confirm,
             "--as",
-            "Sam",
+            "sam",
             r#"{"ok": true}"#,
         ],
     );

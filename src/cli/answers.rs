@@ -9,6 +9,7 @@ use anyhow::bail;
 use super::{agent_arg, connect, time};
 
 use crate::decisions::{self, Refusal, Reply};
+use crate::party::Principal;
 use crate::store::prelude::*;
 use crate::store::{now_ms, CallId, RedisArgs};
 use crate::terminal::{sanitize, Breaks};
@@ -20,10 +21,12 @@ pub struct Answering {
     pub agent: String,
     /// The call's id, as its request in the space names it.
     pub call: String,
-    /// Who answers, as the agent and the space's log name them.
+    /// Who answers: a person's id, as the space's members and the gateway's tokens name them
+    /// (the agent and the space's log see their display name). The call's approvers are
+    /// checked as on every other route: by default the humans of the space it was asked in.
     #[arg(
         long = "as",
-        value_name = "NAME",
+        value_name = "ID",
         env = "USER",
         default_value = "operator"
     )]
@@ -34,7 +37,7 @@ pub struct Answering {
 }
 
 /// Answering a paused tool call from a terminal. Exit codes: 0 answered, 3 no such call
-/// waiting, 4 already answered, 5 expired, 1 anything else.
+/// waiting, 4 already answered, 5 expired, 6 not `--as`'s to answer, 1 anything else.
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum CallCommand {
     /// Approve an agent's call waiting for approval: it runs.
@@ -118,17 +121,19 @@ async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
         .filter(|id| id.agent() == &agent)
         .ok_or_else(|| Refusal::Unknown(call.call.clone()))?;
     let store = connect(&call.redis).await?;
-    let answered = decisions::answer(&store, &id, None, by, reply).await?;
+    let who = principal(&store, &id, by).await?;
+    let answered = decisions::answer(&store, &id, None, &who, reply).await?;
     let out = &mut std::io::stdout();
     writeln!(
         out,
         "{}",
         sanitize(
             &format!(
-                "{} {} (call {}) as {by}{}",
+                "{} {} (call {}) as {}{}",
                 answered.decision,
                 answered.tool,
                 answered.call,
+                who.name,
                 if answered.woke {
                     "; the agent was woken"
                 } else {
@@ -142,6 +147,25 @@ async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
         eprintln!("agentfleet: warning: the decision was taken, but its audit message could not be posted in the space");
     }
     Ok(())
+}
+
+/// The person `--as` names, with the display name the space the call was asked in gives
+/// them (else their id).
+async fn principal(store: &dyn Store, id: &CallId, by: &str) -> anyhow::Result<Principal> {
+    let asked = match store.call(id).await? {
+        Some(call) => decisions::asked_in(id, &call.record),
+        None => None,
+    };
+    let name = match asked {
+        Some(space) => store.space(&space).await?.and_then(|r| {
+            r.members
+                .into_iter()
+                .find(|m| m.kind == crate::store::MemberKind::Human && m.id == by)
+                .map(|m| m.name)
+        }),
+        None => None,
+    };
+    Ok(Principal::human(by, name.unwrap_or_else(|| by.to_string())))
 }
 
 /// Lists what waits for a human, oldest first.

@@ -33,6 +33,26 @@ pub struct A2aSpec {
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     #[schemars(inner(regex(pattern = r"^(\*|(human|service):[^\s/]{1,253})$")))]
     pub callers: Vec<String>,
+
+    /// What a conversation remembers. `perConversation` (the default): each conversation
+    /// has a memory of its own — what was said in it — and never reads or changes the
+    /// agent's (its window, memories, goals, plans), so no caller reads another's words or
+    /// the agent's members'. `shared`: conversations read and extend the agent's long memory
+    /// like its spaces, so what one caller said reaches the others' answers: only for
+    /// callers trusted as much as the agent's members.
+    #[serde(default)]
+    pub memory: A2aMemory,
+}
+
+/// What an A2A conversation remembers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum A2aMemory {
+    /// Each conversation its own memory; the agent's long memory is not read or changed.
+    #[default]
+    PerConversation,
+    /// Conversations share the agent's long memory with its spaces.
+    Shared,
 }
 
 fn enabled() -> bool {
@@ -109,8 +129,9 @@ pub struct A2aAgentToolSpec {
     #[schemars(range(min = 60, max = 2592000))]
     pub result_ttl_seconds: u32,
 
-    /// Skills (by the card's ids) whose calls a member of the active space must approve
-    /// first.
+    /// Skills (by the card's ids; without regard to case, `*` for any run of characters)
+    /// whose calls one of their approvers must approve first (see `tools.approvers`). A
+    /// pattern that matches none of the card's skills is a warning (`ApproversMatchTools`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]

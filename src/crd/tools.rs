@@ -46,6 +46,35 @@ pub struct ToolsSpec {
     #[serde(default = "default_approval_timeout_seconds")]
     #[schemars(range(min = 1, max = 2592000))]
     pub approval_timeout_seconds: u32,
+
+    /// Who may answer the calls asked of people (approvals, interactive tools), by tool: the
+    /// first rule one of whose patterns matches the tool's name names them. A call no rule
+    /// matches is answered by the humans of the space it was asked in. An outside caller
+    /// (A2A) never approves a call its own conversation provoked, so an approval asked in a
+    /// conversation needs a rule here, or it is refused at once. At most 32 rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub approvers: Vec<ApproverRule>,
+}
+
+/// Who may answer the calls of some tools.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApproverRule {
+    /// The tools, by the names the model calls them (`status.tools` lists them): matched
+    /// without regard to case, `*` standing for any run of characters (`billing__*`). A
+    /// pattern that matches no tool the agent has is a warning (`ApproversMatchTools`).
+    #[schemars(length(min = 1, max = 64))]
+    #[schemars(inner(length(min = 1, max = 128)))]
+    pub tools: Vec<String>,
+
+    /// Who may answer them: `human:ID` (a Space member's id, as the gateway's tokens name
+    /// people) or `group:NAME` (a group of the gateway's token file).
+    #[schemars(length(min = 1, max = 64))]
+    #[schemars(inner(regex(
+        pattern = r"^(human:[A-Za-z0-9][-A-Za-z0-9_.@]{0,127}|group:[^\s]{1,256})$"
+    )))]
+    pub subjects: Vec<String>,
 }
 
 /// A tool whose result a human supplies.
@@ -86,6 +115,7 @@ impl Default for ToolsSpec {
             a2a: Vec::new(),
             interactive: Vec::new(),
             approval_timeout_seconds: default_approval_timeout_seconds(),
+            approvers: Vec::new(),
         }
     }
 }
@@ -218,8 +248,9 @@ pub struct HttpToolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotent: Option<bool>,
 
-    /// Ask a member of the active space before each call: the cycle pauses (durably; the
-    /// worker sleeps) until one approves or denies it, or `tools.approvalTimeoutSeconds` pass.
+    /// Ask before each call: the cycle pauses (durably; the worker sleeps) until one of its
+    /// approvers (`tools.approvers`; by default the humans of the space the call is asked
+    /// in) approves or denies it, or `tools.approvalTimeoutSeconds` pass.
     #[serde(default)]
     pub require_approval: bool,
 
@@ -318,8 +349,10 @@ pub struct McpServerSpec {
     #[serde(default)]
     pub idempotent: bool,
 
-    /// Tools of this server (as it names them) whose calls a member of the active space must
-    /// approve first; see the HTTP tools' `requireApproval`.
+    /// Tools of this server (as it names them; without regard to case, `*` for any run of
+    /// characters) whose calls one of their approvers must approve first; see the HTTP tools'
+    /// `requireApproval`. A pattern that matches none of the server's tools is a warning
+    /// (`ApproversMatchTools`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 128))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
@@ -539,6 +572,18 @@ impl BuiltinTool {
             BuiltinTool::SetGoals => "set_goals",
             BuiltinTool::SetPlans => "set_plans",
         }
+    }
+
+    /// Whether it reads or changes the agent's long memory (memories, goals, plans): not
+    /// offered to an A2A conversation with a memory of its own (`spec.a2a.memory`).
+    pub fn long_memory(self) -> bool {
+        matches!(
+            self,
+            BuiltinTool::SetMemories
+                | BuiltinTool::DeleteMemories
+                | BuiltinTool::SetGoals
+                | BuiltinTool::SetPlans
+        )
     }
 
     /// The built-in tool called `name`, if there is one.

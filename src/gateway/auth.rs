@@ -7,8 +7,9 @@
 //! tokens:
 //!   - sha256: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
 //!     kind: human          # human | service
-//!     id: husam            # a human's member id in Space.spec.members
+//!     id: husam            # a human's member id in Space.spec.members (no colon)
 //!     name: Husam          # optional display name
+//!     groups: [sre]        # optional: groups that approver lists may name (group:sre)
 //!   - sha256: fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9
 //!     kind: service
 //!     id: alertmanager
@@ -58,6 +59,8 @@ pub struct Entity {
     pub name: String,
     /// For services: the agents it may trigger (`NS/NAME`, `NS/*`, `*`).
     pub agents: Vec<String>,
+    /// For humans: the groups approver lists may name (`group:NAME`).
+    pub groups: Vec<String>,
 }
 
 impl EntityKind {
@@ -86,6 +89,19 @@ impl Entity {
                 EntityKind::Human => Some(crate::store::MemberKind::Human),
                 EntityKind::Service => None,
             },
+        }
+    }
+
+    /// This entity as the party rules know it (who may answer a call, who a caller is).
+    pub fn principal(&self) -> crate::party::Principal {
+        crate::party::Principal {
+            kind: match self.kind {
+                EntityKind::Human => crate::party::PrincipalKind::Human,
+                EntityKind::Service => crate::party::PrincipalKind::Service,
+            },
+            id: self.id.clone(),
+            name: self.name.clone(),
+            groups: self.groups.clone(),
         }
     }
 
@@ -119,6 +135,8 @@ struct TokenEntry {
     name: Option<String>,
     #[serde(default)]
     agents: Vec<String>,
+    #[serde(default)]
+    groups: Vec<String>,
 }
 
 /// The hex SHA-256 of a token, as the token file holds it.
@@ -180,8 +198,29 @@ impl Tokens {
             if e.id.is_empty() {
                 anyhow::bail!("tokens[{i}]: id is required");
             }
+            // A person's id is a Space member's: never a reserved form like `service:ID`, so
+            // no person can pose as a service (or anyone else) anywhere.
+            if e.kind == EntityKind::Human && !crate::party::answers::is_human_id(&e.id) {
+                anyhow::bail!(
+                    "tokens[{i}] ({}): a human's id is a Space member's id (letters, digits, -_.@, starting with a letter or digit; no colon)",
+                    e.id
+                );
+            }
             if e.kind == EntityKind::Human && !e.agents.is_empty() {
                 anyhow::bail!("tokens[{i}] ({}): only services are granted agents", e.id);
+            }
+            if e.kind == EntityKind::Service && !e.groups.is_empty() {
+                anyhow::bail!("tokens[{i}] ({}): only humans are in groups", e.id);
+            }
+            if e.kind == EntityKind::Service
+                && (e.id.contains(':') || e.id.is_empty() || e.id.len() > 253)
+            {
+                anyhow::bail!("tokens[{i}] ({}): a service's id has no colon", e.id);
+            }
+            for g in &e.groups {
+                if crate::party::Subject::parse(&format!("group:{g}")).is_err() {
+                    anyhow::bail!("tokens[{i}] ({}): group {g:?} is not a group name", e.id);
+                }
             }
             for grant in &e.agents {
                 let valid = grant == "*"
@@ -200,6 +239,7 @@ impl Tokens {
                 name: e.name.unwrap_or_else(|| e.id.clone()),
                 id: e.id,
                 agents: e.agents,
+                groups: e.groups,
             };
             if map.insert(hash, entity).is_some() {
                 anyhow::bail!("tokens[{i}]: the same token hash appears twice");
@@ -407,6 +447,12 @@ mod tests {
             ("tokens:\n- sha256: {h}\n  kind: service\n  id: x\n  agents: [oncall]\n", "NS/NAME"),
             ("tokens:\n- sha256: {h}\n  kind: human\n  id: x\n- sha256: {h}\n  kind: human\n  id: y\n", "twice"),
             ("tokens:\n- sha256: {h}\n  kind: human\n  id: x\n  token: plain\n", "unknown field"),
+            // Issue 40, item 8: a person posing as a service.
+            ("tokens:\n- sha256: {h}\n  kind: human\n  id: 'service:probe'\n", "no colon"),
+            ("tokens:\n- sha256: {h}\n  kind: human\n  id: 'group:sre'\n", "no colon"),
+            ("tokens:\n- sha256: {h}\n  kind: service\n  id: 'a:b'\n", "no colon"),
+            ("tokens:\n- sha256: {h}\n  kind: service\n  id: x\n  groups: [sre]\n", "only humans"),
+            ("tokens:\n- sha256: {h}\n  kind: human\n  id: x\n  groups: ['a b']\n", "not a group name"),
         ];
         for (text, want) in cases {
             let text = text.replace("{h}", &hash_token("t"));

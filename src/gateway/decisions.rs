@@ -1,8 +1,9 @@
-//! `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: a human member of the space
-//! answers a paused tool call asked there (issue 14): approves or denies an approval, or gives
+//! `POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`: one of its approvers answers a
+//! paused tool call asked in the space (issue 14): approves or denies an approval, or gives
 //! an interactive tool's result. The rule is [`crate::decisions`]'s, shared with
-//! `agentfleet approve|deny`; membership is checked as on the space's other routes
-//! (`Gateway::member_space`).
+//! `agentfleet approve|deny` and A2A: by default the humans of the space (membership as on
+//! the space's other routes, `Gateway::member_space`), else those the tool names — who may
+//! answer without being members.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -17,6 +18,7 @@ use super::results::present;
 use super::{Gateway, RequestRefusals, SpaceRefusals};
 use crate::api::{CallAnswered, ErrorBody};
 use crate::decisions::{self, Refusal, Reply};
+use crate::identity::SpaceKey;
 use crate::store::CallId;
 
 /// A paused tool call in a route.
@@ -76,7 +78,9 @@ impl CallAnswer {
     }
 }
 
-/// Answers a paused tool call as the caller, a human member of the space it was asked in.
+/// Answers a paused tool call as the caller: one of its approvers (by default a human member
+/// of the space it was asked in). 403 `forbidden` when the caller may not answer it (not an
+/// approver it names, or the outside caller whose own conversation provoked an approval).
 #[utoipa::path(
     post,
     path = "/v1/spaces/{namespace}/{space}/tool-calls/{callId}",
@@ -104,15 +108,22 @@ pub(super) async fn answer_call(
     }): Path<CallPath>,
     JsonBody(body): JsonBody<CallAnswer>,
 ) -> Result<(StatusCode, Json<CallAnswered>), ApiError> {
-    let (key, _) = gw.member_space(&caller, &namespace, &space).await?;
     let id = CallId::parse(&call_id)
         .ok_or_else(|| ApiError::not_found(format!("no tool call {}", quote(&call_id))))?;
+    let key = match gw.member_space(&caller, &namespace, &space).await {
+        Ok((key, _)) => key,
+        // Not a member: a call that names the caller among its approvers is still theirs
+        // to answer (nothing else of the space is).
+        Err(not_member) => named_in(&gw, &id, &namespace, &space, &caller)
+            .await?
+            .ok_or(not_member)?,
+    };
     let reply = body.into_reply()?;
     let answered = decisions::answer(
         gw.inner.store.as_ref(),
         &id,
         Some(&key),
-        &caller.name,
+        &caller.principal(),
         reply,
     )
     .await
@@ -127,9 +138,34 @@ pub(super) async fn answer_call(
     ))
 }
 
+/// The space of call `id` when it was asked in `namespace/space` and names `caller` among
+/// its approvers.
+async fn named_in(
+    gw: &Gateway,
+    id: &CallId,
+    namespace: &str,
+    space: &str,
+    caller: &super::auth::Entity,
+) -> Result<Option<SpaceKey>, ApiError> {
+    let call = gw
+        .inner
+        .store
+        .call(id)
+        .await
+        .map_err(|e| ApiError::unavailable(&e))?;
+    Ok(call.and_then(|c| {
+        let asked = decisions::asked_in(id, &c.record)?;
+        (asked.namespace == namespace
+            && asked.name == space
+            && crate::party::answers::names(&c.record, &caller.principal()))
+        .then_some(asked)
+    }))
+}
+
 /// The answer for a refusal.
-fn refused(refusal: Refusal, space: &crate::identity::SpaceKey) -> ApiError {
+fn refused(refusal: Refusal, space: &SpaceKey) -> ApiError {
     match refusal {
+        r @ Refusal::Forbidden(_) => ApiError::forbidden(r.to_string()),
         Refusal::Unknown(id) => ApiError::not_found(format!(
             "no tool call {} waits for an answer in space {}",
             quote(&id),

@@ -90,7 +90,7 @@ pub(super) async fn my_spaces(
     path = "/v1/calls",
     tag = "spaces",
     responses(
-        (status = 200, description = "Calls the caller may answer (`POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`)", body = WaitingCalls),
+        (status = 200, description = "The calls of the caller's spaces, and those that name the caller among their approvers; `mayAnswer` says which the caller may answer (`POST /v1/spaces/{namespace}/{space}/tool-calls/{callId}`)", body = WaitingCalls),
         (status = 401, description = "No or unknown token", body = ErrorBody),
         (status = 429, description = "Rate limited", body = ErrorBody),
         (status = 503, description = "Data plane unavailable", body = ErrorBody),
@@ -110,6 +110,9 @@ pub(super) async fn my_calls(
         .collect();
     let store = &gw.inner.store;
     let reads = agents.iter().map(|a| store.human_calls(a));
+    let me = caller.principal();
+    let records: std::collections::BTreeMap<&SpaceKey, &SpaceRecord> =
+        spaces.iter().map(|(k, r)| (k, r)).collect();
     let mut calls: Vec<WaitingCall> = futures::future::try_join_all(reads)
         .await
         .map_err(|e| ApiError::unavailable(&e))?
@@ -117,7 +120,16 @@ pub(super) async fn my_calls(
         .flatten()
         .filter_map(|c| {
             let space = crate::decisions::asked_in(&c.id, &c.record)?;
-            mine.contains(&space).then(|| WaitingCall {
+            // The calls of the caller's spaces, and those of their agents that name the
+            // caller among their approvers (asked in an A2A conversation, say).
+            let named = crate::party::answers::names(&c.record, &me);
+            if !mine.contains(&space) && !named {
+                return None;
+            }
+            let may_answer =
+                crate::party::may_answer(&c.record, &space.name, records.get(&space).copied(), &me)
+                    .is_ok();
+            Some(WaitingCall {
                 call_id: c.id.to_string(),
                 namespace: space.namespace.clone(),
                 space: space.name.clone(),
@@ -128,6 +140,8 @@ pub(super) async fn my_calls(
                 result_schema: c.record.result_schema.clone(),
                 since_ms: c.record.since_ms,
                 expires_ms: c.record.expires_ms,
+                approvers: c.record.approvers.clone(),
+                may_answer,
             })
         })
         .collect();

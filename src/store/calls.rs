@@ -152,6 +152,15 @@ pub struct CallRecord {
     /// worker follows until it is over (then the worker completes the call itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<RemoteTask>,
+    /// For a human's call: who may answer it (`human:ID`, `group:NAME`, from
+    /// `spec.tools.approvers`); empty: the humans of its space (see
+    /// [`crate::party::may_answer`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+    /// The A2A conversation whose cycle made the call (`None`: the agent's members'): its
+    /// result is that conversation's event, answered in its own cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
 }
 
 /// A remote agent's task that a call waits for.
@@ -214,7 +223,8 @@ impl CallRecord {
             kind: EventKind::ToolResult,
             time_ms: now_ms(),
             urgent: false,
-            space: None,
+            // The party of the cycle that made the call (see `crate::party::Party::of`).
+            space: self.conversation.clone(),
             sender: Some(Sender {
                 id: self.tool.clone(),
                 name: self.tool.clone(),
@@ -259,6 +269,8 @@ impl NewCall {
                 result_schema: None,
                 depth: 0,
                 remote: None,
+                approvers: Vec::new(),
+                conversation: None,
             },
             token,
         })
@@ -292,8 +304,9 @@ pub struct HumanCall {
 }
 
 impl HumanCall {
-    /// A call of `tool` by `agent` that a member of `space` answers within `ttl_ms`: approves
-    /// or denies (`Approval`) or answers matching `result_schema` (`Interactive`).
+    /// A call of `tool` by `agent` asked in `space` and answered within `ttl_ms` by a human
+    /// of the space (see [`HumanCall::answered_by`]): approved or denied (`Approval`) or
+    /// answered matching `result_schema` (`Interactive`).
     pub fn new(
         agent: &AgentKey,
         tool: &str,
@@ -317,8 +330,17 @@ impl HumanCall {
                 result_schema,
                 depth: 0,
                 remote: None,
+                approvers: Vec::new(),
+                conversation: crate::identity::is_conversation(space).then(|| space.to_string()),
             },
         })
+    }
+
+    /// The same call, answered only by `approvers` (`human:ID`, `group:NAME`; none: a human
+    /// of its space).
+    pub fn answered_by(mut self, approvers: Vec<String>) -> Self {
+        self.record.approvers = approvers;
+        self
     }
 }
 
@@ -480,6 +502,35 @@ pub trait Calls: Send + Sync {
         token: Option<&str>,
         result: &CallResult,
     ) -> Result<Completion, StoreError>;
+
+    /// Notes that `agent` waits on a remote A2A agent until `until_ms` (ms since the epoch)
+    /// in a chain `depth` deep; `key` names the call (noted again, its time is replaced).
+    /// What arrives from outside meanwhile continues that chain ([`crate::party::depth`]).
+    /// Notes past their time are forgotten, and at most [`OUTBOUND_NOTES`] are kept.
+    async fn note_outbound(
+        &self,
+        agent: &AgentKey,
+        key: &str,
+        depth: u32,
+        until_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// The deepest chain `agent` waits on a remote A2A agent in now, if it waits on any.
+    async fn outbound_depth(&self, agent: &AgentKey) -> Result<Option<u32>, StoreError>;
+}
+
+/// The most notes of calls of remote agents under way an agent keeps (the latest).
+pub const OUTBOUND_NOTES: usize = 1000;
+
+/// The member of an outbound note: its depth, then its key (so the deepest is read without
+/// another lookup).
+pub fn outbound_member(key: &str, depth: u32) -> String {
+    format!("{depth}:{key}")
+}
+
+/// The depth of an outbound note's member, as [`outbound_member`] writes it.
+pub fn outbound_member_depth(member: &str) -> Option<u32> {
+    member.split_once(':')?.0.parse().ok()
 }
 
 #[cfg(test)]

@@ -89,16 +89,44 @@ pub trait Inbox: Send + Sync {
     /// Events in flight: taken by a cycle that has not been acknowledged.
     async fn inflight(&self, agent: &AgentKey) -> Result<u64, StoreError>;
 
-    /// Ends a cycle: drops the in-flight events, marks the agent sleeping, and moves urgent
-    /// events that arrived late back to the inbox (so they wake the next cycle). Fenced.
-    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+    /// Ends a cycle that changed nothing (a `skip`): as [`Inbox::end_cycle`], its events'
+    /// receipts saying they were skipped. Fenced.
+    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+        self.end_cycle(
+            agent,
+            lease,
+            &Receipt::new(ReceiptOutcome::Skipped, None, None),
+        )
+        .await
+    }
+
+    /// Ends a cycle without a commit: records `receipt` for its events that ask for one, drops the in-flight events, marks the agent sleeping, and moves urgent events
+    /// that arrived late back to the inbox (so they wake the next cycle). Fenced.
+    async fn end_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError>;
+
+    /// Leaves events of the cycle under way for a later cycle (they are another party's, see
+    /// [`crate::party::split`]): those in flight with these ids go back to the head of the
+    /// inbox, in the order they came, and a pause does not take them for news (see
+    /// [`Inbox::pause_cycle`]). Returns how many moved. Fenced.
+    async fn defer_events(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        ids: &[String],
+    ) -> Result<u64, StoreError>;
 
     /// A cycle paused for a human: its events stay in flight (and come back with the next
     /// drain), the agent is marked paused rather than thinking — idle for the scaler, and
     /// what arrives meanwhile waits without waking it, until a human's answer ends the pause
     /// (see [`super::Calls::complete_call`]) — and urgent events move back to the inbox.
     /// `false`: not paused, because events arrived since the cycle's drain (an answer may be
-    /// among them): the cycle is to go on with them now. Fenced.
+    /// among them; events the cycle deferred are not news): the cycle is to go on with them
+    /// now. Fenced.
     async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError>;
 
     /// Wake signals from now on, of the agents `scope` covers: agents whose inbox got an event

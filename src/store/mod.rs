@@ -58,8 +58,9 @@ mod spaces;
 mod tokens;
 
 pub use self::calls::{
-    presented_hash, token_hash, Answer, CallId, CallKind, CallRecord, CallResult, Calls,
-    Completion, HumanCall, NewCall, NoRandom, RegisteredCall, RemoteTask, Verdict, FORGET_AFTER_MS,
+    outbound_member, outbound_member_depth, presented_hash, token_hash, Answer, CallId, CallKind,
+    CallRecord, CallResult, Calls, Completion, HumanCall, NewCall, NoRandom, RegisteredCall,
+    RemoteTask, Verdict, FORGET_AFTER_MS, OUTBOUND_NOTES,
 };
 pub use self::consciousness::{
     next_digest, ArchiveReport, Checkpoint, Compacted, Consciousness, ConsciousnessLog,

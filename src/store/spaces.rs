@@ -111,6 +111,14 @@ pub struct A2aRecord {
     pub callers: Vec<String>,
     /// The agent's version as its card says (the Agent's generation).
     pub version: String,
+    /// `spec.cycle.maxChainDepth`: a message claiming a chain this deep or deeper is refused
+    /// ([`crate::party::depth`]).
+    #[serde(default = "default_max_chain_depth")]
+    pub max_chain_depth: u32,
+}
+
+fn default_max_chain_depth() -> u32 {
+    crate::crd::CycleSpec::default().max_chain_depth
 }
 
 /// A skill of an agent's card.

@@ -16,6 +16,9 @@ use crate::store::{EventKind, Goal, InboxEvent, Memories, SpaceRecord};
 pub struct PromptInput<'a> {
     /// The agent's manifest.
     pub agent: &'a Agent,
+    /// The plans of its spec the cycle is told of (none for a conversation with a memory
+    /// of its own: they are the agent's).
+    pub spec_plans: &'a [PlanSpec],
     /// The agent's spaces: (name, record) — `None` when the data plane does not know it.
     pub spaces: &'a [(String, Option<SpaceRecord>)],
     /// Memories.
@@ -99,9 +102,8 @@ pub fn context(input: &PromptInput<'_>) -> String {
             out.push_str(&format!("- [{}] {}: {}\n", g.status, g.id, g.description));
         }
     }
-    let all_plans = agent
-        .spec
-        .plans
+    let all_plans = input
+        .spec_plans
         .iter()
         .map(|p| (Source::Spec, p))
         .chain(input.plans.iter().map(|p| (Source::Agent, p)));
@@ -283,6 +285,7 @@ mod tests {
         .unwrap();
         let memories: Memories = [("dinner".to_string(), "at 8".to_string())].into();
         let context = context(&PromptInput {
+            spec_plans: &[],
             agent: &agent,
             spaces: &[],
             memories: &memories,

@@ -136,14 +136,38 @@ async def main():
     assert any('deploy' in a.parts[0].text for a in done.artifacts), done
     print('input required ok')
 
-    # An approval (the HTTP tool restart needs one): INPUT_REQUIRED, denied on the task with
-    # a reason; the tool does not run, and the agent says so.
+    # An approval (the HTTP tool restart needs one, which Dana gives): never the caller's own.
+    # The task works on, saying who decides; Husam's answer on it is refused; Dana, who is
+    # not in the conversation, finds the call among hers and denies it with a reason; the
+    # tool does not run, and the agent says so.
     guard = await create_client(f'{BASE}/a2a/default/guard', client_config=config(streaming=False))
-    t = (await one(guard, msg('please restart'))).task
-    assert state(t) == 'TASK_STATE_INPUT_REQUIRED', t
-    assert 'approve' in t.status.message.parts[0].text, t
-    done = (await one(guard, msg('deny: not during the freeze', task_id=t.id))).task
-    assert done.id == t.id and state(done) == 'TASK_STATE_COMPLETED', done
+    t = (await one(guard, msg('please restart', immediately=True))).task
+    for _ in range(100):
+        t = await guard.get_task(GetTaskRequest(id=t.id))
+        if t.status.message.parts and 'human:dana' in t.status.message.parts[0].text:
+            break
+        await asyncio.sleep(0.1)
+    assert state(t) == 'TASK_STATE_WORKING', t
+    assert 'approval' in t.status.message.parts[0].text, t
+    try:
+        await one(guard, msg('approve', task_id=t.id))
+        raise AssertionError('the caller approved its own call')
+    except Exception as e:
+        assert '403' in str(e) or 'PermissionDenied' in type(e).__name__, repr(e)
+    dana = {'Authorization': f'Bearer {DANA}'}
+    async with httpx.AsyncClient(timeout=10) as h:
+        calls = (await h.get(f'{BASE}/v1/calls', headers=dana)).json()['calls']
+        call = next(c for c in calls if c['tool'] == 'restart')
+        assert call['mayAnswer'] and call['approvers'] == ['human:dana'], call
+        r = await h.post(f"{BASE}/v1/spaces/{call['namespace']}/{call['space']}/tool-calls/{call['callId']}",
+                         json={'decision': 'deny', 'reason': 'not during the freeze'}, headers=dana)
+        assert r.status_code == 202, r.text
+    for _ in range(100):
+        done = await guard.get_task(GetTaskRequest(id=t.id))
+        if state(done) == 'TASK_STATE_COMPLETED':
+            break
+        await asyncio.sleep(0.1)
+    assert state(done) == 'TASK_STATE_COMPLETED', done
     said = ' '.join(a.parts[0].text for a in done.artifacts)
     assert 'denied' in said and 'not during the freeze' in said, said
     await guard.close()

@@ -4,7 +4,12 @@ python sdk_server.py PORT TOKEN LOG: serves agent `remote` at http://127.0.0.1:P
 (JSON-RPC, bearer TOKEN required except for the card) with three skills:
 - quick: answers "echo: TEXT" at once;
 - colour: asks "Which colour?" first (INPUT_REQUIRED), then answers "painted COLOUR";
-- slow: works for SLOW seconds (env, default 4), then answers "slow result for TEXT".
+- slow: works for SLOW seconds (env, default 4), then answers "slow result for TEXT";
+- Refund: answers "refunded TEXT" (a skill id in capitals, for approval patterns);
+- callback: calls back the agent of CALLBACK_FILE (env; the file holds "URL TOKEN", written by
+  the test once the agent is served) with a new message "callback N from remote" of its own —
+  without the depth metadata, as most agent systems do — while its task works, then answers
+  "called back"; at most CALLBACK_CAP (env, default 30) times in all, its own loop bound.
 Every message it receives is appended to LOG as one line: MESSAGE_ID DEPTH TEXT (DEPTH: the
 agentfleet.dev/depth of its metadata, -1 without).
 """
@@ -12,23 +17,48 @@ import asyncio
 import os
 import sys
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
 
+from a2a.client import ClientConfig, create_client
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import (AgentCapabilities, AgentCard, AgentInterface, AgentSkill,
-                       HTTPAuthSecurityScheme, Part, SecurityRequirement, SecurityScheme,
-                       StringList, Task, TaskState, TaskStatus)
+                       HTTPAuthSecurityScheme, Message, Part, Role, SecurityRequirement,
+                       SecurityScheme, SendMessageConfiguration, SendMessageRequest, StringList,
+                       Task, TaskState, TaskStatus)
 
 PORT, TOKEN, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 SLOW = float(os.environ.get('SLOW', '4'))
+CALLBACK_FILE = os.environ.get('CALLBACK_FILE', '')
+CALLBACK_CAP = int(os.environ.get('CALLBACK_CAP', '30'))
+callbacks = 0
+
+
+async def call_back():
+    """A new message to the agent that called, as a caller of its own (no depth metadata)."""
+    global callbacks
+    if not CALLBACK_FILE or callbacks >= CALLBACK_CAP:
+        return
+    callbacks += 1
+    with open(CALLBACK_FILE) as f:
+        url, token = f.read().split()
+    http = httpx.AsyncClient(headers={'Authorization': f'Bearer {token}'}, timeout=10)
+    client = await create_client(url, client_config=ClientConfig(streaming=False, httpx_client=http))
+    request = SendMessageRequest(message=Message(
+        message_id=f'callback-{callbacks}', role=Role.ROLE_USER,
+        parts=[Part(text=f'callback {callbacks} from remote')]))
+    request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+    async for _ in client.send_message(request):
+        break
+    await client.close()
 
 
 class Remote(AgentExecutor):
@@ -49,6 +79,12 @@ class Remote(AgentExecutor):
             return
         if skill == 'colour':
             await up.add_artifact([Part(text=f'painted {text}')], name='answer', last_chunk=True)
+        elif skill == 'Refund':
+            await up.add_artifact([Part(text=f'refunded {text}')], name='answer', last_chunk=True)
+        elif skill == 'callback':
+            await up.start_work()
+            await call_back()
+            await up.add_artifact([Part(text='called back')], name='answer', last_chunk=True)
         elif skill == 'slow':
             await up.start_work()
             await asyncio.sleep(SLOW)
@@ -73,7 +109,8 @@ def card(base):
         security_requirements=[SecurityRequirement(schemes={'bearer': StringList()})],
         default_input_modes=['text/plain'], default_output_modes=['text/plain'],
         skills=[skill('quick', 'Answers at once'), skill('colour', 'Paints, asking the colour'),
-                skill('slow', 'Takes a while')])
+                skill('slow', 'Takes a while'), skill('Refund', 'Refunds an order'),
+                skill('callback', 'Calls the caller back')])
 
 
 class Bearer(BaseHTTPMiddleware):

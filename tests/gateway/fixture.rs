@@ -53,6 +53,7 @@ pub fn human(id: &str, name: &str) -> Entity {
         id: id.into(),
         name: name.into(),
         agents: vec![],
+        groups: Vec::new(),
     }
 }
 
@@ -68,6 +69,7 @@ pub fn tokens() -> Tokens {
                 id: "alerts".into(),
                 name: "Alertmanager".into(),
                 agents: vec!["ops/oncall".into(), "ops/ghost".into()],
+                groups: Vec::new(),
             },
         ),
     ])

@@ -120,6 +120,7 @@ async fn gateway(rig: &Rig) -> (String, &'static str, tokio::sync::watch::Sender
             id: "dana".into(),
             name: "Dana".into(),
             agents: vec![],
+            groups: Vec::new(),
         },
     )]);
     let registry = prometheus::Registry::new();

@@ -72,7 +72,7 @@ pub(super) async fn answer(
     store: &dyn Store,
     call: &RegisteredCall,
     space: &SpaceKey,
-    by: &str,
+    by: &crate::party::Principal,
     message: &Message,
 ) -> Result<(), A2aError> {
     let reply = reply(call, message)?;
@@ -80,6 +80,7 @@ pub(super) async fn answer(
         .await
         .map(|_| ())
         .map_err(|refusal| match refusal {
+            r @ Refusal::Forbidden(_) => A2aError::PermissionDenied(r.to_string()),
             Refusal::Mismatch(why) => A2aError::InvalidParams(why),
             r @ Refusal::Invalid { .. } => A2aError::InvalidParams(r.to_string()),
             r @ (Refusal::Answered(_) | Refusal::Expired(_) | Refusal::Unknown(_)) => {
@@ -110,6 +111,8 @@ mod tests {
                 result_schema: None,
                 depth: 0,
                 remote: None,
+                approvers: Vec::new(),
+                conversation: Some("a2a_x".into()),
             },
             done: false,
         }

@@ -13,6 +13,8 @@ use crate::a2a::{
     SubscribeToTaskRequest, Task, TaskState,
 };
 use crate::identity::AgentKey;
+use crate::party::depth;
+use crate::store::A2aRecord;
 
 use super::super::auth::Entity;
 use super::super::Gateway;
@@ -94,10 +96,11 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Value, A2aError> {
     serde_json::to_value(value).map_err(|e| A2aError::Internal(format!("encoding the answer: {e}")))
 }
 
-/// Runs `call` for `caller` on `agent`.
+/// Runs `call` for `caller` on `agent` (served as `record` says).
 pub async fn run(
     gw: &Gateway,
     agent: &AgentKey,
+    record: &A2aRecord,
     caller: &Entity,
     call: Call,
 ) -> Result<Answer, A2aError> {
@@ -112,7 +115,7 @@ pub async fn run(
                 .configuration
                 .as_ref()
                 .is_some_and(|c| c.return_immediately);
-            let (watch, first) = match send(gw, agent, caller, &request).await? {
+            let (watch, first) = match send(gw, agent, record, caller, &request).await? {
                 Sent::Watch(watch, first) => (*watch, first),
                 Sent::Rejected(task) => {
                     return Ok(Answer::One(json(&SendMessageResponse::Task(task))?))
@@ -137,7 +140,7 @@ pub async fn run(
                 tasks::trimmed(task, history, true),
             ))?))
         }
-        Call::Stream(request) => match send(gw, agent, caller, &request).await? {
+        Call::Stream(request) => match send(gw, agent, record, caller, &request).await? {
             Sent::Watch(watch, first) => Ok(Answer::Stream(Box::pin(watch.updates(first)))),
             Sent::Rejected(task) => Ok(Answer::Stream(Box::pin(futures::stream::once(
                 async move { Ok(StreamResponse::Task(task)) },
@@ -205,6 +208,7 @@ enum Sent {
 async fn send(
     gw: &Gateway,
     agent: &AgentKey,
+    served: &A2aRecord,
     caller: &Entity,
     request: &SendMessageRequest,
 ) -> Result<Sent, A2aError> {
@@ -230,9 +234,12 @@ async fn send(
                     )));
                 }
             }
-            if let (TaskState::InputRequired, Some(call)) = (state, &view.waiting) {
+            // A call the task waits for: answered by the rule of every route (an approval
+            // is refused: never the caller's own).
+            if let Some(call) = &view.waiting {
                 let live = subscribe(gw, &view.space).await?;
-                super::answers::answer(store, call, &view.space, &caller.name, message).await?;
+                super::answers::answer(store, call, &view.space, &caller.principal(), message)
+                    .await?;
                 let now = tasks::view(store, agent, caller, task).await?.task;
                 let watch = Watch::new(gw, agent, caller, task.clone(), live);
                 return Ok(Sent::Watch(Box::new(watch), now));
@@ -260,6 +267,18 @@ async fn send(
         _ => new_context_id(caller, &message.message_id),
     };
     let text = tasks::inbound_text(message)?;
+    // Depth is ours: a claim continues a chain within the agent's bound, never lowers the one
+    // its calls of remote agents under way are in, and never jumps past it.
+    let outbound = store
+        .outbound_depth(agent)
+        .await
+        .map_err(|e| tasks::unavailable(&e))?;
+    let depth = depth::inbound(
+        tasks::claimed_depth(message)?,
+        outbound,
+        served.max_chain_depth,
+    )
+    .map_err(|e| A2aError::InvalidParams(e.to_string()))?;
     if let Some(spent) = spent_budget(gw, agent).await? {
         return Ok(Sent::Rejected(rejected(
             &context_id,
@@ -274,7 +293,7 @@ async fn send(
         .subscribe(&space, &record)
         .await
         .map_err(|e| tasks::unavailable(&e))?;
-    let task_id = tasks::post(store, &space, caller, message, text).await?;
+    let task_id = tasks::post(store, &space, caller, message, text, depth).await?;
     let first = tasks::view(store, agent, caller, &task_id).await?.task;
     let watch = Watch::new(gw, agent, caller, task_id, live);
     Ok(Sent::Watch(Box::new(watch), first))
@@ -433,7 +452,8 @@ async fn conversations(
     caller: &Entity,
 ) -> Result<Vec<crate::identity::SpaceKey>, A2aError> {
     let store = gw.inner.store.as_ref();
-    let me = tasks::caller_sender(caller);
+    let who = caller.principal();
+    let me = tasks::outside(agent, &who);
     let mut mine = Vec::new();
     for key in store.spaces().await.map_err(|e| tasks::unavailable(&e))? {
         if key.namespace != agent.namespace || !key.is_conversation() {
@@ -443,7 +463,7 @@ async fn conversations(
             .space(&key)
             .await
             .map_err(|e| tasks::unavailable(&e))?;
-        if record.is_some_and(|r| r.admits(&me) && r.has_agent(&agent.name)) {
+        if record.is_some_and(|r| me.owns(&r)) {
             mine.push(key);
         }
     }

@@ -264,7 +264,7 @@ async fn answer(
 ) -> Result<methods::Answer, A2aError> {
     let (agent, record) = served(gw, ns, name).await?;
     let caller = admit(gw, headers, uri.query(), &record, &agent)?;
-    methods::run(gw, &agent, &caller, make()?).await
+    methods::run(gw, &agent, &record, &caller, make()?).await
 }
 
 /// Runs one HTTP+JSON call, answered in that binding's shape.

@@ -19,12 +19,13 @@ use crate::a2a::{
     TaskStatus,
 };
 use crate::identity::{AgentKey, SpaceKey, CONVERSATION_PREFIX};
+use crate::party::{Outside, Principal};
 use crate::store::{
-    parse_message_id, Member, MemberKind, NewMessage, ReadQuery, Receipt, ReceiptOutcome, Sender,
-    SpaceMessage, SpaceRecord, Store, StoreError, V1,
+    parse_message_id, MemberKind, NewMessage, ReadQuery, Receipt, ReceiptOutcome, Sender,
+    SpaceMessage, SpaceRecord, Store, StoreError,
 };
 
-use super::super::auth::{Entity, EntityKind};
+use super::super::auth::Entity;
 
 /// The most messages of a conversation one task's view reads after its message.
 const VIEW_MESSAGES: usize = 200;
@@ -40,27 +41,19 @@ pub(super) fn unavailable(e: &StoreError) -> A2aError {
     A2aError::Internal(format!("the data plane is unavailable: {e}"))
 }
 
-/// The caller as a member of its conversations: a person by its id, a service as
-/// `service:ID`. Both are the kind that waits for answers (humans), so the agent answers
-/// them as it answers people.
-pub(super) fn caller_sender(caller: &Entity) -> Sender {
-    Sender {
-        id: caller_member_id(caller),
-        name: caller.name.clone(),
-        kind: Some(MemberKind::Human),
-    }
+/// The caller as an outside party of `agent` (what is theirs, see [`Outside`]).
+pub(super) fn outside<'a>(agent: &'a AgentKey, caller: &'a Principal) -> Outside<'a> {
+    Outside { agent, caller }
 }
 
-fn caller_member_id(caller: &Entity) -> String {
-    match caller.kind {
-        EntityKind::Human => caller.id.clone(),
-        EntityKind::Service => format!("service:{}", caller.id),
-    }
+/// The caller as a member of its conversations.
+pub(super) fn caller_sender(caller: &Entity) -> Sender {
+    caller.principal().caller()
 }
 
 /// The conversation `context_id` of `caller` with `agent`.
 pub(super) fn conversation(agent: &AgentKey, caller: &Entity, context_id: &str) -> SpaceKey {
-    SpaceKey::conversation(agent, caller.kind.as_str(), &caller.id, context_id)
+    outside(agent, &caller.principal()).conversation(context_id)
 }
 
 /// A `contextId` as a client may give it.
@@ -73,29 +66,6 @@ pub(super) fn check_context_id(id: &str) -> Result<(), A2aError> {
     Ok(())
 }
 
-/// The record of a new conversation of `caller` with `agent`.
-fn new_conversation(agent: &AgentKey, caller: &Entity, context_id: &str) -> SpaceRecord {
-    SpaceRecord {
-        v: V1,
-        display_name: format!("A2A conversation with {}", caller.name),
-        members: vec![
-            Member {
-                kind: MemberKind::Agent,
-                id: agent.name.clone(),
-                name: agent.name.clone(),
-            },
-            Member {
-                kind: MemberKind::Human,
-                id: caller_member_id(caller),
-                name: caller.name.clone(),
-            },
-        ],
-        max_messages: CONVERSATION_MESSAGES,
-        loop_guard: Default::default(),
-        context_id: Some(context_id.to_string()),
-    }
-}
-
 /// The conversation's record, made when it is new.
 pub(super) async fn open_conversation(
     store: &dyn Store,
@@ -103,11 +73,13 @@ pub(super) async fn open_conversation(
     caller: &Entity,
     context_id: &str,
 ) -> Result<(SpaceKey, SpaceRecord), A2aError> {
-    let key = conversation(agent, caller, context_id);
+    let who = caller.principal();
+    let caller = outside(agent, &who);
+    let key = caller.conversation(context_id);
     if let Some(record) = store.space(&key).await.map_err(|e| unavailable(&e))? {
         return Ok((key, record));
     }
-    let record = new_conversation(agent, caller, context_id);
+    let record = caller.new_conversation(context_id, CONVERSATION_MESSAGES);
     store
         .apply_space(&key, &record)
         .await
@@ -171,14 +143,15 @@ pub(super) fn inbound_text(message: &Message) -> Result<String, A2aError> {
     Ok(text)
 }
 
-/// Posts the caller's message in its conversation: a new task (the same one again for a
-/// `messageId` sent before).
+/// Posts the caller's message in its conversation at causal `depth` (see
+/// [`crate::party::depth`]): a new task (the same one again for a `messageId` sent before).
 pub(super) async fn post(
     store: &dyn Store,
     space: &SpaceKey,
     caller: &Entity,
     message: &Message,
     text: String,
+    depth: u32,
 ) -> Result<String, A2aError> {
     let posted = store
         .post_message(
@@ -189,7 +162,7 @@ pub(super) async fn post(
                 mention: None,
                 idempotency_key: Some(format!("a2a:{}", message.message_id)),
                 urgent: false,
-                depth: depth_of(message),
+                depth,
             },
         )
         .await
@@ -197,16 +170,33 @@ pub(super) async fn post(
     Ok(task_id(space, &posted.id))
 }
 
-/// The causal depth a message carries (`agentfleet.dev/depth` in its metadata, from an
-/// agentfleet agent calling over A2A; at most 1,000), else 0: a message from outside starts a
-/// chain, one from an agent's call goes on with its chain.
-fn depth_of(message: &Message) -> u32 {
-    message
+/// The causal depth a message claims (`agentfleet.dev/depth` in its metadata, from an
+/// agentfleet agent calling over A2A), if it claims one: a whole number (as a JSON number;
+/// a protobuf `Struct` carries it as `3.0`), else the message is refused.
+pub(super) fn claimed_depth(message: &Message) -> Result<Option<u64>, A2aError> {
+    let Some(claim) = message
         .metadata
         .as_ref()
         .and_then(|m| m.get(crate::a2a::DEPTH_KEY))
-        .and_then(serde_json::Value::as_u64)
-        .map_or(0, |d| u32::try_from(d.min(1000)).unwrap_or(1000))
+    else {
+        return Ok(None);
+    };
+    claim
+        .as_u64()
+        .or_else(|| {
+            claim
+                .as_f64()
+                .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                // Saturates: a claim past u64 is past any bound.
+                .map(|f| f as u64)
+        })
+        .map(Some)
+        .ok_or_else(|| {
+            A2aError::InvalidParams(format!(
+                "metadata {}: a whole number of agents the chain went through",
+                crate::a2a::DEPTH_KEY
+            ))
+        })
 }
 
 /// The text of the notice that cancels a task.
@@ -237,7 +227,7 @@ pub(super) async fn view(
         .space(&space)
         .await
         .map_err(|e| unavailable(&e))?
-        .filter(|r| r.admits(&caller_sender(caller)) && r.has_agent(&agent.name))
+        .filter(|r| outside(agent, &caller.principal()).owns(r))
         .ok_or_else(not_found)?;
     let messages = store
         .read_messages(
@@ -276,7 +266,7 @@ pub(super) async fn view(
         task: state.task(
             request,
             &context_id,
-            waiting.as_ref().map(question),
+            waiting.as_ref().map(|c| (question(c), asks_the_caller(c))),
             thinking,
         ),
         space,
@@ -299,7 +289,14 @@ async fn waiting_call(
         .find(|c| !c.done && c.record.space.as_deref() == Some(space.name.as_str())))
 }
 
-/// What an `INPUT_REQUIRED` task asks: the call, and how to answer it.
+/// Whether the call a task waits for is its caller's to answer: an interactive tool's
+/// (`INPUT_REQUIRED`); an approval never is (the task is `WORKING` until one of the agent's
+/// approvers decides, see [`crate::party::may_answer`]).
+fn asks_the_caller(call: &crate::store::RegisteredCall) -> bool {
+    call.record.kind == crate::store::CallKind::Interactive
+}
+
+/// What a task waiting for a call says: the call, and how to answer it (or who does).
 fn question(call: &crate::store::RegisteredCall) -> String {
     let r = &call.record;
     let arguments = r
@@ -316,8 +313,10 @@ fn question(call: &crate::store::RegisteredCall) -> String {
                 .map_or_else(String::new, |s| format!(" matching {s}"))
         ),
         _ => format!(
-            "The agent asks to call {}{arguments} (call {}): reply on this task with \"approve\" or \"deny\" (and a reason after it, if you like).",
-            r.tool, call.id
+            "The agent waits for an approval to call {}{arguments} (call {}) by {}.",
+            r.tool,
+            call.id,
+            crate::party::answers::approvers_text(r, "the agent's members")
         ),
     }
 }
@@ -349,11 +348,13 @@ impl Facts<'_> {
             .any(|m| m.sender.kind.is_none() && m.text.starts_with(prefix))
     }
 
+    /// The task; `waiting`: what the call it waits for says, and whether its caller answers
+    /// it.
     fn task(
         &self,
         request: &SpaceMessage,
         context_id: &str,
-        waiting: Option<String>,
+        waiting: Option<(String, bool)>,
         thinking: bool,
     ) -> Task {
         let answers: Vec<&SpaceMessage> = self.answers().collect();
@@ -396,9 +397,13 @@ impl Facts<'_> {
                     r.time_ms,
                 ),
             }
-        } else if let Some(question) = waiting {
+        } else if let Some((question, theirs)) = waiting {
             (
-                TaskState::InputRequired,
+                if theirs {
+                    TaskState::InputRequired
+                } else {
+                    TaskState::Working
+                },
                 Some(agent_message(question, format!("{}-question", self.id))),
                 last_time,
             )
@@ -587,7 +592,7 @@ mod tests {
         ];
         let state = |receipt: Option<&Receipt>,
                      later: &[SpaceMessage],
-                     waiting: Option<String>,
+                     waiting: Option<(String, bool)>,
                      thinking| {
             Facts {
                 agent: &agent,
@@ -627,8 +632,12 @@ mod tests {
             state(Some(&skipped), &[], None, false).status.state,
             TaskState::Rejected
         );
-        let asks = state(None, &[], Some("approve?".into()), true);
+        let asks = state(None, &[], Some(("which colour?".into(), true)), true);
         assert_eq!(asks.status.state, TaskState::InputRequired);
+        // An approval is never the caller's: the task works on until an approver decides.
+        let gated = state(None, &[], Some(("waits for dana".into(), false)), true);
+        assert_eq!(gated.status.state, TaskState::Working);
+        assert!(gated.status.message.unwrap().text().contains("dana"));
         assert_eq!(
             state(None, &[], None, true).status.state,
             TaskState::Working

@@ -67,7 +67,7 @@ async function home(visit) {
   const [spaces, calls] = await Promise.all([api('/v1/spaces'), api('/v1/calls')]);
   if (visit !== visits) return;
   showSpaces(spaces);
-  showCalls($('calls'), calls.calls, 'Nothing waits for you.');
+  showCalls($('calls'), calls.calls.filter((c) => c.mayAnswer !== false), 'Nothing waits for you.');
 }
 
 // ---- A space: its messages, live (SSE over fetch, since EventSource cannot send the token),
@@ -312,9 +312,17 @@ async function callPage(id, visit) {
   head.append(link(c.agent, '#/agents/' + seg(c.namespace) + '/' + seg(c.agent)), ' asks: ' + c.tool);
   box.append(head);
   const where = el('p', c.kind === 'approval' ? 'To run this call, in ' : 'For an answer, in ', 'meta text');
-  where.append(link(c.namespace + '/' + c.space, '#/spaces/' + seg(c.namespace) + '/' + seg(c.space)),
+  // An A2A conversation is its caller's: a named approver answers the call, and reads
+  // nothing else of it.
+  where.append(c.space.startsWith('a2a_') ? 'an A2A conversation'
+    : link(c.namespace + '/' + c.space, '#/spaces/' + seg(c.namespace) + '/' + seg(c.space)),
     '; asked ' + when(c.sinceMs) + ', waits until ' + when(c.expiresMs) + '.');
   box.append(where, el('pre', JSON.stringify(c.arguments, null, 2), 'arguments text'));
+  if (c.mayAnswer === false) {
+    const who = c.approvers && c.approvers.length ? c.approvers.join(' or ') : 'the humans of ' + c.space;
+    box.append(el('p', 'Only ' + who + ' may answer this call.', 'empty text'));
+    return;
+  }
   const f = el('form', undefined, 'answer-form');
   f.noValidate = true;
   const problems = el('ul', undefined, 'problems');

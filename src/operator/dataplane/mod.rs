@@ -98,6 +98,8 @@ struct Entry {
     consciousness: ConsciousnessSpec,
     /// Tokens the agent may spend (`spec.budget`).
     budget: Option<BudgetSpec>,
+    /// Its tools (`spec.tools`), whose approval patterns its status checks.
+    tools: crate::crd::ToolsSpec,
     /// Until when its budget is spent, as the last look saw it (ms): no wake before.
     spent_until_ms: Option<i64>,
     plans: Vec<PlanSpec>,
@@ -226,6 +228,7 @@ impl Scaler {
                 paused: spec.paused,
                 consciousness: spec.consciousness.clone(),
                 budget: spec.budget.clone(),
+                tools: spec.tools.clone(),
                 spent_until_ms: None,
                 plans: Vec::new(),
                 failed: t.failed,
@@ -255,6 +258,7 @@ impl Scaler {
                 e.spent_until_ms = None;
             }
             e.budget = spec.budget.clone();
+            e.tools.clone_from(&spec.tools);
             e.plans = spec.plans.clone();
             e.failed = t.failed;
             e.available = t.available;
@@ -606,6 +610,7 @@ impl Scaler {
                 e.replicas,
                 e.available,
                 e.budget.as_ref(),
+                Some(&e.tools),
                 e.generation,
                 o,
                 &e.conditions,

@@ -26,7 +26,7 @@ pub use self::budget::{remaining, spent, BUDGET_EXHAUSTED};
 use self::consciousness::{archived_condition, checkpoint, restored_condition, restored_from};
 pub use self::consciousness::{CHECKPOINT_ARCHIVED, RESTORED};
 use self::tools::shown_tools;
-pub use self::tools::{tools_condition, TOOLS_READY};
+pub use self::tools::{approvals_condition, tools_condition, APPROVERS_MATCH_TOOLS, TOOLS_READY};
 
 /// Condition: the agent's model answers (written from the data plane, where the worker
 /// reports it; reasons `Available`, `Unauthorized`, `Unreachable`, `RateLimited`,
@@ -183,6 +183,7 @@ fn data_condition(c: &Condition) -> bool {
     [
         MODEL_AVAILABLE,
         TOOLS_READY,
+        APPROVERS_MATCH_TOOLS,
         CHECKPOINT_ARCHIVED,
         RESTORED,
         BUDGET_EXHAUSTED,
@@ -268,6 +269,7 @@ pub fn data_status(
     replicas: Option<i32>,
     available: i32,
     budget: Option<&crate::crd::BudgetSpec>,
+    tools_spec: Option<&crate::crd::ToolsSpec>,
     generation: Option<i64>,
     seen: &AgentObservation,
     previous: &[Condition],
@@ -278,12 +280,10 @@ pub fn data_status(
         .tools
         .as_ref()
         .map(|tools| tools.iter().map(ToolStatus::from).collect());
-    let tools = merge(
-        previous,
-        &[tools_condition(reported.as_deref())],
-        generation,
-        now,
-    );
+    let checks: Vec<Cond> = std::iter::once(tools_condition(reported.as_deref()))
+        .chain(approvals_condition(tools_spec, reported.as_deref()))
+        .collect();
+    let tools = merge(previous, &checks, generation, now);
     AgentStatus {
         phase: Some(phase(failed, replicas, available, seen)),
         replicas,
@@ -333,7 +333,18 @@ pub fn time_of(ms: i64) -> Timestamp {
 mod tests {
     /// The data-plane status of an agent whose one worker runs, nothing written before.
     fn running(o: &AgentObservation, key: &AgentKey) -> AgentStatus {
-        data_status(false, Some(1), 1, None, None, o, &[], t0(), redis_ref(key))
+        data_status(
+            false,
+            Some(1),
+            1,
+            None,
+            None,
+            None,
+            o,
+            &[],
+            t0(),
+            redis_ref(key),
+        )
     }
 
     use super::*;
@@ -493,11 +504,22 @@ mod tests {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
         let model = |o: &AgentObservation| {
-            data_status(false, Some(1), 1, None, None, o, &[], t0(), redis_ref(&key))
-                .conditions
-                .into_iter()
-                .filter(|c| c.type_ == MODEL_AVAILABLE)
-                .collect::<Vec<_>>()
+            data_status(
+                false,
+                Some(1),
+                1,
+                None,
+                None,
+                None,
+                o,
+                &[],
+                t0(),
+                redis_ref(&key),
+            )
+            .conditions
+            .into_iter()
+            .filter(|c| c.type_ == MODEL_AVAILABLE)
+            .collect::<Vec<_>>()
         };
         assert!(model(&o).is_empty(), "not reported yet");
         o.model = Some(crate::store::ModelHealth {
@@ -557,6 +579,7 @@ mod tests {
             false,
             Some(0),
             0,
+            None,
             None,
             None,
             &o,

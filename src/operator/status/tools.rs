@@ -148,6 +148,62 @@ pub fn tools_condition(reported: Option<&[ToolStatus]>) -> Cond {
     )
 }
 
+/// Condition: every pattern that names tools for approval matches a tool the agent has
+/// (reasons `AllMatch`, `UnmatchedPattern`; Unknown `NotReported` before the worker reported
+/// its tools). A warning: the agent runs either way, but a misspelt pattern gates nothing.
+pub const APPROVERS_MATCH_TOOLS: &str = "ApproversMatchTools";
+
+/// `ApproversMatchTools`, from the spec's patterns and the tools the worker reported; `None`
+/// when the spec has no pattern.
+pub fn approvals_condition(
+    spec: Option<&crate::crd::ToolsSpec>,
+    reported: Option<&[ToolStatus]>,
+) -> Option<Cond> {
+    let spec = spec?;
+    let patterns = spec
+        .mcp
+        .iter()
+        .map(|m| m.require_approval.len())
+        .sum::<usize>()
+        + spec
+            .a2a
+            .iter()
+            .map(|a| a.require_approval.len())
+            .sum::<usize>()
+        + spec.approvers.iter().map(|r| r.tools.len()).sum::<usize>();
+    if patterns == 0 {
+        return None;
+    }
+    let Some(tools) = reported else {
+        return Some(Cond::unknown(
+            APPROVERS_MATCH_TOOLS,
+            "NotReported",
+            "no worker has reported its tools yet",
+        ));
+    };
+    let unmatched = crate::party::answers::unmatched_patterns(spec, tools);
+    Some(if unmatched.is_empty() {
+        Cond::ok(
+            APPROVERS_MATCH_TOOLS,
+            "AllMatch",
+            format!("{patterns} approval pattern(s), each naming a tool the agent has"),
+        )
+    } else {
+        Cond::fail(
+            APPROVERS_MATCH_TOOLS,
+            "UnmatchedPattern",
+            cut(
+                &format!(
+                    "{} of {patterns} approval pattern(s) name no tool, so they gate nothing: {}",
+                    unmatched.len(),
+                    unmatched.join("; ")
+                ),
+                MAX_MESSAGE,
+            ),
+        )
+    })
+}
+
 /// What a server that is down says: the worker's error when it names the server already
 /// (`MCP server S is unavailable: …`), else the error after the server's name.
 fn server_down(server: &str, error: &str) -> String {
@@ -341,7 +397,7 @@ mod tests {
     #[test]
     fn status_tools_are_what_the_worker_reported() {
         let mut o = AgentObservation::default();
-        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
+        let s = data_status(false, Some(1), 1, None, None, None, &o, &[], t0(), refs);
         assert!(s.tools.is_empty(), "not reported yet: {s:?}");
         let c = find(&s.conditions, TOOLS_READY).unwrap();
         assert_eq!(
@@ -355,7 +411,7 @@ mod tests {
             tool("grafana__*", "mcp:grafana", Some(&long)),
             tool("skip", "builtin", Some("a second entry of one name")),
         ]);
-        let s = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
+        let s = data_status(false, Some(1), 1, None, None, None, &o, &[], t0(), refs);
         assert_eq!(
             s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
             ["skip", "grafana__*"],
@@ -382,11 +438,12 @@ mod tests {
             tools: recorded(vec![tool("grafana__*", "mcp:grafana", Some("refused"))]),
             ..AgentObservation::default()
         };
-        let first = data_status(false, Some(1), 1, None, None, &o, &[], t0(), refs);
+        let first = data_status(false, Some(1), 1, None, None, None, &o, &[], t0(), refs);
         let again = data_status(
             false,
             Some(1),
             1,
+            None,
             None,
             None,
             &o,
@@ -403,6 +460,7 @@ mod tests {
             1,
             None,
             None,
+            None,
             &o,
             &again.conditions,
             later,
@@ -417,6 +475,7 @@ mod tests {
             false,
             Some(1),
             1,
+            None,
             None,
             None,
             &o,

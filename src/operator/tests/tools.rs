@@ -310,9 +310,10 @@ async fn status_tools_and_tools_ready_are_written_under_the_data_planes_field_ma
         ..AgentObservation::default()
     };
     let now = k8s_openapi::jiff::Timestamp::from_second(1_795_000_000).unwrap();
-    let status: AgentStatus = data_status(false, Some(1), 0, None, None, &seen, &[], now, |c| {
-        format!("r{c}")
-    });
+    let status: AgentStatus =
+        data_status(false, Some(1), 0, None, None, None, &seen, &[], now, |c| {
+            format!("r{c}")
+        });
     let base = serde_json::to_value(tooled()).unwrap();
     let verifier = tokio::spawn(super::serve(
         handle,

@@ -6,7 +6,7 @@ use super::MemoryStore;
 use crate::identity::AgentKey;
 use crate::store::{
     now_ms, presented_hash, CallId, CallRecord, CallResult, Calls, Completion, HumanCall, NewCall,
-    RegisteredCall, StoreError,
+    RegisteredCall, StoreError, OUTBOUND_NOTES,
 };
 
 impl super::AgentState {
@@ -115,5 +115,41 @@ impl Calls for MemoryStore {
             return Ok(Completion::Accepted(self.wake(call.agent(), pushed)));
         }
         Ok(completion)
+    }
+
+    async fn note_outbound(
+        &self,
+        agent: &AgentKey,
+        key: &str,
+        depth: u32,
+        until_ms: i64,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        self.agent(agent, |a| {
+            a.outbound.retain(|_, (_, until)| *until > now);
+            a.outbound.insert(key.to_string(), (depth, until_ms));
+            while a.outbound.len() > OUTBOUND_NOTES {
+                let earliest = a
+                    .outbound
+                    .iter()
+                    .min_by_key(|(_, (_, until))| *until)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = earliest {
+                    a.outbound.remove(&k);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn outbound_depth(&self, agent: &AgentKey) -> Result<Option<u32>, StoreError> {
+        let now = now_ms();
+        Ok(self.agent(agent, |a| {
+            a.outbound
+                .values()
+                .filter(|(_, until)| *until >= now)
+                .map(|(d, _)| *d)
+                .max()
+        }))
     }
 }

@@ -8,8 +8,7 @@ use futures::stream::{BoxStream, StreamExt as _};
 use super::{received, AgentState, MemoryStore};
 use crate::identity::AgentKey;
 use crate::store::{
-    Inbox, InboxEvent, Lease, Pushed, Receipt, ReceiptOutcome, StoreError, WakeScope, RECEIPTS,
-    SEEN_IDS,
+    Inbox, InboxEvent, Lease, Pushed, Receipt, StoreError, WakeScope, RECEIPTS, SEEN_IDS,
 };
 
 impl AgentState {
@@ -76,6 +75,7 @@ impl AgentState {
     /// Moves the inbox in flight; returns everything in flight.
     fn drain(&mut self) -> Vec<InboxEvent> {
         self.inflight.extend(self.inbox.drain(..));
+        self.held = 0;
         if !self.inflight.is_empty() {
             self.thinking = true;
             self.paused = false;
@@ -149,18 +149,43 @@ impl Inbox for MemoryStore {
         Ok(self.agent(agent, |a| a.inflight.len() as u64))
     }
 
-    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+    async fn end_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
-            a.ack(&Receipt::new(ReceiptOutcome::Skipped, None, None));
+            a.ack(receipt);
             Ok(())
+        })
+    }
+
+    async fn defer_events(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        ids: &[String],
+    ) -> Result<u64, StoreError> {
+        self.agent(agent, |a| {
+            a.check(agent, lease)?;
+            let (moved, kept): (Vec<InboxEvent>, Vec<InboxEvent>) = std::mem::take(&mut a.inflight)
+                .into_iter()
+                .partition(|e| ids.contains(&e.id));
+            a.inflight = kept;
+            for e in moved.iter().rev() {
+                a.inbox.push_front(e.clone());
+            }
+            a.held += moved.len();
+            Ok(moved.len() as u64)
         })
     }
 
     async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
-            let arrived = !(a.inbox.is_empty() && a.urgent.is_empty());
+            let arrived = a.inbox.len() + a.urgent.len() > a.held;
             a.requeue_urgent();
             if arrived {
                 return Ok(false);

@@ -9,8 +9,8 @@ use super::scripts::{self, Event};
 use super::{from_json, redis_err, RedisStore};
 use crate::identity::AgentKey;
 use crate::store::{
-    now_ms, presented_hash, CallId, CallRecord, CallResult, Calls, Completion, HumanCall, NewCall,
-    RegisteredCall, StoreError,
+    now_ms, outbound_member, outbound_member_depth, presented_hash, CallId, CallRecord, CallResult,
+    Calls, Completion, HumanCall, NewCall, RegisteredCall, StoreError, OUTBOUND_NOTES,
 };
 
 #[async_trait]
@@ -92,6 +92,53 @@ impl Calls for RedisStore {
         let event = record.event(call, result);
         let event = Event::new(&event)?;
         scripts::complete_call(&mut conn, &keys, call, &presented_hash(token), &event).await
+    }
+
+    async fn note_outbound(
+        &self,
+        agent: &AgentKey,
+        key: &str,
+        depth: u32,
+        until_ms: i64,
+    ) -> Result<(), StoreError> {
+        let keys = AgentKeys::new(agent);
+        let now = now_ms();
+        let mut conn = self.conns.shared().await?;
+        redis::pipe()
+            .atomic()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(keys.outbound())
+            .arg("-inf")
+            .arg(now)
+            .ignore()
+            .zadd(keys.outbound(), outbound_member(key, depth), until_ms)
+            .ignore()
+            // The latest OUTBOUND_NOTES by time (notes past theirs go with the next note, and
+            // are never read: reads start at now).
+            .cmd("ZREMRANGEBYRANK")
+            .arg(keys.outbound())
+            .arg(0)
+            .arg(-(OUTBOUND_NOTES as i64) - 1)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(redis_err("note a call of a remote agent"))
+    }
+
+    async fn outbound_depth(&self, agent: &AgentKey) -> Result<Option<u32>, StoreError> {
+        let keys = AgentKeys::new(agent);
+        let mut conn = self.conns.shared().await?;
+        let members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(keys.outbound())
+            .arg(now_ms())
+            .arg("+inf")
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read calls of remote agents"))?;
+        Ok(members
+            .iter()
+            .filter_map(|m| outbound_member_depth(m))
+            .max())
     }
 }
 

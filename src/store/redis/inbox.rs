@@ -12,9 +12,7 @@ use super::keys::AgentKeys;
 use super::scripts::{self, Event};
 use super::{decode_events, redis_err, RedisStore};
 use crate::identity::AgentKey;
-use crate::store::{
-    Inbox, InboxEvent, Lease, MidCycle, Pushed, Receipt, ReceiptOutcome, StoreError, WakeScope,
-};
+use crate::store::{Inbox, InboxEvent, Lease, MidCycle, Pushed, Receipt, StoreError, WakeScope};
 
 #[async_trait]
 impl Inbox for RedisStore {
@@ -93,10 +91,27 @@ impl Inbox for RedisStore {
             .map_err(redis_err("in-flight count"))
     }
 
-    async fn ack_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError> {
+    async fn end_cycle(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
         let mut conn = self.conns.shared().await?;
-        let receipt = Receipt::new(ReceiptOutcome::Skipped, None, None);
-        scripts::ack(&mut conn, &AgentKeys::new(agent), lease, &receipt).await
+        scripts::ack(&mut conn, &AgentKeys::new(agent), lease, receipt).await
+    }
+
+    async fn defer_events(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        ids: &[String],
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.conns.shared().await?;
+        scripts::defer(&mut conn, &AgentKeys::new(agent), lease, ids).await
     }
 
     async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {

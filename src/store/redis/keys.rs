@@ -36,6 +36,8 @@
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
 //! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
 //! | `agentfleet:{agent:NS/NAME}:inflight` | list | events of the cycle under way |
+//! | `agentfleet:{agent:NS/NAME}:held` | integer | events at the head of the inbox that the cycle under way left for a later one (another party's); reset by the next drain |
+//! | `agentfleet:{agent:NS/NAME}:outbound` | sorted set | calls of remote A2A agents under way: `DEPTH:KEY` by until when (ms); what arrives from outside meanwhile continues the deepest chain |
 //! | `agentfleet:{agent:NS/NAME}:ids` | sorted set | recent event ids (score: time), for dedupe |
 //! | `agentfleet:{agent:NS/NAME}:receipts` | hash | event id → JSON `Receipt` `{outcome, cycle, reason, timeMs}`: how the cycle of an event that asked for one ended (an A2A task's message), written when it is acknowledged |
 //! | `agentfleet:{agent:NS/NAME}:a2a` | string | what the gateway serves of the agent over A2A (JSON `A2aRecord` `{description, skills, callers, version}`), from `spec.a2a` |
@@ -61,6 +63,8 @@ const AGENT_SUFFIXES: &[&str] = &[
     "inbox",
     "urgent",
     "inflight",
+    "held",
+    "outbound",
     "ids",
     "state",
     "lease",
@@ -127,6 +131,16 @@ impl AgentKeys {
     /// Events of the cycle under way.
     pub(super) fn inflight(&self) -> String {
         self.key("inflight")
+    }
+
+    /// How many events at the head of the inbox the cycle under way left for a later one.
+    pub(super) fn held(&self) -> String {
+        self.key("held")
+    }
+
+    /// Calls of remote A2A agents under way (`DEPTH:KEY` by until when).
+    pub(super) fn outbound(&self) -> String {
+        self.key("outbound")
     }
 
     /// What the gateway serves of the agent over A2A (JSON `A2aRecord`).
@@ -381,6 +395,8 @@ pub(super) mod tests {
             a.inbox(),
             a.urgent(),
             a.inflight(),
+            a.held(),
+            a.outbound(),
             a.ids(),
             a.state(),
             a.lease(),

@@ -50,6 +50,7 @@ static MID_CYCLE: LazyLock<Script> =
 static ACK: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, RECEIPTS_FN, include_str!("lua/ack.lua")]));
 static PAUSE: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/pause.lua")]));
+static DEFER: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/defer.lua")]));
 static NOTES: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/notes.lua")]));
 static REGISTER_CALL: LazyLock<Script> =
     LazyLock::new(|| load(&[include_str!("lua/register_call.lua")]));
@@ -335,7 +336,7 @@ pub(super) async fn release(
 }
 
 /// `drain.lua` (fenced): moves the inbox in flight; every event in flight.
-/// KEYS: lease, inbox, inflight, state. ARGV: lease value.
+/// KEYS: lease, inbox, inflight, state, held. ARGV: lease value.
 pub(super) async fn drain(
     conn: &mut Conn,
     agent: &AgentKeys,
@@ -346,11 +347,37 @@ pub(super) async fn drain(
         .key(agent.inbox())
         .key(agent.inflight())
         .key(agent.state())
+        .key(agent.held())
         .arg(lease_value(lease))
         .invoke_async(conn)
         .await
         .map_err(fenced(agent.name(), "drain inbox"))?;
     decode_events(agent.name(), raw)
+}
+
+/// `defer.lua` (fenced): the events in flight with these ids back to the head of the inbox,
+/// held there for a later cycle; how many moved.
+/// KEYS: lease, inflight, inbox, held. ARGV: lease value, the ids.
+pub(super) async fn defer(
+    conn: &mut Conn,
+    agent: &AgentKeys,
+    lease: &Lease,
+    ids: &[String],
+) -> Result<u64, StoreError> {
+    let mut invocation = DEFER.prepare_invoke();
+    invocation
+        .key(agent.lease())
+        .key(agent.inflight())
+        .key(agent.inbox())
+        .key(agent.held())
+        .arg(lease_value(lease));
+    for id in ids {
+        invocation.arg(id);
+    }
+    invocation
+        .invoke_async(conn)
+        .await
+        .map_err(fenced(agent.name(), "defer events"))
 }
 
 /// `take_urgent.lua` (fenced): moves the urgent queue in flight and returns it.
@@ -425,7 +452,7 @@ pub(super) async fn ack(
 
 /// `pause.lua`: marks the agent paused (its events stay in flight) unless events arrived
 /// since the drain (`false`); urgent events move back to the inbox. KEYS: lease, state,
-/// urgent, inbox. ARGV: lease.
+/// urgent, inbox, held. ARGV: lease.
 pub(super) async fn pause(
     conn: &mut Conn,
     agent: &AgentKeys,
@@ -436,6 +463,7 @@ pub(super) async fn pause(
         .key(agent.state())
         .key(agent.urgent())
         .key(agent.inbox())
+        .key(agent.held())
         .arg(lease_value(lease))
         .invoke_async::<u8>(conn)
         .await
@@ -614,6 +642,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 19);
+        assert_eq!(scripts, 20);
     }
 }

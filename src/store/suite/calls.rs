@@ -280,3 +280,35 @@ pub(super) async fn async_calls_take_one_result_with_their_token(store: &dyn Sto
     );
     assert_eq!(store.inflight(&agent).await.unwrap(), 1);
 }
+
+pub(super) async fn calls_of_remote_agents_under_way_are_noted(store: &dyn Store) {
+    let agent = AgentKey::new("fam", "outbound");
+    assert_eq!(store.outbound_depth(&agent).await.unwrap(), None);
+    let now = now_ms();
+    store
+        .note_outbound(&agent, "call-1", 3, now + 60_000)
+        .await
+        .unwrap();
+    store
+        .note_outbound(&agent, "call-2", 5, now + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(store.outbound_depth(&agent).await.unwrap(), Some(5));
+    // Over (its time set to the past): the next deepest counts.
+    store
+        .note_outbound(&agent, "call-2", 5, now - 1)
+        .await
+        .unwrap();
+    assert_eq!(store.outbound_depth(&agent).await.unwrap(), Some(3));
+    store
+        .note_outbound(&agent, "call-1", 3, now - 1)
+        .await
+        .unwrap();
+    assert_eq!(store.outbound_depth(&agent).await.unwrap(), None);
+    // Another agent's are its own.
+    store
+        .note_outbound(&AgentKey::new("fam", "other"), "x", 7, now + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(store.outbound_depth(&agent).await.unwrap(), None);
+}

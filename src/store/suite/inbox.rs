@@ -572,3 +572,63 @@ pub(super) async fn receipts_say_how_the_cycle_of_an_event_ended(store: &dyn Sto
     // The first is still there.
     assert!(store.receipt(&agent, "t1").await.unwrap().is_some());
 }
+
+pub(super) async fn another_partys_events_wait_for_a_later_cycle(store: &dyn Store) {
+    let agent = AgentKey::new("fam", "parties");
+    store.register_agent(&agent).await.unwrap();
+    let lease = store
+        .acquire_lease(&agent, "w", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    for (id, text) in [("a", "outsider"), ("b", "member"), ("c", "outsider again")] {
+        store.push_event(&agent, &event(id, text)).await.unwrap();
+    }
+    let taken = store.take_inbox(&agent, &lease).await.unwrap();
+    assert_eq!(ids(&taken), ["a", "b", "c"]);
+    // The cycle takes "b": "a" and "c" go back to the head of the inbox, in order, before
+    // what arrives meanwhile.
+    let later = vec!["a".to_string(), "c".to_string(), "nothing".to_string()];
+    assert_eq!(store.defer_events(&agent, &lease, &later).await.unwrap(), 2);
+    assert_eq!(store.inflight(&agent).await.unwrap(), 1);
+    assert_eq!(store.inbox_depth(&agent).await.unwrap(), 2);
+    assert_eq!(store.defer_events(&agent, &lease, &[]).await.unwrap(), 0);
+    // What was deferred is no news: the cycle pauses.
+    assert!(store.pause_cycle(&agent, &lease).await.unwrap());
+    // The answer ends the pause (as complete_call does); news, then, is news again.
+    store
+        .push_event(&agent, &event("d", "the answer"))
+        .await
+        .unwrap();
+    assert!(!store.pause_cycle(&agent, &lease).await.unwrap());
+    // The next drain: the cycle's own first, then what waited, in order.
+    let taken = store.take_inbox(&agent, &lease).await.unwrap();
+    assert_eq!(ids(&taken), ["b", "a", "c", "d"]);
+    // Held counts start again: deferring the same again holds them again.
+    store
+        .defer_events(&agent, &lease, &["a".into(), "c".into()])
+        .await
+        .unwrap();
+    assert!(store.pause_cycle(&agent, &lease).await.unwrap());
+    // A cycle that committed nothing of the agent's (a conversation with a memory of its
+    // own) ends with its events acknowledged as committed.
+    store
+        .end_cycle(
+            &agent,
+            &lease,
+            &Receipt::new(ReceiptOutcome::Committed, None, None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.inflight(&agent).await.unwrap(), 0);
+    assert_eq!(
+        ids(&store.take_inbox(&agent, &lease).await.unwrap()),
+        ["a", "c"]
+    );
+    // Fenced.
+    store.release_lease(&agent, &lease).await.unwrap();
+    assert!(matches!(
+        store.defer_events(&agent, &lease, &["a".into()]).await,
+        Err(StoreError::Fenced { .. })
+    ));
+}

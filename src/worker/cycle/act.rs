@@ -268,7 +268,7 @@ impl Cycle<'_> {
                     me: agentlet.me(),
                     spaces: &self.spaces,
                     active: self.active.take(),
-                    enabled: agentlet.enabled(),
+                    enabled: &self.builtin,
                     depth: self.depth,
                     metrics: &agentlet.metrics,
                 };

@@ -18,6 +18,7 @@ use super::journal::{Asked, Entry};
 use super::Cycle;
 use crate::identity::SpaceKey;
 use crate::model::ToolCall;
+use crate::party::answers::{answerable, approvers_for};
 use crate::store::{now_ms, CallKind, EventKind, HumanCall, LiveEvent, NewMessage, StoreError};
 use crate::worker::tools::{Ask, Outcome};
 
@@ -50,16 +51,26 @@ impl Cycle<'_> {
         ask: Ask,
     ) -> Result<Result<Asked, Outcome>, StoreError> {
         let agentlet = self.agentlet;
-        let Some(space) = self
-            .active
-            .clone()
-            .or_else(|| agentlet.agent.spec.spaces.first().cloned())
-        else {
+        // Asked where the cycle's party is: the space it answers (a conversation's cycle, its
+        // conversation), else the first of the spec's spaces.
+        let Some(space) = self.active.clone().or_else(|| {
+            self.spaces
+                .first()
+                .map(|(name, _)| name.clone())
+                .filter(|name| self.party.sees(name))
+        }) else {
             return Ok(Err(Outcome::error(format!(
                 "{} needs a human's answer, and this agent is in no space to ask",
                 call.name
             ))));
         };
+        let approvers = approvers_for(&agentlet.agent.spec.tools.approvers, &call.name);
+        if !answerable(ask.kind, self.party.is_outside(), &approvers) {
+            return Ok(Err(Outcome::error(format!(
+                "{} needs an approval, and nobody here may give it: a caller never approves a call its own conversation provoked, and this agent names no approvers for {} (spec.tools.approvers). The call was not made; tell the caller so",
+                call.name, call.name
+            ))));
+        }
         let masks = agentlet.toolbox().masks();
         let arguments: Value = serde_json::from_str(&masks.redact(&call.arguments))
             .unwrap_or_else(|_| Value::String(masks.redact(&call.arguments)));
@@ -75,7 +86,7 @@ impl Cycle<'_> {
             ask.result_schema,
             i64::from(seconds) * 1000,
         ) {
-            Ok(h) => h,
+            Ok(h) => h.answered_by(approvers),
             Err(e) => return Ok(Err(Outcome::error(format!("{e}: nobody was asked")))),
         };
         agentlet.store.register_human_call(&human).await?;
@@ -109,13 +120,18 @@ impl Cycle<'_> {
     ) {
         let agentlet = self.agentlet;
         let id = &human.id;
+        // Who may answer, when the tool names them (else the humans here).
+        let by = match human.record.approvers.as_slice() {
+            [] => String::new(),
+            named => format!("; {} may answer", named.join(" or ")),
+        };
         let text = match human.record.kind {
             CallKind::Interactive => format!(
-                "{} asks: {} {arguments} (call {id}; answer within {seconds}s with /answer {id} JSON)",
+                "{} asks: {} {arguments} (call {id}; answer within {seconds}s with /answer {id} JSON{by})",
                 agentlet.key.name, call.name
             ),
             _ => format!(
-                "{} wants to call {} with {arguments} (call {id}; approve within {seconds}s with /approve {id}, or /deny {id} REASON)",
+                "{} wants to call {} with {arguments} (call {id}; approve within {seconds}s with /approve {id}, or /deny {id} REASON{by})",
                 agentlet.key.name, call.name
             ),
         };

@@ -9,8 +9,10 @@ use tracing::{info, warn, Instrument as _};
 use super::{Agentlet, Cached, Cycle};
 use crate::crd::Compaction;
 use crate::model::{estimate_tokens, Failure, Message, ModelError, Request, ToolChoice, Usage};
+use crate::party::Party;
 use crate::store::{
-    Checkpoint, Compacted, Consciousness, CycleCommit, InboxEvent, Lease, StoreError,
+    Checkpoint, Compacted, Consciousness, CycleCommit, InboxEvent, Lease, Receipt, ReceiptOutcome,
+    StoreError,
 };
 use crate::worker::compaction;
 
@@ -192,14 +194,22 @@ impl Agentlet {
     }
 
     /// Commits a batch the model cannot process (after repeated refusals), so the events are
-    /// remembered rather than lost or retried forever.
+    /// remembered rather than lost or retried forever; the checkpoint, or `None` for a
+    /// conversation with a memory of its own (its events are acknowledged as failed, the
+    /// agent's memory untouched).
     pub async fn commit_refusal(
         &self,
         lease: &Lease,
         events: &[InboxEvent],
         error: &ModelError,
-    ) -> Result<Checkpoint, StoreError> {
-        let spaces = self.spaces(events).await?;
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        let party = events.first().map_or(Party::Members, Party::of);
+        if !party.remembers(self.shares_memory()) {
+            let receipt = Receipt::new(ReceiptOutcome::Failed, None, Some(error.to_string()));
+            self.store.end_cycle(&self.key, lease, &receipt).await?;
+            return Ok(None);
+        }
+        let spaces = self.spaces(&party).await?;
         let messages = [
             Message::user(self.inbox_text(&spaces, events)),
             Message::Assistant {
@@ -225,6 +235,7 @@ impl Agentlet {
                 },
             )
             .await
+            .map(Some)
     }
 }
 

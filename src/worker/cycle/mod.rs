@@ -16,6 +16,7 @@
 //! | `skip.rs` | what `skip` does, and the rollback |
 //! | `stops.rs` | a cycle stopped short (`maxSteps`, `tokenBudget`, `maxChainDepth`): said and counted |
 //! | `commit.rs` | compaction, tokens, the fenced commit, the cache; committing a refusal |
+//! | `conversation.rs` | an A2A conversation with a memory of its own: its history, its end |
 //! | `stream.rs` | streaming `send_message` text to live events |
 //! | `partial.rs` | the scanner of streaming JSON arguments |
 //! | `trace.rs` | the cycle's spans and their attributes (GenAI semantic conventions) |
@@ -23,6 +24,7 @@
 mod act;
 mod ask;
 mod commit;
+mod conversation;
 pub mod gates;
 #[cfg(test)]
 mod imperfect_tests;
@@ -69,6 +71,9 @@ pub enum Outcome {
         /// When the earliest wait ends.
         until_ms: i64,
     },
+    /// Done in an A2A conversation with a memory of its own: its events are acknowledged
+    /// as committed, and the agent's consciousness is as it was (no checkpoint).
+    Answered,
 }
 
 impl Outcome {
@@ -78,7 +83,7 @@ impl Outcome {
     /// The `result` label of `agentfleet_cycles_total`.
     fn label(&self) -> &'static str {
         match self {
-            Outcome::Completed(_) => "completed",
+            Outcome::Completed(_) | Outcome::Answered => "completed",
             Outcome::Skipped => "skipped",
             Outcome::Failed(_) => "failed",
             Outcome::Paused { .. } => "paused",
@@ -334,6 +339,15 @@ struct Cycle<'a> {
     summary: Option<Message>,
     /// The agent's tools, in their stable order (a step offers them or its phase's part).
     tools: Vec<ToolSpec>,
+    /// The built-ins this cycle has (a conversation with a memory of its own has none of
+    /// the long memory's).
+    builtin: Vec<BuiltinTool>,
+    /// Who the cycle answers: every event of it is this party's, and nothing of another's
+    /// reaches it ([`crate::party`]).
+    party: crate::party::Party,
+    /// Whether it reads and extends the agent's long memory; else (a conversation with a
+    /// memory of its own) it commits nothing to it, its history being the conversation's.
+    remembers: bool,
     /// A stable id of the batch of events (tool idempotency keys, stream ids).
     batch: String,
     /// What the cycle adds to consciousness: the inbox message, urgent injections, the
@@ -383,6 +397,14 @@ impl Cycle<'_> {
             End::Failed(e) => Ok(Outcome::Failed(e)),
             End::Paused { until_ms } => Ok(Outcome::Paused { until_ms }),
             End::Skipped => self.roll_back().await.map(|()| Outcome::Skipped),
+            End::Done if !self.remembers => {
+                let told = self.take_told();
+                self.end_answered().await?;
+                if let Some(told) = told {
+                    agentlet.tell_stopped(told).await;
+                }
+                Ok(Outcome::Answered)
+            }
             End::Done => {
                 let told = self.take_told();
                 match self.commit().await {

@@ -9,35 +9,53 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::{journal, Agentlet, Cycle};
-use crate::crd::PlanSpec;
+use crate::crd::{A2aMemory, BuiltinTool, PlanSpec};
 use crate::identity::SpaceKey;
 use crate::model::{Message, Usage};
-use crate::store::{Consciousness, InboxEvent, Lease, SpaceRecord, StoreError};
+use crate::party::Party;
+use crate::store::{
+    Consciousness, Goal, InboxEvent, Lease, Memories, Plan, SpaceRecord, StoreError,
+};
 use crate::worker::prompt::{self, PromptInput};
 
 impl<'a> Cycle<'a> {
-    /// A cycle over `events` (in flight), ready for its first step.
+    /// A cycle over `events` (in flight, all of one party: see [`crate::party::split`]),
+    /// ready for its first step.
     pub(super) async fn prepare(
         agentlet: &'a Agentlet,
         lease: &'a Lease,
         events: &'a [InboxEvent],
         started: Instant,
     ) -> Result<Cycle<'a>, StoreError> {
-        let (consciousness, history) = agentlet.load(lease).await?;
+        let party = events.first().map_or(Party::Members, Party::of);
+        let remembers = party.remembers(agentlet.shares_memory());
+        // A conversation with a memory of its own never touches the agent's: neither its
+        // window (so the cache stays as it is) nor its notes.
+        let (consciousness, history) = if remembers {
+            agentlet.load(lease).await?
+        } else {
+            (
+                Consciousness::default(),
+                agentlet.transcript(&party, events).await?,
+            )
+        };
         super::trace::numbered(consciousness.cycle + 1);
         let key = &agentlet.key;
         let store = &agentlet.store;
-        let (spaces, memories, goals, plans, plan_marks, journaled) = tokio::try_join!(
-            agentlet.spaces(events),
-            store.memories(key),
-            store.goals(key),
-            store.plans(key),
+        let (spaces, (memories, goals, plans), plan_marks, journaled) = tokio::try_join!(
+            agentlet.spaces(&party),
+            agentlet.notes(remembers),
             store.plan_marks(key),
             store.journal(key)
         )?;
         let plans: Vec<PlanSpec> = plans.iter().map(PlanSpec::from).collect();
         let context = prompt::context(&PromptInput {
             agent: &agentlet.agent,
+            spec_plans: if remembers {
+                &agentlet.agent.spec.plans
+            } else {
+                &[]
+            },
             spaces: &spaces,
             memories: &memories,
             goals: &goals,
@@ -52,12 +70,18 @@ impl<'a> Cycle<'a> {
             .as_ref()
             .map(|s| Message::user(format!("[SUMMARY of the earlier conversation]\n{s}")));
         let inbox = Message::user(agentlet.inbox_text(&spaces, events));
-        // The space of the first event that has one the agent is in (its spec's, or an A2A
-        // conversation it is in).
+        // The space of the first event that has one the party sees (a space of the spec, or
+        // the conversation).
         let active = events
             .iter()
             .find_map(|e| e.space.clone())
             .filter(|s| spaces.iter().any(|(name, _)| name == s));
+        let builtin: Vec<BuiltinTool> = agentlet
+            .enabled()
+            .iter()
+            .copied()
+            .filter(|t| remembers || !t.long_memory())
+            .collect();
         let mut cycle = Cycle {
             agentlet,
             lease,
@@ -69,7 +93,10 @@ impl<'a> Cycle<'a> {
             system,
             context,
             summary,
-            tools: agentlet.toolbox().specs(),
+            tools: agentlet.toolbox().specs_for(&builtin),
+            builtin,
+            party,
+            remembers,
             batch: batch_id(events),
             new: vec![inbox],
             active,
@@ -155,39 +182,53 @@ impl Agentlet {
         Ok((c, history))
     }
 
-    /// The agent's spaces and what the data plane knows of each (`None`: nothing): those its
-    /// spec names, then the A2A conversations `events` come from that it is in.
+    /// The spaces `party` sees and what the data plane knows of each (`None`: nothing): the
+    /// members those the spec names; a conversation itself, while the agent is in it.
     pub(super) async fn spaces(
         &self,
-        events: &[InboxEvent],
+        party: &Party,
     ) -> Result<Vec<(String, Option<SpaceRecord>)>, StoreError> {
-        let mut conversations: Vec<&String> = events
-            .iter()
-            .filter_map(|e| e.space.as_ref())
-            .filter(|s| crate::identity::is_conversation(s))
-            .collect();
-        conversations.sort();
-        conversations.dedup();
-        let reads = self
-            .agent
-            .spec
-            .spaces
-            .iter()
-            .chain(conversations)
-            .map(|s| async move {
-                let record = self
-                    .store
-                    .space(&SpaceKey::new(self.key.namespace.clone(), s.clone()))
-                    .await?;
-                Ok::<_, StoreError>((s.clone(), record))
-            });
+        let names: Vec<&String> = match party {
+            Party::Members => self.agent.spec.spaces.iter().collect(),
+            Party::Conversation(c) => vec![c],
+        };
+        let reads = names.into_iter().map(|s| async move {
+            let record = self
+                .store
+                .space(&SpaceKey::new(self.key.namespace.clone(), s.clone()))
+                .await?;
+            Ok::<_, StoreError>((s.clone(), record))
+        });
         let mut spaces = futures::future::try_join_all(reads).await?;
         let me = &self.key.name;
         spaces.retain(|(name, record)| {
-            !crate::identity::is_conversation(name)
-                || record.as_ref().is_some_and(|r| r.has_agent(me))
+            party.sees(name)
+                && (!crate::identity::is_conversation(name)
+                    || record.as_ref().is_some_and(|r| r.has_agent(me)))
         });
         Ok(spaces)
+    }
+
+    /// Whether A2A conversations share the agent's long memory (`spec.a2a.memory: shared`).
+    pub(crate) fn shares_memory(&self) -> bool {
+        self.agent
+            .spec
+            .a2a
+            .as_ref()
+            .is_some_and(|a| a.memory == A2aMemory::Shared)
+    }
+
+    /// The agent's memories, goals and plans, for a cycle that `remembers` (else none).
+    async fn notes(&self, remembers: bool) -> Result<(Memories, Vec<Goal>, Vec<Plan>), StoreError> {
+        if !remembers {
+            return Ok(Default::default());
+        }
+        let key = &self.key;
+        tokio::try_join!(
+            self.store.memories(key),
+            self.store.goals(key),
+            self.store.plans(key)
+        )
     }
 }
 

@@ -32,9 +32,12 @@ impl Cycle<'_> {
     pub(super) async fn roll_back(self) -> Result<(), StoreError> {
         let agentlet = self.agentlet;
         agentlet.store.ack_cycle(&agentlet.key, self.lease).await?;
-        agentlet
-            .remember(self.lease, self.consciousness, self.history)
-            .await;
+        // A conversation with a memory of its own never had the agent's consciousness.
+        if self.remembers {
+            agentlet
+                .remember(self.lease, self.consciousness, self.history)
+                .await;
+        }
         info!(
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "skipped: rolled back"

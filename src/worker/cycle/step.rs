@@ -15,7 +15,8 @@ use super::stream::SendStreams;
 use super::{gates, skip, trace, Cycle};
 use crate::crd::MidCycleInbox;
 use crate::model::{lenient, Message, ModelError, Request, Turn};
-use crate::store::{now_ms, StoreError};
+use crate::party::Party;
+use crate::store::{now_ms, InboxEvent, StoreError};
 use crate::worker::prompt;
 
 /// Inbox events a mid-cycle preview shows.
@@ -108,28 +109,49 @@ impl Cycle<'_> {
                 PREVIEW_EVENTS,
             )
             .await?;
-        if !look.urgent.is_empty() {
-            self.depth = self.depth.max(reply_depth(&look.urgent));
+        // Only this cycle's party's events are taken in or shown: another's wait for their
+        // own cycle (the urgent ones go back to the inbox, ahead of what came later).
+        let (urgent, others): (Vec<InboxEvent>, Vec<InboxEvent>) = look
+            .urgent
+            .into_iter()
+            .partition(|e| Party::of(e) == self.party);
+        if !others.is_empty() {
+            let ids: Vec<String> = others.into_iter().map(|e| e.id).collect();
+            agentlet
+                .store
+                .defer_events(&agentlet.key, self.lease, &ids)
+                .await?;
+        }
+        if !urgent.is_empty() {
+            self.depth = self.depth.max(reply_depth(&urgent));
             let message = format!(
                 "[URGENT — new events injected mid-cycle]\n{}",
-                self.agentlet.inbox_text(&self.spaces, &look.urgent)
+                self.agentlet.inbox_text(&self.spaces, &urgent)
             );
             self.journal_later(Entry::Urgent {
                 message: message.clone(),
                 depth: self.depth,
-                events: look.urgent.iter().map(|e| e.id.clone()).collect(),
+                events: urgent.iter().map(|e| e.id.clone()).collect(),
             });
             self.new.push(Message::user(message));
         }
-        Ok((look.waiting > 0 && !look.preview.is_empty()).then(|| {
+        let previewed = look.preview.len();
+        let preview: Vec<InboxEvent> = look
+            .preview
+            .into_iter()
+            .filter(|e| Party::of(e) == self.party)
+            .collect();
+        // Not even how many of another party's wait.
+        let waiting = if preview.len() < previewed {
+            preview.len() as u64
+        } else {
+            look.waiting
+        };
+        Ok((waiting > 0 && !preview.is_empty()).then(|| {
             self.agentlet
                 .toolbox()
                 .masks()
-                .redact(&prompt::preview_message(
-                    &self.spaces,
-                    &look.preview,
-                    look.waiting,
-                ))
+                .redact(&prompt::preview_message(&self.spaces, &preview, waiting))
         }))
     }
 

@@ -49,8 +49,10 @@ impl<'a> SendStreams<'a> {
     }
 
     /// Takes a streamed delta; returns the text to show now, if any: what the call's `text`
-    /// has decoded beyond what was shown, once it is known where it goes (the space the
-    /// call names once its name is complete, else the active space).
+    /// has decoded beyond what was shown, once it is certain where the message goes — the
+    /// space the call names once its name is complete, or, while it names none yet, the
+    /// active space when that is the only space the cycle's party sees (with several, the
+    /// call may still name another: its text waits until it does, or comes with the message).
     pub(super) fn push(&mut self, delta: Delta) -> Option<Piece> {
         let Delta::ToolArguments { index, name, delta } = delta else {
             return None;
@@ -67,10 +69,15 @@ impl<'a> SendStreams<'a> {
         }
         arguments.push_str(&delta);
         let text = partial_string(arguments, "text")?.value;
-        let space = partial_string(arguments, "space")
-            .filter(|s| s.complete)
-            .and_then(|s| membership::resolve(self.spaces, &s.value).map(str::to_string))
-            .or_else(|| self.active.clone())?;
+        let space = match partial_string(arguments, "space") {
+            Some(named) if named.complete => {
+                membership::resolve(self.spaces, &named.value).map(str::to_string)?
+            }
+            // Its name is still arriving.
+            Some(_) => return None,
+            None if self.spaces.len() == 1 => self.active.clone()?,
+            None => return None,
+        };
         // Only ever an extension of what was shown (the decoded text only grows).
         let piece = text
             .strip_prefix(shown.as_str())
@@ -141,6 +148,11 @@ mod tests {
         ]
     }
 
+    /// The spaces of a cycle whose party sees one space.
+    fn one_space() -> Vec<(String, Option<SpaceRecord>)> {
+        vec![("family".into(), Some(super::super::tests::record("Family")))]
+    }
+
     fn args(index: usize, delta: &str) -> Delta {
         Delta::ToolArguments {
             index,
@@ -159,7 +171,7 @@ mod tests {
 
     #[test]
     fn a_long_text_streams_up_to_the_bound_then_comes_whole() {
-        let spaces = spaces();
+        let spaces = one_space();
         let mut s = SendStreams::new(&spaces, Some("family".into()));
         let mut deltas = vec![args(0, r#"{"text": ""#)];
         deltas.extend((0..1000).map(|_| args(0, &"x".repeat(1000))));
@@ -197,22 +209,40 @@ mod tests {
     }
 
     #[test]
-    fn text_before_the_space_waits_or_goes_to_the_active_space() {
+    fn text_streams_only_where_the_message_goes() {
+        // Issue 40, item 3: text before the space it names went live to the active space.
         let spaces = spaces();
-        let deltas = || vec![args(0, r#"{"text":"Hi","#), args(0, r#""space":"work"}"#)];
-        let mut none = SendStreams::new(&spaces, None);
+        let deltas = || {
+            vec![
+                args(0, r#"{"text":"the door"#),
+                args(0, r#" code is 4711","spa"#),
+                args(0, r#"ce":"wo"#),
+                args(0, r#"rk"}"#),
+            ]
+        };
+        for active in [None, Some("family".to_string())] {
+            let mut s = SendStreams::new(&spaces, active.clone());
+            assert_eq!(
+                shown(&mut s, deltas()),
+                [("work".into(), 0, "the door code is 4711".into())],
+                "held until the space is known, then all of it there ({active:?})"
+            );
+        }
+        // Several spaces and none named (yet): nothing live; the message comes whole.
+        let mut s = SendStreams::new(&spaces, Some("family".into()));
+        assert_eq!(shown(&mut s, vec![args(0, r#"{"text":"Hi"}"#)]), []);
+        // A party that sees one space: the active one, at once.
+        let one = one_space();
+        let mut s = SendStreams::new(&one, Some("family".into()));
         assert_eq!(
-            shown(&mut none, deltas()),
-            [("work".into(), 0, "Hi".into())]
+            shown(&mut s, vec![args(0, r#"{"text":"Hi"#), args(0, r#"!"}"#)]),
+            [
+                ("family".into(), 0, "Hi".into()),
+                ("family".into(), 0, "!".into())
+            ]
         );
-        let mut active = SendStreams::new(&spaces, Some("family".into()));
-        assert_eq!(
-            shown(&mut active, deltas()),
-            [("family".into(), 0, "Hi".into())],
-            "what was shown is not shown again"
-        );
-        // A space the agent is not in: the active space, else nowhere.
-        let mut unknown = SendStreams::new(&spaces, None);
+        // A space the party does not see: nowhere.
+        let mut unknown = SendStreams::new(&one, Some("family".into()));
         assert_eq!(
             shown(
                 &mut unknown,
@@ -220,11 +250,20 @@ mod tests {
             ),
             []
         );
+        let mut late = SendStreams::new(&one, Some("family".into()));
+        assert_eq!(
+            shown(
+                &mut late,
+                vec![args(0, r#"{"text":"x""#), args(0, r#","space":"secret"}"#)]
+            ),
+            [("family".into(), 0, "x".into())],
+            "with one space, what was shown was the only place it could go"
+        );
     }
 
     #[test]
     fn each_call_streams_on_its_own_and_other_tools_not_at_all() {
-        let spaces = spaces();
+        let spaces = one_space();
         let mut s = SendStreams::new(&spaces, Some("family".into()));
         let out = shown(
             &mut s,

@@ -319,7 +319,18 @@ impl Driver<'_> {
             self.failure = None;
             return Ok(Looked::Events(0));
         }
-        self.events = events;
+        // A cycle answers one party: another's events wait for the next one.
+        let (party, mine, later) = crate::party::split(events);
+        if !later.is_empty() {
+            let ids: Vec<String> = later.into_iter().map(|e| e.id).collect();
+            debug!(agent = %key, party = party.label(), waiting = ids.len(), "another party's events wait for a later cycle");
+            self.setting
+                .store
+                .defer_events(key, self.lease, &ids)
+                .await
+                .map_err(failure)?;
+        }
+        self.events = mine;
         Ok(Looked::Events(self.events.len()))
     }
 
@@ -338,6 +349,11 @@ impl Driver<'_> {
                 if let Some(archiver) = self.agentlet.archiver() {
                     archiver.changed();
                 }
+                self.agentlet.report_success().await;
+                Ok(Cycled::Completed)
+            }
+            Ok(Outcome::Answered) => {
+                self.failure = None;
                 self.agentlet.report_success().await;
                 Ok(Cycled::Completed)
             }
@@ -376,8 +392,8 @@ impl Driver<'_> {
             .commit_refusal(self.lease, &self.events, &e)
             .await
         {
-            Ok(_) => {
-                if let Some(archiver) = self.agentlet.archiver() {
+            Ok(committed) => {
+                if let (Some(archiver), Some(_)) = (self.agentlet.archiver(), committed) {
                     archiver.changed();
                 }
                 Ok(())

@@ -77,6 +77,16 @@ pub struct ExternalCall<'a> {
     pub depth: u32,
 }
 
+impl ExternalCall<'_> {
+    /// The A2A conversation whose cycle makes the call, if it is one's (its active space is
+    /// then that conversation): a later result is that conversation's event.
+    pub fn conversation(&self) -> Option<String> {
+        self.space
+            .filter(|s| crate::identity::is_conversation(s))
+            .map(str::to_string)
+    }
+}
+
 /// Tools outside the worker: an agent's HTTP tools, or one MCP server.
 #[async_trait]
 pub trait External: Send + Sync {
@@ -202,7 +212,12 @@ impl Toolbox {
     /// What the model is offered: the built-ins, then each external source's tools, at
     /// most [`MAX_MODEL_TOOLS`] in all.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        let mut out = specs(&self.builtin);
+        self.specs_for(&self.builtin)
+    }
+
+    /// As [`Toolbox::specs`], with only `builtin` of the built-ins (a cycle's part of them).
+    pub fn specs_for(&self, builtin: &[BuiltinTool]) -> Vec<ToolSpec> {
+        let mut out = specs(builtin);
         for e in &self.external {
             out.extend(e.specs());
         }

@@ -3,10 +3,12 @@
 -- clears the mark, see complete_call.lua), and urgent events that arrived meanwhile move back
 -- to the inbox. Unless events arrived since the cycle's drain: an answer may be among them
 -- (it came before the mark it would have cleared), so the agent stays thinking and the cycle
--- goes on with them.
--- KEYS: 1 lease, 2 state, 3 urgent, 4 inbox. ARGV: 1 lease value.
+-- goes on with them. The events the cycle left for later (held, at the head of the inbox:
+-- another party's, see defer.lua) are no news.
+-- KEYS: 1 lease, 2 state, 3 urgent, 4 inbox, 5 held. ARGV: 1 lease value.
 -- Returns 1 when paused, 0 when events wait.
-if redis.call('LLEN', KEYS[3]) + redis.call('LLEN', KEYS[4]) > 0 then
+local held = tonumber(redis.call('GET', KEYS[5]) or '0')
+if redis.call('LLEN', KEYS[3]) + redis.call('LLEN', KEYS[4]) > held then
   move_all(KEYS[3], KEYS[4])
   return 0
 end

@@ -24,7 +24,7 @@ use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::mcp::offer::{model_name, unavailable_from, SEPARATOR};
 use super::{Ask, External, ExternalCall, ExternalContext, Outcome};
@@ -32,8 +32,9 @@ use crate::a2a::{Message, Part, Role, SendMessageResponse, Task};
 use crate::crd::{A2aAgentToolSpec, ToolStatus};
 use crate::identity::AgentKey;
 use crate::model::ToolSpec;
+use crate::party::depth::GRACE_MS;
 use crate::secrets::Redactor;
-use crate::store::{NewCall, RemoteTask, Store};
+use crate::store::{now_ms, NewCall, RemoteTask, Store};
 
 pub use client::MAX_ANSWER_BYTES;
 
@@ -184,6 +185,18 @@ impl Shared {
         self.client.as_ref().map_err(Clone::clone)
     }
 
+    /// Notes that the agent waits on this remote agent until `until_ms`, in a chain `depth`
+    /// deep (see [`crate::party::depth`]); a failure is logged (the call goes on).
+    async fn note_outbound(&self, key: &str, depth: u32, until_ms: i64) {
+        if let Err(e) = self
+            .store
+            .note_outbound(&self.agent, key, depth, until_ms)
+            .await
+        {
+            warn!(agent = %self.agent, error = %e, "a call of a remote agent could not be noted: a remote calling back meanwhile may start a chain anew");
+        }
+    }
+
     /// Reads the card: the JSON-RPC URL and a tool per skill.
     async fn read(&self) -> Result<(String, Vec<(String, ToolSpec)>), String> {
         let headers = self.headers()?;
@@ -332,7 +345,6 @@ impl A2aAgent {
             ));
         }
         let headers = s.headers()?;
-        let client = s.client()?;
         let message = Message {
             message_id: format!("agentfleet-{}", call.idempotency_key),
             context_id: args.context_id.filter(|c| !c.is_empty()),
@@ -349,7 +361,32 @@ impl A2aAgent {
             reference_task_ids: Vec::new(),
         };
         let wait = Duration::from_secs(u64::from(s.spec.timeout_seconds));
-        let task = match client::send(client, &url, &headers, &message, wait)
+        // While it waits on the remote (and a moment after), what reaches the agent from
+        // outside continues this chain: a remote that calls back counts, echoing the depth
+        // or not (crate::party::depth).
+        let key = call.idempotency_key;
+        let waits = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 4);
+        s.note_outbound(key, call.depth, now_ms() + 2 * waits + GRACE_MS)
+            .await;
+        let answered = self.exchange(call, &url, &headers, &message, wait).await;
+        // Over, or followed from now on under its call's id (see `pending`).
+        s.note_outbound(key, call.depth, now_ms() + GRACE_MS).await;
+        answered
+    }
+
+    /// Sends the message and reads the task until it is over, asks something, or `wait` is
+    /// up (then the call goes on asynchronously).
+    async fn exchange(
+        &self,
+        call: &ExternalCall<'_>,
+        url: &str,
+        headers: &HeaderMap,
+        message: &Message,
+        wait: Duration,
+    ) -> Result<Value, String> {
+        let s = &self.shared;
+        let client = s.client()?;
+        let task = match client::send(client, url, headers, message, wait)
             .await
             .map_err(|f| f.message())?
         {
@@ -364,10 +401,10 @@ impl A2aAgent {
         let mut task = task;
         while !(task.status.state.is_terminal() || task.status.state.is_interrupted()) {
             if tokio::time::Instant::now() >= deadline {
-                return self.pending(call, &url, &task).await;
+                return self.pending(call, url, &task).await;
             }
             tokio::time::sleep(POLL).await;
-            match client::get(client, &url, &headers, &task.id, wait).await {
+            match client::get(client, url, headers, &task.id, wait).await {
                 Ok(t) => task = t,
                 Err(f) => {
                     debug!(agent = %s.agent, task = %task.id, error = %f.message(), "reading a remote task failed; trying again")
@@ -391,8 +428,11 @@ impl A2aAgent {
             task_id: task.id.clone(),
         };
         let ttl = i64::from(s.spec.result_ttl_seconds) * 1000;
-        let new = NewCall::following(call.agent, call.name, remote, ttl, call.depth)
+        let mut new = NewCall::following(call.agent, call.name, remote, ttl, call.depth)
             .map_err(|e| e.to_string())?;
+        new.record.conversation = call.conversation();
+        s.note_outbound(new.id.as_str(), call.depth, new.record.expires_ms)
+            .await;
         s.store
             .register_call(&new)
             .await
@@ -478,7 +518,12 @@ impl External for A2aAgent {
         let spec = &self.shared.spec;
         spec.require_approval
             .iter()
-            .any(|skill| model_name(&spec.name, skill) == tool)
+            .any(|pattern| {
+                crate::party::tool_matches(
+                    &crate::names::prefixed_tool(&spec.name, pattern, true),
+                    tool,
+                )
+            })
             .then_some(Ask {
                 kind: crate::store::CallKind::Approval,
                 result_schema: None,

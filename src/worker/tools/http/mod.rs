@@ -174,7 +174,7 @@ impl HttpTools {
         }
         match tool.spec.mode {
             ToolMode::Sync => self.sync(tool, request, redactor).await,
-            ToolMode::Async => self.start(tool, request, token, call.depth).await,
+            ToolMode::Async => self.start(tool, request, token, call).await,
         }
     }
 
@@ -207,7 +207,7 @@ impl HttpTools {
         tool: &Tool,
         request: reqwest::RequestBuilder,
         token: &mut Option<String>,
-        depth: u32,
+        from: &ExternalCall<'_>,
     ) -> Outcome {
         let name = &tool.spec.name;
         let base = self.callback_url.as_deref().unwrap_or_default();
@@ -216,7 +216,8 @@ impl HttpTools {
             Ok(c) => c,
             Err(e) => return Outcome::error(format!("{e} (nothing was sent)")),
         };
-        call.record.depth = depth;
+        call.record.depth = from.depth;
+        call.record.conversation = from.conversation();
         *token = Some(call.token.clone());
         let callback = crate::callback::tool_result_url(base, &call.id);
         let (Ok(callback), Ok(mut secret)) = (

@@ -281,7 +281,12 @@ impl External for McpServer {
         let spec = &self.shared.spec;
         spec.require_approval
             .iter()
-            .any(|t| offer::model_name(&spec.name, t) == tool)
+            .any(|pattern| {
+                crate::party::tool_matches(
+                    &crate::names::prefixed_tool(&spec.name, pattern, true),
+                    tool,
+                )
+            })
             .then_some(super::Ask {
                 kind: crate::store::CallKind::Approval,
                 result_schema: None,

@@ -309,17 +309,7 @@ fn source(server: &str) -> String {
 /// `SERVER__TOOL`, with every character model providers refuse in a tool name (anything
 /// but ASCII letters, digits, `_` and `-`) replaced by `_`.
 pub fn model_name(server: &str, tool: &str) -> String {
-    let safe: String = tool
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("{server}{SEPARATOR}{safe}")
+    crate::names::prefixed_tool(server, tool, false)
 }
 
 /// The largest index ≤ `i` that starts a character of `s`.
