@@ -485,7 +485,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let stop = telemetry::shutdown_signal();
     let archive = args.archive.open()?;
     let dev = Dev::start(manifests, store, args.addr, archive).await?;
-    println!("{}", dev.banner());
+    // Whoever started it may stop reading once it has the banner (a closed pipe is no reason
+    // to stop serving, and `println!` would panic on it).
+    {
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = writeln!(stdout, "{}", dev.banner()).and_then(|()| stdout.flush()) {
+            warn!(error = %e, "the banner could not be printed");
+        }
+    }
     stop.await;
     info!("stopping: finishing the cycles under way (Ctrl-C again stops at once)");
     dev.stop().await;
