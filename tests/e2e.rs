@@ -1122,6 +1122,9 @@ spec:
     - name: tracker
       url: http://tracker-mcp:8080/mcp
       headersFrom: {secretName: prom-auth}
+      requireApproval: [Search_Issues, 'delete_*']
+    approvers:
+    - {tools: [prometheus_query, ghost], subjects: ['human:dana', 'group:sre']}
 "#,
     )
     .await;
@@ -1292,6 +1295,20 @@ spec:
         },
     )
     .await;
+    // Approval patterns that gate nothing are a warning: a server's pattern is judged once
+    // it answers (Search_Issues matches tracker__search_issues, whatever the case).
+    let unmatched = message(&up, "ApproversMatchTools").unwrap_or_default();
+    assert_eq!(
+        condition(&up, "ApproversMatchTools"),
+        Some(("False".into(), "UnmatchedPattern".into())),
+        "{unmatched}"
+    );
+    assert!(
+        unmatched.contains("\"delete_*\"")
+            && unmatched.contains("\"ghost\"")
+            && !unmatched.contains("Search_Issues"),
+        "{unmatched}"
+    );
     for c in &up.status.as_ref().unwrap().conditions {
         eprintln!(
             "  {:<16} {:<7} {:<26} {}",

@@ -26,12 +26,15 @@ pub struct A2aSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
     pub skills: Vec<A2aSkillSpec>,
 
-    /// Who may send it messages, by gateway token: `human:ID`, `service:ID`, or `*` for any
-    /// token. Empty: nobody (the card is still served).
+    /// Who may send it messages, by gateway token: `human:ID` (a person's id, as a Space
+    /// member's), `service:ID`, or `*` for any token. Empty: nobody (the card is still
+    /// served).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
-    #[schemars(inner(regex(pattern = r"^(\*|(human|service):[^\s/]{1,253})$")))]
+    #[schemars(inner(regex(
+        pattern = r"^(\*|human:[A-Za-z0-9][-A-Za-z0-9_.@]{0,127}|service:[^\s/:]{1,253})$"
+    )))]
     pub callers: Vec<String>,
 
     /// What a conversation remembers. `perConversation` (the default): each conversation
