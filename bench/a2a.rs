@@ -10,7 +10,9 @@
 //!
 //! Reports p50/p90/p99 of each, measured by the client. `AGENTFLEET_BENCH_A2A_ROUNDS` sets the
 //! exchanges per way (default 300, after 20 of warm-up). Exchanges start 60 ms apart: `dev`'s
-//! gateway allows a token 20 requests a second.
+//! gateway allows a token 20 requests a second. `AGENTFLEET_BENCH_A2A_MEMORY=shared` serves the
+//! agent with `spec.a2a.memory: shared` (a conversation's cycles then read and commit the
+//! agent's consciousness, as every cycle did before memory per conversation).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
 
@@ -56,7 +58,14 @@ async fn main() {
         .unwrap_or(300);
     let dir = std::env::temp_dir().join(format!("agentfleet-bench-a2a-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("desk.yaml"), MANIFESTS).unwrap();
+    let manifests = match std::env::var("AGENTFLEET_BENCH_A2A_MEMORY") {
+        Ok(memory) => MANIFESTS.replace(
+            "a2a: {callers: [\"human:husam\"]}",
+            &format!("a2a: {{callers: [\"human:husam\"], memory: {memory}}}"),
+        ),
+        Err(_) => MANIFESTS.to_string(),
+    };
+    std::fs::write(dir.join("desk.yaml"), manifests).unwrap();
     let mut child = Command::new(agentfleet_bin())
         .args(["dev", dir.to_str().unwrap(), "--addr", "127.0.0.1:0"])
         .env("RUST_LOG", "warn")
