@@ -939,17 +939,8 @@ fn dev_exit(dir: &std::path::Path, extra: &[&str]) -> (std::process::ExitStatus,
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = support::exit_within(&mut child, Duration::from_secs(20))
+        .unwrap_or_else(|| child.wait().unwrap());
     let (mut out, mut err) = (String::new(), String::new());
     child
         .stdout

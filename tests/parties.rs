@@ -556,20 +556,9 @@ async fn a_person_cannot_pose_as_a_service() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = support::exit_within(&mut child, Duration::from_secs(10));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    let _ = child.wait();
     let _ = std::fs::remove_file(&file);
     assert!(
         status.is_some_and(|s| !s.success()),

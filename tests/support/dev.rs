@@ -16,6 +16,23 @@ pub fn bin() -> String {
     std::env::var("AGENTFLEET_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentfleet").into())
 }
 
+/// `child`'s exit status once it exits, or `None` when it still runs after `within` (it is
+/// killed then, and reaped).
+pub fn exit_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if start.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The lines a child writes, as they come.
 pub fn lines(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();

@@ -504,22 +504,11 @@ mod tests {
         let key = AgentKey::new("fam", "assistant");
         let mut o = AgentObservation::default();
         let model = |o: &AgentObservation| {
-            data_status(
-                false,
-                Some(1),
-                1,
-                None,
-                None,
-                None,
-                o,
-                &[],
-                t0(),
-                redis_ref(&key),
-            )
-            .conditions
-            .into_iter()
-            .filter(|c| c.type_ == MODEL_AVAILABLE)
-            .collect::<Vec<_>>()
+            running(o, &key)
+                .conditions
+                .into_iter()
+                .filter(|c| c.type_ == MODEL_AVAILABLE)
+                .collect::<Vec<_>>()
         };
         assert!(model(&o).is_empty(), "not reported yet");
         o.model = Some(crate::store::ModelHealth {
