@@ -612,7 +612,21 @@ async fn only_named_approvers_answer_on_every_route() {
     assert_eq!(refused.status.code(), Some(6), "{refused:?}");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("only human:dana may answer"));
     assert_eq!(f.refunds.reached(), 0);
-    // Dana, by the command line: made.
+    // Not by a group the call does not name; Dana, by the command line: made.
+    let grouped = std::process::Command::new(support::bin())
+        .args([
+            "approve",
+            "default/gated",
+            &id,
+            "--as",
+            "husam",
+            "--group",
+            "finance",
+        ])
+        .args(["--redis", &redis])
+        .output()
+        .unwrap();
+    assert_eq!(grouped.status.code(), Some(6), "{grouped:?}");
     assert!(cli("dana").status.success());
     f.wait_said("team", "refunded\":true").await;
 

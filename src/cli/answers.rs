@@ -31,6 +31,10 @@ pub struct Answering {
         default_value = "operator"
     )]
     pub by: String,
+    /// A group `--as` is in, as the gateway's token file says (approver lists name groups as
+    /// `group:NAME`); once for each.
+    #[arg(long = "group", value_name = "NAME")]
+    pub groups: Vec<String>,
     /// The data plane.
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -121,7 +125,8 @@ async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
         .filter(|id| id.agent() == &agent)
         .ok_or_else(|| Refusal::Unknown(call.call.clone()))?;
     let store = connect(&call.redis).await?;
-    let who = principal(&store, &id, by).await?;
+    let mut who = principal(&store, &id, by).await?;
+    who.groups.clone_from(&call.groups);
     let answered = decisions::answer(&store, &id, None, &who, reply).await?;
     let out = &mut std::io::stdout();
     writeln!(

@@ -137,6 +137,7 @@ pub struct A2aAgentToolSpec {
     /// pattern that matches none of the card's skills is a warning (`ApproversMatchTools`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
+    #[schemars(inner(length(min = 1, max = 128), regex(pattern = r"^[^*]*(\*[^*]*){0,4}$")))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub require_approval: Vec<String>,
 }

@@ -62,10 +62,11 @@ pub struct ToolsSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ApproverRule {
     /// The tools, by the names the model calls them (`status.tools` lists them): matched
-    /// without regard to case, `*` standing for any run of characters (`billing__*`). A
-    /// pattern that matches no tool the agent has is a warning (`ApproversMatchTools`).
+    /// without regard to case, `*` standing for any run of characters (`billing__*`; at most
+    /// four in a pattern). A pattern that matches no tool the agent has is a warning
+    /// (`ApproversMatchTools`).
     #[schemars(length(min = 1, max = 64))]
-    #[schemars(inner(length(min = 1, max = 128)))]
+    #[schemars(inner(length(min = 1, max = 128), regex(pattern = r"^[^*]*(\*[^*]*){0,4}$")))]
     pub tools: Vec<String>,
 
     /// Who may answer them: `human:ID` (a Space member's id, as the gateway's tokens name
@@ -355,6 +356,7 @@ pub struct McpServerSpec {
     /// (`ApproversMatchTools`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 128))]
+    #[schemars(inner(length(min = 1, max = 128), regex(pattern = r"^[^*]*(\*[^*]*){0,4}$")))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub require_approval: Vec<String>,
 

@@ -172,7 +172,8 @@ fn tool_names(tools: &ToolsSpec, problems: &mut Vec<String>) {
     }
     for (i, s) in tools.mcp.iter().enumerate() {
         for t in &s.require_approval {
-            if !s.tools.is_empty() && !s.tools.contains(t) {
+            // A pattern (any case, `*`) must match a tool the allowlist lets through.
+            if !s.tools.is_empty() && !s.tools.iter().any(|a| crate::party::tool_matches(t, a)) {
                 problems.push(format!(
                     "tools.mcp[{i}].requireApproval names {t:?}, which its tools allowlist does not allow"
                 ));

@@ -117,7 +117,9 @@ impl Subject {
         match s.split_once(':') {
             Some(("human", id)) if is_human_id(id) => Ok(Subject::Human(id.into())),
             Some(("group", g))
-                if !g.is_empty() && g.len() <= 256 && !g.contains(char::is_whitespace) =>
+                if !g.is_empty()
+                    && g.chars().count() <= 256
+                    && !g.contains(char::is_whitespace) =>
             {
                 Ok(Subject::Group(g.into()))
             }
@@ -139,6 +141,9 @@ impl Subject {
 /// Whether a tool pattern matches `name`: ignoring case, `*` standing for any run of
 /// characters (none included).
 pub fn tool_matches(pattern: &str, name: &str) -> bool {
+    if !pattern.contains('*') {
+        return pattern.to_lowercase() == name.to_lowercase();
+    }
     let p: Vec<char> = pattern.chars().flat_map(char::to_lowercase).collect();
     let n: Vec<char> = name.chars().flat_map(char::to_lowercase).collect();
     // Greedy glob with backtracking to the last star: linear in practice, never worse than
@@ -189,11 +194,17 @@ pub fn unmatched_patterns(
     tools: &[crate::crd::ToolStatus],
 ) -> Vec<String> {
     let known = |source: &str| tools.iter().any(|t| t.source == source && t.ready);
+    // Each name lowered once: every pattern is tried against every tool.
+    let names: Vec<(&str, String)> = tools
+        .iter()
+        .map(|t| (t.source.as_str(), t.name.to_lowercase()))
+        .collect();
     let any = |source: Option<&str>, pattern: &str| {
-        tools
+        let pattern = pattern.to_lowercase();
+        names
             .iter()
-            .filter(|t| source.is_none_or(|s| t.source == s))
-            .any(|t| tool_matches(pattern, &t.name))
+            .filter(|(s, _)| source.is_none_or(|want| *s == want))
+            .any(|(_, name)| tool_matches(&pattern, name))
     };
     let mut out = Vec::new();
     let sources = spec

@@ -7,7 +7,7 @@
 //! - a claim at or past `maxChainDepth` is refused at the door (it would jump the chain past
 //!   its end; nothing is posted);
 //! - a claim never **lowers** the chain the agent knows of: while the agent waits on a remote
-//!   A2A agent (a call under way, or a long task it follows, and [`GRACE_MS`] after it), every
+//!   A2A agent (a call under way, at most twice its timeout, and [`GRACE_MS`] after it), every
 //!   message that reaches it continues that call's chain, at least one deeper — so a remote
 //!   that calls back, directly or through others, counts on both sides whether or not it
 //!   echoes the metadata.

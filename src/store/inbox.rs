@@ -110,9 +110,10 @@ pub trait Inbox: Send + Sync {
     ) -> Result<(), StoreError>;
 
     /// Leaves events of the cycle under way for a later cycle (they are another party's, see
-    /// [`crate::party::split`]): those in flight with these ids go back to the head of the
-    /// inbox, in the order they came, and a pause does not take them for news (see
-    /// [`Inbox::pause_cycle`]). Returns how many moved. Fenced.
+    /// [`crate::party::split`]): those in flight with these ids go back to the inbox, merged
+    /// by their time with what waits there (each party's events stay in the order they came),
+    /// and a pause does not take them for news (see [`Inbox::pause_cycle`]). Returns how many
+    /// moved. Fenced.
     async fn defer_events(
         &self,
         agent: &AgentKey,

@@ -266,7 +266,9 @@ pub(super) async fn view(
         task: state.task(
             request,
             &context_id,
-            waiting.as_ref().map(|c| (question(c), asks_the_caller(c))),
+            waiting
+                .as_ref()
+                .map(|c| (question(c), asks_the_caller(c, &space, &record, caller))),
             thinking,
         ),
         space,
@@ -289,11 +291,17 @@ async fn waiting_call(
         .find(|c| !c.done && c.record.space.as_deref() == Some(space.name.as_str())))
 }
 
-/// Whether the call a task waits for is its caller's to answer: an interactive tool's
-/// (`INPUT_REQUIRED`); an approval never is (the task is `WORKING` until one of the agent's
-/// approvers decides, see [`crate::party::may_answer`]).
-fn asks_the_caller(call: &crate::store::RegisteredCall) -> bool {
-    call.record.kind == crate::store::CallKind::Interactive
+/// Whether the call a task waits for is its caller's to answer (`INPUT_REQUIRED`), by the
+/// rule of every route ([`crate::party::may_answer`]): an interactive tool's that names no one
+/// else; an approval never is (the task is `WORKING` until one of the agent's approvers
+/// decides).
+fn asks_the_caller(
+    call: &crate::store::RegisteredCall,
+    space: &SpaceKey,
+    record: &SpaceRecord,
+    caller: &Entity,
+) -> bool {
+    crate::party::may_answer(&call.record, &space.name, Some(record), &caller.principal()).is_ok()
 }
 
 /// What a task waiting for a call says: the call, and how to answer it (or who does).

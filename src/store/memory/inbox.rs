@@ -174,11 +174,21 @@ impl Inbox for MemoryStore {
                 .into_iter()
                 .partition(|e| ids.contains(&e.id));
             a.inflight = kept;
-            for e in moved.iter().rev() {
-                a.inbox.push_front(e.clone());
+            let count = moved.len();
+            // Merged by time with what waits (as defer.lua does).
+            let waiting: Vec<InboxEvent> = a.inbox.drain(..).collect();
+            let (mut moved, mut waiting) =
+                (moved.into_iter().peekable(), waiting.into_iter().peekable());
+            while let Some(next) = match (moved.peek(), waiting.peek()) {
+                (Some(m), Some(w)) if m.time_ms <= w.time_ms => moved.next(),
+                (Some(_), Some(_)) | (None, Some(_)) => waiting.next(),
+                (Some(_), None) => moved.next(),
+                (None, None) => None,
+            } {
+                a.inbox.push_back(next);
             }
-            a.held += moved.len();
-            Ok(moved.len() as u64)
+            a.held += count;
+            Ok(count as u64)
         })
     }
 

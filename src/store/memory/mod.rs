@@ -108,7 +108,7 @@ struct AgentState {
     restore: Option<super::RestoreReport>,
     /// The tokens spent, once a model was called.
     spend: Option<super::TokenSpend>,
-    /// Events at the head of the inbox the cycle under way left for a later one.
+    /// Events in the inbox the cycle under way left for a later one.
     held: usize,
     /// Calls of remote A2A agents under way: key → (depth, until when in ms).
     outbound: BTreeMap<String, (u32, i64)>,

@@ -36,7 +36,7 @@
 //! | `agentfleet:{agent:NS/NAME}:inbox` | list | waiting events (JSON), oldest first |
 //! | `agentfleet:{agent:NS/NAME}:urgent` | list | urgent events that arrived while thinking |
 //! | `agentfleet:{agent:NS/NAME}:inflight` | list | events of the cycle under way |
-//! | `agentfleet:{agent:NS/NAME}:held` | integer | events at the head of the inbox that the cycle under way left for a later one (another party's); reset by the next drain |
+//! | `agentfleet:{agent:NS/NAME}:held` | integer | events in the inbox that the cycle under way left for a later one (another party's); reset by the next drain |
 //! | `agentfleet:{agent:NS/NAME}:outbound` | sorted set | calls of remote A2A agents under way: `DEPTH:KEY` by until when (ms); what arrives from outside meanwhile continues the deepest chain |
 //! | `agentfleet:{agent:NS/NAME}:ids` | sorted set | recent event ids (score: time), for dedupe |
 //! | `agentfleet:{agent:NS/NAME}:receipts` | hash | event id → JSON `Receipt` `{outcome, cycle, reason, timeMs}`: how the cycle of an event that asked for one ended (an A2A task's message), written when it is acknowledged |
@@ -133,7 +133,7 @@ impl AgentKeys {
         self.key("inflight")
     }
 
-    /// How many events at the head of the inbox the cycle under way left for a later one.
+    /// How many events in the inbox the cycle under way left for a later one.
     pub(super) fn held(&self) -> String {
         self.key("held")
     }

@@ -355,8 +355,8 @@ pub(super) async fn drain(
     decode_events(agent.name(), raw)
 }
 
-/// `defer.lua` (fenced): the events in flight with these ids back to the head of the inbox,
-/// held there for a later cycle; how many moved.
+/// `defer.lua` (fenced): the events in flight with these ids back to the inbox (merged by
+/// time), held there for a later cycle; how many moved.
 /// KEYS: lease, inflight, inbox, held. ARGV: lease value, the ids.
 pub(super) async fn defer(
     conn: &mut Conn,

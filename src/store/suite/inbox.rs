@@ -625,6 +625,47 @@ pub(super) async fn another_partys_events_wait_for_a_later_cycle(store: &dyn Sto
         ids(&store.take_inbox(&agent, &lease).await.unwrap()),
         ["a", "c"]
     );
+    // Left for later mid-cycle (an urgent event of another party), an event takes its place
+    // by its time among those already waiting: each party's events keep their order.
+    let at = |id: &str, ms: i64, urgent: bool| InboxEvent {
+        time_ms: ms,
+        urgent,
+        ..event(id, id)
+    };
+    store.ack_cycle(&agent, &lease).await.unwrap();
+    store
+        .push_event(&agent, &at("m1", 1_000, false))
+        .await
+        .unwrap();
+    store
+        .push_event(&agent, &at("b1", 2_000, false))
+        .await
+        .unwrap();
+    let taken = store.take_inbox(&agent, &lease).await.unwrap();
+    assert_eq!(ids(&taken), ["m1", "b1"]);
+    store
+        .defer_events(&agent, &lease, &["b1".into()])
+        .await
+        .unwrap();
+    store
+        .push_event(&agent, &at("c1", 3_000, false))
+        .await
+        .unwrap();
+    store
+        .push_event(&agent, &at("b2", 4_000, true))
+        .await
+        .unwrap();
+    let look = store.mid_cycle(&agent, &lease, true, 5).await.unwrap();
+    assert_eq!(ids(&look.urgent), ["b2"]);
+    store
+        .defer_events(&agent, &lease, &["b2".into()])
+        .await
+        .unwrap();
+    store.ack_cycle(&agent, &lease).await.unwrap();
+    assert_eq!(
+        ids(&store.take_inbox(&agent, &lease).await.unwrap()),
+        ["b1", "c1", "b2"]
+    );
     // Fenced.
     store.release_lease(&agent, &lease).await.unwrap();
     assert!(matches!(

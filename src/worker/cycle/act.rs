@@ -252,7 +252,9 @@ impl Cycle<'_> {
                         name: &call.name,
                         arguments: &call.arguments,
                         idempotency_key: &idempotency,
-                        space: self.active.as_deref(),
+                        // A conversation's cycle always speaks there (its result is that
+                        // conversation's too), even if its record went missing meanwhile.
+                        space: self.active.as_deref().or(self.party.conversation()),
                         depth: self.depth,
                     })
                     .await

@@ -141,8 +141,9 @@ impl Cycle<'_> {
             .into_iter()
             .filter(|e| Party::of(e) == self.party)
             .collect();
-        // Not even how many of another party's wait.
-        let waiting = if preview.len() < previewed {
+        // Not even how many of another party's wait: an agent other parties may call counts
+        // only what it shows of its own.
+        let waiting = if preview.len() < previewed || agentlet.agent.spec.a2a.is_some() {
             preview.len() as u64
         } else {
             look.waiting

@@ -3,7 +3,7 @@
 -- clears the mark, see complete_call.lua), and urgent events that arrived meanwhile move back
 -- to the inbox. Unless events arrived since the cycle's drain: an answer may be among them
 -- (it came before the mark it would have cleared), so the agent stays thinking and the cycle
--- goes on with them. The events the cycle left for later (held, at the head of the inbox:
+-- goes on with them. The events the cycle left for later (held, back in the inbox:
 -- another party's, see defer.lua) are no news.
 -- KEYS: 1 lease, 2 state, 3 urgent, 4 inbox, 5 held. ARGV: 1 lease value.
 -- Returns 1 when paused, 0 when events wait.

@@ -13,7 +13,6 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::{client, task_result, Shared};
-use crate::party::depth::GRACE_MS;
 use crate::store::{now_ms, CallId, CallRecord, CallResult, Completion};
 
 /// The calls this process follows.
@@ -96,10 +95,6 @@ async fn follow(shared: &Shared, call: &CallId, record: &CallRecord) {
         ),
         other => other,
     };
-    // What reaches the agent from outside a moment from now no longer continues this chain.
-    shared
-        .note_outbound(call.as_str(), record.depth, now_ms() + GRACE_MS)
-        .await;
     match shared.store.complete_call(call, None, &result).await {
         Ok(Completion::Accepted(_)) => {
             info!(agent = %shared.agent, %call, "a followed remote task is over: its result is in the inbox")

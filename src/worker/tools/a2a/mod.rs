@@ -369,7 +369,9 @@ impl A2aAgent {
         s.note_outbound(key, call.depth, now_ms() + 2 * waits + GRACE_MS)
             .await;
         let answered = self.exchange(call, &url, &headers, &message, wait).await;
-        // Over, or followed from now on under its call's id (see `pending`).
+        // Over, or followed from now on: a remote that calls back while it works on a long
+        // task past the wait is not told apart from any caller (the note would otherwise
+        // stand for days, deepening every caller's chain).
         s.note_outbound(key, call.depth, now_ms() + GRACE_MS).await;
         answered
     }
@@ -431,8 +433,6 @@ impl A2aAgent {
         let mut new = NewCall::following(call.agent, call.name, remote, ttl, call.depth)
             .map_err(|e| e.to_string())?;
         new.record.conversation = call.conversation();
-        s.note_outbound(new.id.as_str(), call.depth, new.record.expires_ms)
-            .await;
         s.store
             .register_call(&new)
             .await
