@@ -78,6 +78,7 @@ fn deployer(req: &Value) -> MockTurn {
         ("tool", "restart") => say(format!("restart: {content}")),
         ("tool", "confirm_deployment") => say(format!("Deploying: {content}")),
         _ if content.contains("please restart") => MockTurn::tools(&[("restart", json!({}))]),
+        _ if content.contains("please drain") => MockTurn::tools(&[("drain", json!({}))]),
         _ if content.contains("please deploy") => {
             MockTurn::tools(&[("confirm_deployment", json!({"version": "1.2"}))])
         }
@@ -98,6 +99,8 @@ async fn desk() -> (MockModel, ManifestDir, Dev, String) {
   tools:
     http:
       - {{name: restart, description: Restarts the service., url: 'http://127.0.0.1:9/restart', method: POST, requireApproval: true}}
+      - {{name: drain, description: Drains a node., url: 'http://127.0.0.1:9/drain', method: POST, requireApproval: true}}
+    approvers: [{{tools: [drain], subjects: ['human:dana']}}]
     interactive:
       - name: confirm_deployment
         description: Ask a human to confirm a deployment.
@@ -353,6 +356,36 @@ async fn a_link_to_a_call_leads_to_approving_it_and_the_cycle_goes_on() {
         .await
         .unwrap()
         .contains("was answered, it ran out of time"));
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_for_someone_else_is_shown_but_not_offered() {
+    let (_model, _dir, dev, husam) = desk().await;
+    // drain's approver is Dana: Husam sees the call in his space, and no way to answer it.
+    let call = asked(&dev, &husam, "please drain node 3").await;
+    let browser = signed_in(&dev, &format!("#/calls/{call}"), &husam).await;
+    let note = browser.wait_for("#call-body p.empty", WAIT).await.unwrap();
+    assert_eq!(
+        browser.text(&note).await.unwrap(),
+        "Only human:dana may answer this call."
+    );
+    let buttons = browser
+        .exec("return document.querySelectorAll('#call-body button').length")
+        .await
+        .unwrap();
+    assert_eq!(buttons, json!(0));
+    // Nor does it wait for him on the first page.
+    browser
+        .goto(&format!("{}/console/", dev.url))
+        .await
+        .unwrap();
+    let empty = browser.wait_for("#calls li.empty", WAIT).await.unwrap();
+    assert_eq!(
+        browser.text(&empty).await.unwrap(),
+        "Nothing waits for you."
+    );
     let errors = browser.errors().await.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
 }
