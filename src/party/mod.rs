@@ -48,6 +48,12 @@ impl Party {
         }
     }
 
+    /// The party of a batch of events (a cycle's): its first event's (the members' when it
+    /// is empty). A batch is one party's (see [`split`]).
+    pub fn of_batch(events: &[InboxEvent]) -> Party {
+        events.first().map_or(Party::Members, Party::of)
+    }
+
     /// Whether a cycle of this party sees `space`, reads it and may speak in it: the members
     /// see the spec's spaces, a conversation only itself.
     pub fn sees(&self, space: &str) -> bool {
@@ -153,7 +159,7 @@ impl Outside<'_> {
 /// never split, and the first event (the oldest in flight: a cycle's own, when one was
 /// under way) always goes first.
 pub fn split(events: Vec<InboxEvent>) -> (Party, Vec<InboxEvent>, Vec<InboxEvent>) {
-    let party = events.first().map_or(Party::Members, Party::of);
+    let party = Party::of_batch(&events);
     let (mine, later) = events.into_iter().partition(|e| Party::of(e) == party);
     (party, mine, later)
 }

@@ -22,6 +22,9 @@ pub mod decide;
 pub mod gauges;
 mod plans;
 pub mod pools;
+mod tuning;
+
+pub use tuning::Tuning;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,28 +52,6 @@ use crate::operator::status::{data_notice, data_part, data_status, find, phase, 
 use crate::store::{now_ms, AgentObservation, Store};
 use crate::sync::lock;
 use crate::telemetry::OperatorMetrics;
-
-/// Timing of the operator's data-plane work.
-#[derive(Clone, Debug)]
-pub struct Tuning {
-    /// Time between sweeps.
-    pub sweep: Duration,
-    /// Least time between two status writes of one agent.
-    pub status_interval: Duration,
-    /// How long a deleted Agent waits for its data-plane state to be removed before it is
-    /// deleted anyway (the state is then left behind, and an Event says so).
-    pub cleanup_timeout: Duration,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Self {
-            sweep: Duration::from_secs(5),
-            status_interval: Duration::from_secs(5),
-            cleanup_timeout: Duration::from_secs(60),
-        }
-    }
-}
 
 /// What the reconcile tells the loop about an agent.
 pub struct Tracked<'a> {

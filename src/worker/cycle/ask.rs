@@ -51,14 +51,13 @@ impl Cycle<'_> {
         ask: Ask,
     ) -> Result<Result<Asked, Outcome>, StoreError> {
         let agentlet = self.agentlet;
-        // Asked where the cycle's party is: the space it answers (a conversation's cycle, its
-        // conversation), else the first of the spec's spaces.
-        let Some(space) = self.active.clone().or_else(|| {
-            self.spaces
-                .first()
-                .map(|(name, _)| name.clone())
-                .filter(|name| self.party.sees(name))
-        }) else {
+        // Asked where the cycle's party is: the space it answers, else the first the party
+        // sees (the cycle's spaces are its party's).
+        let Some(space) = self
+            .active
+            .clone()
+            .or_else(|| self.spaces.first().map(|(name, _)| name.clone()))
+        else {
             return Ok(Err(Outcome::error(format!(
                 "{} needs a human's answer, and this agent is in no space to ask",
                 call.name

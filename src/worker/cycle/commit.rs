@@ -203,7 +203,7 @@ impl Agentlet {
         events: &[InboxEvent],
         error: &ModelError,
     ) -> Result<Option<Checkpoint>, StoreError> {
-        let party = events.first().map_or(Party::Members, Party::of);
+        let party = Party::of_batch(events);
         if !party.remembers(self.shares_memory()) {
             let receipt = Receipt::new(ReceiptOutcome::Failed, None, Some(error.to_string()));
             self.store.end_cycle(&self.key, lease, &receipt).await?;

@@ -27,7 +27,7 @@ impl<'a> Cycle<'a> {
         events: &'a [InboxEvent],
         started: Instant,
     ) -> Result<Cycle<'a>, StoreError> {
-        let party = events.first().map_or(Party::Members, Party::of);
+        let party = Party::of_batch(events);
         let remembers = party.remembers(agentlet.shares_memory());
         // A conversation with a memory of its own never touches the agent's: neither its
         // window (so the cache stays as it is) nor its notes.
@@ -202,9 +202,8 @@ impl Agentlet {
         let mut spaces = futures::future::try_join_all(reads).await?;
         let me = &self.key.name;
         spaces.retain(|(name, record)| {
-            party.sees(name)
-                && (!crate::identity::is_conversation(name)
-                    || record.as_ref().is_some_and(|r| r.has_agent(me)))
+            !crate::identity::is_conversation(name)
+                || record.as_ref().is_some_and(|r| r.has_agent(me))
         });
         Ok(spaces)
     }

@@ -110,7 +110,7 @@ impl Cycle<'_> {
             )
             .await?;
         // Only this cycle's party's events are taken in or shown: another's wait for their
-        // own cycle (the urgent ones go back to the inbox, ahead of what came later).
+        // own cycle (the urgent ones go back to the inbox, in their place by time).
         let (urgent, others): (Vec<InboxEvent>, Vec<InboxEvent>) = look
             .urgent
             .into_iter()
