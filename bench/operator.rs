@@ -1,6 +1,6 @@
 //! Operator benchmark: `AGENTFLEET_BENCH_KUBECONFIG=… cargo bench --bench operator`.
 //!
-//! Needs a real kube-apiserver (see REAL-CLUSTER.md: etcd + kube-apiserver, no kubelet needed).
+//! Needs a real kube-apiserver (etcd and the API server are enough; no kubelet needed).
 //! Starts a `redis-server` and the release `agentfleet operator` binary (its own process,
 //! leader election in the bench namespace), in a fresh namespace with one Space.
 //!
@@ -52,7 +52,7 @@ fn agent_name(i: usize) -> String {
 async fn main() {
     agentfleet::install_crypto_provider();
     let Ok(path) = std::env::var("AGENTFLEET_BENCH_KUBECONFIG") else {
-        eprintln!("AGENTFLEET_BENCH_KUBECONFIG must name the kubeconfig of a real API server (see REAL-CLUSTER.md)");
+        eprintln!("AGENTFLEET_BENCH_KUBECONFIG must name the kubeconfig of a real API server (etcd and kube-apiserver; no kubelet needed)");
         std::process::exit(2);
     };
     let kubeconfig = Kubeconfig::read_from(&path).unwrap();
