@@ -518,3 +518,51 @@ async fn an_agent_is_shown_to_the_members_of_its_spaces() {
         (&json!("failed"), &json!("Secret openai-key not found"))
     );
 }
+
+#[tokio::test]
+async fn a_group_of_the_token_file_answers_a_call_that_names_it() {
+    use agentfleet::gateway::auth::{hash_token, Tokens};
+    let file = std::env::temp_dir().join(format!("agentfleet-groups-{}", std::process::id()));
+    std::fs::write(
+        &file,
+        format!(
+            "tokens:\n- {{sha256: {}, kind: human, id: husam, name: Husam}}\n- {{sha256: {}, kind: human, id: fatima, name: Fatima, groups: [finance]}}\n",
+            hash_token(HUSAM),
+            hash_token("tok-fatima")
+        ),
+    )
+    .unwrap();
+    let tokens = Tokens::load(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let f = start_with(Limits::default(), tokens).await;
+    let call = HumanCall::new(
+        &oncall(),
+        "refund",
+        CallKind::Approval,
+        "engineering",
+        json!({"order": 7}),
+        None,
+        60_000,
+    )
+    .unwrap()
+    .answered_by(vec!["group:finance".into()]);
+    f.store.register_human_call(&call).await.unwrap();
+    let id = call.id.to_string();
+    let approve = json!({"decision": "approve"});
+    // Husam is in the space, not in the group: refused, with who may.
+    let (status, body) = f
+        .answer(Some(HUSAM), "engineering", &id, approve.clone())
+        .await;
+    assert_eq!((status, code(&body)), (403, "forbidden"), "{body}");
+    assert!(
+        body.to_string().contains("only group:finance may answer"),
+        "{body}"
+    );
+    // Fatima is in the group, not in the space: hers to answer.
+    let (status, body) = f
+        .answer(Some("tok-fatima"), "engineering", &id, approve)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let inbox = f.inbox(&oncall()).await;
+    assert_eq!(inbox[0].data.as_ref().unwrap()["by"], json!("Fatima"));
+}
