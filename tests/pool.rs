@@ -46,9 +46,15 @@ fn fleet(n: usize, base_url: &str) -> std::path::PathBuf {
     dir
 }
 
+/// The binary under test: this build's, or `AGENTFLEET_TEST_BIN` (an older build, to see a
+/// regression test fail on it).
+fn bin() -> String {
+    std::env::var("AGENTFLEET_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentfleet").into())
+}
+
 /// Starts `agentfleet pool` as replica `identity`; returns it once it hears wake signals.
 fn replica(dir: &std::path::Path, url: &str, identity: &str) -> Kill {
-    let mut pool = Command::new(env!("CARGO_BIN_EXE_agentfleet"));
+    let mut pool = Command::new(bin());
     pool.args(["pool", "--namespace", NS, "--name", "p", "--agents"])
         .arg(dir)
         .args([
@@ -645,5 +651,133 @@ async fn a_flooded_agent_does_not_starve_the_quiet_ones() {
     );
     let _ = stop.send(true);
     running.await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes Agents `a000`… thinking with the models at `base_urls` (one each, `extra` added to
+/// each `model`), each alone with Ann in its own Space, and applies their Spaces.
+async fn agents_of(store: &RedisStore, base_urls: &[(&str, &str)]) -> std::path::PathBuf {
+    let dir = fleet(0, "");
+    let mut text = String::new();
+    for (i, (base_url, extra)) in base_urls.iter().enumerate() {
+        text.push_str(&format!(
+            "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: a{i:03}, namespace: {NS}}}\nspec:\n  model: {{provider: openai, name: mock, baseUrl: \"{base_url}\"{extra}}}\n  spaces: [s{i:03}]\n"
+        ));
+        store
+            .apply_space(
+                &SpaceKey::new(NS, format!("s{i:03}")),
+                &space_record(&format!("S{i:03}"), &[&format!("a{i:03}")], &["Ann"]),
+            )
+            .await
+            .unwrap();
+    }
+    std::fs::write(dir.join("fleet.yaml"), text).unwrap();
+    dir
+}
+
+/// `agentfleet pool` over `dir` with one cycle at a time.
+fn one_slot_pool(dir: &std::path::Path, url: &str) -> Kill {
+    let mut pool = Command::new(bin());
+    pool.args(["pool", "--namespace", NS, "--name", "p", "--agents"])
+        .arg(dir)
+        .args(["--sweep-seconds", "1", "--cycles-at-once", "1"]);
+    listening(pool, url, "p-0")
+}
+
+/// An agent whose model streams one byte a second and never finishes, beside a quick one, in
+/// a pool of one cycle at a time: the quick one is answered while the slow one still waits on
+/// its model (which has the slot only while it works). An older build held the slot for the
+/// whole cycle: the quick agent was never answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_model_does_not_hold_back_the_other_agents_of_its_pool() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    let slow = MockModel::responding(|_| MockTurn::Trickle(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let quick = answering_model(Duration::ZERO).await;
+    let dir = agents_of(&store, &[(&slow.base_url, ""), (&quick.base_url, "")]).await;
+    let _pool = one_slot_pool(&dir, &redis.url());
+
+    ask(&store, "s000", "take your time").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while slow.request_count() == 0 {
+        assert!(Instant::now() < deadline, "the slow agent never woke");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = Instant::now();
+    ask(&store, "s001", "a quick question").await;
+    while replies(&store, "s001").await == 0 {
+        assert!(
+            asked.elapsed() < Duration::from_secs(15),
+            "the quick agent waited behind the slow model for {:?}",
+            asked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(replies(&store, "s000").await, 0, "the slow one still waits");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A model call that never ends fails by the Agent's `spec.model.timeoutSeconds`: the failure
+/// is said in the space and in the model's health (`TimedOut`), and the cycle is retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_call_that_never_ends_fails_by_its_deadline() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::new(&redis.url()).unwrap();
+    let slow = MockModel::responding(|_| MockTurn::Trickle(Duration::from_millis(500)))
+        .await
+        .unwrap();
+    let dir = agents_of(&store, &[(&slow.base_url, ", timeoutSeconds: 2")]).await;
+    let mut live = store
+        .subscribe_live(&SpaceKey::new(NS, "s000"))
+        .await
+        .unwrap();
+    let _pool = one_slot_pool(&dir, &redis.url());
+    let asked = Instant::now();
+    ask(&store, "s000", "take your time").await;
+    let detail = loop {
+        let event =
+            tokio::time::timeout(Duration::from_secs(20), futures::StreamExt::next(&mut live))
+                .await
+                .expect("no error activity within 20 s")
+                .unwrap();
+        if let agentfleet::store::LiveEvent::Activity {
+            activity, detail, ..
+        } = event
+        {
+            if activity == "error" {
+                break detail.unwrap_or_default();
+            }
+        }
+    };
+    let took = asked.elapsed();
+    assert!(
+        detail.starts_with("the model did not answer in time: no whole answer within 2 s (spec.model.timeoutSeconds); retrying in"),
+        "{detail}"
+    );
+    assert!(took < Duration::from_secs(10), "failed only after {took:?}");
+    // The health is recorded just after the activity is said.
+    let agent = agentfleet::identity::AgentKey::new(NS, "a000");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let health = loop {
+        let seen = store.observe(std::slice::from_ref(&agent)).await.unwrap();
+        if let Some(health) = seen[0].model.clone() {
+            break health;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the model's health is not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(!health.available);
+    assert_eq!(health.reason, "TimedOut");
+    // Retried with backoff: the model is called again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while slow.request_count() < 2 {
+        assert!(Instant::now() < deadline, "the cycle was not retried");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -139,6 +139,15 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 2.0))]
     pub temperature: Option<f64>,
+
+    /// The most one model call may take, from the request to the end of its answer (retries
+    /// of transient failures included). Past it the call fails as `TimedOut` and the cycle is
+    /// retried with backoff. A model that streams slowly never holds back other agents of
+    /// its pool (a cycle gives its slot to another while it waits on its model); this bounds
+    /// how long its own agent waits. Raise it for large answers of a slow local model.
+    #[serde(default = "default_model_timeout_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout_seconds: u32,
 }
 
 impl ModelSpec {
@@ -154,6 +163,10 @@ impl ModelSpec {
 
 fn default_max_output_tokens() -> u32 {
     4096
+}
+
+fn default_model_timeout_seconds() -> u32 {
+    300
 }
 
 /// The provider that serves an agent's model.

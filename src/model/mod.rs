@@ -3,6 +3,7 @@
 //! Messages API, `scripted` for demos and tests).
 
 pub mod anthropic;
+mod deadline;
 pub mod format;
 mod http;
 pub mod lenient;
@@ -248,24 +249,27 @@ pub enum Failure {
     Refused,
     /// The answer could not be used (malformed stream, empty summary).
     BadResponse,
+    /// The answer was not whole within the call's deadline (`spec.model.timeoutSeconds`).
+    TimedOut,
 }
 
 impl Failure {
     /// Every failure, in a stable order.
-    pub const ALL: [Failure; 6] = [
+    pub const ALL: [Failure; 7] = [
         Failure::Unauthorized,
         Failure::Unreachable,
         Failure::RateLimited,
         Failure::ServerError,
         Failure::Refused,
         Failure::BadResponse,
+        Failure::TimedOut,
     ];
 
     /// Worth retrying the same call soon.
     pub fn is_transient(self) -> bool {
         matches!(
             self,
-            Failure::Unreachable | Failure::RateLimited | Failure::ServerError
+            Failure::Unreachable | Failure::RateLimited | Failure::ServerError | Failure::TimedOut
         )
     }
 
@@ -278,6 +282,7 @@ impl Failure {
             Failure::ServerError => "server_error",
             Failure::Refused => "refused",
             Failure::BadResponse => "bad_response",
+            Failure::TimedOut => "timed_out",
         }
     }
 
@@ -290,6 +295,7 @@ impl Failure {
             Failure::ServerError => "ServerError",
             Failure::Refused => "Refused",
             Failure::BadResponse => "BadResponse",
+            Failure::TimedOut => "TimedOut",
         }
     }
 
@@ -301,6 +307,7 @@ impl Failure {
             Failure::ServerError => "the model's server failed",
             Failure::Refused => "the model refused the request",
             Failure::BadResponse => "the model's answer was unusable",
+            Failure::TimedOut => "the model did not answer in time",
         }
     }
 
@@ -352,17 +359,20 @@ pub trait Model: Send + Sync {
     ) -> Result<Turn, ModelError>;
 }
 
-/// The model an Agent's spec names. `api_key` comes from `AGENTFLEET_MODEL_API_KEY`.
+/// The model an Agent's spec names, each call bounded by `spec.model.timeoutSeconds`.
+/// `api_key` comes from `AGENTFLEET_MODEL_API_KEY`.
 pub fn from_spec(
     spec: &ModelSpec,
     agent_name: &str,
     api_key: Option<String>,
 ) -> Result<Box<dyn Model>, ModelError> {
-    Ok(match spec.provider {
+    let provider: Box<dyn Model> = match spec.provider {
         ModelProvider::Scripted => Box::new(scripted::Scripted::new(agent_name)),
         ModelProvider::Openai => {
             Box::new(openai::OpenAi::new(spec, api_key)?.with_cache_key(agent_name))
         }
         ModelProvider::Anthropic => Box::new(anthropic::Anthropic::new(spec, api_key)?),
-    })
+    };
+    let limit = std::time::Duration::from_secs(u64::from(spec.timeout_seconds));
+    Ok(Box::new(deadline::Deadline::new(provider, limit)))
 }

@@ -16,6 +16,8 @@ pub struct PoolMetrics {
     pub waiting: IntGaugeVec,
     /// How long an agent with work waited for a slot.
     pub slot_wait: HistogramVec,
+    /// Agents whose cycle waits on its model, its slot given to another.
+    pub awaiting_model: IntGaugeVec,
 }
 
 impl PoolMetrics {
@@ -50,12 +52,17 @@ impl PoolMetrics {
                 ]),
                 &labels,
             )?,
+            awaiting_model: gauge(
+                "agentfleet_pool_agents_awaiting_model",
+                "Agents whose cycle waits on its model's answer, having given its slot to another.",
+            )?,
         };
         registry.register(Box::new(this.hosted.clone()))?;
         registry.register(Box::new(this.warm.clone()))?;
         registry.register(Box::new(this.thinking.clone()))?;
         registry.register(Box::new(this.waiting.clone()))?;
         registry.register(Box::new(this.slot_wait.clone()))?;
+        registry.register(Box::new(this.awaiting_model.clone()))?;
         Ok(this)
     }
 }

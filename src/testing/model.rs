@@ -92,6 +92,9 @@ pub enum MockTurn {
     Status(u16, String),
     /// Another turn, answered only after a delay.
     Slow(std::time::Duration, Box<MockTurn>),
+    /// A stream that never ends: its first chunk, then one byte every this long (each read
+    /// well inside any per-read timeout).
+    Trickle(std::time::Duration),
 }
 
 impl MockTurn {
@@ -249,6 +252,28 @@ async fn mock_completions(
     }
     match turn {
         MockTurn::Slow(..) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        MockTurn::Trickle(every) => {
+            let first = serde_json::json!({
+                "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": "mock",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]
+            });
+            let first = format!("data: {first}\n\n").into_bytes();
+            let bytes = futures::stream::unfold(Some(first), move |first| async move {
+                let chunk = match first {
+                    Some(first) => first,
+                    None => {
+                        tokio::time::sleep(every).await;
+                        b" ".to_vec()
+                    }
+                };
+                Some((Ok::<_, std::convert::Infallible>(chunk), None))
+            });
+            (
+                [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                axum::body::Body::from_stream(bytes),
+            )
+                .into_response()
+        }
         MockTurn::Status(code, message) => (
             axum::http::StatusCode::from_u16(code)
                 .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR),

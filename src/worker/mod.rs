@@ -18,6 +18,7 @@ mod hydrate;
 pub mod pool;
 pub mod prompt;
 pub(crate) mod session;
+pub(crate) mod slot;
 pub mod tools;
 
 pub use health::Health;

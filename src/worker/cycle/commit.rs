@@ -106,7 +106,10 @@ impl Cycle<'_> {
             .min(all.len())];
         let summary = match spec.compaction {
             Compaction::SlidingWindow => Ok(None),
-            Compaction::Summarize => match agentlet.summarize(previous.as_deref(), dropped).await {
+            Compaction::Summarize => match self
+                .awaiting_model(agentlet.summarize(previous.as_deref(), dropped))
+                .await
+            {
                 Ok((summary, usage)) => {
                     self.used += usage;
                     agentlet.count_tokens(&usage).await;

@@ -52,6 +52,7 @@ use crate::store::{
     Checkpoint, Consciousness, InboxEvent, Lease, Sender, SpaceRecord, Store, StoreError,
 };
 use crate::telemetry::WorkerMetrics;
+use crate::worker::slot::Slot;
 use crate::worker::tools::{External, Toolbox};
 use step::End;
 
@@ -251,11 +252,22 @@ impl Agentlet {
 
     /// Runs one cycle over `events` (already in flight), and counts it.
     pub async fn cycle(&self, lease: &Lease, events: &[InboxEvent]) -> Result<Outcome, StoreError> {
+        self.cycle_in(lease, events, None).await
+    }
+
+    /// [`Agentlet::cycle`] in a `slot` of a pool, given to another agent while the cycle
+    /// waits on its model.
+    pub(crate) async fn cycle_in(
+        &self,
+        lease: &Lease,
+        events: &[InboxEvent],
+        slot: Option<&Slot>,
+    ) -> Result<Outcome, StoreError> {
         let _running = self.gate.lock().await;
         let started = Instant::now();
         let span = trace::cycle(self, events);
         let outcome = async {
-            Cycle::prepare(self, lease, events, started)
+            Cycle::prepare(self, lease, events, started, slot)
                 .await?
                 .run()
                 .await
@@ -321,6 +333,8 @@ fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool
 struct Cycle<'a> {
     /// The agent thinking.
     agentlet: &'a Agentlet,
+    /// Its slot of a pool, if it runs in one: given to another while it waits on its model.
+    slot: Option<&'a Slot>,
     /// Its lease: every write of the cycle is fenced by it.
     lease: &'a Lease,
     /// The events the cycle handles (in flight until it ends).

@@ -17,6 +17,7 @@ use crate::store::{
     Consciousness, Goal, InboxEvent, Lease, Memories, Plan, SpaceRecord, StoreError,
 };
 use crate::worker::prompt::{self, PromptInput};
+use crate::worker::slot::Slot;
 
 impl<'a> Cycle<'a> {
     /// A cycle over `events` (in flight, all of one party: see [`crate::party::split`]),
@@ -26,6 +27,7 @@ impl<'a> Cycle<'a> {
         lease: &'a Lease,
         events: &'a [InboxEvent],
         started: Instant,
+        slot: Option<&'a Slot>,
     ) -> Result<Cycle<'a>, StoreError> {
         let party = Party::of_batch(events);
         let remembers = party.remembers(agentlet.shares_memory());
@@ -84,6 +86,7 @@ impl<'a> Cycle<'a> {
             .collect();
         let mut cycle = Cycle {
             agentlet,
+            slot,
             lease,
             events,
             started,

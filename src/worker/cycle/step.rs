@@ -219,10 +219,11 @@ impl Cycle<'_> {
         }
         let streams = SendStreams::new(&self.spaces, self.active.clone());
         let span = trace::step(agentlet, step);
-        let (turn, first_chunk) = agentlet
-            .stream(request, streams, &format!("{}:{step}", self.batch))
-            .instrument(span.clone())
-            .await;
+        let step_id = format!("{}:{step}", self.batch);
+        let call = agentlet
+            .stream(request, streams, &step_id)
+            .instrument(span.clone());
+        let (turn, first_chunk) = self.awaiting_model(call).await;
         trace::step_ended(&span, &turn, first_chunk);
         let mut turn = turn?;
         if let Some(reading) = lenient::read(&mut turn) {
@@ -242,6 +243,15 @@ impl Cycle<'_> {
                 .inc_by(n);
         }
         Ok(turn)
+    }
+
+    /// Runs `call`, a model call: in a pool, without the cycle's slot (another agent works
+    /// meanwhile), which it then takes again.
+    pub(super) async fn awaiting_model<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+        match self.slot {
+            Some(slot) => slot.outside(call).await,
+            None => call.await,
+        }
     }
 
     /// Whether the cycle has spent its token budget (`cycle.tokenBudget`: noted, to be said

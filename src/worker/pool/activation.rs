@@ -1,12 +1,12 @@
 //! One session of one agent, driven by the state machine of [`crate::worker::session`]: take
 //! the lease, settle, then look for work and think — each look and cycle in a slot of the
-//! pool — until nothing waits; then give the lease up. The state machine decides; this file
+//! pool, given to another while the cycle waits on its model — until nothing waits; then give the lease up. The state machine decides; this file
 //! only does what it says and reports how it went.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tracing::{debug, error, info, warn};
 
 use crate::model::ModelError;
@@ -16,6 +16,7 @@ use crate::worker::activity::Next;
 use crate::worker::budget::{wait_for_roll_over, Told};
 use crate::worker::cycle::{Agentlet, Outcome};
 use crate::worker::session::{Cycled, Failure, Looked, Session, Settled, State};
+use crate::worker::slot::{Slot, SlotGauges};
 use crate::worker::{hydrate, Health};
 
 /// How long a new agent's first session waits for its external tools to be known.
@@ -35,6 +36,21 @@ pub(crate) struct Setting {
     pub(crate) metrics: PoolMetrics,
     /// The pool's name in its metrics.
     pub(crate) pool: String,
+}
+
+impl Setting {
+    /// A slot of the pool for `agent`'s session, not held yet.
+    fn slot(&self, agent: &crate::identity::AgentKey) -> Slot {
+        let labels = [agent.namespace.as_str(), self.pool.as_str()];
+        Slot::new(
+            self.slots.clone(),
+            SlotGauges {
+                waiting: self.metrics.waiting.with_label_values(&labels),
+                wait: self.metrics.slot_wait.with_label_values(&labels),
+                awaiting_model: self.metrics.awaiting_model.with_label_values(&labels),
+            },
+        )
+    }
 }
 
 /// How a session ended.
@@ -146,7 +162,7 @@ pub(crate) async fn run(
         events: Vec::new(),
         failure: None,
         told: Told::default(),
-        slot: None,
+        slot: setting.slot(&key),
     };
     let ended = driver.drive(shutdown, lost, retired).await;
     drop(driver);
@@ -173,8 +189,9 @@ struct Driver<'a> {
     failure: Option<ModelError>,
     /// What was said of a spent budget.
     told: Told,
-    /// The pool's slot, held from a look to the end of its cycle.
-    slot: Option<OwnedSemaphorePermit>,
+    /// Its slot of the pool: held from a look to the end of its cycle, but for the time
+    /// the cycle waits on its model.
+    slot: Slot,
 }
 
 /// A store error as the state machine sees it.
@@ -221,12 +238,12 @@ impl Driver<'_> {
                     let looked = self.look().await;
                     self.session.looked(looked);
                     if self.session.state() != &State::Cycling {
-                        self.slot = None;
+                        self.slot.give_back();
                     }
                 }
                 State::Cycling => {
                     let cycled = self.cycle().await;
-                    self.slot = None;
+                    self.slot.give_back();
                     self.session.cycled(cycled);
                     if let Some(wait) = self.session.retry_in() {
                         if let Some(e) = &self.failure {
@@ -284,24 +301,7 @@ impl Driver<'_> {
     /// Takes a slot, then the budget, then the inbox.
     async fn look(&mut self) -> Result<Looked, Failure> {
         let key = &self.agentlet.key;
-        if self.slot.is_none() {
-            let asked = Instant::now();
-            let waiting = self
-                .setting
-                .metrics
-                .waiting
-                .with_label_values(&[key.namespace.as_str(), self.setting.pool.as_str()]);
-            waiting.inc();
-            let permit = self.setting.slots.clone().acquire_owned().await;
-            waiting.dec();
-            self.setting
-                .metrics
-                .slot_wait
-                .with_label_values(&[key.namespace.as_str(), self.setting.pool.as_str()])
-                .observe(asked.elapsed().as_secs_f64());
-            // The semaphore is never closed.
-            self.slot = permit.ok();
-        }
+        self.slot.take().await;
         match self.agentlet.budget_before_cycle().await {
             Ok(Some(spent)) => return Ok(Looked::Spent(spent.until_ms)),
             Ok(None) => {}
@@ -341,7 +341,10 @@ impl Driver<'_> {
             self.setting.pool.as_str(),
         ]);
         thinking.inc();
-        let outcome = self.agentlet.cycle(self.lease, &self.events).await;
+        let outcome = self
+            .agentlet
+            .cycle_in(self.lease, &self.events, Some(&self.slot))
+            .await;
         thinking.dec();
         match outcome {
             Ok(Outcome::Completed(_)) => {
