@@ -185,6 +185,14 @@ impl CallRecord {
         self.expires_ms.saturating_add(FORGET_AFTER_MS)
     }
 
+    /// Whether a result presented at `now_ms` comes too late: past the call's expiry — except
+    /// for a remote task the worker follows, which the worker ends itself, even late (a worker
+    /// that was down when its time was up): that end is how the model learns of it.
+    /// `complete_call.lua` holds the same rule.
+    pub fn expired_at(&self, now_ms: i64) -> bool {
+        self.remote.is_none() && now_ms > self.expires_ms
+    }
+
     /// The inbox event that delivers `result` of call `id` to its agent: sent by the tool,
     /// its text naming the call, the result (or error) in its data, so the model reads one
     /// line `(tool result) TOOL: "call ID finished" {"callId", "tool", "result"}`.
@@ -493,7 +501,7 @@ pub trait Calls: Send + Sync {
 
     /// Accepts the result of `call` presented with `token` (`None`: a human's answer, for a
     /// call registered without one): when the call is known, the token is its own, it has no
-    /// result yet and has not expired, marks it done and pushes its `tool_result` event
+    /// result yet and has not expired ([`CallRecord::expired_at`]), marks it done and pushes its `tool_result` event
     /// ([`CallRecord::event`]) into the agent's inbox, atomically. Otherwise writes nothing
     /// and says why (checked in this order).
     async fn complete_call(

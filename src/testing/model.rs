@@ -163,8 +163,10 @@ impl MockModel {
             responder,
             cached: std::sync::atomic::AtomicU32::new(0),
         });
+        // Any request is read and kept, however large: tests check what reached the model.
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(mock_completions))
+            .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

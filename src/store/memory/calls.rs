@@ -99,7 +99,7 @@ impl Calls for MemoryStore {
                 Completion::Unauthorized
             } else if *done {
                 Completion::Duplicate
-            } else if now > record.expires_ms {
+            } else if record.expired_at(now) {
                 Completion::Expired
             } else {
                 *done = true;

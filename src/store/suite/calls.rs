@@ -311,4 +311,32 @@ pub(super) async fn calls_of_remote_agents_under_way_are_noted(store: &dyn Store
         .await
         .unwrap();
     assert_eq!(store.outbound_depth(&agent).await.unwrap(), None);
+
+    // A followed remote task is ended by the worker even past the call's time (a worker that
+    // was down then): the model learns of it. Once, and only without a token.
+    let remote = RemoteTask {
+        source: "billing".into(),
+        url: "http://127.0.0.1:9/rpc".into(),
+        task_id: "t1".into(),
+    };
+    let late = NewCall::following(&agent, "billing__refund", remote, 1, 2).unwrap();
+    store.register_call(&late).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let over = CallResult::Error("not over within the call's time".into());
+    assert_eq!(
+        store
+            .complete_call(&late.id, Some("guess"), &over)
+            .await
+            .unwrap(),
+        Completion::Unauthorized
+    );
+    assert!(matches!(
+        store.complete_call(&late.id, None, &over).await.unwrap(),
+        Completion::Accepted(_)
+    ));
+    assert_eq!(
+        store.complete_call(&late.id, None, &over).await.unwrap(),
+        Completion::Duplicate
+    );
+    assert_eq!(store.inbox_depth(&agent).await.unwrap(), 1);
 }

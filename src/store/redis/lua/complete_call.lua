@@ -18,7 +18,8 @@ local call = cjson.decode(record)
 -- A call a human answers has no token hash, and takes only an answer presented without one.
 if (call.tokenHash or '') ~= ARGV[2] then return {'unauthorized', 0, 0} end
 if redis.call('HEXISTS', KEYS[1], ARGV[1] .. ':done') == 1 then return {'duplicate', 0, 0} end
-if tonumber(ARGV[3]) > tonumber(call.expiresMs) then return {'expired', 0, 0} end
+-- A followed remote task is ended by the worker even late (CallRecord::expired_at).
+if not call.remote and tonumber(ARGV[3]) > tonumber(call.expiresMs) then return {'expired', 0, 0} end
 redis.call('HSET', KEYS[1], ARGV[1] .. ':done', ARGV[3])
 -- A human's answer ends the pause of the cycle that asked: the agent is to be woken again.
 if call.kind == 'approval' or call.kind == 'interactive' then

@@ -15,6 +15,10 @@ use crate::a2a::{
 /// The largest answer read from a remote agent (card, task), in bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
+/// The longest interface URL taken from a card, in bytes (as long as an Agent's `url` may be):
+/// it is kept with every call that goes on asynchronously.
+const MAX_URL_BYTES: usize = 2048;
+
 /// A remote agent as its card says: where to send, what it can.
 #[derive(Clone, Debug)]
 pub struct Remote {
@@ -84,9 +88,12 @@ pub async fn read_card(
             i.protocol_binding == BINDING_JSONRPC
                 && i.protocol_version.split('.').next() == Some("1")
                 && (i.url.starts_with("http://") || i.url.starts_with("https://"))
+                && i.url.len() <= MAX_URL_BYTES
         })
         .map(|i| i.url.clone())
-        .ok_or("its card offers no JSON-RPC interface of A2A 1.x")?;
+        .ok_or(
+            "its card offers no JSON-RPC interface of A2A 1.x (at a URL of at most 2,048 bytes)",
+        )?;
     Ok(Remote { url, card })
 }
 
@@ -251,6 +258,16 @@ mod tests {
         ))
         .await;
         assert!(read(old)
+            .await
+            .unwrap_err()
+            .contains("no JSON-RPC interface"));
+
+        let long = serve(card(&format!(
+            r#"[{{"url":"http://h/{}","protocolBinding":"JSONRPC","protocolVersion":"1.0"}}]"#,
+            "r".repeat(MAX_URL_BYTES)
+        )))
+        .await;
+        assert!(read(long)
             .await
             .unwrap_err()
             .contains("no JSON-RPC interface"));

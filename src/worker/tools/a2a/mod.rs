@@ -15,6 +15,7 @@
 
 mod client;
 mod follow;
+mod reply;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,8 +36,10 @@ use crate::model::ToolSpec;
 use crate::party::depth::GRACE_MS;
 use crate::secrets::Redactor;
 use crate::store::{now_ms, NewCall, RemoteTask, Store};
+use reply::Reply;
 
 pub use client::MAX_ANSWER_BYTES;
+pub use reply::{MAX_ERROR_BYTES, MAX_ID_BYTES, MAX_TEXT_BYTES};
 
 /// How often a card that was read is read again (skills may change).
 const REREAD: Duration = Duration::from_secs(600);
@@ -49,9 +52,6 @@ const MAX_DESCRIPTION_BYTES: usize = 2048;
 
 /// The most skills offered of one remote agent.
 const MAX_SKILLS: usize = 32;
-
-/// The most of a remote answer the model gets, in bytes (the rest is cut, and it is told).
-const MAX_RESULT_ANSWER_BYTES: usize = 32 * 1024;
 
 /// The longest tool name model providers take.
 const MAX_TOOL_NAME: usize = 64;
@@ -139,6 +139,8 @@ async fn read_card(shared: Arc<Shared>) {
             *card = match read {
                 Ok((url, tools)) => Card::Read { url, tools },
                 Err(why) => {
+                    // What status and the model are told: masked and bounded like an answer.
+                    let why = reply::error(&shared.redactor().redact(&why));
                     info!(agent = %shared.agent, a2a = %shared.spec.name, error = %why, "A2A agent unavailable");
                     Card::Failed(why)
                 }
@@ -158,16 +160,31 @@ async fn read_card(shared: Arc<Shared>) {
 }
 
 impl Shared {
-    /// The headers of every request (the Secret's, read now: a mounted Secret changes in
-    /// place).
-    fn headers(&self) -> Result<HeaderMap, String> {
+    /// The headers of a request to `to` (the Secret's, read now: a mounted Secret changes in
+    /// place). The one place a request gets them: refused for any origin but the one of the
+    /// Agent's `url` (see [`same_origin`]).
+    fn headers(&self, to: &str) -> Result<HeaderMap, String> {
         match &self.spec.headers_from {
             None => Ok(HeaderMap::new()),
             Some(from) => {
+                self.secret_may_go(to)?;
                 let entries = self.secrets.get(&from.secret_name)?;
                 super::http::request::secret_headers(&from.secret_name, &entries)
             }
         }
+    }
+
+    /// Whether the Secret's headers may go to `to`: only to the origin (scheme, host, port)
+    /// of the `url` the Agent's author wrote — never where a remote's card points.
+    fn secret_may_go(&self, to: &str) -> Result<(), String> {
+        if self.spec.headers_from.is_none() || same_origin(&self.spec.url, to) {
+            return Ok(());
+        }
+        Err(format!(
+            "its card names its JSON-RPC interface at {}, not at the origin of url ({}), and the Secret of headersFrom goes only there: point url at the origin that serves the interface",
+            origin(to),
+            origin(&self.spec.url)
+        ))
     }
 
     /// Masks the values of its Secret.
@@ -199,19 +216,22 @@ impl Shared {
 
     /// Reads the card: the JSON-RPC URL and a tool per skill.
     async fn read(&self) -> Result<(String, Vec<(String, ToolSpec)>), String> {
-        let headers = self.headers()?;
-        let remote = client::read_card(self.client()?, &self.spec.url, &headers, CARD_TIMEOUT)
-            .await
-            .map_err(|e| self.redactor().redact(&e))?;
+        let masks = self.redactor();
+        let headers = self.headers(&client::card_url(&self.spec.url))?;
+        let remote =
+            client::read_card(self.client()?, &self.spec.url, &headers, CARD_TIMEOUT).await?;
+        self.secret_may_go(&remote.url)?;
         let mut tools: Vec<(String, ToolSpec)> = Vec::new();
         for skill in remote.card.skills.iter().take(MAX_SKILLS) {
-            let tool = tool_spec(&self.spec.name, &remote.card.name, skill);
-            // A name too long for the providers, or one another skill's took: not offered.
+            let tool = tool_spec(&self.spec.name, &remote.card.name, skill, &masks);
+            // A name too long for the providers, one another skill's took, or one with a
+            // secret in it: not offered.
             if skill.id.is_empty()
                 || tool.name.len() > MAX_TOOL_NAME
                 || tools.iter().any(|(_, t)| t.name == tool.name)
+                || masks.redact(&tool.name) != tool.name
             {
-                debug!(agent = %self.agent, a2a = %self.spec.name, skill = %skill.id, "skill not offered: its tool name is empty, too long or taken");
+                debug!(agent = %self.agent, a2a = %self.spec.name, "skill not offered: its tool name is empty, too long, taken or holds a secret");
                 continue;
             }
             tools.push((skill.id.clone(), tool));
@@ -223,8 +243,30 @@ impl Shared {
     }
 }
 
-/// The tool a skill is.
-fn tool_spec(prefix: &str, agent: &str, skill: &crate::a2a::AgentSkill) -> ToolSpec {
+/// The origin (scheme, host, port) of `url`, as text; the URL itself when it is none.
+fn origin(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| url.to_string())
+}
+
+/// Whether `a` and `b` have one origin (scheme, host and port, the default port written or
+/// not).
+fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin() && a.origin().is_tuple(),
+        _ => false,
+    }
+}
+
+/// The tool a skill is: what the card says of it, the Secret's values masked (a card is the
+/// remote's text, like its answers).
+fn tool_spec(
+    prefix: &str,
+    agent: &str,
+    skill: &crate::a2a::AgentSkill,
+    masks: &Redactor,
+) -> ToolSpec {
     let mut description = format!(
         "Ask the remote agent {agent} (A2A) to {}: {}",
         if skill.name.is_empty() {
@@ -238,6 +280,7 @@ fn tool_spec(prefix: &str, agent: &str, skill: &crate::a2a::AgentSkill) -> ToolS
         description.push_str(&format!(" Examples: {}", skill.examples.join("; ")));
     }
     description.push_str(" Returns its answer; if it asks something back (state input_required), call again with its taskId and your answer.");
+    let mut description = masks.redact(&description);
     if description.len() > MAX_DESCRIPTION_BYTES {
         let cut = super::mcp::offer::floor_char_boundary(&description, MAX_DESCRIPTION_BYTES);
         description.truncate(cut);
@@ -266,49 +309,6 @@ struct Args {
     task_id: Option<String>,
     #[serde(default)]
     context_id: Option<String>,
-}
-
-/// What the model gets of a remote task.
-pub(super) fn task_result(source: &str, task: &Task) -> Value {
-    let text = |m: &Message| m.text();
-    let answer: Vec<String> = task
-        .artifacts
-        .iter()
-        .flat_map(|a| a.parts.iter().filter_map(Part::as_text).map(str::to_string))
-        .collect();
-    let state = task.status.state;
-    let mut out = json!({
-        "agent": source,
-        "state": state.as_str().trim_start_matches("TASK_STATE_").to_ascii_lowercase(),
-        "taskId": task.id,
-        "contextId": task.context_id,
-    });
-    let said = task
-        .status
-        .message
-        .as_ref()
-        .map(text)
-        .filter(|t| !t.is_empty());
-    let answer = if answer.is_empty() {
-        said.clone()
-    } else {
-        Some(answer.join("\n"))
-    };
-    if let Some(mut a) = answer {
-        if a.len() > MAX_RESULT_ANSWER_BYTES {
-            let cut = super::mcp::offer::floor_char_boundary(&a, MAX_RESULT_ANSWER_BYTES);
-            a.truncate(cut);
-            out["cut"] = json!(format!(
-                "the answer was cut at {MAX_RESULT_ANSWER_BYTES} bytes"
-            ));
-        }
-        out["answer"] = json!(a);
-    }
-    if state.is_interrupted() {
-        out["question"] = json!(said.unwrap_or_default());
-        out["note"] = json!("it waits for you: call the same tool again with this taskId and your answer as message");
-    }
-    out
 }
 
 impl A2aAgent {
@@ -344,7 +344,7 @@ impl A2aAgent {
                 call.name
             ));
         }
-        let headers = s.headers()?;
+        let headers = s.headers(&url)?;
         let message = Message {
             message_id: format!("agentfleet-{}", call.idempotency_key),
             context_id: args.context_id.filter(|c| !c.is_empty()),
@@ -388,22 +388,23 @@ impl A2aAgent {
     ) -> Result<Value, String> {
         let s = &self.shared;
         let client = s.client()?;
+        let masks = s.redactor();
         let task = match client::send(client, url, headers, message, wait)
             .await
             .map_err(|f| f.message())?
         {
             SendMessageResponse::Message(m) => {
-                return Ok(
-                    json!({"agent": s.spec.name, "state": "answered", "answer": m.text(), "contextId": m.context_id}),
-                )
+                return Reply::Message(&m).for_model(&s.spec.name, &masks)
             }
             SendMessageResponse::Task(t) => t,
         };
+        // An id that cannot be shown is refused before the task is read again by it.
+        reply::checked_id("taskId", &task.id)?;
         let deadline = tokio::time::Instant::now() + wait;
         let mut task = task;
         while !(task.status.state.is_terminal() || task.status.state.is_interrupted()) {
             if tokio::time::Instant::now() >= deadline {
-                return self.pending(call, url, &task).await;
+                return self.pending(call, url, &task, &masks).await;
             }
             tokio::time::sleep(POLL).await;
             match client::get(client, url, headers, &task.id, wait).await {
@@ -413,7 +414,7 @@ impl A2aAgent {
                 }
             }
         }
-        Ok(task_result(&s.spec.name, &task))
+        Reply::Task(&task).for_model(&s.spec.name, &masks)
     }
 
     /// Turns a call whose remote task is still working into an asynchronous one.
@@ -422,6 +423,7 @@ impl A2aAgent {
         call: &ExternalCall<'_>,
         url: &str,
         task: &Task,
+        masks: &Redactor,
     ) -> Result<Value, String> {
         let s = &self.shared;
         let remote = RemoteTask {
@@ -433,20 +435,18 @@ impl A2aAgent {
         let mut new = NewCall::following(call.agent, call.name, remote, ttl, call.depth)
             .map_err(|e| e.to_string())?;
         new.record.conversation = call.conversation();
+        // What the model is to get, before anything is kept: an id over the bound is refused.
+        let answer = Reply::Pending {
+            task,
+            call: new.id.as_str(),
+        }
+        .for_model(&s.spec.name, masks)?;
         s.store
             .register_call(&new)
             .await
             .map_err(|e| format!("the remote task goes on, but it cannot be followed: {e}"))?;
         follow::spawn(self.shared.clone(), new.id.clone(), new.record.clone());
-        Ok(json!({
-            "agent": s.spec.name,
-            "status": "pending",
-            "callId": new.id.as_str(),
-            "taskId": task.id,
-            "contextId": task.context_id,
-            "state": task.status.state.as_str().trim_start_matches("TASK_STATE_").to_ascii_lowercase(),
-            "note": "the remote task is still working; its result comes into your inbox as a tool_result of this callId"
-        }))
+        Ok(answer)
     }
 }
 
@@ -486,13 +486,12 @@ impl External for A2aAgent {
     }
 
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome {
-        let redactor = self.shared.redactor();
-        match self.run(call).await {
+        match reply::masked(self.run(call).await, &self.shared.redactor()) {
             Ok(v) => Outcome {
-                content: redactor.redact(&v.to_string()),
+                content: v.to_string(),
                 ok: true,
             },
-            Err(e) => Outcome::error(redactor.redact(&e)),
+            Err(e) => Outcome::error(e),
         }
     }
 
@@ -539,52 +538,6 @@ impl External for A2aAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::a2a::{Artifact, TaskState, TaskStatus};
-
-    /// A completed task `id` whose one artifact says `answer`.
-    fn completed(id: &str, answer: String) -> Task {
-        Task {
-            id: id.into(),
-            status: TaskStatus {
-                state: TaskState::Completed,
-                ..Default::default()
-            },
-            artifacts: vec![Artifact {
-                artifact_id: "a".into(),
-                parts: vec![Part::text(answer)],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_task_reads_as_its_answer_or_its_question() {
-        let mut task = completed("t1", "42".into());
-        task.context_id = Some("c1".into());
-        let done = task_result("calc", &task);
-        assert_eq!(done["state"], "completed");
-        assert_eq!(done["answer"], "42");
-        assert!(done.get("question").is_none());
-        task.artifacts.clear();
-        task.status.state = TaskState::InputRequired;
-        task.status.message = Some(Message {
-            role: Role::Agent,
-            parts: vec![Part::text("Which colour?")],
-            ..Default::default()
-        });
-        let asks = task_result("calc", &task);
-        assert_eq!(asks["state"], "input_required");
-        assert_eq!(asks["question"], "Which colour?");
-        assert_eq!(asks["taskId"], "t1");
-    }
-
-    #[test]
-    fn a_long_answer_is_cut_and_the_model_told() {
-        let r = task_result("big", &completed("t", "é".repeat(40_000)));
-        assert!(r["answer"].as_str().unwrap().len() <= MAX_RESULT_ANSWER_BYTES);
-        assert!(r["cut"].as_str().unwrap().contains("cut"));
-    }
 
     #[test]
     fn a_skill_is_a_namespaced_tool_with_a_bounded_description() {
@@ -598,9 +551,50 @@ mod tests {
             output_modes: Vec::new(),
             security_requirements: Vec::new(),
         };
-        let t = tool_spec("calc", "Calculator", &skill);
+        let t = tool_spec("calc", "Calculator", &skill, &Redactor::default());
         assert_eq!(t.name, "calc__sum_up");
         assert!(t.description.len() <= MAX_DESCRIPTION_BYTES);
         assert_eq!(t.parameters["required"], json!(["message"]));
+    }
+
+    #[test]
+    fn a_secret_in_a_card_is_masked_and_never_a_tools_name() {
+        let masks = Redactor::new(["Bearer s3cr3t-t0k3n"]);
+        let skill = |id: &str| crate::a2a::AgentSkill {
+            id: id.into(),
+            name: "Echo".into(),
+            description: "I know your token: s3cr3t-t0k3n".into(),
+            tags: Vec::new(),
+            examples: vec!["say Bearer s3cr3t-t0k3n".into()],
+            input_modes: Vec::new(),
+            output_modes: Vec::new(),
+            security_requirements: Vec::new(),
+        };
+        let t = tool_spec("r", "Remote", &skill("echo"), &masks);
+        assert!(!t.description.contains("s3cr3t"), "{}", t.description);
+        assert!(t.description.contains("I know your token: ***"));
+        let t = tool_spec("r", "Remote", &skill("s3cr3t-t0k3n"), &masks);
+        assert_ne!(
+            masks.redact(&t.name),
+            t.name,
+            "read() leaves such a skill out"
+        );
+    }
+
+    #[test]
+    fn origins_are_scheme_host_and_port() {
+        assert!(same_origin("http://a.example/x", "http://A.example:80/y/z"));
+        assert!(same_origin(
+            "https://a.example/card.json",
+            "https://a.example:443/rpc"
+        ));
+        assert!(!same_origin(
+            "http://a.example/x",
+            "http://a.example:8080/x"
+        ));
+        assert!(!same_origin("http://a.example/x", "https://a.example/x"));
+        assert!(!same_origin("http://a.example/x", "http://b.example/x"));
+        assert!(!same_origin("http://a.example/x", "not a url"));
+        assert_eq!(origin("http://127.0.0.1:9/a/b"), "http://127.0.0.1:9");
     }
 }
