@@ -189,6 +189,20 @@ impl Fleet {
         effects: &str,
         mcp: &str,
     ) -> Self {
+        let mut fleet = Self::manifests_only(tag, model, effects, mcp);
+        fleet.redis_url = redis_url.to_string();
+        fleet.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for i in 0..AGENTS {
+            fleet.start(i);
+        }
+        fleet
+    }
+
+    /// The agents' manifests, with no worker started (a pool runs them).
+    fn manifests_only(tag: &str, model: &str, effects: &str, mcp: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("agentfleet-chaos-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -215,19 +229,12 @@ spec:
             )
             .unwrap();
         }
-        let mut fleet = Self {
+        Self {
             dir,
-            redis_url: redis_url.to_string(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            redis_url: String::new(),
+            env: Vec::new(),
             workers: (0..AGENTS).map(|_| None).collect(),
-        };
-        for i in 0..AGENTS {
-            fleet.start(i);
         }
-        fleet
     }
 
     fn start(&mut self, i: usize) {
@@ -610,4 +617,169 @@ async fn chaos_on_a_redis_cluster_whose_primary_fails_over_loses_and_repeats_not
     drop(mcp);
     figures
         .print_and_check("Redis Cluster 3+3 with WAIT 1: the primary of an agent's slot killed -9");
+}
+
+/// A remote A2A agent written to misbehave: its one skill `flood` answers a message of 900 KB
+/// (far over what the model may be given) and its skill `stuck` starts a task that never ends.
+async fn hostile_remote() -> (String, tokio::task::JoinHandle<()>) {
+    async fn card(axum::extract::State(url): axum::extract::State<String>) -> axum::Json<Value> {
+        axum::Json(json!({
+            "name": "hostile", "description": "misbehaves", "version": "1",
+            "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [
+                {"id": "flood", "name": "flood", "description": "answers too much", "tags": ["t"]},
+                {"id": "stuck", "name": "stuck", "description": "never finishes", "tags": ["t"]}
+            ]
+        }))
+    }
+    async fn rpc(axum::Json(request): axum::Json<Value>) -> axum::Json<Value> {
+        let params = &request["params"];
+        let result = match request["method"].as_str().unwrap_or_default() {
+            "SendMessage" if params["message"]["metadata"]["skill"] == "flood" => {
+                json!({"message": {"messageId": "m", "role": "ROLE_AGENT", "contextId": "c", "parts": [{"text": "x".repeat(900_000)}]}})
+            }
+            "SendMessage" => {
+                json!({"task": {"id": "stuck", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
+            }
+            _ => {
+                json!({"id": "stuck", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}})
+            }
+        };
+        axum::Json(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/remote", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .route(
+            "/remote/.well-known/agent-card.json",
+            axum::routing::get(card),
+        )
+        .route("/remote", axum::routing::post(rpc))
+        .with_state(url.clone());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+/// The hostile remote's caller: every poke calls both of its skills, then says it is done.
+fn pokes_the_remote(request: &Value) -> MockTurn {
+    let messages = conversation(request);
+    let last = messages.last().cloned().unwrap_or_default();
+    if last["role"] == "tool" {
+        return MockTurn::text("done");
+    }
+    MockTurn::tools(&[
+        ("hostile__flood", json!({"message": "hi"})),
+        ("hostile__stuck", json!({"message": "hi"})),
+    ])
+}
+
+/// `agentfleet pool` over `dir`: three cycles at once.
+fn pool_process(dir: &std::path::Path, redis_url: &str) -> Worker {
+    let child = std::process::Command::new(BIN)
+        .args(["pool", "--namespace", NS, "--name", "chaos", "--agents"])
+        .arg(dir)
+        .args([
+            "--cycles-at-once",
+            "3",
+            "--lease-seconds",
+            "2",
+            "--sweep-seconds",
+            "1",
+        ])
+        .args(["--metrics-addr", "127.0.0.1:0", "--redis", redis_url])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Worker(child)
+}
+
+/// The steady load's three agents in one pool of three cycles at once, beside three agents
+/// whose model streams a byte a second and never finishes (each call ends by its 3 s
+/// deadline, then again), and an agent calling a remote that answers 900 KB and starts
+/// tasks that never end — all poked every second — while the pool is killed -9 and started
+/// again. An older build, whose cycles held their slot while waiting on the model, answered
+/// almost none of the load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_beside_slow_models_and_a_hostile_remote_loses_and_repeats_nothing() {
+    agentfleet::install_crypto_provider();
+    let redis = RedisServer::start_persistent().unwrap();
+    let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    rooms(&store).await;
+    let model = MockModel::responding(model).await.unwrap();
+    let slow = MockModel::responding(|_| MockTurn::Trickle(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let poker = MockModel::responding(pokes_the_remote).await.unwrap();
+    let (remote, _remote) = hostile_remote().await;
+    let (effects, http) = effect_service().await;
+    let mcp = McpTestServer::start(Era::Current, tracker_tools()).await;
+    let world = mcp.world.clone();
+    // The steady agents' manifests, in a pool's directory with the others.
+    let fleet = Fleet::manifests_only("neighbours", &model.base_url, &effects, &mcp.url);
+    let mut others = String::new();
+    let mut poked = Vec::new();
+    for i in 0..3 {
+        others.push_str(&format!(
+            "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: slow{i}, namespace: {NS}}}\nspec:\n  model: {{provider: openai, name: slow, baseUrl: \"{}\", timeoutSeconds: 3}}\n  spaces: [slow-{i}]\n",
+            slow.base_url
+        ));
+        poked.push((format!("slow{i}"), format!("slow-{i}")));
+    }
+    others.push_str(&format!(
+        "---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {{name: caller, namespace: {NS}}}\nspec:\n  model: {{provider: openai, name: poker, baseUrl: \"{}\"}}\n  spaces: [remote-room]\n  tools:\n    a2a:\n      - {{name: hostile, url: \"{remote}\", timeoutSeconds: 2, resultTtlSeconds: 60}}\n",
+        poker.base_url
+    ));
+    poked.push(("caller".into(), "remote-room".into()));
+    std::fs::write(fleet.dir.join("neighbours.yaml"), others).unwrap();
+    for (agent, room) in &poked {
+        store
+            .apply_space(
+                &SpaceKey::new(NS, room),
+                &space_record(room, &[agent], &["Dana"]),
+            )
+            .await
+            .unwrap();
+    }
+    let pool = pool_process(&fleet.dir, &redis.url());
+
+    let pokes = tokio::spawn({
+        let store = store.clone();
+        async move {
+            for n in 0u64.. {
+                for (_, room) in &poked {
+                    let message = agentfleet::testing::human_message("Dana", &format!("poke {n}"));
+                    let _ = store.post_message(&SpaceKey::new(NS, room), &message).await;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+    let load = Load::start(store.clone());
+    // The pool is killed -9 and started again (as its Deployment would).
+    load.at(8.0).await;
+    drop(pool);
+    load.at(9.0).await;
+    let pool = pool_process(&fleet.dir, &redis.url());
+    load.at(20.0).await;
+    let posted = load.finish().await;
+
+    let figures = settle(&store, &posted, &http, &world.calls).await;
+    pokes.abort();
+    let slow_calls = slow.request_count();
+    let remote_calls = poker.request_count();
+    drop(pool);
+    drop(fleet);
+    drop(mcp);
+    println!(
+        "beside the load: {slow_calls} calls to the never-ending model, {remote_calls} model calls of the hostile remote's caller"
+    );
+    assert!(slow_calls > 3, "the slow agents were not kept busy");
+    figures.print_and_check(
+        "one pool of 3 cycles at once: 3 never-ending models and a hostile remote beside the load, pool kill -9",
+    );
 }
