@@ -329,7 +329,8 @@ pub struct AgentView {
     pub name: String,
     /// `failed` (see `problem`), `suspended` (`spec.paused`: events wait), `asking` (a cycle
     /// waits for a person's answer), `thinking`, `sleeping` (a worker waits on its inbox),
-    /// `stopped` (no worker holds it; an event wakes it), or `unknown` (the operator has not
+    /// `stopped` (no worker holds it now — asleep in its pool or scaled to zero; an event
+    /// wakes it, and the console says "Asleep"), or `unknown` (the operator has not
     /// described it: not reconciled yet, or no longer an Agent).
     pub state: String,
     /// Why it cannot run, for `failed`.
@@ -362,7 +363,8 @@ pub struct AgentView {
     /// Its budget per UTC month, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_month: Option<u64>,
-    /// Model tokens used over its life.
+    /// Model tokens used over its life, counted as `tokensToday` is (every call, every
+    /// direction), so never fewer than this month's.
     pub tokens_used: u64,
     /// Its tools, once a worker has reported them.
     pub tools: Vec<AgentTool>,

@@ -389,10 +389,12 @@ impl Dev {
             }));
         }
         // Ready only while the pool can work.
+        let pool_up = health.clone();
         gw.set_readiness(Arc::new(move || health.ready()));
         tasks.push(tokio::spawn(crate::plans::run(
             store.clone(),
             plans,
+            fleet.plans_fired.clone(),
             shutdown_rx.clone(),
         )));
         tasks.push(tokio::spawn(watch_data_plane(
@@ -404,6 +406,7 @@ impl Dev {
         tasks.push(tokio::spawn(watch_fleet(
             store.clone(),
             watched,
+            Arc::new(move || pool_up.ready().is_ok()),
             fleet,
             Tuning::default().sweep,
             shutdown_rx.clone(),

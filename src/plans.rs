@@ -250,11 +250,13 @@ pub async fn fire(
     Ok(fired)
 }
 
-/// Fires the plans of `agents` until `stop`: what `agentfleet dev` runs in place of the
-/// operator (whose data-plane loop does the same beside scaling).
+/// Fires the plans of `agents` until `stop`, counting each fired in `fired` (by source, as
+/// `agentfleet_plans_fired_total`): what `agentfleet dev` runs in place of the operator (whose
+/// data-plane loop does the same beside scaling).
 pub async fn run(
     store: Arc<dyn Store>,
     agents: Vec<(AgentKey, Vec<PlanSpec>)>,
+    fired: prometheus::IntCounterVec,
     mut stop: watch::Receiver<bool>,
 ) {
     const LOOK: Duration = Duration::from_secs(5);
@@ -267,8 +269,12 @@ pub async fn run(
                 for ((key, spec_plans), o) in agents.iter().zip(&seen) {
                     let (todo, next) = pending(spec_plans, o, now);
                     for (source, plan, due) in todo {
-                        if let Err(e) = fire(store.as_ref(), key, source, &plan, due).await {
-                            warn!(agent = %key, plan = %plan.name, error = %crate::report::chain(&e), "cannot fire plan");
+                        match fire(store.as_ref(), key, source, &plan, due).await {
+                            Ok(true) => fired.with_label_values(&[source.as_str()]).inc(),
+                            Ok(false) => {}
+                            Err(e) => {
+                                warn!(agent = %key, plan = %plan.name, error = %crate::report::chain(&e), "cannot fire plan")
+                            }
                         }
                     }
                     if let Some(t) = next {

@@ -199,6 +199,82 @@ fn secret_verbs(objects: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// Every grant of Secrets by the chart: (kind, namespace, verbs) of each rule naming them.
+fn secret_grants(objects: &[Value]) -> Vec<(String, String, Vec<String>)> {
+    let mut grants = Vec::new();
+    for o in objects
+        .iter()
+        .filter(|o| kind(o) == "ClusterRole" || kind(o) == "Role")
+    {
+        for rule in o["rules"].as_sequence().unwrap() {
+            let names = |field: &str| -> Vec<String> {
+                rule[field]
+                    .as_sequence()
+                    .map(|s| s.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+                    .unwrap_or_default()
+            };
+            let resources = names("resources");
+            let core = names("apiGroups").iter().any(|g| g.is_empty() || g == "*");
+            if core && resources.iter().any(|r| r == "secrets" || r == "*") {
+                let ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
+                grants.push((kind(o).to_string(), ns.to_string(), names("verbs")));
+            }
+        }
+    }
+    grants
+}
+
+#[test]
+fn secrets_are_granted_only_in_the_namespaces_agents_run_in() {
+    // By default, every namespace: the ClusterRole, and never a listing of Secrets.
+    let objects = render(&[]);
+    assert_eq!(
+        secret_grants(&objects),
+        [(
+            "ClusterRole".to_string(),
+            String::new(),
+            vec!["get".to_string(), "create".into(), "patch".into()]
+        )]
+    );
+
+    // Named namespaces: a Role in each, bound to the operator's account; nothing cluster-wide.
+    let objects = render(&["rbac.agentNamespaces={team-a,team-b}"]);
+    check_references(&objects, &[]);
+    let grants = secret_grants(&objects);
+    let verbs = vec!["get".to_string(), "create".into(), "patch".into()];
+    assert_eq!(
+        grants,
+        [
+            ("Role".to_string(), "team-a".to_string(), verbs.clone()),
+            ("Role".to_string(), "team-b".to_string(), verbs)
+        ]
+    );
+    for ns in ["team-a", "team-b"] {
+        let binding = objects
+            .iter()
+            .find(|o| kind(o) == "RoleBinding" && o["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("no RoleBinding in {ns}"));
+        assert_eq!(binding["roleRef"]["name"], "af-agentfleet-secrets");
+        assert_eq!(binding["subjects"][0]["name"], "af-agentfleet");
+        assert_eq!(binding["subjects"][0]["namespace"], "fleet");
+    }
+
+    // With your own Redis and no archive, the operator writes no Secret: `get` alone.
+    let objects = render(&[
+        "redis.deploy=false",
+        "redis.url=redis://redis.data:6379/0",
+        "rbac.agentNamespaces={team-a}",
+    ]);
+    assert_eq!(
+        secret_grants(&objects),
+        [(
+            "Role".to_string(),
+            "team-a".to_string(),
+            vec!["get".to_string()]
+        )]
+    );
+}
+
 #[test]
 fn the_chart_lints() {
     helm(&["lint", CHART, "--strict"]);

@@ -571,7 +571,8 @@ async fn an_agents_page_shows_what_it_does_and_spends() {
          [...document.querySelectorAll('#agent-body .facts dt')].map(d => d.textContent + ': ' + d.nextSibling.textContent), \
          document.querySelectorAll('#agent-body table.checkpoints tr').length - 1, \
          document.querySelectorAll('#agent-body svg.chart rect.bar').length, \
-         document.querySelector('#budget-today') && document.querySelector('#budget-today').max]",
+         document.querySelector('#budget-today') && document.querySelector('#budget-today').max, \
+         document.querySelector('#agent-body .state').textContent]",
         |v| v[3].as_u64().unwrap_or(0) >= 3,
     )
     .await;
@@ -580,6 +581,13 @@ async fn an_agents_page_shows_what_it_does_and_spends() {
         ["sleeping", "thinking", "stopped"].contains(&page[1].as_str().unwrap()),
         "{page}"
     );
+    // It answers: whatever it is doing, it is not "Not running" (dev's pool hosts it; an agent
+    // no worker holds now is asleep until its next event).
+    let said = page[6].as_str().unwrap();
+    assert!(!said.contains("Not running"), "{page}");
+    if page[1] == "stopped" {
+        assert!(said.starts_with("Asleep"), "{page}");
+    }
     let facts: Vec<&str> = page[2]
         .as_array()
         .unwrap()

@@ -543,6 +543,104 @@ async fn plans_fire_in_dev_and_the_agent_acts_on_them() {
     assert_eq!(from_butler().await.len(), 1);
 }
 
+/// The value of the series `series` (name and labels, as `/metrics` writes them) in `metrics`.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// Seen as a new user: what `dev` shows of an agent that answers must be true. Before, every
+/// agent was `Pending` in `agentfleet_agents` (dev's pool holds no lease between sessions and
+/// the gauge took no worker as available), `agentfleet_plans_fired_total` stayed 0 while plans
+/// fired, and the agent's "over its life" tokens (committed cycles, billed input and output)
+/// were fewer than "today" (every call, cache reads too).
+#[tokio::test]
+async fn what_dev_shows_of_an_agent_that_answers_is_true() {
+    agentfleet::install_crypto_provider();
+    let model = agentfleet::testing::MockModel::responding(|req| {
+        use agentfleet::testing::MockTurn;
+        let conversation = agentfleet::testing::conversation(req);
+        let last = conversation.last().cloned().unwrap_or_default();
+        if last["role"] == "tool" {
+            return MockTurn::text("done");
+        }
+        // The plan's cycle is skipped: rolled back, its tokens spent all the same.
+        if last["content"].as_str().is_some_and(|t| t.contains("tea")) {
+            return MockTurn::tools(&[("skip", json!({"reason": "not now"}))]);
+        }
+        MockTurn::tools(&[("send_message", json!({"text": "At your service."}))])
+    })
+    .await
+    .unwrap();
+    // Of every call's 100 prompt tokens, 60 read from the provider's cache.
+    model.report_cached_tokens(60);
+    let at = k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(2);
+    let spec = format!(
+        "{}\n  plans:\n  - name: tea\n    at: {at}\n    instruction: Remind Husam to drink some tea.",
+        openai(&model.base_url)
+    );
+    let dir = ManifestDir::new("shown", "home", &[("butler", spec)]);
+    let dev = Dev::start_in(dir.path(), &[]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/home", "Husam");
+    let posted = dev
+        .post(&http, &husam, "home", &json!({"text": "Hello?"}))
+        .await;
+    assert_eq!(posted.status(), 201);
+    wait_for_message(&http, &dev, &husam, "home", |m| {
+        m["sender"]["id"] == "butler"
+    })
+    .await;
+
+    let mut wrong = Vec::new();
+    let start = Instant::now();
+    let (mut fired, mut sleeping, mut pending) = (None, None, None);
+    while start.elapsed() < Duration::from_secs(20) {
+        let metrics = dev.metrics(&http).await;
+        fired = sample(&metrics, "agentfleet_plans_fired_total{source=\"spec\"}");
+        sleeping = sample(&metrics, "agentfleet_agents{phase=\"Sleeping\"}");
+        pending = sample(&metrics, "agentfleet_agents{phase=\"Pending\"}");
+        if fired == Some(1.0) && sleeping == Some(1.0) && pending.unwrap_or(0.0) == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if fired != Some(1.0) {
+        wrong.push(format!(
+            "the plan fired, but agentfleet_plans_fired_total{{source=\"spec\"}} is {fired:?}"
+        ));
+    }
+    if sleeping != Some(1.0) || pending.unwrap_or(0.0) != 0.0 {
+        wrong.push(format!(
+            "the agent answers in a running pool, but agentfleet_agents says Sleeping {sleeping:?}, Pending {pending:?}"
+        ));
+    }
+    // The message's cycle committed, the plan's skipped (its one call made): the tokens as the
+    // console shows them.
+    let start = Instant::now();
+    while model.request_count() < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the plan's cycle never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let agent = dev.get(&http, &husam, "/v1/agents/default/butler").await;
+    assert_eq!(agent["cycles"], 1, "{agent}");
+    let [today, month, life] =
+        ["tokensToday", "tokensThisMonth", "tokensUsed"].map(|f| agent[f].as_u64().unwrap());
+    assert!(today > 0, "{agent}");
+    if !(life >= month && month >= today) {
+        wrong.push(format!(
+            "over its life {life} tokens, this month {month}, today {today}"
+        ));
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// Two agents on a real model that always answers by addressing the other: before the loop
 /// guard they talked forever; now the chain stops at the space's `maxDepth` with a notice.
 #[tokio::test]

@@ -358,6 +358,70 @@ fn every_runbook_url_names_a_heading_of_the_docs() {
     );
 }
 
+/// The `.rs` files under `dir`, recursively.
+fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).into_iter().flatten();
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, into);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            into.push(path);
+        }
+    }
+}
+
+/// Every metric name the code writes as a string literal (`"agentfleet_…"`).
+fn metric_names() -> BTreeSet<String> {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    let mut names = BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for (i, _) in text.match_indices("\"agentfleet_") {
+            let name: String = text[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if text[i + 1 + name.len()..].starts_with('"') {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_metric_is_in_the_operating_guide() {
+    let names = metric_names();
+    assert!(names.len() > 40, "the scan found the metrics: {names:?}");
+    let guide = std::fs::read_to_string(root().join("docs/operating.md")).unwrap();
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !guide.contains(&format!("`{n}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metrics not in docs/operating.md's list: {missing:?}"
+    );
+}
+
+#[test]
+fn the_license_cargo_names_is_in_the_repository() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("license = \"Apache-2.0\""),
+        "Cargo.toml's license"
+    );
+    let text = std::fs::read_to_string(root().join("LICENSE")).expect("a LICENSE file");
+    let words: Vec<&str> = text.split_whitespace().take(4).collect();
+    assert_eq!(words, ["Apache", "License", "Version", "2.0,"]);
+    assert!(
+        text.contains("END OF TERMS AND CONDITIONS"),
+        "the whole text"
+    );
+}
+
 #[test]
 fn slugs_are_githubs() {
     assert_eq!(slug("Run the tests"), "run-the-tests");

@@ -28,7 +28,7 @@ use agentfleet::operator::health::Health;
 use agentfleet::store::{prelude::*, RedisStore};
 use agentfleet::telemetry::OperatorMetrics;
 use agentfleet::testing::{RedisServer, WaitInbox};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -461,6 +461,61 @@ async fn operator_on_a_real_api_server() {
         }
     })
     .await;
+
+    eprintln!("step: changing only how the agent scales keeps its worker's pod");
+    // Seen with real pods: patching `idleSeconds` replaced the running worker (the hash
+    // covered `metadata.generation`, the Deployment is `Recreate`): a ReplicaSet each time.
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let worker_sets = || async {
+        replica_sets
+            .list(&ListParams::default().labels("agentfleet.dev/agent=assistant"))
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+    let template_hash = || async {
+        let d = deployments.get("assistant-worker").await.unwrap();
+        d.spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()["agentfleet.dev/config-hash"]
+            .clone()
+    };
+    let (hash_before, sets_before) = (template_hash().await, worker_sets().await);
+    for idle in [45, 46, 47] {
+        let patched = agents
+            .patch(
+                "assistant",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"scaling": {"idleSeconds": idle}}})),
+            )
+            .await
+            .unwrap();
+        let generation = patched.metadata.generation;
+        eventually(
+            "the reconcile saw the new generation",
+            Duration::from_secs(10),
+            || {
+                let agents = agents.clone();
+                async move {
+                    let a = agents.get("assistant").await.ok()?;
+                    (a.status?.observed_generation == generation).then_some(())
+                }
+            },
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        template_hash().await,
+        hash_before,
+        "the pod template kept its hash"
+    );
+    assert_eq!(worker_sets().await, sets_before, "no new ReplicaSet");
 
     eprintln!("step: an edited or deleted child is repaired");
     deployments

@@ -39,7 +39,9 @@ const MAX_BYTES: u64 = 256 * 1024 * 1024;
 pub struct Document {
     /// Whose consciousness it is.
     pub agent: AgentKey,
-    /// The Agent's `metadata.generation` when it was written (0 when unknown).
+    /// The Agent's `metadata.generation` the worker started with (0 when unknown): a change
+    /// the worker does not read, such as `spec.scaling`, moves the generation but keeps the
+    /// worker running.
     pub generation: i64,
     /// The consciousness and the agent's notes after `snapshot.consciousness.cycle`.
     pub snapshot: Snapshot,

@@ -99,7 +99,7 @@ pub(super) async fn agent_view(
         tokens_per_day: facts.tokens_per_day,
         tokens_this_month: spent.month,
         tokens_per_month: facts.tokens_per_month,
-        tokens_used: seen.tokens_used,
+        tokens_used: lifetime_tokens(&seen),
         tools: seen
             .tools
             .unwrap_or_default()
@@ -123,6 +123,17 @@ pub(super) async fn agent_view(
             })
             .collect(),
     }))
+}
+
+/// The tokens of every model call over the agent's life, counted as today's and this month's
+/// are (every direction, rolled-back cycles and compactions too); when more, what its committed
+/// cycles used (kept with its consciousness, which outlives a Redis that lost the counts).
+fn lifetime_tokens(seen: &AgentObservation) -> u64 {
+    let counted = seen
+        .tokens
+        .as_ref()
+        .map_or(0, |t| t.input + t.cache_read + t.cache_write + t.output);
+    counted.max(seen.tokens_used)
 }
 
 /// What the agent is doing, in the words of [`AgentView::state`].

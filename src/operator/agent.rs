@@ -206,7 +206,7 @@ async fn apply_worker(
         .controller_owner_ref(&())
         .ok_or(Error::MissingField("metadata.uid"))?;
     let manifest = build::render_manifest(agent)?;
-    let hash = build::config_hash(&manifest, &ctx.worker, &agent.spec.tools.secrets());
+    let hash = build::agent_config_hash(agent, &ctx.worker)?;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &key.namespace);
     for secret in build::agent_worker_secrets(agent, &owner, &ctx.worker) {
         // Never a value: only what the API server said about the Secret.

@@ -12,7 +12,7 @@ mod pool;
 mod secrets;
 
 pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
-pub use self::config::{config_hash, configmap, render_manifest};
+pub use self::config::{agent_config_hash, config_hash, configmap, render_manifest};
 pub use self::deployment::deployment;
 use self::deployment::log_format_value;
 pub use self::pool::{
@@ -610,26 +610,54 @@ mod tests {
     #[test]
     fn config_hash_changes_with_the_spec_only() {
         let agent = fixture("agent-scripted.yaml");
-        let a = config_hash(&render_manifest(&agent).unwrap(), &defaults(), &[]);
-        assert_eq!(
-            a,
-            config_hash(&render_manifest(&agent).unwrap(), &defaults(), &[])
-        );
+        let a = agent_config_hash(&agent, &defaults()).unwrap();
+        assert_eq!(a, agent_config_hash(&agent, &defaults()).unwrap());
         let mut changed = agent.clone();
         changed.spec.instructions.push_str(" Be brief.");
-        assert_ne!(
-            a,
-            config_hash(&render_manifest(&changed).unwrap(), &defaults(), &[])
-        );
+        assert_ne!(a, agent_config_hash(&changed, &defaults()).unwrap());
         let mut with_status = agent.clone();
         with_status.status = Some(crate::crd::AgentStatus {
             cycles: Some(7),
             ..Default::default()
         });
-        assert_eq!(
-            a,
-            config_hash(&render_manifest(&with_status).unwrap(), &defaults(), &[])
-        );
+        assert_eq!(a, agent_config_hash(&with_status, &defaults()).unwrap());
         assert_eq!(a.len(), 16);
+    }
+
+    /// The pod template of `agent`'s Deployment, built as the reconcile builds it.
+    fn template(agent: &Agent) -> serde_json::Value {
+        let hash = agent_config_hash(agent, &defaults()).unwrap();
+        let d = deployment(agent, &owner(agent), &defaults(), &hash, Some(1));
+        serde_json::to_value(d.spec.unwrap().template).unwrap()
+    }
+
+    #[test]
+    fn a_change_the_worker_does_not_read_keeps_its_pod() {
+        // Seen on a real cluster: patching `idleSeconds` of an agent kept up by
+        // `minReplicas: 1` replaced its running worker (the Deployment is `Recreate`).
+        let mut agent = fixture("agent-scripted.yaml");
+        agent.spec.scaling.min_replicas = 1;
+        let before = template(&agent);
+        let mut scaled = agent.clone();
+        scaled.spec.scaling.idle_seconds += 60;
+        scaled.spec.scaling.min_replicas = 0;
+        scaled.metadata.generation = agent.metadata.generation.map(|g| g + 1);
+        assert_eq!(
+            before,
+            template(&scaled),
+            "same pod: the worker keeps running"
+        );
+        // The ConfigMap still tells the truth about the Agent.
+        let manifest = render_manifest(&scaled).unwrap();
+        assert!(manifest.contains("generation: 2"), "{manifest}");
+
+        let mut instructed = scaled.clone();
+        instructed.spec.instructions.push_str(" Be brief.");
+        instructed.metadata.generation = scaled.metadata.generation.map(|g| g + 1);
+        assert_ne!(
+            before["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
+            template(&instructed)["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
+            "a change the worker reads rolls it"
+        );
     }
 }

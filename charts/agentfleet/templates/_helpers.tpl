@@ -142,3 +142,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "agentfleet.writesWorkerSecrets" -}}
 {{- if or (include "agentfleet.workerRedisManaged" .) .Values.archive.url -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+The operator's rule on Secrets (RBAC cannot grant metadata alone: `get` and `patch` reveal the
+value). `get`: an Agent's model key Secret, to check the key is in it (its value is never
+logged, written or kept), and the metadata of each `headersFrom` Secret; with the chart's Redis
+or an archive, `create` and `patch` of the Secrets beside each worker (the Redis URL, the
+archive's environment). Never `list` or `watch`.
+*/}}
+{{- define "agentfleet.secretRules" -}}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: {{ if include "agentfleet.writesWorkerSecrets" . }}[get, create, patch]{{ else }}[get]{{ end }}
+{{- end -}}

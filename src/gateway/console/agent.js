@@ -11,7 +11,9 @@ const STATES = {
   asking: 'Waiting for a person’s answer',
   thinking: 'Thinking',
   sleeping: 'Sleeping: a worker waits on its inbox',
-  stopped: 'Not running: the next event wakes it',
+  // No worker holds it now: asleep in its pool or scaled to zero (which, the gateway cannot
+  // tell); either way it is not stopped.
+  stopped: 'Asleep: the next event wakes it',
 };
 
 let tick = null; // the refresh of the agent shown

@@ -2,6 +2,7 @@
 //! everything that shapes the pod (a changed hash rolls it).
 
 use super::*;
+use crate::crd::ScalingSpec;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -25,6 +26,31 @@ struct RenderedMeta<'a> {
 /// The Agent manifest the worker reads: apiVersion, kind, identity and the spec with every
 /// default filled in. Deterministic: the same Agent renders to the same bytes.
 pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
+    render(agent, agent.metadata.generation, &agent.spec)
+}
+
+/// The configuration hash of an Agent's own worker: what the worker reads of its manifest and
+/// what else shapes its pod ([`config_hash`]). Left out, so that changing them never replaces
+/// a running worker: `spec.scaling` (read by the operator alone, which scales the Deployment)
+/// and `metadata.generation` (it moves with every spec change, also those left out; a change
+/// the worker reads changes the spec's bytes anyway).
+pub fn agent_config_hash(
+    agent: &Agent,
+    defaults: &WorkerDefaults,
+) -> Result<String, serde_yaml::Error> {
+    let spec = AgentSpec {
+        scaling: ScalingSpec::default(),
+        ..agent.spec.clone()
+    };
+    let read = render(agent, None, &spec)?;
+    Ok(config_hash(&read, defaults, &agent.spec.tools.secrets()))
+}
+
+fn render(
+    agent: &Agent,
+    generation: Option<i64>,
+    spec: &AgentSpec,
+) -> Result<String, serde_yaml::Error> {
     let name = agent.name_any();
     let namespace = agent.namespace().unwrap_or_default();
     let uid = agent.uid().unwrap_or_default();
@@ -35,9 +61,9 @@ pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
             name: &name,
             namespace: &namespace,
             uid: &uid,
-            generation: agent.metadata.generation,
+            generation,
         },
-        spec: &agent.spec,
+        spec,
     })
 }
 

@@ -193,11 +193,14 @@ const OBSERVE_AT_ONCE: usize = 1_000;
 
 /// Keeps the gauges of a fleet that nothing scales (`agentfleet dev`): looks at `agents`
 /// every `every` until `stop` turns true. Each agent comes with its replicas (1 running, 0
-/// paused) and its `spec.budget`, the phase is the operator's [`phase`] of that; a look that fails leaves the
-/// gauges as they were (`agentfleet_data_plane_up` says why).
+/// paused) and its `spec.budget`; `up` says whether the process running them (dev's pool) can
+/// work now, as a Deployment's available replicas say it for the operator. The phase is the
+/// operator's [`phase`] of that; a look that fails leaves the gauges as they were
+/// (`agentfleet_data_plane_up` says why).
 pub async fn watch_fleet(
     store: Arc<dyn Store>,
     agents: Vec<(AgentKey, i32, Option<BudgetSpec>)>,
+    up: Arc<dyn Fn() -> bool + Send + Sync>,
     metrics: OperatorMetrics,
     every: Duration,
     mut stop: watch::Receiver<bool>,
@@ -212,6 +215,7 @@ pub async fn watch_fleet(
             _ = tick.tick() => {}
         }
         let now = now_ms();
+        let available = i32::from(up());
         let mut phases: HashMap<AgentPhase, i64> = HashMap::new();
         let mut complete = true;
         // A thousand agents at a time: one read's answer stays small however large the fleet.
@@ -230,7 +234,7 @@ pub async fn watch_fleet(
             for ((key, replicas, budget), o) in watched.iter().zip(&seen) {
                 gauges.agent(&metrics, key, budget.as_ref(), o, now);
                 *phases
-                    .entry(phase(false, Some(*replicas), 0, o))
+                    .entry(phase(false, Some(*replicas), available.min(*replicas), o))
                     .or_default() += 1;
             }
         }
@@ -430,24 +434,35 @@ mod tests {
         }
         let m = OperatorMetrics::new().unwrap();
         let (stop, rx) = watch::channel(false);
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let pool_up = up.clone();
         let task = tokio::spawn(watch_fleet(
             store,
             vec![(running, 1, None), (paused, 0, None)],
+            Arc::new(move || pool_up.load(std::sync::atomic::Ordering::SeqCst)),
             m.clone(),
             Duration::from_millis(10),
             rx,
         ));
         let phase = |p: &str| m.agents.with_label_values(&[p]).get();
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while phase("ScaledToZero") != 1 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .unwrap();
-        // No worker holds the running agent's lease here: it is Pending, as the operator
-        // would say.
-        assert_eq!((phase("Pending"), phase("Sleeping")), (1, 0));
+        let until = |want: &'static str| async move {
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while phase(want) != 1 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("never {want}"));
+        };
+        until("ScaledToZero").await;
+        // No lease is held between sessions, but the pool that runs the agent is up: it
+        // sleeps there, as the operator says of an agent whose worker is available.
+        until("Sleeping").await;
+        assert_eq!(phase("Pending"), 0);
+        // The pool cannot work (its Redis is away): Pending, as with no worker available.
+        up.store(false, std::sync::atomic::Ordering::SeqCst);
+        until("Pending").await;
+        assert_eq!(phase("Sleeping"), 0);
         assert_eq!(
             value(&m, "agentfleet_inbox_depth"),
             [
