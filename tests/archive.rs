@@ -508,16 +508,17 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Life goes on from there; a restarted worker does not roll it back again.
-    assert_eq!(rig.cycle(&sre(), "step 3 again", "redone").await, 3);
+    // Life goes on from there, numbered past the abandoned cycles 3 to 5 (their archived
+    // objects stay); a restarted worker does not roll it back again.
+    assert_eq!(rig.cycle(&sre(), "step 3 again", "redone").await, 6);
     drop(worker);
     let worker = rig.worker(&manifest);
     assert_eq!(
         rig.cycle(&sre(), "still there?", "yes").await,
-        4,
+        7,
         "applied once"
     );
-    rig.until_archived_cycle("cycle 4 archived", &sre(), 4)
+    rig.until_archived_cycle("cycle 7 archived", &sre(), 7)
         .await;
     drop(worker);
 
@@ -525,7 +526,7 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     let sre_before = agentfleet::store::snapshot(&rig.store, &sre())
         .await
         .unwrap();
-    let object_before = std::fs::read(rig.object(&sre(), 4)).unwrap();
+    let object_before = std::fs::read(rig.object(&sre(), 7)).unwrap();
     let sre2 = AgentKey::new("ops", "sre2");
     let fork = rig.manifest("sre2", "    seedFrom: {agent: sre}");
     let forked = rig.worker(&fork);
@@ -548,11 +549,11 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         essence(&sre_before)
     );
     assert_eq!(
-        std::fs::read(rig.object(&sre(), 4)).unwrap(),
+        std::fs::read(rig.object(&sre(), 7)).unwrap(),
         object_before,
         "the source's archive untouched"
     );
-    rig.until_archived_cycle("the fork archived", &sre2, 4)
+    rig.until_archived_cycle("the fork archived", &sre2, 7)
         .await;
     drop(forked);
 
@@ -614,7 +615,7 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     std::fs::write(rig.object(&sre(), 4), std::mem::take(&mut original)).unwrap();
 
     // Another agent's checkpoint is refused as foreign.
-    let foreign = format!("s3://fleet/{ARCHIVE}/ops/sre2/4");
+    let foreign = format!("s3://fleet/{ARCHIVE}/ops/sre2/7");
     let manifest = rig.manifest(
         "sre",
         &format!("{plain}\n    restore: {{storageRef: \"{foreign}\"}}"),
