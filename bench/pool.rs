@@ -190,6 +190,7 @@ async fn run(bin: &str, agents: usize, mode: Mode) {
                         limit: 1,
                         before: None,
                         after: None,
+                        ..Default::default()
                     },
                 )
                 .await

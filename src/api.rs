@@ -101,7 +101,8 @@ pub struct Posted {
 pub struct MessagePage {
     /// Newest first, or oldest first when reading `after` an id.
     pub messages: Vec<Message>,
-    /// When the page is full: the id to pass as `before` (or `after`) for the next page.
+    /// When the page is full (its `limit`, or 1 MiB of messages): the id to pass as `before`
+    /// (or `after`) for the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
 }

@@ -80,6 +80,12 @@ pub fn record(space: &Space, members: &[ResolvedMember]) -> crate::store::SpaceR
             .unwrap_or_else(|| space.name_any()),
         members: members.iter().map(crate::store::Member::from).collect(),
         max_messages: space.spec.retention.max_messages,
+        // Any message fits in a page, whatever a manifest the schema did not check says.
+        max_message_bytes: space
+            .spec
+            .retention
+            .max_message_bytes
+            .min(crate::store::PAGE_BYTES as u64),
         loop_guard: space.spec.loop_guard.into(),
         context_id: None,
     }

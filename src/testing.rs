@@ -198,6 +198,7 @@ pub fn space_record(
         display_name: display_name.into(),
         members: agents.chain(humans).collect(),
         max_messages: 1000,
+        max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),
         context_id: None,
     }

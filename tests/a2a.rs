@@ -204,6 +204,7 @@ async fn a_task_survives_killing_dev_mid_cycle() {
             limit: 10,
             before: None,
             after: None,
+            ..Default::default()
         };
         let messages = store.read_messages(&space, &read).await.unwrap();
         let posted = messages.iter().find(|m| m.id == message).unwrap();

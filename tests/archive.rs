@@ -14,7 +14,11 @@ use agentfleet::store::{prelude::*, AgentObservation, NoteKind, RedisStore, Snap
 use agentfleet::testing::{s3, space_record, MockModel, MockTurn, RedisServer, S3Server};
 use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentfleet");
+/// The binary under test: this build's, or `AGENTFLEET_TEST_BIN` (to run these tests against
+/// another build, such as the one before a fix).
+fn bin() -> String {
+    std::env::var("AGENTFLEET_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentfleet").into())
+}
 
 struct Worker(Child);
 
@@ -110,7 +114,7 @@ impl Rig {
 
     fn worker(&self, manifest: &std::path::Path) -> Worker {
         Worker(
-            agentfleet::testing::worker_command(BIN, manifest, &self.redis.url())
+            agentfleet::testing::worker_command(&bin(), manifest, &self.redis.url())
                 .unwrap()
                 .envs(self.s3.env())
                 .env("AGENTFLEET_ARCHIVE_URL", self.s3.url(ARCHIVE))
@@ -504,16 +508,17 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Life goes on from there; a restarted worker does not roll it back again.
-    assert_eq!(rig.cycle(&sre(), "step 3 again", "redone").await, 3);
+    // Life goes on from there, numbered past the abandoned cycles 3 to 5 (their archived
+    // objects stay); a restarted worker does not roll it back again.
+    assert_eq!(rig.cycle(&sre(), "step 3 again", "redone").await, 6);
     drop(worker);
     let worker = rig.worker(&manifest);
     assert_eq!(
         rig.cycle(&sre(), "still there?", "yes").await,
-        4,
+        7,
         "applied once"
     );
-    rig.until_archived_cycle("cycle 4 archived", &sre(), 4)
+    rig.until_archived_cycle("cycle 7 archived", &sre(), 7)
         .await;
     drop(worker);
 
@@ -521,7 +526,7 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     let sre_before = agentfleet::store::snapshot(&rig.store, &sre())
         .await
         .unwrap();
-    let object_before = std::fs::read(rig.object(&sre(), 4)).unwrap();
+    let object_before = std::fs::read(rig.object(&sre(), 7)).unwrap();
     let sre2 = AgentKey::new("ops", "sre2");
     let fork = rig.manifest("sre2", "    seedFrom: {agent: sre}");
     let forked = rig.worker(&fork);
@@ -544,11 +549,11 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
         essence(&sre_before)
     );
     assert_eq!(
-        std::fs::read(rig.object(&sre(), 4)).unwrap(),
+        std::fs::read(rig.object(&sre(), 7)).unwrap(),
         object_before,
         "the source's archive untouched"
     );
-    rig.until_archived_cycle("the fork archived", &sre2, 4)
+    rig.until_archived_cycle("the fork archived", &sre2, 7)
         .await;
     drop(forked);
 
@@ -610,7 +615,7 @@ async fn the_spec_restores_forks_and_refuses_corrupt_or_foreign_checkpoints() {
     std::fs::write(rig.object(&sre(), 4), std::mem::take(&mut original)).unwrap();
 
     // Another agent's checkpoint is refused as foreign.
-    let foreign = format!("s3://fleet/{ARCHIVE}/ops/sre2/4");
+    let foreign = format!("s3://fleet/{ARCHIVE}/ops/sre2/7");
     let manifest = rig.manifest(
         "sre",
         &format!("{plain}\n    restore: {{storageRef: \"{foreign}\"}}"),
@@ -667,7 +672,7 @@ async fn a_busy_agent_has_its_newest_checkpoint_written_once_an_interval() {
 
 /// `agentfleet consciousness` with `--from URL`, as an operator runs it.
 fn cli(rig: &Rig, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(BIN)
+    std::process::Command::new(bin())
         .args(args)
         .env("AGENTFLEET_REDIS_URL", rig.redis.url())
         .env(agentfleet::archive::SIGNING_KEY_ENV, SIGNING_KEY)
@@ -811,4 +816,63 @@ async fn operators_read_and_restore_archived_checkpoints_from_a_terminal() {
             .cycle,
         1
     );
+}
+
+/// After a restore to an earlier cycle, the next checkpoint is numbered past every cycle the
+/// agent has had: the archived checkpoints of the abandoned cycles stay as they were, and a
+/// restore to them is still possible (issue 41: the build before numbered it 2 and wrote it
+/// over the archived cycle 2).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cycle_after_a_restore_overwrites_no_archived_checkpoint() {
+    let rig = Rig::start("abandoned").await;
+    let manifest = rig.manifest("sre", "    archive: {keepLast: 20, intervalSeconds: 0}");
+    let worker = rig.worker(&manifest);
+    for i in 1..=3u64 {
+        rig.cycle(&sre(), &format!("step {i}"), &format!("done {i}"))
+            .await;
+        rig.until_archived_cycle("archived", &sre(), i).await;
+    }
+    let archive =
+        agentfleet::archive::Archive::open_with(&rig.s3.url(ARCHIVE), &rig.s3.env()).unwrap();
+    let mut before = Vec::new();
+    for cycle in 1..=3 {
+        let doc = archive.get(&sre(), cycle).await.unwrap();
+        before.push(doc.snapshot.consciousness.digest);
+    }
+    drop(worker);
+    tokio::time::sleep(Duration::from_millis(1200)).await; // its lease runs out
+
+    let out = cli(
+        &rig,
+        &["consciousness", "restore", "ops/sre", "--cycle", "1"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _worker = rig.worker(&manifest);
+    let next = rig.cycle(&sre(), "after the restore", "on it").await;
+    rig.until_archived_cycle("the new cycle archived", &sre(), next)
+        .await;
+    for (cycle, digest) in (1..=3).zip(&before) {
+        let doc = archive.get(&sre(), cycle).await.unwrap();
+        assert_eq!(
+            &doc.snapshot.consciousness.digest, digest,
+            "the archived checkpoint of cycle {cycle} was overwritten by cycle {next}"
+        );
+    }
+    assert_eq!(next, 4, "numbered past the abandoned cycles 2 and 3");
+    let new = archive
+        .get(&sre(), next)
+        .await
+        .unwrap()
+        .snapshot
+        .consciousness;
+    let text = new.messages.join("\n");
+    assert!(
+        text.contains("step 1") && text.contains("after the restore") && !text.contains("step 2"),
+        "{text}"
+    );
+    assert_eq!(rig.archived(&sre()), [1, 2, 3, 4]);
 }

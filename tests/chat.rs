@@ -109,6 +109,7 @@ impl Fixture {
             display_name: display_name.into(),
             members,
             max_messages: 1000,
+            max_message_bytes: agentfleet::store::DEFAULT_MAX_MESSAGE_BYTES,
             loop_guard: Default::default(),
             context_id: None,
         };

@@ -1425,3 +1425,116 @@ async fn with_an_archive_dev_remembers_across_restarts() {
     drop(dev);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A model's message longer than its space takes is not posted: the model reads a tool error
+/// that says by how much (so it can shorten it); and `read_messages` gives the model at most
+/// 64 KiB of messages, with `before` to read on. Issue 41: before, a model's megabytes were
+/// posted and read back whole.
+#[tokio::test]
+async fn a_models_long_message_is_a_tool_error_and_its_reads_are_bounded() {
+    use agentfleet::testing::MockTurn;
+    use std::sync::{Arc, Mutex};
+    agentfleet::install_crypto_provider();
+    let results = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = results.clone();
+    let model = agentfleet::testing::MockModel::responding(move |req| {
+        let conversation = agentfleet::testing::conversation(req);
+        let last = conversation.last().unwrap();
+        if last["role"] == "tool" {
+            seen.lock()
+                .unwrap()
+                .push(last["content"].as_str().unwrap_or_default().to_string());
+            return MockTurn::text("done");
+        }
+        let inbox = last["content"].as_str().unwrap_or("");
+        if inbox.contains("write it all out") {
+            MockTurn::tools(&[("send_message", json!({"text": "w".repeat(100 * 1024)}))])
+        } else if inbox.contains("read it back") {
+            MockTurn::tools(&[("read_messages", json!({"limit": 50}))])
+        } else {
+            MockTurn::tools(&[("skip", json!({}))])
+        }
+    })
+    .await
+    .unwrap();
+    let dir = ManifestDir::new("long", "long", &[("scribe", openai(&model.base_url))]);
+    let dev = Dev::start_in(dir.path(), &[]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/long", "Husam");
+    let result = |what: &'static str| {
+        let results = results.clone();
+        async move {
+            let start = Instant::now();
+            loop {
+                if let Some(r) = results.lock().unwrap().iter().find(|r| r.contains(what)) {
+                    return r.clone();
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "no tool result with {what:?}: {:?}",
+                    results
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .map(|r| &r[..r.len().min(300)])
+                        .collect::<Vec<_>>()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    let posted = dev
+        .post(&http, &husam, "long", &json!({"text": "write it all out"}))
+        .await;
+    assert_eq!(posted.status(), 201);
+    let refused = result("not sent").await;
+    assert!(
+        refused.contains("102400 bytes, more than the 65536 bytes"),
+        "{refused}"
+    );
+    let page = dev.messages(&http, &husam, "long").await;
+    assert!(
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["sender"]["id"] != "scribe"),
+        "nothing of the model's was posted: {}",
+        page.to_string().len()
+    );
+
+    // Three messages of 40 KiB, then a read: one page of at most 64 KiB, and where to go on.
+    for i in 0..3 {
+        let posted = dev
+            .post(
+                &http,
+                &husam,
+                "long",
+                &json!({"text": format!("filler {i} {}", "f".repeat(40 * 1024))}),
+            )
+            .await;
+        assert_eq!(posted.status(), 201);
+    }
+    dev.post(&http, &husam, "long", &json!({"text": "read it back"}))
+        .await;
+    let read: Value = serde_json::from_str(&result("\"messages\"").await).unwrap();
+    let texts: Vec<&str> = read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    let bytes: usize = texts.iter().map(|t| t.len()).sum();
+    assert!(bytes <= 64 * 1024, "{bytes} bytes read at once");
+    assert_eq!(
+        texts.last(),
+        Some(&"read it back"),
+        "oldest first, the newest last"
+    );
+    assert!(
+        read["before"].is_string(),
+        "where to read on: {}",
+        read["before"]
+    );
+}

@@ -163,6 +163,7 @@ async fn messages(store: &RedisStore, space: &str) -> Vec<agentfleet::store::Spa
                 limit: 50,
                 before: None,
                 after: None,
+                ..Default::default()
             },
         )
         .await

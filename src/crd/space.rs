@@ -101,14 +101,26 @@ pub struct RetentionSpec {
     #[serde(default = "default_max_messages")]
     #[schemars(range(min = 1))]
     pub max_messages: u64,
+    /// The most bytes of text one message may have (default 65536, at most 1048576, the
+    /// bytes of a page of messages, so that any message fits in one). A longer message is
+    /// refused, whoever posts it: a person or a service gets an error, an agent a tool
+    /// error it reads.
+    #[serde(default = "default_max_message_bytes")]
+    #[schemars(range(min = 1, max = 1_048_576))]
+    pub max_message_bytes: u64,
 }
 
 impl Default for RetentionSpec {
     fn default() -> Self {
         Self {
             max_messages: default_max_messages(),
+            max_message_bytes: default_max_message_bytes(),
         }
     }
+}
+
+fn default_max_message_bytes() -> u64 {
+    crate::store::DEFAULT_MAX_MESSAGE_BYTES
 }
 
 fn default_max_messages() -> u64 {

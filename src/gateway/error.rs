@@ -144,6 +144,11 @@ impl ApiError {
         )
     }
 
+    /// 413 for a message longer than its space takes (the store's sentence says by how much).
+    pub fn message_too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "message_too_large", message)
+    }
+
     /// 429.
     pub fn rate_limited(wait: std::time::Duration) -> Self {
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;

@@ -58,6 +58,7 @@ use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
 use crate::store::{
     now_ms, EventKind, InboxEvent, NewMessage, ReadQuery, SpaceRecord, Store, StoreError,
+    PAGE_BYTES,
 };
 use crate::telemetry::{self, GatewayMetrics};
 use auth::{Caller, Entity, RateLimiter, Tokens};
@@ -269,7 +270,7 @@ enum RequestRefusals {
         (status = 201, description = "Posted and delivered to the member agents", body = Posted),
         (status = 200, description = "An earlier post had this Idempotency-Key", body = Posted),
         (status = 400, description = "Invalid body", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 413, description = "Body too large, or the text longer than the space takes (its `retention.maxMessageBytes`)", body = ErrorBody),
         SpaceRefusals,
         RequestRefusals,
     ),
@@ -316,6 +317,7 @@ async fn post_message(
         .await
         .map_err(|e| match e {
             StoreError::NotMember { .. } => ApiError::not_member(e.to_string()),
+            StoreError::TooLarge { .. } => ApiError::message_too_large(e.to_string()),
             e => ApiError::unavailable(&e),
         })?;
     let status = if posted.duplicate {
@@ -350,7 +352,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ReadParams {
-    /// The most messages returned (1–500, default 50).
+    /// The most messages returned (1–500, default 50); a page also stops before 1 MiB of
+    /// messages (`next` says where to go on).
     pub limit: Option<usize>,
     /// Newest first, older than this message id.
     pub before: Option<String>,
@@ -402,19 +405,17 @@ async fn read_messages(
             .as_deref()
             .map(|a| message_id("after", a))
             .transpose()?,
+        max_bytes: PAGE_BYTES,
     };
-    let messages = gw
+    let page = gw
         .inner
         .store
-        .read_messages(&key, &query)
+        .read_page(&key, &query)
         .await
         .map_err(|e| ApiError::unavailable(&e))?;
-    let next = (messages.len() == limit)
-        .then(|| messages.last().map(|m| m.id.clone()))
-        .flatten();
     Ok(Json(MessagePage {
-        messages: messages.iter().map(Message::from).collect(),
-        next,
+        messages: page.messages.iter().map(Message::from).collect(),
+        next: page.next().map(str::to_string),
     }))
 }
 

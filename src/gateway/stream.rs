@@ -160,20 +160,18 @@ impl Replay {
                 return Ok(None);
             };
             let page = store
-                .read_messages(
+                .read_page(
                     space,
                     &ReadQuery {
                         limit: REPLAY_PAGE,
-                        before: None,
                         after: Some(cursor),
+                        ..Default::default()
                     },
                 )
                 .await?;
             self.pages_read += 1;
-            if page.len() == REPLAY_PAGE {
-                self.cursor = page.last().map(|m| m.id.clone());
-            }
-            self.page = page.into();
+            self.cursor = page.next().map(str::to_string);
+            self.page = page.messages.into();
         }
         Ok(self.page.pop_front())
     }

@@ -385,6 +385,7 @@ mod tests {
             }))
             .collect(),
             max_messages: 10,
+            max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
             loop_guard: Default::default(),
             context_id: None,
         }

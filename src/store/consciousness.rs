@@ -102,6 +102,26 @@ pub(super) struct WindowState {
     pub end: u64,
     pub summary_cycle: Option<u64>,
     pub digest: String,
+    /// The highest cycle the agent has had (committed, or taken back from the archive); above
+    /// `cycle` after a restore to an earlier one. The next commit is numbered past it, so a
+    /// restore never gives a new checkpoint the number of an abandoned one: the archived
+    /// object of that abandoned cycle stays as it was.
+    pub highest: u64,
+}
+
+impl WindowState {
+    /// The number of the next committed cycle: past every cycle the agent has had.
+    pub fn next_cycle(&self) -> u64 {
+        self.cycle.max(self.highest) + 1
+    }
+
+    /// The window restored to the checkpoint `cp`, keeping the highest cycle known.
+    pub fn restored(&self, cp: &Checkpoint) -> Self {
+        Self {
+            highest: self.highest.max(self.cycle),
+            ..Self::from(cp)
+        }
+    }
 }
 
 impl From<&Checkpoint> for WindowState {
@@ -113,6 +133,7 @@ impl From<&Checkpoint> for WindowState {
             end: cp.end,
             summary_cycle: cp.summary_cycle,
             digest: cp.digest.clone(),
+            highest: cp.cycle,
         }
     }
 }
@@ -136,7 +157,7 @@ pub(super) fn plan_commit(
     commit: &CycleCommit,
     time_ms: i64,
 ) -> Result<CommitPlan, String> {
-    let cycle = prev.cycle + 1;
+    let cycle = prev.next_cycle();
     let end = prev.end + commit.new_messages.len() as u64;
     let (start, summary_cycle) = match &commit.compaction {
         Some(c) if c.start < prev.start || c.start > end => {

@@ -47,6 +47,16 @@ pub enum StoreError {
         /// The sender's id.
         sender: String,
     },
+    /// A message's text is longer than its space takes (`spec.retention.maxMessageBytes`);
+    /// nothing was written.
+    TooLarge {
+        /// The space posted to (`NS/NAME`).
+        space: String,
+        /// The text's bytes.
+        bytes: u64,
+        /// The most the space takes.
+        max: u64,
+    },
     /// The caller's lease is no longer current: another worker holds the agent.
     Fenced {
         /// The agent whose lease was lost (`NS/NAME`).
@@ -93,6 +103,10 @@ impl std::fmt::Display for StoreError {
             StoreError::NotMember { space, sender } => {
                 write!(f, "{sender} is not a member of space {space}")
             }
+            StoreError::TooLarge { space, bytes, max } => write!(
+                f,
+                "the message is {bytes} bytes, more than the {max} bytes space {space} takes; shorten it or send it in parts"
+            ),
             StoreError::Fenced { agent } => {
                 write!(f, "lease of agent {agent} lost: another worker holds it")
             }
@@ -117,6 +131,7 @@ impl StoreError {
             StoreError::InvalidUrl(_) | StoreError::Unsupported(_) => "store_config",
             StoreError::Fenced { .. } => "fenced",
             StoreError::NotMember { .. } => "not_member",
+            StoreError::TooLarge { .. } => "message_too_large",
             StoreError::InvalidCommit { .. } => "invalid_commit",
             StoreError::CycleInFlight { .. } => "cycle_in_flight",
         }

@@ -52,12 +52,18 @@ pub trait Messages: Send + Sync {
         idempotency_key: Option<&str>,
     ) -> Result<Posted, StoreError>;
 
-    /// Messages of a space's log (see [`ReadQuery`]).
+    /// A page of a space's log (see [`ReadQuery`]): at most `limit` messages, stopped before
+    /// its messages pass the page's bytes ([`ReadQuery::max_bytes`]; one message at least).
+    async fn read_page(&self, space: &SpaceKey, query: &ReadQuery) -> Result<Page, StoreError>;
+
+    /// The messages of [`Messages::read_page`], for a reader that does not continue.
     async fn read_messages(
         &self,
         space: &SpaceKey,
         query: &ReadQuery,
-    ) -> Result<Vec<SpaceMessage>, StoreError>;
+    ) -> Result<Vec<SpaceMessage>, StoreError> {
+        Ok(self.read_page(space, query).await?.messages)
+    }
 
     /// Publishes a live event of a space (streamed text, activity).
     async fn publish_live(&self, space: &SpaceKey, event: &LiveEvent) -> Result<(), StoreError>;
@@ -100,20 +106,62 @@ pub(super) fn notice(text: &str, idempotency_key: Option<&str>) -> NewMessage {
     }
 }
 
+/// The bytes of text a message may have in a space whose Space does not say
+/// (`spec.retention.maxMessageBytes`): a long report fits, a runaway model's megabytes do not.
+pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 64 * 1024;
+
+/// The most bytes of messages a page of a space's log holds ([`ReadQuery::max_bytes`]), and so
+/// the most a Space's `maxMessageBytes` may be: any message fits in a page.
+pub const PAGE_BYTES: usize = 1024 * 1024;
+
 /// The record of the space `message` is posted in: refused unless its sender is a member
-/// (or it is a notice, in a space that exists).
+/// (or it is a notice, in a space that exists), and a member's message unless its text fits
+/// the space's bound. The one rule for every poster (agents, people, services, A2A callers),
+/// checked before anything is written.
 pub(super) fn admit(
     space: &SpaceKey,
     record: Option<SpaceRecord>,
     message: &NewMessage,
     posting: Posting,
 ) -> Result<SpaceRecord, StoreError> {
-    record
+    let record = record
         .filter(|r| posting == Posting::Notice || r.admits(&message.sender))
         .ok_or_else(|| StoreError::NotMember {
             space: space.to_string(),
             sender: message.sender.id.clone(),
-        })
+        })?;
+    let bytes = message.text.len() as u64;
+    if posting == Posting::Member && bytes > record.max_message_bytes {
+        return Err(StoreError::TooLarge {
+            space: space.to_string(),
+            bytes,
+            max: record.max_message_bytes,
+        });
+    }
+    Ok(record)
+}
+
+/// A page of `messages` (in the order read) as [`Messages::read_page`] returns it: at most
+/// `query.limit`, stopped before their bytes pass `query.max_bytes` (one message at least, so
+/// a reader always moves on). `more`: the log may go on past the page.
+pub(super) fn page(messages: impl IntoIterator<Item = SpaceMessage>, query: &ReadQuery) -> Page {
+    let max_bytes = query.page_bytes();
+    let mut page = Page::default();
+    let mut bytes = 0;
+    for message in messages {
+        if page.messages.len() == query.limit {
+            page.more = true;
+            break;
+        }
+        let size = message.bytes();
+        if !page.messages.is_empty() && bytes + size > max_bytes {
+            page.more = true;
+            break;
+        }
+        bytes += size;
+        page.messages.push(message);
+    }
+    page
 }
 
 /// The message as the log keeps it, before it has an id.
@@ -350,6 +398,15 @@ pub struct SpaceMessage {
 }
 
 impl SpaceMessage {
+    /// What the message weighs in a page: its text, its sender, its id and its mention.
+    pub fn bytes(&self) -> usize {
+        self.text.len()
+            + self.sender.id.len()
+            + self.sender.name.len()
+            + self.id.len()
+            + self.mention.as_ref().map_or(0, String::len)
+    }
+
     /// The inbox event this message becomes for the other member agents.
     pub fn event(&self, urgent: bool) -> InboxEvent {
         InboxEvent {
@@ -401,6 +458,39 @@ pub struct ReadQuery {
     pub before: Option<String>,
     /// Oldest first, newer than this id (takes precedence over `before`).
     pub after: Option<String>,
+    /// The most bytes of messages ([`SpaceMessage::bytes`]) in the page; 0 or more than
+    /// [`PAGE_BYTES`]: [`PAGE_BYTES`].
+    pub max_bytes: usize,
+}
+
+impl ReadQuery {
+    /// The page's bound in bytes.
+    pub fn page_bytes(&self) -> usize {
+        match self.max_bytes {
+            0 => PAGE_BYTES,
+            n => n.min(PAGE_BYTES),
+        }
+    }
+}
+
+/// A page of a space's log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    /// The messages, in the order asked for (newest first, or oldest first after an id).
+    pub messages: Vec<SpaceMessage>,
+    /// The page stopped at its limit or its bytes: the log may go on past its last message
+    /// (read on from that id).
+    pub more: bool,
+}
+
+impl Page {
+    /// The id to read on from (`before`, or `after` for a page read after an id), if the
+    /// log may go on.
+    pub fn next(&self) -> Option<&str> {
+        self.more
+            .then(|| self.messages.last().map(|m| m.id.as_str()))
+            .flatten()
+    }
 }
 
 /// What a space's live stream carries.

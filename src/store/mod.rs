@@ -74,8 +74,8 @@ pub use self::journal::Journal;
 pub use self::leases::{Lease, Leases};
 pub use self::memory::MemoryStore;
 pub use self::messages::{
-    parse_message_id, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery, Sender,
-    SpaceMessage,
+    parse_message_id, Guard, LiveEvent, Messages, NewMessage, Page, Posted, ReadQuery, Sender,
+    SpaceMessage, DEFAULT_MAX_MESSAGE_BYTES, PAGE_BYTES,
 };
 pub use self::notes::{Goal, Memories, NoteKind, Notes};
 pub use self::observe::{checkpoint_ref_cycle, AgentObservation, AgentWork, ModelHealth, Observe};

@@ -162,12 +162,27 @@ pub struct SpaceRecord {
     pub members: Vec<Member>,
     /// The most messages its log keeps.
     pub max_messages: u64,
+    /// The most bytes of text a message posted in it may have.
+    #[serde(
+        default = "default_max_message_bytes",
+        skip_serializing_if = "is_default_max_message_bytes"
+    )]
+    pub max_message_bytes: u64,
     /// When agents' messages stop waking other agents.
     #[serde(default)]
     pub loop_guard: LoopGuard,
     /// For an A2A conversation's space: the caller's `contextId`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+}
+
+fn default_max_message_bytes() -> u64 {
+    super::DEFAULT_MAX_MESSAGE_BYTES
+}
+
+/// A record with the default bound is written as the release before wrote it.
+fn is_default_max_message_bytes(n: &u64) -> bool {
+    *n == super::DEFAULT_MAX_MESSAGE_BYTES
 }
 
 impl SpaceRecord {

@@ -589,3 +589,133 @@ async fn the_openapi_document_matches_the_routes() {
     let (s, _) = f.get(None, "/readyz").await;
     assert_eq!(s, 200);
 }
+
+/// A message longer than its space takes is refused before anything is written, from a
+/// person (413, one sentence) and from an A2A caller (the spec's invalid-params error); a page
+/// of messages stops before 1 MiB of them and says where to go on. Issue 41: before, any text
+/// up to the body limit was posted (a gateway given a larger `--max-body-bytes` took megabytes)
+/// and a page held `limit` messages whatever their size.
+#[tokio::test]
+async fn long_messages_are_refused_and_pages_stop_at_their_bytes() {
+    let f = start(Limits {
+        max_body_bytes: 4 << 20,
+        ..Limits::default()
+    })
+    .await;
+    let assistant = AgentKey::new("ops", "assistant");
+    let (s, v) = f
+        .post(HUSAM, "family", json!({"text": "x".repeat(100 * 1024)}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (413, Some("message_too_large")),
+        "{v}"
+    );
+    let said = v["error"]["message"].as_str().unwrap();
+    assert!(
+        said.contains("102400 bytes") && said.contains("65536 bytes"),
+        "{said}"
+    );
+    assert!(f.store.peek_inbox(&assistant, 10).await.unwrap().is_empty());
+
+    // Over A2A, the same rule: the spec's invalid-params error, nothing posted.
+    f.store
+        .apply_a2a(
+            &assistant,
+            Some(&agentfleet::store::A2aRecord {
+                v: agentfleet::store::V1,
+                description: "Helps.".into(),
+                skills: vec![agentfleet::store::A2aSkill {
+                    id: "help".into(),
+                    name: "help".into(),
+                    description: "Helps.".into(),
+                    tags: vec![],
+                    examples: vec![],
+                }],
+                callers: vec!["human:husam".into()],
+                version: "1".into(),
+                max_chain_depth: 8,
+            }),
+        )
+        .await
+        .unwrap();
+    let rpc = |text: String| {
+        f.http
+            .post(format!("{}/a2a/ops/assistant", f.base))
+            .bearer_auth(HUSAM)
+            .header("A2A-Version", "1.0")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                "message": {"messageId": format!("m-{}", text.len()), "role": "ROLE_USER",
+                    "parts": [{"text": text}]},
+                "configuration": {"returnImmediately": true}}}),
+            )
+            .send()
+    };
+    let answer: Value = rpc("y".repeat(100 * 1024))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than the 65536 bytes"),
+        "{answer}"
+    );
+    assert!(f.store.peek_inbox(&assistant, 10).await.unwrap().is_empty());
+    let answer: Value = rpc("short".into()).await.unwrap().json().await.unwrap();
+    assert!(answer["result"]["task"]["id"].is_string(), "{answer}");
+
+    // 20 messages of 60 KiB: each fits, together more than a page.
+    for i in 0..20 {
+        let (s, v) = f
+            .post(
+                MUHAMMAD,
+                "family",
+                json!({"text": format!("{i:02}{}", "z".repeat(60 * 1024))}),
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+    }
+    let mut read = Vec::new();
+    let mut next: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &next {
+            None => "/v1/spaces/ops/family/messages?limit=500".to_string(),
+            Some(n) => format!("/v1/spaces/ops/family/messages?limit=500&before={n}"),
+        };
+        let (s, page) = f.get(Some(HUSAM), &path).await;
+        assert_eq!(s, 200);
+        pages += 1;
+        let texts: Vec<String> = page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["text"].as_str().unwrap().to_string())
+            .collect();
+        let bytes: usize = texts.iter().map(String::len).sum();
+        assert!(
+            bytes <= 1 << 20,
+            "page {pages}: {} messages, {bytes} bytes of text",
+            texts.len()
+        );
+        read.extend(
+            texts
+                .into_iter()
+                .filter(|t| t.len() > 1024)
+                .map(|t| t[..2].to_string()),
+        );
+        match page["next"].as_str() {
+            Some(n) => next = Some(n.to_string()),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..20).rev().map(|i| format!("{i:02}")).collect();
+    assert_eq!(read, expected, "every message once, newest first");
+    assert_eq!(pages, 2);
+}

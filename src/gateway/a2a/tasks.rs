@@ -166,7 +166,13 @@ pub(super) async fn post(
             },
         )
         .await
-        .map_err(|e| unavailable(&e))?;
+        .map_err(|e| match e {
+            // The parts' text is more than the conversation takes.
+            StoreError::TooLarge { bytes, max, .. } => A2aError::InvalidParams(format!(
+                "message.parts: their text is {bytes} bytes, more than the {max} bytes a message may have; shorten it or send it in parts"
+            )),
+            e => unavailable(&e),
+        })?;
     Ok(task_id(space, &posted.id))
 }
 
@@ -236,6 +242,7 @@ pub(super) async fn view(
                 limit: VIEW_MESSAGES,
                 before: None,
                 after: before(&message_id),
+                ..Default::default()
             },
         )
         .await
@@ -519,6 +526,7 @@ pub(super) async fn ids_in(
                 limit,
                 before: None,
                 after: None,
+                ..Default::default()
             },
         )
         .await

@@ -107,7 +107,7 @@ impl ConsciousnessLog for MemoryStore {
             a.checkpoints.retain(|c| c.cycle <= cycle);
             let keep = usize::try_from(cp.end.saturating_sub(a.base)).unwrap_or(usize::MAX);
             a.log.truncate(keep);
-            a.window = WindowState::from(&cp);
+            a.window = a.window.restored(&cp);
             a.tokens = cp.tokens;
             Ok(Some(cp))
         })
@@ -134,7 +134,7 @@ impl ConsciousnessLog for MemoryStore {
             if let (Some(s), Some(cycle)) = (&c.summary, cp.summary_cycle) {
                 a.summaries.insert(cycle, s.clone());
             }
-            a.window = WindowState::from(&cp);
+            a.window = a.window.restored(&cp);
             a.tokens = cp.tokens;
             if a.tokens_used == 0 {
                 a.tokens_used = c.tokens_used;

@@ -9,9 +9,9 @@ use tokio::sync::broadcast;
 
 use super::{received, MemoryStore, State};
 use crate::identity::SpaceKey;
-use crate::store::messages::{admit, fan_out, notice, recipients, unposted, FanOut, Posting};
+use crate::store::messages::{admit, fan_out, notice, page, recipients, unposted, FanOut, Posting};
 use crate::store::{
-    now_ms, parse_message_id, Guard, LiveEvent, Messages, NewMessage, Posted, ReadQuery,
+    now_ms, parse_message_id, Guard, LiveEvent, Messages, NewMessage, Page, Posted, ReadQuery,
     SpaceMessage, StoreError,
 };
 
@@ -179,32 +179,30 @@ impl Messages for MemoryStore {
         Ok(self.post(space, &message, Posting::Notice)?.0)
     }
 
-    async fn read_messages(
-        &self,
-        space: &SpaceKey,
-        query: &ReadQuery,
-    ) -> Result<Vec<SpaceMessage>, StoreError> {
+    async fn read_page(&self, space: &SpaceKey, query: &ReadQuery) -> Result<Page, StoreError> {
         Ok(self.with(|s| {
             let Some(log) = s.logs.get(space) else {
-                return Vec::new();
+                return Page::default();
             };
             if let Some(after) = &query.after {
                 let after = id_key(after);
-                log.messages
-                    .iter()
-                    .filter(|m| id_key(&m.id) > after)
-                    .take(query.limit)
-                    .cloned()
-                    .collect()
+                page(
+                    log.messages
+                        .iter()
+                        .filter(|m| id_key(&m.id) > after)
+                        .cloned(),
+                    query,
+                )
             } else {
                 let before = query.before.as_deref().map(id_key);
-                log.messages
-                    .iter()
-                    .rev()
-                    .filter(|m| before.is_none_or(|b| id_key(&m.id) < b))
-                    .take(query.limit)
-                    .cloned()
-                    .collect()
+                page(
+                    log.messages
+                        .iter()
+                        .rev()
+                        .filter(|m| before.is_none_or(|b| id_key(&m.id) < b))
+                        .cloned(),
+                    query,
+                )
             }
         }))
     }

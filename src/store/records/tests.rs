@@ -249,6 +249,7 @@ fn records_round_trip() {
             },
         ],
         max_messages: u64::MAX,
+        max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: LoopGuard {
             max_depth: 1,
             max_agent_messages_per_minute: 100_000,

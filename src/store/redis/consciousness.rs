@@ -28,12 +28,14 @@ impl RedisStore {
             .await
             .map_err(redis_err("read consciousness"))?;
         let num = |k: &str| meta.get(k).and_then(|v| v.parse::<u64>().ok());
+        let cycle = num("cycle").unwrap_or(0);
         let window = WindowState {
-            cycle: num("cycle").unwrap_or(0),
+            cycle,
             start: num("start").unwrap_or(0),
             end: num("end").unwrap_or(0),
             summary_cycle: num("summaryCycle"),
             digest: meta.get("digest").cloned().unwrap_or_default(),
+            highest: num("highest").unwrap_or(0).max(cycle),
         };
         Ok((window, meta))
     }

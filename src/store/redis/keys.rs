@@ -16,7 +16,7 @@
 //! | `agentfleet:{space:NS/NAME}:agentrate` | integer | agent messages in the current minute (the loop guard's rate; expires) |
 //! | `agentfleet:{space:NS/NAME}:live` | channel | live events (JSON); sharded (`SPUBLISH`/`SSUBSCRIBE`) on a Redis Cluster |
 //! | `agentfleet:{agent:NS/NAME}:clog` | list | consciousness messages (JSON), append-only, trimmed to what retained checkpoints need |
-//! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs restored` (`restored`: the last restore request applied) |
+//! | `agentfleet:{agent:NS/NAME}:cmeta` | hash | `base start end summaryCycle cycle digest tokens tokensUsed lastCycleMs restored highest` (`restored`: the last restore request applied; `highest`: the highest cycle the agent has had, which the next commit is numbered past) |
 //! | `agentfleet:{agent:NS/NAME}:checkpoints` | list | retained checkpoints (JSON), newest first |
 //! | `agentfleet:{agent:NS/NAME}:summaries` | hash | compaction summaries by cycle |
 //! | `agentfleet:{agent:NS/NAME}:memories` | hash | key → memory |

@@ -10,11 +10,14 @@ use super::keys::SpaceKeys;
 use super::scripts::{self, Post, ID_PLACEHOLDER};
 use super::{from_json, redis_err, to_json, RedisStore};
 use crate::identity::SpaceKey;
-use crate::store::messages::{admit, fan_out, notice, recipients, unposted, FanOut, Posting};
+use crate::store::messages::{admit, fan_out, notice, page, recipients, unposted, FanOut, Posting};
 use crate::store::{
-    now_ms, Guard, InboxEvent, LiveEvent, Messages, NewMessage, Posted, ReadQuery, SpaceMessage,
-    Spaces, StoreError,
+    now_ms, Guard, InboxEvent, LiveEvent, Messages, NewMessage, Page, Posted, ReadQuery,
+    SpaceMessage, Spaces, StoreError,
 };
+
+/// How many messages one read of a page takes from Redis at a time.
+const READ_BATCH: usize = 8;
 
 impl RedisStore {
     /// A post (`post.lua`, then its fan-out) of a member's message or a notice.
@@ -129,40 +132,52 @@ impl Messages for RedisStore {
         self.post(space, &message, Posting::Notice).await
     }
 
-    async fn read_messages(
-        &self,
-        space: &SpaceKey,
-        query: &ReadQuery,
-    ) -> Result<Vec<SpaceMessage>, StoreError> {
+    async fn read_page(&self, space: &SpaceKey, query: &ReadQuery) -> Result<Page, StoreError> {
+        if query.limit == 0 {
+            return Ok(Page::default());
+        }
+        // Read in small batches, so that a page stopped by its bytes takes from Redis no
+        // more than a batch past them.
         let log = SpaceKeys::new(space).log();
         let mut conn = self.conns.shared().await?;
-        let count = query.limit.max(1);
-        let reply: redis::streams::StreamRangeReply = match (&query.after, &query.before) {
-            (Some(after), _) => {
-                conn.xrange_count(log, format!("({after}"), "+", count)
-                    .await
+        let mut read = Vec::new();
+        let mut bytes = 0;
+        let mut cursor: Option<String> = None;
+        loop {
+            let count = (query.limit + 1 - read.len()).min(READ_BATCH);
+            let from = |id: &Option<String>, or: &Option<String>, end: &str| match id
+                .as_ref()
+                .or(or.as_ref())
+            {
+                Some(id) => format!("({id}"),
+                None => end.to_string(),
+            };
+            let reply: redis::streams::StreamRangeReply = match &query.after {
+                Some(_) => {
+                    conn.xrange_count(&log, from(&cursor, &query.after, "-"), "+", count)
+                        .await
+                }
+                None => {
+                    conn.xrevrange_count(&log, from(&cursor, &query.before, "+"), "-", count)
+                        .await
+                }
             }
-            (None, Some(before)) => {
-                conn.xrevrange_count(log, format!("({before}"), "-", count)
-                    .await
-            }
-            (None, None) => conn.xrevrange_count(log, "+", "-", count).await,
-        }
-        .map_err(redis_err("read messages"))?;
-        if query.limit == 0 {
-            return Ok(Vec::new());
-        }
-        reply
-            .ids
-            .into_iter()
-            .map(|entry| {
+            .map_err(redis_err("read messages"))?;
+            let done = reply.ids.len() < count;
+            for entry in reply.ids {
                 let json: String = entry.get("m").unwrap_or_default();
                 let mut message: SpaceMessage =
                     from_json(|| format!("message {} of space {space}", entry.id), &json)?;
                 message.id = entry.id;
-                Ok(message)
-            })
-            .collect()
+                bytes += message.bytes();
+                cursor = Some(message.id.clone());
+                read.push(message);
+            }
+            // One past the limit or the bytes says whether the log goes on.
+            if done || read.len() > query.limit || bytes > query.page_bytes() {
+                return Ok(page(read, query));
+            }
+        }
     }
 
     async fn publish_live(&self, space: &SpaceKey, event: &LiveEvent) -> Result<(), StoreError> {

@@ -314,6 +314,7 @@ async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
                 member(MemberKind::Human, "husam"),
             ],
             max_messages: 1000,
+            max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
             loop_guard: Default::default(),
             context_id: None,
         };

@@ -154,12 +154,13 @@ pub(super) async fn compaction_keeps_a_summary_and_checkpoints_restore(store: &d
             .collect::<Vec<_>>(),
         [1]
     );
-    // Life goes on from the restored point.
+    // Life goes on from the restored point, numbered past the abandoned cycles 2 and 3 (so
+    // it never takes the name of their archived checkpoints).
     let cp = store
         .commit_cycle(&a, &lease, &commit(&["m2'"], None, 10))
         .await
         .unwrap();
-    assert_eq!((cp.cycle, cp.start, cp.end), (2, 0, 3));
+    assert_eq!((cp.cycle, cp.start, cp.end), (4, 0, 3));
     assert!(store.consciousness(&a).await.unwrap().messages[2].contains("m2'"));
     assert_eq!(
         store.restore_checkpoint(&a, &lease, 9, None).await.unwrap(),
@@ -239,10 +240,11 @@ pub(super) async fn a_snapshot_replaces_the_consciousness_between_cycles(store: 
     let seen = observed(store, &a).await;
     assert_eq!(seen.checkpoint, Some(cp.clone()));
     assert_eq!(seen.restored.as_deref(), Some("cycle:2"));
-    // The next commit builds on it, chained from its digest.
+    // The next commit builds on it, chained from its digest, numbered past the cycles 3 and
+    // 4 it abandoned.
     let next = commit(&["m3'"], None, 5);
     let cp3 = store.commit_cycle(&a, &lease, &next).await.unwrap();
-    assert_eq!((cp3.cycle, cp3.start, cp3.end), (3, 1, 4));
+    assert_eq!((cp3.cycle, cp3.start, cp3.end), (5, 1, 4));
     assert_eq!(cp3.digest, crate::store::next_digest(&cp.digest, &next));
     let after = store.consciousness(&a).await.unwrap();
     assert!(after.messages[2].contains("m3'"));
@@ -264,7 +266,7 @@ pub(super) async fn a_snapshot_replaces_the_consciousness_between_cycles(store: 
     ));
     assert!(matches!(
         store
-            .restore_checkpoint(&a, &lease, 3, Some("cycle:3"))
+            .restore_checkpoint(&a, &lease, 5, Some("cycle:5"))
             .await,
         Err(StoreError::CycleInFlight { .. })
     ));

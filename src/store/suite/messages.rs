@@ -323,6 +323,7 @@ pub(super) async fn reading_pages_newest_first_or_since_an_id(store: &dyn Store)
                 limit: 2,
                 before: Some(ids[4].clone()),
                 after: None,
+                ..Default::default()
             },
         )
         .await
@@ -335,6 +336,7 @@ pub(super) async fn reading_pages_newest_first_or_since_an_id(store: &dyn Store)
                 limit: 10,
                 before: None,
                 after: Some(ids[3].clone()),
+                ..Default::default()
             },
         )
         .await
@@ -342,6 +344,66 @@ pub(super) async fn reading_pages_newest_first_or_since_an_id(store: &dyn Store)
     assert_eq!(texts(since), ["m4", "m5"], "oldest first after the id");
     let nothing = SpaceKey::new("fam", "empty");
     assert!(recent(store, &nothing).await.is_empty());
+}
+
+pub(super) async fn long_messages_are_refused_and_pages_stop_at_their_bytes(store: &dyn Store) {
+    let family = family_space(store, 100).await;
+    let mut record = store.space(&family).await.unwrap().unwrap();
+    record.max_message_bytes = 1000;
+    store.apply_space(&family, &record).await.unwrap();
+    // One byte over the space's bound: refused before anything is written, for anyone.
+    for sender in [human("husam"), agent_sender("alice")] {
+        match store
+            .post_message(&family, &say(sender, &"x".repeat(1001)))
+            .await
+        {
+            Err(StoreError::TooLarge { bytes, max, .. }) => assert_eq!((bytes, max), (1001, 1000)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(recent(store, &family).await.is_empty());
+    assert!(store
+        .peek_inbox(&AgentKey::new("fam", "bob"), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let text = format!("{i}{}", "y".repeat(999));
+        let message = say(human("husam"), &text);
+        ids.push(store.post_message(&family, &message).await.unwrap().id);
+    }
+    // A page stops before it passes its bytes (one message at least), and says so.
+    let read = |before: Option<String>, after: Option<String>, max_bytes: usize| {
+        let family = family.clone();
+        async move {
+            let query = ReadQuery {
+                limit: 10,
+                before,
+                after,
+                max_bytes,
+            };
+            store.read_page(&family, &query).await
+        }
+    };
+    let one = ids[0].len() + 1000 + "husam".len() * 2;
+    let page = read(None, None, one * 2 + 1).await.unwrap();
+    let firsts = |p: &Page| {
+        p.messages
+            .iter()
+            .map(|m| m.text[..1].to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(firsts(&page), ["4", "3"]);
+    assert_eq!(page.next(), Some(ids[3].as_str()));
+    let page = read(Some(ids[3].clone()), None, 10).await.unwrap();
+    assert_eq!(firsts(&page), ["2"], "one message, however small the bound");
+    let page = read(None, Some(ids[1].clone()), one * 3).await.unwrap();
+    assert_eq!(firsts(&page), ["2", "3", "4"]);
+    assert_eq!(page.next(), None, "the end of the log");
+    let page = read(None, None, 0).await.unwrap();
+    assert_eq!(page.messages.len(), 5, "0: the store's page bound");
+    assert!(!page.more);
 }
 
 pub(super) async fn live_events_reach_subscribers(store: &dyn Store) {

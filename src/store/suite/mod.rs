@@ -40,6 +40,7 @@ fn record(members: Vec<Member>) -> SpaceRecord {
         display_name: "Family".into(),
         members,
         max_messages: 100,
+        max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),
         context_id: None,
     }
@@ -119,6 +120,7 @@ async fn family_space(store: &dyn Store, max_messages: u64) -> SpaceKey {
             member(MemberKind::Human, "husam"),
         ],
         max_messages,
+        max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),
         context_id: None,
     };
@@ -389,6 +391,7 @@ suite!(
     the_loop_guard_stops_agents_waking_each_other,
     notices_are_logged_once_and_wake_no_agent,
     reading_pages_newest_first_or_since_an_id,
+    long_messages_are_refused_and_pages_stop_at_their_bytes,
     live_events_reach_subscribers,
     urgent_posts_become_urgent_events,
     cycles_commit_with_checkpoints_and_acknowledge,

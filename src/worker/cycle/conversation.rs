@@ -48,6 +48,7 @@ impl Agentlet {
                     limit: TRANSCRIPT_MESSAGES,
                     before: first,
                     after: None,
+                    ..Default::default()
                 },
             )
             .await?;

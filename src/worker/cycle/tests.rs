@@ -43,6 +43,7 @@ pub(super) fn record(display_name: &str) -> SpaceRecord {
             },
         ],
         max_messages: 1000,
+        max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),
         context_id: None,
     }

@@ -15,9 +15,13 @@ use crate::identity::SpaceKey;
 use crate::model::{ToolCall, ToolSpec};
 use crate::plans;
 use crate::store::{
-    Goal, Lease, LiveEvent, MemberKind, Memories, NewMessage, Plan, ReadQuery, Sender, SpaceRecord,
-    Store,
+    parse_message_id, Goal, Lease, LiveEvent, MemberKind, Memories, NewMessage, Plan, ReadQuery,
+    Sender, SpaceRecord, Store,
 };
+
+/// The most bytes of messages one `read_messages` (or `enter_space`) result holds: what a
+/// model reads at once, as an MCP tool's result (one message at least, so it always moves on).
+pub const TOOL_PAGE_BYTES: usize = 64 * 1024;
 
 /// Longest `wait` of `send_message`.
 pub const MAX_WAIT: Duration = Duration::from_secs(120);
@@ -50,9 +54,10 @@ pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
                     json!({"type": "object", "properties": {"space": space}, "required": ["space"]}),
                 ),
                 BuiltinTool::ReadMessages => (
-                    "Read recent messages of a space you are a member of.",
+                    "Read recent messages of a space you are a member of, oldest first. A page holds at most 64 KiB of messages; when there are older ones, `before` in the result says where to go on.",
                     json!({"type": "object", "properties": {"space": space,
-                        "limit": {"type": "integer", "description": "How many recent messages (default 15, max 50)."}}}),
+                        "limit": {"type": "integer", "description": "How many recent messages (default 15, max 50)."},
+                        "before": {"type": "string", "description": "Read the messages older than this message id (a previous result's `before`)."}}}),
                 ),
                 BuiltinTool::Skip => (
                     "Call this when the inbox events are not relevant to you and another agent or human will handle them. This skips the cycle entirely: nothing is sent and nothing of this cycle is remembered.",
@@ -404,7 +409,7 @@ impl ToolEnv<'_> {
             .ok_or("invalid arguments for enter_space: space is required")?;
         let (space, record) = self.space(Some(space)).await?;
         let key = SpaceKey::new(self.agent.namespace.clone(), space.clone());
-        let recent = self.recent(&key, 15).await?;
+        let (recent, _) = self.recent(&key, 15, None).await?;
         self.active = Some(space.clone());
         Ok(
             json!({"space": space, "displayName": record.display_name, "members": record.members, "recentMessages": recent}),
@@ -417,30 +422,57 @@ impl ToolEnv<'_> {
             .and_then(Value::as_u64)
             .unwrap_or(15)
             .clamp(1, 50) as usize;
+        let before = match args.get("before") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) if parse_message_id(id).is_some() => Some(id.clone()),
+            Some(_) => {
+                return Err(
+                    "invalid arguments for read_messages: before must be a message id from a previous result".into(),
+                )
+            }
+        };
         let (space, _) = self
             .space(args.get("space").and_then(Value::as_str))
             .await?;
         let key = SpaceKey::new(self.agent.namespace.clone(), space.clone());
-        Ok(json!({"space": space, "messages": self.recent(&key, limit).await?}))
+        let (messages, older) = self.recent(&key, limit, before).await?;
+        let mut result = json!({"space": space, "messages": messages});
+        if let (Some(older), Some(o)) = (older, result.as_object_mut()) {
+            o.insert("before".into(), json!(older));
+        }
+        Ok(result)
     }
 
-    async fn recent(&self, key: &SpaceKey, limit: usize) -> Result<Vec<Value>, String> {
-        let mut messages = self
+    /// The newest `limit` messages (older than `before`), oldest first, at most
+    /// [`TOOL_PAGE_BYTES`] of them; and the id to read on from when there are older ones.
+    async fn recent(
+        &self,
+        key: &SpaceKey,
+        limit: usize,
+        before: Option<String>,
+    ) -> Result<(Vec<Value>, Option<String>), String> {
+        let page = self
             .store
-            .read_messages(
+            .read_page(
                 key,
                 &ReadQuery {
                     limit,
-                    ..Default::default()
+                    before,
+                    after: None,
+                    max_bytes: TOOL_PAGE_BYTES,
                 },
             )
             .await
             .map_err(|e| format!("cannot read space {}: {e}", key.name))?;
-        messages.reverse();
-        Ok(messages
-            .into_iter()
-            .map(|m| json!({"id": m.id, "sender": m.sender.name, "senderId": m.sender.id, "text": m.text, "timeMs": m.time_ms}))
-            .collect())
+        let older = page.next().map(str::to_string);
+        Ok((
+            page.messages
+                .into_iter()
+                .rev()
+                .map(|m| json!({"id": m.id, "sender": m.sender.name, "senderId": m.sender.id, "text": m.text, "timeMs": m.time_ms}))
+                .collect(),
+            older,
+        ))
     }
 
     async fn set_memories(&mut self, args: Value) -> Result<Value, String> {

@@ -16,11 +16,14 @@ for i = 3, #ARGV, 1000 do
 end
 if plan.summaryCycle ~= '' then redis.call('HSET', KEYS[5], plan.summaryCycle, plan.summaryText) end
 local used = redis.call('HGET', KEYS[3], 'tokensUsed')
+-- The highest cycle the agent has had stays (as restore.lua).
+local highest = math.max(tonumber(redis.call('HGET', KEYS[3], 'highest') or '0'),
+  tonumber(redis.call('HGET', KEYS[3], 'cycle') or '0'))
 if not used or used == '0' then used = plan.tokensUsed end
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'base', plan.start, 'start', plan.start, 'end', plan.finish,
   'summaryCycle', plan.summaryCycle, 'cycle', plan.cycle, 'digest', plan.digest,
-  'tokens', plan.tokens, 'tokensUsed', used, 'lastCycleMs', plan.lastCycleMs)
+  'tokens', plan.tokens, 'tokensUsed', used, 'lastCycleMs', plan.lastCycleMs, 'highest', highest)
 if plan.restored ~= '' then redis.call('HSET', KEYS[3], 'restored', plan.restored) end
 redis.call('RPUSH', KEYS[4], plan.checkpoint)
 for k, list in pairs({ [9] = plan.memories, [10] = plan.goals, [11] = plan.plans }) do
