@@ -57,7 +57,8 @@ wire_struct! {
         tenant: Option<String>,
         /// Only tasks of this conversation.
         context_id: Option<String>,
-        /// Only tasks in this state.
+        /// Only tasks in this state (an unknown name is refused).
+        #[serde(deserialize_with = "opt_task_state")]
         status: Option<TaskState>,
         /// At most this many tasks (1..=100, default 50).
         #[serde(deserialize_with = "opt_int32")]

@@ -17,6 +17,7 @@ use crate::party::depth;
 use crate::store::A2aRecord;
 
 use super::super::auth::Entity;
+use super::super::streams::Slot;
 use super::super::Gateway;
 use super::tasks;
 use super::watch::Watch;
@@ -140,12 +141,16 @@ pub async fn run(
                 tasks::trimmed(task, history, true),
             ))?))
         }
-        Call::Stream(request) => match send(gw, agent, record, caller, &request).await? {
-            Sent::Watch(watch, first) => Ok(Answer::Stream(Box::pin(watch.updates(first)))),
-            Sent::Rejected(task) => Ok(Answer::Stream(Box::pin(futures::stream::once(
-                async move { Ok(StreamResponse::Task(task)) },
-            )))),
-        },
+        Call::Stream(request) => {
+            let slot = stream_slot(gw, caller)?;
+            Ok(match send(gw, agent, record, caller, &request).await? {
+                Sent::Watch(watch, first) => held(slot, watch.updates(first)),
+                Sent::Rejected(task) => held(
+                    slot,
+                    futures::stream::once(async move { Ok(StreamResponse::Task(task)) }),
+                ),
+            })
+        }
         Call::Get { id, history } => {
             let view = tasks::view(store, agent, caller, &id).await?;
             Ok(Answer::One(json(&tasks::trimmed(
@@ -161,6 +166,7 @@ pub async fn run(
             Ok(Answer::One(json(&view.task)?))
         }
         Call::Subscribe(id) => {
+            let slot = stream_slot(gw, caller)?;
             let view = tasks::view(store, agent, caller, &id).await?;
             if view.task.status.state.is_terminal() {
                 return Err(A2aError::UnsupportedOperation(format!(
@@ -171,9 +177,29 @@ pub async fn run(
             }
             let live = subscribe(gw, &view.space).await?;
             let watch = Watch::new(gw, agent, caller, id, live);
-            Ok(Answer::Stream(Box::pin(watch.updates(view.task))))
+            Ok(held(slot, watch.updates(view.task)))
         }
     }
+}
+
+/// A place among the caller's open streams (see [`super::super::streams`]).
+fn stream_slot(gw: &Gateway, caller: &Entity) -> Result<Slot, A2aError> {
+    gw.inner
+        .streams
+        .open(caller)
+        .map_err(|full| A2aError::RateLimited(full.message()))
+}
+
+/// The answer streaming `updates`, holding `slot` until the stream is dropped.
+fn held<S>(slot: Slot, updates: S) -> Answer
+where
+    S: Stream<Item = Result<StreamResponse, A2aError>> + Send + 'static,
+{
+    use futures::StreamExt as _;
+    Answer::Stream(Box::pin(updates.map(move |item| {
+        let _held = &slot;
+        item
+    })))
 }
 
 /// The live events of a conversation (for a watch).
