@@ -60,6 +60,7 @@ async fn gateway(tag: &str, flags: &[&str]) -> Gateway {
         callers: vec!["human:husam".into(), "human:dana".into()],
         version: "1".into(),
         max_chain_depth: 8,
+        conversation_seconds: agentfleet::store::CONVERSATION_SECONDS,
     };
     store.apply_a2a(&agent, Some(&record)).await.unwrap();
     let dir = std::env::temp_dir().join(format!("agentfleet-a2a-gw-{tag}-{}", std::process::id()));

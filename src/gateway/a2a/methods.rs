@@ -312,7 +312,9 @@ async fn send(
             &spent,
         )));
     }
-    let (space, record) = tasks::open_conversation(store, agent, caller, &context_id).await?;
+    let lasts = served.conversation_seconds;
+    let (space, record) =
+        tasks::open_conversation(store, agent, caller, &context_id, lasts).await?;
     let live = gw
         .inner
         .hub
@@ -320,6 +322,7 @@ async fn send(
         .await
         .map_err(|e| tasks::unavailable(&e))?;
     let task_id = tasks::post(store, &space, caller, message, text, depth).await?;
+    tasks::keep_conversation(store, agent, caller, &space, lasts, Some(message)).await?;
     let first = tasks::view(store, agent, caller, &task_id).await?.task;
     let watch = Watch::new(gw, agent, caller, task_id, live);
     Ok(Sent::Watch(Box::new(watch), first))
@@ -391,8 +394,9 @@ fn rejected(context_id: &str, message_id: &str, spent: &crate::crd::Exhausted) -
     }
 }
 
-/// `ListTasks`: the caller's tasks with the agent, newest first, a page at a time (the
-/// page token is the number of tasks before the page).
+/// `ListTasks`: the caller's tasks with the agent, newest first (by when they were sent), a
+/// page at a time (the page token is the number of tasks before the page). Only the page's
+/// tasks are read in full, unless a filter on their state or time needs every one read.
 async fn list(
     gw: &Gateway,
     agent: &AgentKey,
@@ -426,37 +430,48 @@ async fn list(
         .transpose()?;
     let spaces = match request.context_id.as_deref().filter(|c| !c.is_empty()) {
         Some(c) => vec![tasks::conversation(agent, caller, c)],
-        None => conversations(gw, agent, caller).await?,
+        None => store
+            .conversations(agent, &tasks::owner(caller))
+            .await
+            .map_err(|e| tasks::unavailable(&e))?,
     };
     let mut ids = Vec::new();
     for space in &spaces {
         ids.extend(tasks::ids_in(store, space, caller, 1000).await?);
     }
-    let mut all = Vec::new();
-    for id in ids {
-        let task = tasks::view(store, agent, caller, &id).await?.task;
-        let time = task
-            .status
-            .timestamp
-            .as_deref()
-            .and_then(crate::a2a::timestamp_millis)
-            .unwrap_or(0);
-        if request.status.is_some_and(|s| s != task.status.state) {
-            continue;
+    // Newest first: a task's id ends with its message's, which orders by time.
+    ids.sort_by_cached_key(|id| std::cmp::Reverse(tasks::sent_order(id)));
+    let filtered = request.status.is_some() || after_ms.is_some();
+    let (total, chosen) = if filtered {
+        let mut matching = Vec::new();
+        for id in &ids {
+            let task = tasks::view(store, agent, caller, id).await?.task;
+            let time = task
+                .status
+                .timestamp
+                .as_deref()
+                .and_then(crate::a2a::timestamp_millis)
+                .unwrap_or(0);
+            if request.status.is_some_and(|s| s != task.status.state)
+                || after_ms.is_some_and(|a| time < a)
+            {
+                continue;
+            }
+            matching.push(task);
         }
-        if after_ms.is_some_and(|a| time < a) {
-            continue;
+        let total = matching.len();
+        (total, matching.into_iter().skip(skip).take(size).collect())
+    } else {
+        let mut page = Vec::new();
+        for id in ids.iter().skip(skip).take(size) {
+            page.push(tasks::view(store, agent, caller, id).await?.task);
         }
-        all.push((time, task));
-    }
-    all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.id.cmp(&a.1.id)));
-    let total = all.len();
+        (ids.len(), page)
+    };
     let artifacts = request.include_artifacts.unwrap_or(false);
-    let page: Vec<Task> = all
+    let page: Vec<Task> = chosen
         .into_iter()
-        .skip(skip)
-        .take(size)
-        .map(|(_, t)| tasks::trimmed(t, request.history_length, artifacts))
+        .map(|t| tasks::trimmed(t, request.history_length, artifacts))
         .collect();
     let next = skip + page.len();
     Ok(ListTasksResponse {
@@ -469,31 +484,6 @@ async fn list(
         },
         total_size: i32::try_from(total).unwrap_or(i32::MAX),
     })
-}
-
-/// The caller's conversations with the agent.
-async fn conversations(
-    gw: &Gateway,
-    agent: &AgentKey,
-    caller: &Entity,
-) -> Result<Vec<crate::identity::SpaceKey>, A2aError> {
-    let store = gw.inner.store.as_ref();
-    let who = caller.principal();
-    let me = tasks::outside(agent, &who);
-    let mut mine = Vec::new();
-    for key in store.spaces().await.map_err(|e| tasks::unavailable(&e))? {
-        if key.namespace != agent.namespace || !key.is_conversation() {
-            continue;
-        }
-        let record = store
-            .space(&key)
-            .await
-            .map_err(|e| tasks::unavailable(&e))?;
-        if record.is_some_and(|r| me.owns(&r)) {
-            mine.push(key);
-        }
-    }
-    Ok(mine)
 }
 
 /// `ListTasks` from the HTTP+JSON binding's query.
