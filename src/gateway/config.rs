@@ -64,7 +64,12 @@ pub struct Limits {
     pub max_connections: u32,
     /// Streams one caller (a token's entity) may hold open at once: SSE of spaces and A2A
     /// `SendStreamingMessage`/`SubscribeToTask` together. One more is refused with a 429.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        env = "AGENTFLEET_GATEWAY_MAX_STREAMS_PER_CALLER",
+        default_value_t = 32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
     pub max_streams_per_caller: u32,
     /// Time a client has to send a request's whole head (request line and headers), also
     /// between requests on a kept-alive connection; then the connection is closed.
