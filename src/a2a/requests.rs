@@ -79,7 +79,7 @@ wire_struct! {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ListTasksResponse {
-    /// The tasks of this page, newest status first.
+    /// The tasks of this page, newest first.
     pub tasks: Vec<Task>,
     /// The next page's token; empty on the last page.
     pub next_page_token: String,
