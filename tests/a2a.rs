@@ -551,3 +551,142 @@ async fn hostile_requests_get_coded_refusals_and_callers_see_only_their_own() {
     let (_, v) = raw(list, dev.service.clone()).await;
     assert_eq!(v["result"]["tasks"], serde_json::json!([]), "{v}");
 }
+
+/// The keys of `redis` whose names hold `part`, with their time to live (ms; -1: none).
+async fn keys_with(redis: &str, part: &str) -> Vec<(String, i64)> {
+    let client = redis::Client::open(redis).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{part}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for k in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((k, ttl));
+    }
+    out
+}
+
+/// Issue 41, item 4: a conversation lasts `spec.a2a.conversationSeconds` from its first
+/// message, then goes with everything in it; its tasks read TASK_NOT_FOUND, it is listed no
+/// more, and a stream on a task of it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_expire_and_their_streams_end() {
+    use agentfleet::testing::RedisServer;
+    use std::time::{Duration, Instant};
+    agentfleet::install_crypto_provider();
+    let redis = RedisServer::start().unwrap();
+    let dir = support::ManifestDir::new(
+        "a2a-expire",
+        "desk",
+        &[
+            (
+                "brief",
+                "  model: {provider: scripted, name: brief}\n  a2a: {callers: [\"human:husam\"], conversationSeconds: 4}".into(),
+            ),
+            (
+                "idle",
+                "  model: {provider: scripted, name: idle}\n  paused: true\n  a2a: {callers: [\"human:husam\"], conversationSeconds: 4}".into(),
+            ),
+        ],
+    );
+    let dev = Dev::start_in(dir.path(), &["--redis", &redis.url()]);
+    let husam = dev.token("default/desk", "Husam");
+    let brief = format!("{}/a2a/default/brief", dev.url);
+    let idle = format!("{}/a2a/default/idle", dev.url);
+    let started = Instant::now();
+    let sent = rpc(
+        &brief,
+        &husam,
+        "SendMessage",
+        serde_json::json!({"message": {"messageId": "m-brief", "role": "ROLE_USER",
+            "parts": [{"text": "hello"}]}}),
+    )
+    .await;
+    let task = sent["result"]["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
+    let id = task["id"].as_str().unwrap().to_string();
+    let digest = id.split_once('-').unwrap().0.to_string();
+    // Its record, log and Husam's post expire with it; nothing of it is kept for ever.
+    let theirs = |k: &str| {
+        [":info", ":agents", ":log"].iter().any(|s| k.ends_with(s)) || k.contains("a2a:m-brief")
+    };
+    let keys = keys_with(&redis.url(), &digest).await;
+    assert_eq!(
+        keys.iter().filter(|(k, _)| theirs(k)).count(),
+        4,
+        "{keys:?}"
+    );
+    for (k, ttl) in &keys {
+        assert!(*ttl > 0, "{k} never expires");
+        if theirs(k) {
+            assert!(*ttl <= 4_000, "{k} outlives its conversation: PTTL {ttl}");
+        }
+    }
+    let listed = rpc(&brief, &husam, "ListTasks", serde_json::json!({})).await;
+    assert_eq!(listed["result"]["totalSize"], 1, "{listed}");
+
+    // A task that waits (its agent is paused), subscribed to: the stream ends when its
+    // conversation does.
+    let waiting = rpc(
+        &idle,
+        &husam,
+        "SendMessage",
+        serde_json::json!({"message": {"messageId": "m-idle", "role": "ROLE_USER",
+            "parts": [{"text": "anyone?"}]}, "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let waiting = waiting["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut stream = reqwest::Client::new()
+        .post(&idle)
+        .bearer_auth(&husam)
+        .header("A2A-Version", "1.0")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask",
+            "params": {"id": waiting}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut said = String::new();
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(chunk) = stream.chunk().await.unwrap() {
+            said.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream never ended: {said}");
+    assert!(said.contains("TASK_STATE_SUBMITTED"), "{said}");
+    assert!(said.contains("-32001"), "{said}");
+    assert!(started.elapsed() >= Duration::from_secs(3), "{said}");
+
+    // Gone: the task, the listing, the keys.
+    let got = rpc(&brief, &husam, "GetTask", serde_json::json!({"id": id})).await;
+    assert_eq!(got["error"]["code"], -32001, "{got}");
+    let listed = rpc(&brief, &husam, "ListTasks", serde_json::json!({})).await;
+    assert_eq!(listed["result"]["totalSize"], 0, "{listed}");
+    let left = keys_with(&redis.url(), &digest).await;
+    assert!(!left.iter().any(|(k, _)| theirs(k)), "{left:?}");
+    // The same contextId starts a new conversation.
+    let again = rpc(
+        &brief,
+        &husam,
+        "SendMessage",
+        serde_json::json!({"message": {"messageId": "m-again", "role": "ROLE_USER",
+            "contextId": task["contextId"], "parts": [{"text": "hello again"}]}}),
+    )
+    .await;
+    assert_eq!(
+        again["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{again}"
+    );
+}

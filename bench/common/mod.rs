@@ -129,6 +129,8 @@ impl Gateway {
                 .arg("--tokens")
                 .arg(&tokens)
                 .env("AGENTFLEET_REDIS_URL", redis_url)
+                // One token drives the load, its 1,000 streams included.
+                .env("AGENTFLEET_GATEWAY_MAX_STREAMS_PER_CALLER", "100000")
                 .env("RUST_LOG", "warn")
                 .envs(env.iter().copied())
                 .stdout(std::process::Stdio::null())

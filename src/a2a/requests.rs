@@ -57,7 +57,8 @@ wire_struct! {
         tenant: Option<String>,
         /// Only tasks of this conversation.
         context_id: Option<String>,
-        /// Only tasks in this state.
+        /// Only tasks in this state (an unknown name is refused).
+        #[serde(deserialize_with = "opt_task_state")]
         status: Option<TaskState>,
         /// At most this many tasks (1..=100, default 50).
         #[serde(deserialize_with = "opt_int32")]
@@ -78,7 +79,7 @@ wire_struct! {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ListTasksResponse {
-    /// The tasks of this page, newest status first.
+    /// The tasks of this page, newest first.
     pub tasks: Vec<Task>,
     /// The next page's token; empty on the last page.
     pub next_page_token: String,

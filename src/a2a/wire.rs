@@ -112,6 +112,24 @@ pub(super) fn int32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     opt_int32(d).map(Option::unwrap_or_default)
 }
 
+/// A task state filter: a known name, else refused (`TASK_STATE_UNSPECIFIED`, the proto's
+/// unset value, filters nothing).
+pub(super) fn opt_task_state<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<TaskState>, D::Error> {
+    let Some(name) = Option::<std::borrow::Cow<str>>::deserialize(d)? else {
+        return Ok(None);
+    };
+    match TaskState::from_name(&name) {
+        Some(TaskState::Unspecified) => Ok(None),
+        Some(state) => Ok(Some(state)),
+        None => Err(de::Error::custom(format!(
+            "status: no task state {:?} (TASK_STATE_SUBMITTED, TASK_STATE_WORKING, TASK_STATE_COMPLETED, …)",
+            name.chars().take(40).collect::<String>()
+        ))),
+    }
+}
+
 /// A proto enum as ProtoJSON has it: written and read as its name (an unknown name reads as
 /// the default, `UNSPECIFIED`).
 macro_rules! proto_enum {

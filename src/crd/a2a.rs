@@ -45,6 +45,18 @@ pub struct A2aSpec {
     /// callers trusted as much as the agent's members.
     #[serde(default)]
     pub memory: A2aMemory,
+
+    /// How long a conversation (a `contextId`) lasts from its first message, in seconds
+    /// (default 604800: 7 days). Then it is removed with its tasks, which read
+    /// `TASK_NOT_FOUND`, and the same `contextId` starts a new conversation. A task's final
+    /// state is kept at least as long as its conversation.
+    #[serde(default = "conversation_seconds")]
+    #[schemars(range(min = 1, max = 31_536_000))]
+    pub conversation_seconds: u64,
+}
+
+fn conversation_seconds() -> u64 {
+    crate::store::CONVERSATION_SECONDS
 }
 
 /// What an A2A conversation remembers.

@@ -62,6 +62,15 @@ pub struct Limits {
     /// wait in the listen backlog) until one closes.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// Streams one caller (a token's entity) may hold open at once: SSE of spaces and A2A
+    /// `SendStreamingMessage`/`SubscribeToTask` together. One more is refused with a 429.
+    #[arg(
+        long,
+        env = "AGENTFLEET_GATEWAY_MAX_STREAMS_PER_CALLER",
+        default_value_t = 32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_streams_per_caller: u32,
     /// Time a client has to send a request's whole head (request line and headers), also
     /// between requests on a kept-alive connection; then the connection is closed.
     #[arg(long = "header-timeout-seconds", default_value = "10", value_parser = parse_seconds)]
@@ -89,6 +98,7 @@ impl Default for Limits {
             rate_burst: 60,
             max_uri_bytes: 8 * 1024,
             max_connections: 10_000,
+            max_streams_per_caller: 32,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),

@@ -162,6 +162,11 @@ impl ApiError {
         }
     }
 
+    /// 429 for a caller that holds as many streams open as it may (`too_many_streams`).
+    pub fn too_many_streams(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", message)
+    }
+
     /// 503.
     pub fn unavailable(e: &StoreError) -> Self {
         tracing::warn!(error = %e, "data plane error");

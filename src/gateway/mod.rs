@@ -30,6 +30,7 @@ pub mod results;
 mod serve;
 pub mod sse;
 pub mod stream;
+mod streams;
 mod wire;
 
 use std::sync::Arc;
@@ -82,6 +83,8 @@ struct Inner {
     limiter: RateLimiter,
     limits: Limits,
     hub: Hub,
+    /// The streams each caller holds open.
+    streams: streams::Streams,
     metrics: GatewayMetrics,
     shutdown: watch::Receiver<bool>,
     /// More that `/readyz` checks (in `agentfleet dev`: that every agent can work).
@@ -106,6 +109,7 @@ impl Gateway {
         Ok(Self {
             inner: Arc::new(Inner {
                 hub: Hub::new(store.clone(), limits.sse_recheck),
+                streams: streams::Streams::new(limits.max_streams_per_caller),
                 store,
                 tokens,
                 limiter: RateLimiter::new(limits.rate_limit, limits.rate_burst),

@@ -93,6 +93,11 @@ pub async fn stream_space(
     .map(|id| message_id("Last-Event-ID", &id))
     .transpose()?;
 
+    let slot = gw
+        .inner
+        .streams
+        .open(&caller)
+        .map_err(|full| ApiError::too_many_streams(full.message()))?;
     // Subscribe first, then replay what was missed: a message posted in between arrives both
     // ways and is sent once.
     let sub = gw
@@ -110,6 +115,7 @@ pub async fn stream_space(
         tokens: gw.inner.tokens.changes(),
         shutdown: gw.inner.shutdown.clone(),
         _guard: ClientGuard(gw.inner.metrics.sse_clients.clone()),
+        _slot: slot,
         gw,
         space,
         caller,
@@ -216,6 +222,8 @@ struct Client {
     look_at_members: bool,
     ended: bool,
     _guard: ClientGuard,
+    /// Its place among its caller's open streams.
+    _slot: super::streams::Slot,
 }
 
 impl Client {

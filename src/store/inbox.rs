@@ -167,7 +167,7 @@ pub trait Inbox: Send + Sync {
     /// What became of an event that asked for a receipt ([`InboxEvent::wants_receipt`]):
     /// written by the step that acknowledged it (a commit or a skip), so a receipt exists
     /// exactly when the event's cycle is over. `None` while it waits or is in flight, or once
-    /// forgotten (the last [`RECEIPTS`] are kept).
+    /// forgotten (kept [`RECEIPTS_KEPT_MS`], or as long as the agent's conversations last).
     async fn receipt(
         &self,
         agent: &AgentKey,
@@ -241,8 +241,11 @@ impl InboxEvent {
     }
 }
 
-/// How many receipts an agent keeps (the oldest beyond are forgotten).
-pub const RECEIPTS: usize = 10_000;
+/// How long an agent keeps receipts at least (ms): as long as its A2A conversations last
+/// (`spec.a2a.conversationSeconds`), at least as long as they last by default. A receipt is
+/// forgotten only once its task's conversation is gone, so a task's final state is kept as
+/// long as the task is readable.
+pub const RECEIPTS_KEPT_MS: i64 = super::CONVERSATION_SECONDS as i64 * 1000;
 
 /// What became of an event that asked for a receipt: recorded in the atomic step that
 /// acknowledged it.

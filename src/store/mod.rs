@@ -68,7 +68,8 @@ pub use self::consciousness::{
 };
 pub use self::error::StoreError;
 pub use self::inbox::{
-    EventKind, Inbox, InboxEvent, MidCycle, Pushed, Receipt, ReceiptOutcome, WakeScope, RECEIPTS,
+    EventKind, Inbox, InboxEvent, MidCycle, Pushed, Receipt, ReceiptOutcome, WakeScope,
+    RECEIPTS_KEPT_MS,
 };
 pub use self::journal::Journal;
 pub use self::leases::{Lease, Leases};
@@ -83,7 +84,9 @@ pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecor
 pub use self::redis::{
     redact_url, RedisArgs, RedisOptions, RedisStore, WaitReplicas, REDIS_CA_ENV,
 };
-pub use self::spaces::{A2aRecord, A2aSkill, AgentFacts, SpaceRecord, Spaces};
+pub use self::spaces::{
+    A2aRecord, A2aSkill, AgentFacts, SpaceRecord, Spaces, CONVERSATION_SECONDS,
+};
 pub use self::tokens::TokenSpend;
 use crate::identity::AgentKey;
 

@@ -22,8 +22,31 @@ pub trait Spaces: Send + Sync {
     /// Forgets a space's membership. Returns whether there was any.
     async fn remove_space(&self, space: &SpaceKey) -> Result<bool, StoreError>;
 
-    /// Every space the store holds membership for, sorted.
+    /// Every space the store holds membership for, sorted (A2A conversations are indexed by
+    /// their agent instead: [`Spaces::conversations`]).
     async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError>;
+
+    /// Keeps A2A conversation `space` of `agent` with `owner` (`KIND:ID`) until `until_ms`,
+    /// or until the time it was first kept until (a conversation lasts from its first
+    /// message): indexed for its owner, and gone with everything in it at that time — its
+    /// record, its log and, when `posted` names the scoped idempotency key of a post just
+    /// made in it, that key (so a `messageId` sent again later is a new message). Forgets the
+    /// agent's conversations past their time. Returns the time it lasts until. Idempotent.
+    async fn keep_conversation(
+        &self,
+        agent: &AgentKey,
+        owner: &str,
+        space: &SpaceKey,
+        until_ms: i64,
+        posted: Option<&str>,
+    ) -> Result<i64, StoreError>;
+
+    /// The conversations of `agent` with `owner` that have not expired.
+    async fn conversations(
+        &self,
+        agent: &AgentKey,
+        owner: &str,
+    ) -> Result<Vec<SpaceKey>, StoreError>;
 
     /// Records that an Agent exists (the operator does, for every Agent it reconciles), so
     /// producers such as the gateway's webhook can tell a real agent from a typo. Returns
@@ -115,6 +138,17 @@ pub struct A2aRecord {
     /// ([`crate::party::depth`]).
     #[serde(default = "default_max_chain_depth")]
     pub max_chain_depth: u32,
+    /// `spec.a2a.conversationSeconds`: how long a conversation lasts from its first message
+    /// (also read by the step that writes receipts, which keeps them at least this long).
+    #[serde(default = "default_conversation_seconds")]
+    pub conversation_seconds: u64,
+}
+
+/// How long an A2A conversation lasts by default (7 days), and its tasks' receipts at least.
+pub const CONVERSATION_SECONDS: u64 = 7 * 24 * 3600;
+
+fn default_conversation_seconds() -> u64 {
+    CONVERSATION_SECONDS
 }
 
 fn default_max_chain_depth() -> u32 {

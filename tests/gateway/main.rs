@@ -384,8 +384,10 @@ async fn the_stream_carries_messages_deltas_activity_and_resumes_on(f: Fixture) 
 
 #[tokio::test]
 async fn many_clients_share_one_subscription() {
+    // One caller's 50 streams: over the default of 32 a caller may hold, so allowed here.
     let f = start(Limits {
         rate_limit: 0.0,
+        max_streams_per_caller: 50,
         ..Limits::default()
     })
     .await;
@@ -635,6 +637,7 @@ async fn long_messages_are_refused_and_pages_stop_at_their_bytes() {
                 callers: vec!["human:husam".into()],
                 version: "1".into(),
                 max_chain_depth: 8,
+                conversation_seconds: agentfleet::store::CONVERSATION_SECONDS,
             }),
         )
         .await

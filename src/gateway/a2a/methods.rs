@@ -17,6 +17,7 @@ use crate::party::depth;
 use crate::store::A2aRecord;
 
 use super::super::auth::Entity;
+use super::super::streams::Slot;
 use super::super::Gateway;
 use super::tasks;
 use super::watch::Watch;
@@ -140,12 +141,16 @@ pub async fn run(
                 tasks::trimmed(task, history, true),
             ))?))
         }
-        Call::Stream(request) => match send(gw, agent, record, caller, &request).await? {
-            Sent::Watch(watch, first) => Ok(Answer::Stream(Box::pin(watch.updates(first)))),
-            Sent::Rejected(task) => Ok(Answer::Stream(Box::pin(futures::stream::once(
-                async move { Ok(StreamResponse::Task(task)) },
-            )))),
-        },
+        Call::Stream(request) => {
+            let slot = stream_slot(gw, caller)?;
+            Ok(match send(gw, agent, record, caller, &request).await? {
+                Sent::Watch(watch, first) => held(slot, watch.updates(first)),
+                Sent::Rejected(task) => held(
+                    slot,
+                    futures::stream::once(async move { Ok(StreamResponse::Task(task)) }),
+                ),
+            })
+        }
         Call::Get { id, history } => {
             let view = tasks::view(store, agent, caller, &id).await?;
             Ok(Answer::One(json(&tasks::trimmed(
@@ -161,6 +166,7 @@ pub async fn run(
             Ok(Answer::One(json(&view.task)?))
         }
         Call::Subscribe(id) => {
+            let slot = stream_slot(gw, caller)?;
             let view = tasks::view(store, agent, caller, &id).await?;
             if view.task.status.state.is_terminal() {
                 return Err(A2aError::UnsupportedOperation(format!(
@@ -171,9 +177,29 @@ pub async fn run(
             }
             let live = subscribe(gw, &view.space).await?;
             let watch = Watch::new(gw, agent, caller, id, live);
-            Ok(Answer::Stream(Box::pin(watch.updates(view.task))))
+            Ok(held(slot, watch.updates(view.task)))
         }
     }
+}
+
+/// A place among the caller's open streams (see [`super::super::streams`]).
+fn stream_slot(gw: &Gateway, caller: &Entity) -> Result<Slot, A2aError> {
+    gw.inner
+        .streams
+        .open(caller)
+        .map_err(|full| A2aError::RateLimited(full.message()))
+}
+
+/// The answer streaming `updates`, holding `slot` until the stream is dropped.
+fn held<S>(slot: Slot, updates: S) -> Answer
+where
+    S: Stream<Item = Result<StreamResponse, A2aError>> + Send + 'static,
+{
+    use futures::StreamExt as _;
+    Answer::Stream(Box::pin(updates.map(move |item| {
+        let _held = &slot;
+        item
+    })))
 }
 
 /// The live events of a conversation (for a watch).
@@ -286,7 +312,9 @@ async fn send(
             &spent,
         )));
     }
-    let (space, record) = tasks::open_conversation(store, agent, caller, &context_id).await?;
+    let lasts = served.conversation_seconds;
+    let (space, record) =
+        tasks::open_conversation(store, agent, caller, &context_id, lasts).await?;
     let live = gw
         .inner
         .hub
@@ -294,6 +322,7 @@ async fn send(
         .await
         .map_err(|e| tasks::unavailable(&e))?;
     let task_id = tasks::post(store, &space, caller, message, text, depth).await?;
+    tasks::keep_conversation(store, agent, caller, &space, lasts, Some(message)).await?;
     let first = tasks::view(store, agent, caller, &task_id).await?.task;
     let watch = Watch::new(gw, agent, caller, task_id, live);
     Ok(Sent::Watch(Box::new(watch), first))
@@ -365,8 +394,9 @@ fn rejected(context_id: &str, message_id: &str, spent: &crate::crd::Exhausted) -
     }
 }
 
-/// `ListTasks`: the caller's tasks with the agent, newest first, a page at a time (the
-/// page token is the number of tasks before the page).
+/// `ListTasks`: the caller's tasks with the agent, newest first (by when they were sent), a
+/// page at a time (the page token is the number of tasks before the page). Only the page's
+/// tasks are read in full, unless a filter on their state or time needs every one read.
 async fn list(
     gw: &Gateway,
     agent: &AgentKey,
@@ -400,37 +430,48 @@ async fn list(
         .transpose()?;
     let spaces = match request.context_id.as_deref().filter(|c| !c.is_empty()) {
         Some(c) => vec![tasks::conversation(agent, caller, c)],
-        None => conversations(gw, agent, caller).await?,
+        None => store
+            .conversations(agent, &tasks::owner(caller))
+            .await
+            .map_err(|e| tasks::unavailable(&e))?,
     };
     let mut ids = Vec::new();
     for space in &spaces {
         ids.extend(tasks::ids_in(store, space, caller, 1000).await?);
     }
-    let mut all = Vec::new();
-    for id in ids {
-        let task = tasks::view(store, agent, caller, &id).await?.task;
-        let time = task
-            .status
-            .timestamp
-            .as_deref()
-            .and_then(crate::a2a::timestamp_millis)
-            .unwrap_or(0);
-        if request.status.is_some_and(|s| s != task.status.state) {
-            continue;
+    // Newest first: a task's id ends with its message's, which orders by time.
+    ids.sort_by_cached_key(|id| std::cmp::Reverse(tasks::sent_order(id)));
+    let filtered = request.status.is_some() || after_ms.is_some();
+    let (total, chosen) = if filtered {
+        let mut matching = Vec::new();
+        for id in &ids {
+            let task = tasks::view(store, agent, caller, id).await?.task;
+            let time = task
+                .status
+                .timestamp
+                .as_deref()
+                .and_then(crate::a2a::timestamp_millis)
+                .unwrap_or(0);
+            if request.status.is_some_and(|s| s != task.status.state)
+                || after_ms.is_some_and(|a| time < a)
+            {
+                continue;
+            }
+            matching.push(task);
         }
-        if after_ms.is_some_and(|a| time < a) {
-            continue;
+        let total = matching.len();
+        (total, matching.into_iter().skip(skip).take(size).collect())
+    } else {
+        let mut page = Vec::new();
+        for id in ids.iter().skip(skip).take(size) {
+            page.push(tasks::view(store, agent, caller, id).await?.task);
         }
-        all.push((time, task));
-    }
-    all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.id.cmp(&a.1.id)));
-    let total = all.len();
+        (ids.len(), page)
+    };
     let artifacts = request.include_artifacts.unwrap_or(false);
-    let page: Vec<Task> = all
+    let page: Vec<Task> = chosen
         .into_iter()
-        .skip(skip)
-        .take(size)
-        .map(|(_, t)| tasks::trimmed(t, request.history_length, artifacts))
+        .map(|t| tasks::trimmed(t, request.history_length, artifacts))
         .collect();
     let next = skip + page.len();
     Ok(ListTasksResponse {
@@ -443,31 +484,6 @@ async fn list(
         },
         total_size: i32::try_from(total).unwrap_or(i32::MAX),
     })
-}
-
-/// The caller's conversations with the agent.
-async fn conversations(
-    gw: &Gateway,
-    agent: &AgentKey,
-    caller: &Entity,
-) -> Result<Vec<crate::identity::SpaceKey>, A2aError> {
-    let store = gw.inner.store.as_ref();
-    let who = caller.principal();
-    let me = tasks::outside(agent, &who);
-    let mut mine = Vec::new();
-    for key in store.spaces().await.map_err(|e| tasks::unavailable(&e))? {
-        if key.namespace != agent.namespace || !key.is_conversation() {
-            continue;
-        }
-        let record = store
-            .space(&key)
-            .await
-            .map_err(|e| tasks::unavailable(&e))?;
-        if record.is_some_and(|r| me.owns(&r)) {
-            mine.push(key);
-        }
-    }
-    Ok(mine)
 }
 
 /// `ListTasks` from the HTTP+JSON binding's query.

@@ -84,10 +84,10 @@ async fn served(gw: &Gateway, ns: &str, name: &str) -> Result<(AgentKey, A2aReco
 }
 
 /// The gateway's URL as callers reach it: `--public-url`, else from the request's `Host`
-/// (and `X-Forwarded-Proto`).
-fn base_url(gw: &Gateway, headers: &HeaderMap) -> String {
+/// (and `X-Forwarded-Proto`). `true` when it came from the request.
+fn base_url(gw: &Gateway, headers: &HeaderMap) -> (String, bool) {
     if let Some(url) = gw.inner.public_url.get() {
-        return url.trim_end_matches('/').to_string();
+        return (url.trim_end_matches('/').to_string(), false);
     }
     let host = headers
         .get(header::HOST)
@@ -99,10 +99,14 @@ fn base_url(gw: &Gateway, headers: &HeaderMap) -> String {
         .and_then(|h| h.to_str().ok())
         .filter(|p| *p == "https" || *p == "http")
         .unwrap_or("http");
-    format!("{scheme}://{host}")
+    (format!("{scheme}://{host}"), true)
 }
 
-/// `GET /a2a/{ns}/{agent}/.well-known/agent-card.json`.
+/// `GET /a2a/{ns}/{agent}/.well-known/agent-card.json`. With `--public-url` every caller
+/// gets the same card, which any cache may keep. Without it the card names what the request
+/// said (`Host`, `X-Forwarded-Proto`), so it is the requester's alone: `private` (a shared
+/// cache keeps none, so no request can put its URL in the card others get) and `Vary` on
+/// the headers it came from.
 async fn agent_card(
     State(gw): State<Gateway>,
     Path((ns, name)): Path<(String, String)>,
@@ -110,12 +114,25 @@ async fn agent_card(
 ) -> Response {
     match served(&gw, &ns, &name).await {
         Ok((key, record)) => {
-            let card = card::card(&base_url(&gw, &headers), &key, &record);
+            let (base, from_request) = base_url(&gw, &headers);
+            let card = card::card(&base, &key, &record);
             let mut response = axum::Json(card).into_response();
-            response.headers_mut().insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("public, max-age=60"),
-            );
+            let h = response.headers_mut();
+            if from_request {
+                h.insert(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("private, max-age=60"),
+                );
+                h.insert(
+                    header::VARY,
+                    HeaderValue::from_static("Host, X-Forwarded-Proto"),
+                );
+            } else {
+                h.insert(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("public, max-age=60"),
+                );
+            }
             response
         }
         Err(e) => rest_error(&e),
@@ -155,6 +172,8 @@ fn admit(
     let version = headers
         .get(VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
+        // An empty header says nothing: the query parameter (or the default) decides.
+        .filter(|v| !v.trim().is_empty())
         .map(str::to_string)
         .or_else(|| query.and_then(version_in_query));
     negotiate(version.as_deref())?;

@@ -66,25 +66,54 @@ pub(super) fn check_context_id(id: &str) -> Result<(), A2aError> {
     Ok(())
 }
 
-/// The conversation's record, made when it is new.
+/// Who owns a conversation, as the agent's index of conversations names them.
+pub(super) fn owner(caller: &Entity) -> String {
+    format!("{}:{}", caller.kind.as_str(), caller.id)
+}
+
+/// The conversation's record, made when it is new (to last `lasts_s` seconds from now).
 pub(super) async fn open_conversation(
     store: &dyn Store,
     agent: &AgentKey,
     caller: &Entity,
     context_id: &str,
+    lasts_s: u64,
 ) -> Result<(SpaceKey, SpaceRecord), A2aError> {
     let who = caller.principal();
-    let caller = outside(agent, &who);
-    let key = caller.conversation(context_id);
+    let outsider = outside(agent, &who);
+    let key = outsider.conversation(context_id);
     if let Some(record) = store.space(&key).await.map_err(|e| unavailable(&e))? {
         return Ok((key, record));
     }
-    let record = caller.new_conversation(context_id, CONVERSATION_MESSAGES);
+    let record = outsider.new_conversation(context_id, CONVERSATION_MESSAGES);
     store
         .apply_space(&key, &record)
         .await
         .map_err(|e| unavailable(&e))?;
+    keep_conversation(store, agent, caller, &key, lasts_s, None).await?;
     Ok((key, record))
+}
+
+/// Keeps the conversation `space` until its time (`lasts_s` from now when it is new): after
+/// every post (`message`, the caller's), so that its log, made by the first, and the post's
+/// idempotency key expire with the rest.
+pub(super) async fn keep_conversation(
+    store: &dyn Store,
+    agent: &AgentKey,
+    caller: &Entity,
+    space: &SpaceKey,
+    lasts_s: u64,
+    message: Option<&Message>,
+) -> Result<(), A2aError> {
+    let posted =
+        message.and_then(|m| caller_post(caller, m, String::new(), 0).scoped_idempotency_key());
+    let lasts_ms = i64::try_from(lasts_s.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let until = crate::store::now_ms().saturating_add(lasts_ms);
+    store
+        .keep_conversation(agent, &owner(caller), space, until, posted.as_deref())
+        .await
+        .map_err(|e| unavailable(&e))?;
+    Ok(())
 }
 
 /// A task's id: the conversation's digest, then the message's id.
@@ -154,17 +183,7 @@ pub(super) async fn post(
     depth: u32,
 ) -> Result<String, A2aError> {
     let posted = store
-        .post_message(
-            space,
-            &NewMessage {
-                sender: caller_sender(caller),
-                text,
-                mention: None,
-                idempotency_key: Some(format!("a2a:{}", message.message_id)),
-                urgent: false,
-                depth,
-            },
-        )
+        .post_message(space, &caller_post(caller, message, text, depth))
         .await
         .map_err(|e| match e {
             // The parts' text is more than the conversation takes.
@@ -174,6 +193,18 @@ pub(super) async fn post(
             e => unavailable(&e),
         })?;
     Ok(task_id(space, &posted.id))
+}
+
+/// The post of the caller's `message` (its `messageId` its idempotency key).
+fn caller_post(caller: &Entity, message: &Message, text: String, depth: u32) -> NewMessage {
+    NewMessage {
+        sender: caller_sender(caller),
+        text,
+        mention: None,
+        idempotency_key: Some(format!("a2a:{}", message.message_id)),
+        urgent: false,
+        depth,
+    }
 }
 
 /// The causal depth a message claims (`agentfleet.dev/depth` in its metadata, from an
@@ -227,7 +258,12 @@ pub(super) async fn view(
     caller: &Entity,
     id: &str,
 ) -> Result<TaskView, A2aError> {
-    let not_found = || A2aError::TaskNotFound(format!("no task {}", super::quote(id)));
+    let not_found = || {
+        A2aError::TaskNotFound(format!(
+            "no task {} (or its conversation expired)",
+            super::quote(id)
+        ))
+    };
     let (space, message_id) = parse_task_id(agent, id).ok_or_else(not_found)?;
     let record = store
         .space(&space)
@@ -536,6 +572,11 @@ pub(super) async fn ids_in(
         .filter(|m| m.sender == me)
         .map(|m| task_id(space, &m.id))
         .collect())
+}
+
+/// Where a task id sorts among the caller's tasks: by its message's time and sequence.
+pub(super) fn sent_order(id: &str) -> Option<(i64, u64)> {
+    parse_message_id(id.split_once('-')?.1)
 }
 
 /// Whether a task has settled: over, or waiting for its caller (a stream closes then).

@@ -8,7 +8,7 @@ use futures::stream::{BoxStream, StreamExt as _};
 use super::{received, AgentState, MemoryStore};
 use crate::identity::AgentKey;
 use crate::store::{
-    Inbox, InboxEvent, Lease, Pushed, Receipt, StoreError, WakeScope, RECEIPTS, SEEN_IDS,
+    Inbox, InboxEvent, Lease, Pushed, Receipt, StoreError, WakeScope, RECEIPTS_KEPT_MS, SEEN_IDS,
 };
 
 impl AgentState {
@@ -51,7 +51,16 @@ impl AgentState {
                 self.receipt_order.push_back(e.id.clone());
             }
         }
-        while self.receipt_order.len() > RECEIPTS {
+        // As long as the agent's conversations last (see `receipts.lua`).
+        let keep = self.a2a.as_ref().map_or(RECEIPTS_KEPT_MS, |r| {
+            RECEIPTS_KEPT_MS
+                .max(i64::try_from(r.conversation_seconds.saturating_mul(1000)).unwrap_or(i64::MAX))
+        });
+        while let Some(old) = self.receipt_order.front() {
+            let time = self.receipts.get(old).map_or(i64::MIN, |r| r.time_ms);
+            if time.saturating_add(keep) > receipt.time_ms {
+                break;
+            }
             if let Some(old) = self.receipt_order.pop_front() {
                 self.receipts.remove(&old);
             }

@@ -55,6 +55,8 @@ struct State {
     registered: HashSet<AgentKey>,
     agents: HashMap<AgentKey, AgentState>,
     logs: HashMap<SpaceKey, SpaceLog>,
+    /// A2A conversations: their agent, owner and when they expire (ms).
+    conversations: BTreeMap<SpaceKey, (AgentKey, String, i64)>,
     live: HashMap<SpaceKey, broadcast::Sender<LiveEvent>>,
     /// Agents whose pushes fail (tests of interrupted fan-outs): how many more times, and
     /// whether for a passing reason.

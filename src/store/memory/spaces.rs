@@ -14,7 +14,14 @@ impl Spaces for MemoryStore {
         space: &SpaceKey,
         record: &SpaceRecord,
     ) -> Result<bool, StoreError> {
+        let now = crate::store::now_ms();
         Ok(self.with(|s| {
+            // A conversation past its time is gone: this one starts afresh.
+            if s.conversations.get(space).is_some_and(|c| c.2 <= now) {
+                s.conversations.remove(space);
+                s.spaces.remove(space);
+                s.logs.remove(space);
+            }
             let changed = s.spaces.get(space) != Some(record);
             if changed {
                 s.spaces.insert(space.clone(), record.clone());
@@ -24,7 +31,14 @@ impl Spaces for MemoryStore {
     }
 
     async fn space(&self, space: &SpaceKey) -> Result<Option<SpaceRecord>, StoreError> {
-        Ok(self.with(|s| s.spaces.get(space).cloned()))
+        let now = crate::store::now_ms();
+        Ok(self.with(|s| {
+            let expired = s
+                .conversations
+                .get(space)
+                .is_some_and(|(_, _, until)| *until <= now);
+            s.spaces.get(space).filter(|_| !expired).cloned()
+        }))
     }
 
     async fn remove_space(&self, space: &SpaceKey) -> Result<bool, StoreError> {
@@ -32,7 +46,56 @@ impl Spaces for MemoryStore {
     }
 
     async fn spaces(&self) -> Result<Vec<SpaceKey>, StoreError> {
-        Ok(self.with(|s| s.spaces.keys().cloned().collect()))
+        Ok(self.with(|s| {
+            s.spaces
+                .keys()
+                .filter(|k| !k.is_conversation())
+                .cloned()
+                .collect()
+        }))
+    }
+
+    async fn keep_conversation(
+        &self,
+        agent: &AgentKey,
+        owner: &str,
+        space: &SpaceKey,
+        until_ms: i64,
+        _posted: Option<&str>,
+    ) -> Result<i64, StoreError> {
+        let now = crate::store::now_ms();
+        Ok(self.with(|s| {
+            let past: Vec<SpaceKey> = s
+                .conversations
+                .iter()
+                .filter(|(_, (a, _, until))| a == agent && *until <= now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in past {
+                s.conversations.remove(&k);
+                s.spaces.remove(&k);
+                s.logs.remove(&k);
+            }
+            s.conversations
+                .entry(space.clone())
+                .or_insert_with(|| (agent.clone(), owner.to_string(), until_ms))
+                .2
+        }))
+    }
+
+    async fn conversations(
+        &self,
+        agent: &AgentKey,
+        owner: &str,
+    ) -> Result<Vec<SpaceKey>, StoreError> {
+        let now = crate::store::now_ms();
+        Ok(self.with(|s| {
+            s.conversations
+                .iter()
+                .filter(|(_, (a, o, until))| a == agent && o == owner && *until > now)
+                .map(|(k, _)| k.clone())
+                .collect()
+        }))
     }
 
     async fn register_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {

@@ -168,6 +168,7 @@ pub fn a2a_record(agent: &crd::Agent) -> Option<super::super::A2aRecord> {
         callers: spec.callers.clone(),
         version: agent.metadata.generation.unwrap_or(1).to_string(),
         max_chain_depth: agent.spec.cycle.max_chain_depth,
+        conversation_seconds: spec.conversation_seconds,
     })
 }
 

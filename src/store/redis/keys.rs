@@ -40,8 +40,9 @@
 //! | `agentfleet:{agent:NS/NAME}:outbound` | sorted set | calls of remote A2A agents under way: `DEPTH:KEY` by until when (ms); what arrives from outside meanwhile continues the deepest chain |
 //! | `agentfleet:{agent:NS/NAME}:ids` | sorted set | recent event ids (score: time), for dedupe |
 //! | `agentfleet:{agent:NS/NAME}:receipts` | hash | event id → JSON `Receipt` `{outcome, cycle, reason, timeMs}`: how the cycle of an event that asked for one ended (an A2A task's message), written when it is acknowledged |
+//! | `agentfleet:{agent:NS/NAME}:conversations` | sorted set | the agent's A2A conversations, `KIND:ID SPACE` (owner, space name) by when they expire (ms); those past are removed when one is kept |
 //! | `agentfleet:{agent:NS/NAME}:a2a` | string | what the gateway serves of the agent over A2A (JSON `A2aRecord` `{description, skills, callers, version}`), from `spec.a2a` |
-//! | `agentfleet:{agent:NS/NAME}:receiptids` | list | the ids of `receipts`, newest first; the oldest beyond `RECEIPTS` (10,000) are forgotten |
+//! | `agentfleet:{agent:NS/NAME}:receiptids` | list | the ids of `receipts`, newest first; those written longer ago than the agent's conversations last (`conversationSeconds` of its `a2a` record, at least `RECEIPTS_KEPT_MS`, 7 days) are forgotten |
 //! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
 //! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
 //! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
@@ -83,6 +84,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "journal",
     "receipts",
     "receiptids",
+    "conversations",
     "a2a",
     "facts",
     "calls",
@@ -158,9 +160,14 @@ impl AgentKeys {
         self.key("receipts")
     }
 
-    /// The ids of `receipts`, newest first (the oldest beyond `RECEIPTS` are forgotten).
+    /// The ids of `receipts`, newest first (forgotten once older than conversations last).
     pub(super) fn receipt_ids(&self) -> String {
         self.key("receiptids")
+    }
+
+    /// The agent's A2A conversations by when they expire.
+    pub(super) fn conversations(&self) -> String {
+        self.key("conversations")
     }
 
     /// Recent event ids, for dedupe.

@@ -441,9 +441,10 @@ pub(super) async fn ack(
         .key(agent.journal())
         .key(agent.receipts())
         .key(agent.receipt_ids())
+        .key(agent.a2a())
         .arg(lease_value(lease))
         .arg(receipt.to_json())
-        .arg(crate::store::RECEIPTS)
+        .arg(crate::store::RECEIPTS_KEPT_MS)
         .invoke_async::<u8>(conn)
         .await
         .map_err(fenced(agent.name(), "acknowledge cycle"))?;

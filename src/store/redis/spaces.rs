@@ -40,9 +40,12 @@ impl Spaces for RedisStore {
                 .map_err(redis_err("set space members"))?;
         }
         // The index lives on another slot; adding to it is idempotent, so it is its own step.
-        conn.sadd::<_, _, ()>(spaces_index(), space.to_string())
-            .await
-            .map_err(redis_err("index space"))?;
+        // A conversation is indexed by its agent (`keep_conversation`), and expires.
+        if !space.is_conversation() {
+            conn.sadd::<_, _, ()>(spaces_index(), space.to_string())
+                .await
+                .map_err(redis_err("index space"))?;
+        }
         Ok(changed)
     }
 
@@ -85,6 +88,73 @@ impl Spaces for RedisStore {
             .collect();
         keys.sort();
         Ok(keys)
+    }
+
+    async fn keep_conversation(
+        &self,
+        agent: &AgentKey,
+        owner: &str,
+        space: &SpaceKey,
+        until_ms: i64,
+        posted: Option<&str>,
+    ) -> Result<i64, StoreError> {
+        let index = AgentKeys::new(agent).conversations();
+        let member = format!("{owner} {}", space.name);
+        let mut conn = self.conns.shared().await?;
+        // Past ones go first, so a conversation that expired starts again from now.
+        let (until,): (Option<f64>,) = redis::pipe()
+            .atomic()
+            .zrembyscore(&index, "-inf", crate::store::now_ms())
+            .ignore()
+            .zadd_options(
+                &index,
+                &member,
+                until_ms,
+                &redis::SortedSetAddOptions::add_only(),
+            )
+            .ignore()
+            .zscore(&index, &member)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("index conversation"))?;
+        let until = until.map_or(until_ms, |u| u as i64);
+        let keys = SpaceKeys::new(space);
+        let mut expire = redis::pipe();
+        expire.atomic();
+        let mut all = vec![keys.info(), keys.agents(), keys.log()];
+        if let Some(scoped) = posted {
+            all.push(keys.idempotency(scoped));
+        }
+        for key in all {
+            expire.pexpire_at(key, until).ignore();
+        }
+        expire
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(redis_err("expire conversation"))?;
+        Ok(until)
+    }
+
+    async fn conversations(
+        &self,
+        agent: &AgentKey,
+        owner: &str,
+    ) -> Result<Vec<SpaceKey>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        let members: Vec<String> = conn
+            .zrangebyscore(
+                AgentKeys::new(agent).conversations(),
+                format!("({}", crate::store::now_ms()),
+                "+inf",
+            )
+            .await
+            .map_err(redis_err("list conversations"))?;
+        let prefix = format!("{owner} ");
+        Ok(members
+            .iter()
+            .filter_map(|m| m.strip_prefix(&prefix))
+            .map(|name| SpaceKey::new(agent.namespace.clone(), name))
+            .collect())
     }
 
     async fn register_agent(&self, agent: &AgentKey) -> Result<bool, StoreError> {

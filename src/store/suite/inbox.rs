@@ -673,3 +673,56 @@ pub(super) async fn another_partys_events_wait_for_a_later_cycle(store: &dyn Sto
         Err(StoreError::Fenced { .. })
     ));
 }
+
+/// Receipts are kept as long as conversations last, however many come meanwhile: 10,001
+/// in one cycle (past the 10,000 once kept) all stay; one written longer ago than
+/// conversations last goes.
+pub(super) async fn receipts_last_as_long_as_conversations(store: &dyn Store) {
+    let agent = AgentKey::new("fam", "receipts-kept");
+    store.register_agent(&agent).await.unwrap();
+    let asking = |id: String| InboxEvent {
+        data: Some(serde_json::json!({"messageId": id, "receipt": true})),
+        ..event(&id, "a task")
+    };
+    let lease = store
+        .acquire_lease(&agent, "w", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let day = 24 * 3600 * 1000;
+    for (id, age_ms) in [
+        ("too-old", RECEIPTS_KEPT_MS + day),
+        ("old", RECEIPTS_KEPT_MS - day),
+    ] {
+        store.push_event(&agent, &asking(id.into())).await.unwrap();
+        store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
+        let receipt = Receipt {
+            time_ms: now_ms() - age_ms,
+            ..Receipt::new(ReceiptOutcome::Committed, Some(1), None)
+        };
+        store.end_cycle(&agent, &lease, &receipt).await.unwrap();
+    }
+    assert!(store.receipt(&agent, "too-old").await.unwrap().is_some());
+    for i in 0..10_001 {
+        store
+            .push_event(&agent, &asking(format!("t{i}")))
+            .await
+            .unwrap();
+    }
+    let mut taken = 0;
+    while taken < 10_001 {
+        taken += store.wait_inbox(&agent, &lease, SHORT).await.unwrap().len();
+    }
+    store.ack_cycle(&agent, &lease).await.unwrap();
+    assert!(
+        store.receipt(&agent, "t0").await.unwrap().is_some(),
+        "the first of 10,001 receipts was forgotten"
+    );
+    assert!(store.receipt(&agent, "t10000").await.unwrap().is_some());
+    assert!(store.receipt(&agent, "old").await.unwrap().is_some());
+    assert_eq!(
+        store.receipt(&agent, "too-old").await.unwrap(),
+        None,
+        "written longer ago than conversations last"
+    );
+}

@@ -413,6 +413,8 @@ suite!(
     human_calls_take_one_answer_without_a_token,
     a_paused_cycle_waits_for_its_answer,
     receipts_say_how_the_cycle_of_an_event_ended,
+    receipts_last_as_long_as_conversations,
+    conversations_expire_with_everything_in_them,
     another_partys_events_wait_for_a_later_cycle,
     calls_of_remote_agents_under_way_are_noted,
     a_snapshot_replaces_the_consciousness_between_cycles;

@@ -96,3 +96,62 @@ pub(super) async fn agent_facts_are_applied_idempotently(store: &dyn Store) {
 pub(super) async fn ping_answers(store: &dyn Store) {
     store.ping().await.unwrap();
 }
+
+pub(super) async fn conversations_expire_with_everything_in_them(store: &dyn Store) {
+    let agent = AgentKey::new("fam", "helper");
+    let space = SpaceKey::conversation(&agent, "human", "husam", "ctx-1");
+    let theirs = SpaceKey::conversation(&agent, "human", "dana", "ctx-1");
+    let r = record(vec![member(MemberKind::Agent, "helper")]);
+    let now = now_ms();
+    for s in [&space, &theirs] {
+        store.apply_space(s, &r).await.unwrap();
+    }
+    assert_eq!(
+        store
+            .keep_conversation(&agent, "human:husam", &space, now + 600, None)
+            .await
+            .unwrap(),
+        now + 600
+    );
+    store
+        .keep_conversation(&agent, "human:dana", &theirs, now + 60_000, None)
+        .await
+        .unwrap();
+    // Kept again (after each post), it lasts from its first keep, not longer.
+    assert_eq!(
+        store
+            .keep_conversation(&agent, "human:husam", &space, now + 60_000, None)
+            .await
+            .unwrap(),
+        now + 600
+    );
+    assert_eq!(
+        store.conversations(&agent, "human:husam").await.unwrap(),
+        vec![space.clone()]
+    );
+    // Conversations are not among the spaces of the namespace's index.
+    assert!(!store.spaces().await.unwrap().contains(&space));
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert_eq!(store.space(&space).await.unwrap(), None, "expired");
+    assert!(store
+        .conversations(&agent, "human:husam")
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.conversations(&agent, "human:dana").await.unwrap(),
+        vec![theirs.clone()]
+    );
+    assert!(store.space(&theirs).await.unwrap().is_some());
+    // The same contextId again is a new conversation, lasting from now.
+    store.apply_space(&space, &r).await.unwrap();
+    let again = now_ms() + 60_000;
+    assert_eq!(
+        store
+            .keep_conversation(&agent, "human:husam", &space, again, None)
+            .await
+            .unwrap(),
+        again
+    );
+    assert!(store.space(&space).await.unwrap().is_some());
+}

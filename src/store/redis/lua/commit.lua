@@ -4,9 +4,9 @@
 -- ack.lua). Refused with
 -- CONFLICT when the consciousness is no longer at the cycle the commit was planned on.
 -- KEYS: 1 lease, 2 clog, 3 cmeta, 4 checkpoints, 5 summaries, 6 inflight, 7 state, 8 urgent,
---   9 inbox, 10 journal, 11 receipts, 12 receipt ids.
+--   9 inbox, 10 journal, 11 receipts, 12 receipt ids, 13 the agent's A2A record.
 -- ARGV: 1 lease value, 2 the plan (JSON, numbers as strings; `receipt` the events' receipt
---   as JSON, `receipts` how many are kept), then the new messages.
+--   as JSON, `receipts` how long receipts are kept at least, in ms), then the new messages.
 local plan = cjson.decode(ARGV[2])
 local cur = redis.call('HGET', KEYS[3], 'cycle') or '0'
 if cur ~= plan.prevCycle then
@@ -29,7 +29,7 @@ redis.call('HSET', KEYS[3], 'base', base, 'start', plan.start, 'end', plan.finis
 redis.call('HINCRBY', KEYS[3], 'tokensUsed', plan.cycleTokens)
 redis.call('DEL', KEYS[4])
 for _, c in ipairs(plan.checkpoints) do redis.call('RPUSH', KEYS[4], c) end
-receipts(KEYS[6], KEYS[11], KEYS[12], plan.receipt, tonumber(plan.receipts))
+receipts(KEYS[6], KEYS[11], KEYS[12], plan.receipt, KEYS[13], tonumber(plan.receipts))
 redis.call('DEL', KEYS[6], KEYS[7], KEYS[10])
 move_all(KEYS[8], KEYS[9])
 return 1

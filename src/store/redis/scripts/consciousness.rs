@@ -66,7 +66,7 @@ pub(in crate::store::redis) async fn commit(
         "dropSummaries": plan.drop_summaries.iter().map(u64::to_string).collect::<Vec<_>>(),
         "checkpoints": checkpoints_json(agent, &plan.retained)?,
         "receipt": commit.receipt(cp.cycle).to_json(),
-        "receipts": crate::store::RECEIPTS.to_string(),
+        "receipts": crate::store::RECEIPTS_KEPT_MS.to_string(),
     });
     let mut invocation = COMMIT.prepare_invoke();
     invocation
@@ -82,6 +82,7 @@ pub(in crate::store::redis) async fn commit(
         .key(agent.journal())
         .key(agent.receipts())
         .key(agent.receipt_ids())
+        .key(agent.a2a())
         .arg(lease_value(lease))
         .arg(plan_json.to_string());
     for m in &commit.new_messages {
