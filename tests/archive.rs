@@ -876,3 +876,69 @@ async fn a_cycle_after_a_restore_overwrites_no_archived_checkpoint() {
     );
     assert_eq!(rig.archived(&sre()), [1, 2, 3, 4]);
 }
+
+/// After a restore the newest archived object is the cycle gone back to (written again under
+/// its own name), not the highest: a data plane lost then is recovered from it, and the next
+/// cycle is still numbered past every archived one — the abandoned cycles' objects stay as
+/// they were. (Recovery numbered from the newest object's cycle: the next checkpoint took the
+/// name of abandoned cycle 2 and overwrote it.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cycle_after_a_restore_and_a_lost_data_plane_overwrites_no_archived_checkpoint() {
+    let rig = Rig::start("abandoned-dr").await;
+    let manifest = rig.manifest("sre", "    archive: {keepLast: 20, intervalSeconds: 0}");
+    let worker = rig.worker(&manifest);
+    for i in 1..=3u64 {
+        rig.cycle(&sre(), &format!("step {i}"), &format!("done {i}"))
+            .await;
+        rig.until_archived_cycle("archived", &sre(), i).await;
+    }
+    // Signed as the fleet's workers sign.
+    let mut env = rig.s3.env();
+    env.push(("AGENTFLEET_ARCHIVE_SIGNING_KEY".into(), SIGNING_KEY.into()));
+    let archive = agentfleet::archive::Archive::open_with(&rig.s3.url(ARCHIVE), &env).unwrap();
+    let mut before = Vec::new();
+    for cycle in 1..=3 {
+        before.push(archive.get(&sre(), cycle).await.unwrap());
+    }
+    drop(worker);
+    // As a restore to cycle 1 leaves the archive: cycle 1 written again, now the newest.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    archive.put(&before[0]).await.unwrap();
+    // The data plane is lost before the next cycle.
+    let out = std::process::Command::new("redis-cli")
+        .args(["-u", &rig.redis.url(), "FLUSHALL"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    rig.apply_space().await;
+    let _worker = rig.worker(&manifest);
+    let seen = rig
+        .until("the recovery", &sre(), |o| {
+            o.restore.as_ref().is_some_and(|r| r.ok)
+        })
+        .await;
+    assert_eq!(seen.cycles, 1, "recovered from the newest object");
+    let next = rig.cycle(&sre(), "after the loss", "on it").await;
+    rig.until_archived_cycle("the new cycle archived", &sre(), next)
+        .await;
+    assert_eq!(next, 4, "numbered past the abandoned cycles 2 and 3");
+    for (cycle, doc) in (1..=3).zip(&before) {
+        let now = archive.get(&sre(), cycle).await.unwrap();
+        assert_eq!(
+            now.snapshot.consciousness.digest, doc.snapshot.consciousness.digest,
+            "the archived checkpoint of cycle {cycle} was overwritten"
+        );
+    }
+    let text = archive
+        .get(&sre(), next)
+        .await
+        .unwrap()
+        .snapshot
+        .consciousness
+        .messages
+        .join("\n");
+    assert!(
+        text.contains("step 1") && text.contains("after the loss") && !text.contains("step 2"),
+        "{text}"
+    );
+}

@@ -859,6 +859,7 @@ async fn archive_on_a_real_api_server(
             ..Consciousness::default()
         },
         notes: Default::default(),
+        highest: 0,
     };
     store
         .replace_consciousness(&key, &lease, &snapshot)
@@ -1052,6 +1053,7 @@ async fn archive_on_a_real_api_server(
             ..Consciousness::default()
         },
         notes: Default::default(),
+        highest: 0,
     };
     later.consciousness.restored = None;
     store

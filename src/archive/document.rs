@@ -247,6 +247,7 @@ impl Document {
                     restored: body.restored,
                 },
                 notes,
+                highest: 0,
             },
         })
     }
@@ -299,6 +300,7 @@ mod tests {
                     restored: Some("cycle:40".into()),
                 },
                 notes,
+                highest: 0,
             },
         }
     }

@@ -20,6 +20,7 @@ pub(crate) fn doc(agent: &AgentKey, cycle: u64) -> Document {
                 ..Consciousness::default()
             },
             notes: Default::default(),
+            highest: 0,
         },
     }
 }

@@ -214,6 +214,7 @@ fn archived(doc: Document, url: String) -> Shown {
     let Snapshot {
         consciousness,
         notes,
+        ..
     } = doc.snapshot;
     let mut goals: Vec<Goal> = notes
         .get(&NoteKind::Goals)

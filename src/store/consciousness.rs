@@ -239,6 +239,10 @@ pub struct Snapshot {
     /// Notes by kind: entries as stored (key → text; JSON for goals and plans).
     pub notes:
         std::collections::BTreeMap<super::NoteKind, std::collections::BTreeMap<String, String>>,
+    /// A cycle the agent is known to have had beyond this snapshot's (0: none known): a
+    /// recovery from the archive gives the highest archived one, so that the next commit is
+    /// numbered past every archived checkpoint and overwrites none. Never archived itself.
+    pub highest: u64,
 }
 
 /// How archiving an agent's checkpoints goes, as its worker reports it (the operator writes

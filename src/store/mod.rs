@@ -142,6 +142,7 @@ pub async fn snapshot(store: &dyn Store, agent: &AgentKey) -> Result<Snapshot, S
     Ok(Snapshot {
         consciousness: store.consciousness(agent).await?,
         notes: all_notes(store, agent).await?,
+        highest: 0,
     })
 }
 

@@ -387,6 +387,7 @@ impl Agentlet {
         Ok(Snapshot {
             consciousness,
             notes: crate::store::all_notes(self.store.as_ref(), &self.key).await?,
+            highest: 0,
         })
     }
 }

@@ -129,9 +129,14 @@ impl Agentlet {
             return Ok(c);
         }
         let archive = archiver.archive();
-        let latest = match archive.latest(&self.key).await {
-            Ok(Some(latest)) => latest,
-            Ok(None) => return Ok(c),
+        let listed = archive.list(&self.key).await.map(|mut all| {
+            let highest = all.iter().map(|l| l.cycle).max().unwrap_or(0);
+            crate::archive::retention::newest_first(&mut all);
+            (all.first().copied(), highest)
+        });
+        let (latest, highest) = match listed {
+            Ok((Some(latest), highest)) => (latest, highest),
+            Ok((None, _)) => return Ok(c),
             Err(e) => {
                 warn!(agent = %self.key, error = %e, "cannot tell whether the archive holds this agent's consciousness; starting without it");
                 self.report(RestoreReport {
@@ -149,7 +154,10 @@ impl Agentlet {
         };
         let url = archive.checkpoint_url(&self.key, latest.cycle);
         match archive.get(&self.key, latest.cycle).await {
-            Ok(doc) => {
+            Ok(mut doc) => {
+                // The newest object is not always the highest cycle (a restore archives the
+                // cycle it went back to): the next commit is numbered past every one.
+                doc.snapshot.highest = highest;
                 self.apply(
                     lease,
                     Source::Archived(Box::new(doc), url),

@@ -135,6 +135,7 @@ impl ConsciousnessLog for MemoryStore {
                 a.summaries.insert(cycle, s.clone());
             }
             a.window = a.window.restored(&cp);
+            a.window.highest = a.window.highest.max(snapshot.highest);
             a.tokens = cp.tokens;
             if a.tokens_used == 0 {
                 a.tokens_used = c.tokens_used;

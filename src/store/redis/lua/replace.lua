@@ -16,9 +16,10 @@ for i = 3, #ARGV, 1000 do
 end
 if plan.summaryCycle ~= '' then redis.call('HSET', KEYS[5], plan.summaryCycle, plan.summaryText) end
 local used = redis.call('HGET', KEYS[3], 'tokensUsed')
--- The highest cycle the agent has had stays (as restore.lua).
+-- The highest cycle the agent has had stays (as restore.lua), or the snapshot's when higher
+-- (a recovery's: the highest archived).
 local highest = math.max(tonumber(redis.call('HGET', KEYS[3], 'highest') or '0'),
-  tonumber(redis.call('HGET', KEYS[3], 'cycle') or '0'))
+  tonumber(redis.call('HGET', KEYS[3], 'cycle') or '0'), tonumber(plan.highest or '0'))
 if not used or used == '0' then used = plan.tokensUsed end
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'base', plan.start, 'start', plan.start, 'end', plan.finish,

@@ -196,6 +196,7 @@ pub(in crate::store::redis) async fn replace(
         "tokensUsed": c.tokens_used.to_string(),
         "lastCycleMs": cp.time_ms.to_string(),
         "restored": c.restored.clone().unwrap_or_default(),
+        "highest": snapshot.highest.to_string(),
         "checkpoint": to_json(|| format!("a checkpoint of agent {}", agent.name()), cp)?,
         "memories": notes(NoteKind::Memories),
         "goals": notes(NoteKind::Goals),
