@@ -67,8 +67,8 @@ async fn until_within(
 }
 
 /// A deployer's model: asked to restart, it calls `restart` (which needs approval); asked to
-/// deploy, it asks the space with `confirm_deployment`; asked to flood, it says a megabyte of
-/// hostile text; and it says what came of each call.
+/// deploy, it asks the space with `confirm_deployment`; asked to flood, it says as much
+/// hostile text as a message may hold (64 KiB); and it says what came of each call.
 fn deployer(req: &Value) -> MockTurn {
     let last = agentfleet::testing::last_turn(req);
     let content = &last.content;
@@ -84,7 +84,7 @@ fn deployer(req: &Value) -> MockTurn {
         }
         _ if content.contains("please flood") => say(format!(
             "<img src=x onerror=\"window.pwned=1\">\u{202e}{}",
-            "<b>x</b>".repeat(1 << 17)
+            "<b>x</b>".repeat(8_000)
         )),
         _ => say("ok".into()),
     }
@@ -483,7 +483,7 @@ async fn an_answer_form_refuses_what_the_schema_refuses() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_megabyte_of_an_agents_markup_stays_text() {
+async fn a_message_full_of_an_agents_markup_stays_text() {
     let (_model, _dir, dev, husam) = desk().await;
     let browser = signed_in(&dev, "#/spaces/default/desk", &husam).await;
     // Live: the stream is open.
@@ -497,7 +497,7 @@ async fn a_megabyte_of_an_agents_markup_stays_text() {
         &browser,
         Duration::from_secs(30),
         "return [...document.querySelectorAll('#messages li.agent:not(.streaming) .text:last-child')].map(t => t.textContent.length)",
-        |v| v.as_array().unwrap().iter().any(|n| n.as_u64().unwrap() > 1_000_000),
+        |v| v.as_array().unwrap().iter().any(|n| n.as_u64().unwrap() > 60_000),
     )
     .await;
     assert!(!said.as_array().unwrap().is_empty());

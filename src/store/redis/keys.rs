@@ -422,6 +422,7 @@ pub(super) mod tests {
             a.journal(),
             a.receipts(),
             a.receipt_ids(),
+            a.conversations(),
             a.a2a(),
             a.facts(),
             a.calls(),

@@ -124,13 +124,14 @@ impl Cycle<'_> {
             [] => String::new(),
             named => format!("; {} may answer", named.join(" or ")),
         };
+        let arguments_shown = shown(arguments);
         let text = match human.record.kind {
             CallKind::Interactive => format!(
-                "{} asks: {} {arguments} (call {id}; answer within {seconds}s with /answer {id} JSON{by})",
+                "{} asks: {} {arguments_shown} (call {id}; answer within {seconds}s with /answer {id} JSON{by})",
                 agentlet.key.name, call.name
             ),
             _ => format!(
-                "{} wants to call {} with {arguments} (call {id}; approve within {seconds}s with /approve {id}, or /deny {id} REASON{by})",
+                "{} wants to call {} with {arguments_shown} (call {id}; approve within {seconds}s with /approve {id}, or /deny {id} REASON{by})",
                 agentlet.key.name, call.name
             ),
         };
@@ -198,5 +199,47 @@ impl Cycle<'_> {
                 None => format!("{by} denied the call of {}", call.name),
             })),
         }
+    }
+}
+
+/// The most of a call's arguments its request message shows: the message always fits a
+/// space's message bound; the whole call is in the live `tool_request` and `/v1/calls`.
+const SHOWN_ARGUMENT_BYTES: usize = 4096;
+
+/// `arguments` as the request message shows them (cut, and said so, past
+/// [`SHOWN_ARGUMENT_BYTES`]).
+fn shown(arguments: &Value) -> String {
+    let text = arguments.to_string();
+    if text.len() <= SHOWN_ARGUMENT_BYTES {
+        return text;
+    }
+    let mut end = SHOWN_ARGUMENT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} bytes in all; the whole call is in the console and GET /v1/calls)",
+        &text[..end],
+        text.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requests_message_shows_at_most_4_kib_of_its_arguments() {
+        let small = serde_json::json!({"amount": 12});
+        assert_eq!(shown(&small), r#"{"amount":12}"#);
+        let huge = serde_json::json!({"note": "é".repeat(100_000)});
+        let text = shown(&huge);
+        assert!(text.len() < SHOWN_ARGUMENT_BYTES + 100, "{}", text.len());
+        assert!(
+            text.ends_with(
+                "… (200011 bytes in all; the whole call is in the console and GET /v1/calls)"
+            ),
+            "{text}"
+        );
     }
 }
