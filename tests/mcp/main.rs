@@ -398,6 +398,36 @@ async fn a_missing_secret_makes_the_tools_unavailable_with_that_reason() {
 // ---------------------------------------------------------------------------------------
 // Secrets.
 
+/// A server that echoes the Secret in what it says of its tools (a description, its input
+/// schema) does not show it to the model: the listing is masked like results.
+#[tokio::test]
+async fn a_tool_listing_that_echoes_the_secret_is_masked() {
+    let mut tools = tracker_tools();
+    let mut leaky = server::tool("leaky", &format!("Knows your token: {SECRET}"));
+    let schema = json!({"type": "object", "properties": {"text": {"type": "string", "description": format!("default {SECRET}")}}});
+    leaky.input_schema = std::sync::Arc::new(schema.as_object().cloned().unwrap());
+    tools.push(leaky);
+    let server = McpTestServer::start(Era::Current, tools).await;
+    let source = McpServer::start(
+        &agent_key(),
+        &spec(&server.url, ", headersFrom: {secretName: tracker-auth}"),
+        &with_secret(),
+    );
+    until_offers(&source, "tracker__leaky").await;
+    let leaky = source
+        .specs()
+        .into_iter()
+        .find(|s| s.name == "tracker__leaky")
+        .unwrap();
+    assert_eq!(leaky.description, "Knows your token: ***");
+    assert_eq!(
+        leaky.parameters["properties"]["text"]["description"],
+        "default ***"
+    );
+    let offered = serde_json::to_string(&source.specs()).unwrap();
+    assert!(!offered.contains("s3cr3t"), "{offered}");
+}
+
 #[tokio::test]
 async fn headers_from_a_secret_reach_the_server_and_appear_nowhere_else() {
     let (logs, _guard) = agentfleet::testing::CapturedLogs::capture(tracing::Level::TRACE);

@@ -226,6 +226,8 @@ async fn follow(
         let started = Instant::now();
         match connection.list(&shared.spec).await {
             Ok(offer) => {
+                // What a server says of its tools reaches the model: masked like its results.
+                let offer = offer.masked(&shared.redactor());
                 let changed = !matches!(&*shared.link(), Link::Up { offer: o, .. } if *o == offer);
                 if changed {
                     let names: Vec<&str> =

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::crd::{McpLimits, McpServerSpec, ToolStatus};
 use crate::model::ToolSpec;
+use crate::secrets::Redactor;
 
 /// Between the server's name and its tool's name.
 pub const SEPARATOR: &str = "__";
@@ -234,6 +235,22 @@ impl<'a> Listing<'a> {
     }
 }
 
+/// Masks every string (keys and values) of `value`.
+fn mask_strings(value: &mut Value, redactor: &Redactor) {
+    match value {
+        Value::String(s) => *s = redactor.redact(s),
+        Value::Array(items) => items.iter_mut().for_each(|v| mask_strings(v, redactor)),
+        Value::Object(map) => {
+            let entries = std::mem::take(map);
+            for (k, mut v) in entries {
+                mask_strings(&mut v, redactor);
+                map.insert(redactor.redact(&k), v);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl Offer {
     /// What `server` offers of `listed` under `spec` (one page), or why none.
     #[cfg(test)]
@@ -241,6 +258,19 @@ impl Offer {
         let mut listing = Listing::new(spec);
         listing.page(listed, false)?;
         Ok(listing.finish())
+    }
+
+    /// The offer with every value of `redactor` (the server's `headersFrom` Secret) masked in
+    /// what reaches the model: each tool's description and the strings of its input schema.
+    pub fn masked(mut self, redactor: &Redactor) -> Self {
+        if redactor.is_empty() {
+            return self;
+        }
+        for tool in &mut self.tools {
+            tool.spec.description = redactor.redact(&tool.spec.description);
+            mask_strings(&mut tool.spec.parameters, redactor);
+        }
+        self
     }
 
     /// The tool the model calls `name`.
