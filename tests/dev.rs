@@ -1538,3 +1538,66 @@ async fn a_models_long_message_is_a_tool_error_and_its_reads_are_bounded() {
         read["before"]
     );
 }
+
+/// A model that writes megabytes in one turn does not carry them through its cycle: the call
+/// over what a step keeps is not made, its result says why, and the next request holds a note
+/// of the arguments' size instead of them. Issue 41: before, 3 MB of arguments were sent back
+/// to the model in every later request of the cycle and kept in the worker.
+#[tokio::test]
+async fn a_models_megabytes_of_arguments_are_not_carried_through_its_cycle() {
+    use agentfleet::testing::MockTurn;
+    use std::sync::{Arc, Mutex};
+    agentfleet::install_crypto_provider();
+    let later = Arc::new(Mutex::new(Vec::<(usize, String)>::new()));
+    let seen = later.clone();
+    let model = agentfleet::testing::MockModel::responding(move |req| {
+        let conversation = agentfleet::testing::conversation(req);
+        let last = conversation.last().unwrap();
+        if last["role"] == "tool" {
+            seen.lock().unwrap().push((
+                req.to_string().len(),
+                last["content"].as_str().unwrap_or_default().to_string(),
+            ));
+            return MockTurn::text("done");
+        }
+        MockTurn::tools(&[
+            ("send_message", json!({"text": "a short one"})),
+            ("send_message", json!({"text": "m".repeat(3 << 20)})),
+        ])
+    })
+    .await
+    .unwrap();
+    let dir = ManifestDir::new("megabytes", "big", &[("scribe", openai(&model.base_url))]);
+    let dev = Dev::start_in(dir.path(), &[]);
+    let http = reqwest::Client::new();
+    let husam = dev.token("default/big", "Husam");
+    let posted = dev
+        .post(&http, &husam, "big", &json!({"text": "write"}))
+        .await;
+    assert_eq!(posted.status(), 201);
+    let start = Instant::now();
+    let (size, result) = loop {
+        if let Some(found) = later.lock().unwrap().first().cloned() {
+            break found;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no request after the calls"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        result.contains("not made: its arguments were 3145739 bytes"),
+        "{result}"
+    );
+    assert!(size < 64 << 10, "the next request was {size} bytes");
+    let page = dev.messages(&http, &husam, "big").await;
+    let texts: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["sender"]["id"] == "scribe")
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["a short one"], "the call within the bound was made");
+}

@@ -211,6 +211,9 @@ impl Cycle<'_> {
                 false,
             );
         }
+        if let Some(refusal) = super::oversize::refusal(&call.arguments) {
+            return (Outcome::error(refusal), false);
+        }
         let agentlet = self.agentlet;
         // Only calls of tools outside the worker are marked as started. One whose outcome is
         // unknown is decided first, before any lookup: its tool may be unknown now (its MCP

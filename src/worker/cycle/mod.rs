@@ -12,6 +12,7 @@
 //! | `ask.rs` | a call that waits for a human: asking, pausing the cycle, taking the answer |
 //! | `journal.rs` | the cycle's effect journal: what a redone step finds, and how it resumes |
 //! | `nudge.rs` | the one nudge when a human's cycle would end without a word |
+//! | `oversize.rs` | what a step keeps of the model's turn: its text and arguments, bounded |
 //! | `gates.rs` | tool phase gates (pure) |
 //! | `skip.rs` | what `skip` does, and the rollback |
 //! | `stops.rs` | a cycle stopped short (`maxSteps`, `tokenBudget`, `maxChainDepth`): said and counted |
@@ -30,6 +31,7 @@ pub mod gates;
 mod imperfect_tests;
 mod journal;
 mod nudge;
+mod oversize;
 pub mod partial;
 mod prepare;
 pub(super) mod skip;

@@ -5,7 +5,7 @@
 //! calls, at `maxSteps`, past the cycle's or the agent's token budget, or after a tool that
 //! ends the cycle.
 
-use tracing::Instrument;
+use tracing::{warn, Instrument};
 
 use super::act::Flow;
 use super::journal::Entry;
@@ -226,6 +226,10 @@ impl Cycle<'_> {
         let (turn, first_chunk) = self.awaiting_model(call).await;
         trace::step_ended(&span, &turn, first_chunk);
         let mut turn = turn?;
+        let dropped = super::oversize::bound(&mut turn);
+        if dropped > 0 {
+            warn!(agent = %agentlet.key, step, dropped, "the model's turn was over what a step keeps; the rest was not kept");
+        }
         if let Some(reading) = lenient::read(&mut turn) {
             agentlet
                 .metrics
