@@ -134,6 +134,7 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
                     &key,
                     &NewMessage {
                         sender: Sender {
+                            groups: Vec::new(),
                             id: member.id.clone(),
                             name: member.name.clone(),
                             kind: Some(member.kind),

@@ -6,6 +6,7 @@ pub mod a2a;
 pub mod api;
 pub mod archive;
 pub mod callback;
+pub mod cluster_users;
 pub mod crd;
 pub mod decisions;
 pub mod dev;

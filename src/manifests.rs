@@ -109,7 +109,14 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
             }
             match meta.kind.as_str() {
                 "Agent" => out.agents.push(object(value, namespace, "Agent", &at())?),
-                "Space" => out.spaces.push(object(value, namespace, "Space", &at())?),
+                "Space" => {
+                    let space: Space = object(value, namespace, "Space", &at())?;
+                    let refused = crate::membership::people(&space).refused;
+                    if !refused.is_empty() {
+                        bail!("{}: invalid Space:\n  {}", at(), refused.join("\n  "));
+                    }
+                    out.spaces.push(space);
+                }
                 "Pool" => out.pools.push(object(value, namespace, "Pool", &at())?),
                 other => bail!("{}: unknown agentfleet kind {other:?}", at()),
             }
@@ -169,4 +176,38 @@ fn place(meta: &mut ObjectMeta, namespace: &str) -> Result<(), String> {
     }
     meta.namespace.get_or_insert_with(|| namespace.to_string());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_space_member_no_one_can_be_is_refused_with_its_file_and_place() {
+        let dir = std::env::temp_dir().join(format!("agentfleet-manifests-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("desk.yaml"),
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: desk}\nspec:\n  members: [{id: husam}, {id: 'two:words here', kind: Group}]\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", load_dir(&dir, "default").unwrap_err());
+        assert!(err.contains("desk.yaml"), "{err}");
+        assert!(err.contains("members[1]"), "{err}");
+        std::fs::write(
+            dir.join("desk.yaml"),
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: desk}\nspec:\n  members: [{id: husam}, {id: system.serviceaccount.default.x}]\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", load_dir(&dir, "default").unwrap_err());
+        assert!(err.contains("members[1]") && err.contains("pose"), "{err}");
+        std::fs::write(
+            dir.join("desk.yaml"),
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: desk}\nspec:\n  members: [{id: husam}, {id: sre, kind: Group}, {id: bot, kind: ServiceAccount}]\n",
+        )
+        .unwrap();
+        let loaded = load_dir(&dir, "default").unwrap();
+        assert_eq!(loaded.spaces.len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use crate::crd::{Agent, MemberKind, ResolvedMember, Space};
+use crate::crd::{Agent, MemberKind, ResolvedMember, Space, SubjectKind};
 use crate::identity::SpaceKey;
 
 /// Members of every Space: the Agents (of the same namespace, not being deleted) that name it,
@@ -42,11 +42,55 @@ pub fn derive(agents: &[&Agent], spaces: &[&Space]) -> BTreeMap<SpaceKey, Vec<Re
     }
     for space in spaces {
         if let Some(members) = out.get_mut(&SpaceKey::of(space)) {
-            members.extend(space.spec.members.iter().map(|h| ResolvedMember {
-                kind: MemberKind::Human,
-                id: h.id.clone(),
-                name: h.name.clone().unwrap_or_else(|| h.id.clone()),
-            }));
+            members.extend(people(space).members);
+        }
+    }
+    out
+}
+
+/// The people, groups and ServiceAccounts a Space names, as the gateway knows them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct People {
+    /// People and ServiceAccounts, by their member ids, in the order the Space names them.
+    pub members: Vec<ResolvedMember>,
+    /// Groups whose every member is a member.
+    pub groups: Vec<String>,
+    /// Why a member named is none (`members[2]: …`): an id no one can have.
+    pub refused: Vec<String>,
+}
+
+/// What the Space's `spec.members` name (see [`crate::cluster_users`] for the ids).
+pub fn people(space: &Space) -> People {
+    let ns = space.namespace().unwrap_or_else(|| "default".to_string());
+    let mut out = People::default();
+    for (i, m) in space.spec.members.iter().enumerate() {
+        let id = match m.kind {
+            SubjectKind::Group => {
+                if crate::cluster_users::is_group(&m.id) {
+                    if !out.groups.contains(&m.id) {
+                        out.groups.push(m.id.clone());
+                    }
+                } else {
+                    out.refused
+                        .push(format!("members[{i}]: {:?} is not a group name", m.id));
+                }
+                continue;
+            }
+            SubjectKind::User => crate::cluster_users::member_id(&m.id),
+            SubjectKind::ServiceAccount => crate::cluster_users::service_account_id(&m.id, &ns),
+        };
+        match id {
+            Ok(id) if !out.members.iter().any(|r| r.id == id) => {
+                out.members.push(ResolvedMember {
+                    kind: MemberKind::Human,
+                    name: m.name.clone().unwrap_or_else(|| m.id.clone()),
+                    id,
+                });
+            }
+            Ok(id) => out
+                .refused
+                .push(format!("members[{i}]: {id} is named twice")),
+            Err(e) => out.refused.push(format!("members[{i}]: {e}")),
         }
     }
     out
@@ -79,6 +123,7 @@ pub fn record(space: &Space, members: &[ResolvedMember]) -> crate::store::SpaceR
             .clone()
             .unwrap_or_else(|| space.name_any()),
         members: members.iter().map(crate::store::Member::from).collect(),
+        groups: people(space).groups,
         max_messages: space.spec.retention.max_messages,
         // Any message fits in a page, whatever a manifest the schema did not check says.
         max_message_bytes: space
@@ -163,6 +208,62 @@ mod tests {
         let known = existing(&[&family]);
         assert_eq!(missing_spaces(&a, &known), vec!["work".to_string()]);
         assert!(missing_spaces(&b, &known).is_empty());
+    }
+
+    #[test]
+    fn a_space_names_people_groups_and_service_accounts_as_rbac_does() {
+        let ops = space(
+            "{apiVersion: agentfleet.dev/v1alpha1, kind: Space, metadata: {name: desk, namespace: ops}, spec: {members: [\
+             {id: husam, name: Husam}, \
+             {id: 'oidc:alice@example.com', name: Alice}, \
+             {id: sre, kind: Group}, \
+             {id: 'system:serviceaccounts:ci', kind: Group}, \
+             {id: ci-bot, kind: ServiceAccount}, \
+             {id: tools/lint, kind: ServiceAccount}, \
+             {id: system.serviceaccount.ops.fake}, \
+             {id: husam, kind: ServiceAccount, name: 'not a clash: another kind'}, \
+             {id: 'oidc.alice@example.com'}]}}",
+        );
+        let people = people(&ops);
+        let ids: Vec<(&str, &str)> = people
+            .members
+            .iter()
+            .map(|m| (m.id.as_str(), m.name.as_str()))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("husam", "Husam"),
+                ("oidc.alice@example.com", "Alice"),
+                ("system.serviceaccount.ops.ci-bot", "ci-bot"),
+                ("system.serviceaccount.tools.lint", "tools/lint"),
+                (
+                    "system.serviceaccount.ops.husam",
+                    "not a clash: another kind"
+                ),
+            ]
+        );
+        assert_eq!(people.groups, ["sre", "system:serviceaccounts:ci"]);
+        assert_eq!(people.refused.len(), 2, "{:?}", people.refused);
+        assert!(
+            people.refused[0].starts_with("members[6]: ") && people.refused[0].contains("pose")
+        );
+        assert!(people.refused[1].contains("members[8]: oidc.alice@example.com is named twice"));
+        let record = record(&ops, &people.members);
+        assert_eq!(record.groups, ["sre", "system:serviceaccounts:ci"]);
+
+        // Admitted by a group: a person in it, never a service of the same name.
+        use crate::store::MemberKind;
+        let sender = |kind, groups: &[&str]| crate::store::Sender {
+            id: "zaid@example.com".into(),
+            name: "Zaid".into(),
+            kind,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        assert!(record.admits(&sender(Some(MemberKind::Human), &["dev", "sre"])));
+        assert!(!record.admits(&sender(Some(MemberKind::Human), &["dev"])));
+        assert!(!record.admits(&sender(None, &["sre"])));
+        assert!(!record.admits(&sender(Some(MemberKind::Agent), &["sre"])));
     }
 
     #[test]

@@ -184,6 +184,7 @@ pub fn event(source: Source, plan: &PlanSpec, due_ms: i64, now_ms: i64) -> Inbox
         urgent: false,
         space: None,
         sender: Some(Sender {
+            groups: Vec::new(),
             id: plan_id(source, &plan.name),
             name: format!("plan {}", plan.name),
             kind: None,

@@ -149,6 +149,7 @@ pub fn human_event(id: &str, text: &str) -> crate::store::InboxEvent {
         urgent: false,
         space: Some("family".into()),
         sender: Some(Sender {
+            groups: Vec::new(),
             id: "husam".into(),
             name: "Husam".into(),
             kind: Some(crate::store::MemberKind::Human),
@@ -163,6 +164,7 @@ pub fn human_event(id: &str, text: &str) -> crate::store::InboxEvent {
 pub fn human_message(name: &str, text: &str) -> crate::store::NewMessage {
     crate::store::NewMessage {
         sender: crate::store::Sender {
+            groups: Vec::new(),
             id: name.to_lowercase(),
             name: name.into(),
             kind: Some(crate::store::MemberKind::Human),
@@ -198,6 +200,7 @@ pub fn space_record(
         display_name: display_name.into(),
         members: agents.chain(humans).collect(),
         max_messages: 1000,
+        groups: Vec::new(),
         max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),
         context_id: None,

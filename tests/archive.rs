@@ -128,6 +128,7 @@ impl Rig {
     async fn post(&self, text: &str) {
         let m = agentfleet::store::NewMessage {
             sender: agentfleet::store::Sender {
+                groups: Vec::new(),
                 id: "dana".into(),
                 name: "Dana".into(),
                 kind: Some(agentfleet::store::MemberKind::Human),

@@ -108,6 +108,7 @@ impl Fixture {
             v: agentfleet::store::V1,
             display_name: display_name.into(),
             members,
+            groups: Vec::new(),
             max_messages: 1000,
             max_message_bytes: agentfleet::store::DEFAULT_MAX_MESSAGE_BYTES,
             loop_guard: Default::default(),
@@ -275,6 +276,7 @@ async fn chat_shows_hostile_text_without_obeying_it() {
             &SpaceKey::new("ops", "family"),
             &LiveEvent::Activity {
                 sender: Sender {
+                    groups: Vec::new(),
                     id: "assistant".into(),
                     name: "assistant".into(),
                     kind: Some(MemberKind::Agent),
@@ -497,6 +499,7 @@ async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
     // chat, once its stream is connected, shows it.
     let request = LiveEvent::ToolRequest {
         sender: Sender {
+            groups: Vec::new(),
             id: "assistant".into(),
             name: "assistant".into(),
             kind: Some(MemberKind::Agent),

@@ -545,6 +545,7 @@ async fn a_reader_that_stops_reading_ends_the_output_quietly() {
     for i in 0..300 {
         let message = NewMessage {
             sender: Sender {
+                groups: Vec::new(),
                 id: "husam".into(),
                 name: "Husam".into(),
                 kind: Some(agentfleet::store::MemberKind::Human),

@@ -87,6 +87,7 @@ async fn husam_posts(store: &RedisStore, ns: &str, text: &str) -> agentfleet::st
             &SpaceKey::new(ns, "family"),
             &NewMessage {
                 sender: Sender {
+                    groups: Vec::new(),
                     id: "husam".into(),
                     name: "Husam".into(),
                     kind: Some(agentfleet::store::MemberKind::Human),

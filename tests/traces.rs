@@ -230,6 +230,7 @@ impl Rig {
                 &SpaceKey::new("ops", "ops"),
                 &NewMessage {
                     sender: Sender {
+                        groups: Vec::new(),
                         id: "husam".into(),
                         name: "Husam".into(),
                         kind: Some(MemberKind::Human),

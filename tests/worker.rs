@@ -96,6 +96,7 @@ async fn say(store: &dyn Store, space: &str, human: &str, text: &str) {
             &SpaceKey::new(NS, space),
             &NewMessage {
                 sender: Sender {
+                    groups: Vec::new(),
                     id: human.to_lowercase(),
                     name: human.into(),
                     kind: Some(MemberKind::Human),

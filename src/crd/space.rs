@@ -25,11 +25,13 @@ pub struct SpaceSpec {
     #[schemars(length(max = 256))]
     pub display_name: Option<String>,
 
-    /// Human members of the space (at most 1000). Agents are not listed here: an Agent joins
-    /// by naming the space in its `spec.spaces`.
+    /// Who besides agents reads and posts here (at most 1000): people, by their id or their
+    /// Kubernetes username, Kubernetes groups and ServiceAccounts, as a RoleBinding names its
+    /// subjects. Agents are not listed here: an Agent joins by naming the space in its
+    /// `spec.spaces`.
     #[serde(default)]
     #[schemars(length(max = 1000))]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["kind", "id"]))]
     pub members: Vec<HumanMember>,
 
     /// How long the space's message log is kept.
@@ -77,20 +79,40 @@ fn default_max_agent_messages_per_minute() -> u32 {
     60
 }
 
-/// A human member of a space.
+/// A member of a space besides its agents: a person, a group or a ServiceAccount.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HumanMember {
-    /// Entity id of the human (what gateway tokens map to), for example `husam`.
+    /// Who, by `kind`: a person's id (a token file's, for example `husam`) or Kubernetes
+    /// username (`alice@example.com`, `oidc:alice`: each `:` is read as `.`); a group's name
+    /// (`sre`, `system:serviceaccounts:ops`); a ServiceAccount's `NAME` in the space's
+    /// namespace, or `NAMESPACE/NAME`.
     #[schemars(
-        length(min = 1, max = 128),
-        regex(pattern = r"^[A-Za-z0-9][-A-Za-z0-9_.@]*$")
+        length(min = 1, max = 253),
+        regex(pattern = r"^[A-Za-z0-9][-A-Za-z0-9_.@:/]*$")
     )]
     pub id: String,
+    /// `User` (a person: of the gateway's token file, or a Kubernetes user), `Group` (everyone
+    /// in the group: a Kubernetes group or a token file's) or `ServiceAccount` (its tokens, as
+    /// `kubectl create token` makes them).
+    #[serde(default)]
+    pub kind: SubjectKind,
     /// Display name; the id when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub name: Option<String>,
+}
+
+/// What a Space member names, as a RoleBinding's subject does.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SubjectKind {
+    /// A person.
+    #[default]
+    User,
+    /// Everyone in a group.
+    Group,
+    /// A ServiceAccount.
+    ServiceAccount,
 }
 
 /// How long a space's message log is kept.
@@ -138,6 +160,10 @@ pub struct SpaceStatus {
     /// Who is in the space: the Agents that name it, then the human members.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<ResolvedMember>,
+
+    /// The groups whose every person is a member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 
     /// Number of members (agents and humans).
     #[serde(default)]

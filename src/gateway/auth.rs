@@ -83,6 +83,7 @@ impl Entity {
     /// This entity as the sender of what it posts or triggers (a human member, or a service).
     pub fn sender(&self) -> crate::store::Sender {
         crate::store::Sender {
+            groups: self.groups.clone(),
             id: self.id.clone(),
             name: self.name.clone(),
             kind: match self.kind {

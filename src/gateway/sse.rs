@@ -303,6 +303,7 @@ mod tests {
             id: "5-1".into(),
             space: "family".into(),
             sender: crate::store::Sender {
+                groups: Vec::new(),
                 id: "husam".into(),
                 name: "Husam".into(),
                 kind: Some(crate::store::MemberKind::Human),
@@ -390,7 +391,12 @@ mod tests {
                 text(),
                 prop::option::of(Just(crate::store::MemberKind::Agent)),
             )
-                .prop_map(|(id, name, kind)| crate::store::Sender { id, name, kind })
+                .prop_map(|(id, name, kind)| crate::store::Sender {
+                    groups: Vec::new(),
+                    id,
+                    name,
+                    kind,
+                })
         }
 
         fn id() -> impl Strategy<Value = String> {

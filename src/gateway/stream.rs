@@ -367,6 +367,7 @@ mod tests {
                     &space,
                     &NewMessage {
                         sender: Sender {
+                            groups: Vec::new(),
                             id: "husam".into(),
                             name: "Husam".into(),
                             kind: Some(MemberKind::Human),

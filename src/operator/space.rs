@@ -62,6 +62,16 @@ async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
         .unwrap_or_default();
 
     let previous = space.status.clone().unwrap_or_default();
+    let people = membership::people(&space);
+    let valid = if people.refused.is_empty() {
+        Cond::ok(
+            "MembersValid",
+            "MembersValid",
+            "every member names someone".to_string(),
+        )
+    } else {
+        Cond::fail("MembersValid", "InvalidMember", people.refused.join("; "))
+    };
     let record = membership::record(&space, &members);
     let applied = ctx.store.apply_space(&key, &record).await;
     let ready = match &applied {
@@ -79,9 +89,10 @@ async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
     let status = SpaceStatus {
         observed_generation: space.metadata.generation,
         member_count: u32::try_from(members.len()).unwrap_or(u32::MAX),
+        groups: people.groups,
         conditions: status::merge(
             &previous.conditions,
-            std::slice::from_ref(&ready),
+            &[ready.clone(), valid.clone()],
             space.metadata.generation,
             Timestamp::now(),
         ),
@@ -101,6 +112,17 @@ async fn apply(space: Arc<Space>, ctx: &Context) -> Result<Action, Error> {
         )
         .await
         .map_err(Error::Kube)?;
+    }
+    let was_valid = status::find(&previous.conditions, "MembersValid").map(|c| c.message.as_str());
+    if !people.refused.is_empty() && was_valid != Some(valid.message.as_str()) {
+        ctx.publish(
+            &*space,
+            EventType::Warning,
+            "InvalidMember",
+            "ApplyMembership",
+            valid.message.clone(),
+        )
+        .await;
     }
     let was_ready = status::find(&previous.conditions, "Ready").map(|c| c.reason.as_str());
     match applied {

@@ -81,6 +81,7 @@ impl Principal {
     /// (humans), so the agent answers it as it answers people.
     pub fn caller(&self) -> Sender {
         Sender {
+            groups: Vec::new(),
             id: self.caller_id(),
             name: self.name.clone(),
             kind: Some(MemberKind::Human),
@@ -384,6 +385,7 @@ mod tests {
                 name: h.to_string(),
             }))
             .collect(),
+            groups: Vec::new(),
             max_messages: 10,
             max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
             loop_guard: Default::default(),

@@ -148,6 +148,7 @@ impl Outside<'_> {
                 },
             ],
             max_messages,
+            groups: Vec::new(),
             max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
             loop_guard: Default::default(),
             context_id: Some(context_id.to_string()),

@@ -234,6 +234,7 @@ impl CallRecord {
             // The party of the cycle that made the call (see `crate::party::Party::of`).
             space: self.conversation.clone(),
             sender: Some(Sender {
+                groups: Vec::new(),
                 id: self.tool.clone(),
                 name: self.tool.clone(),
                 kind: None,

@@ -243,12 +243,17 @@ pub struct Sender {
     /// `Agent`, `Human`, or `None` for a service or the system.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<MemberKind>,
+    /// For a person: the groups its sign-in said it is in, which admit it to the spaces that
+    /// name one of them. Never stored: what was written keeps who wrote it, not their groups.
+    #[serde(skip)]
+    pub groups: Vec<String>,
 }
 
 impl Sender {
     /// agentfleet itself, the sender of the space's notices (such as the loop guard's).
     pub fn system() -> Self {
         Self {
+            groups: Vec::new(),
             id: "agentfleet".into(),
             name: "agentfleet".into(),
             kind: None,

@@ -194,6 +194,9 @@ pub struct SpaceRecord {
     pub display_name: String,
     /// Agents, then humans.
     pub members: Vec<Member>,
+    /// Groups whose every person is a member (`Space.spec.members` of kind `Group`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
     /// The most messages its log keeps.
     pub max_messages: u64,
     /// The most bytes of text a message posted in it may have.
@@ -227,12 +230,15 @@ impl SpaceRecord {
             .any(|m| m.kind == MemberKind::Agent && m.id == name)
     }
 
-    /// Whether `sender` may read and post here: a member of the same kind and id (a service or
-    /// the system never is). The one admission rule of the gateway, the tools and the stores.
+    /// Whether `sender` may read and post here: a member of the same kind and id, or a person
+    /// in one of the space's groups (a service or the system never is). The one admission rule
+    /// of the gateway, the tools and the stores.
     pub fn admits(&self, sender: &Sender) -> bool {
         self.members
             .iter()
             .any(|m| Some(m.kind) == sender.kind && m.id == sender.id)
+            || (sender.kind == Some(MemberKind::Human)
+                && sender.groups.iter().any(|g| self.groups.contains(g)))
     }
 
     /// Names of the member agents.

@@ -245,6 +245,7 @@ mod tests {
             urgent: false,
             space: Some(space.into()),
             sender: Some(crate::store::Sender {
+                groups: Vec::new(),
                 id: sender.to_lowercase(),
                 name: sender.into(),
                 kind: Some(MemberKind::Human),

@@ -275,6 +275,7 @@ async fn post(store: &RedisStore, n: u64) -> bool {
     let i = (n as usize) % AGENTS;
     let message = NewMessage {
         sender: Sender {
+            groups: Vec::new(),
             id: "dana".into(),
             name: "Dana".into(),
             kind: Some(agentfleet::store::MemberKind::Human),

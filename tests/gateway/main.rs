@@ -311,6 +311,7 @@ async fn the_stream_carries_messages_deltas_activity_and_resumes_on(f: Fixture) 
     // What a worker publishes while it writes.
     let space = SpaceKey::new("ops", "family");
     let agent = agentfleet::store::Sender {
+        groups: Vec::new(),
         id: "assistant".into(),
         name: "assistant".into(),
         kind: Some(agentfleet::store::MemberKind::Agent),

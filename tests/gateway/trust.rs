@@ -69,6 +69,7 @@ async fn a_slow_resume_over_a_long_history_holds_about_a_page() {
                 &space,
                 &NewMessage {
                     sender: Sender {
+                        groups: Vec::new(),
                         id: "husam".into(),
                         name: "Husam".into(),
                         kind: Some(MemberKind::Human),

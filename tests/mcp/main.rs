@@ -749,6 +749,7 @@ async fn ask(store: &RedisStore, text: &str) {
             &SpaceKey::new(NS, "oncall"),
             &NewMessage {
                 sender: Sender {
+                    groups: Vec::new(),
                     id: "dana".into(),
                     name: "Dana".into(),
                     kind: Some(MemberKind::Human),

@@ -681,6 +681,7 @@ async fn husam_says(store: &RedisStore, text: &str) {
             &SpaceKey::new(NS, "ops"),
             &NewMessage {
                 sender: Sender {
+                    groups: Vec::new(),
                     id: "husam".into(),
                     name: "Husam".into(),
                     kind: Some(MemberKind::Human),

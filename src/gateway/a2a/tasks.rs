@@ -632,11 +632,13 @@ mod tests {
     fn a_tasks_state_follows_from_its_receipt_notices_and_calls() {
         let agent = AgentKey::new("ops", "oncall");
         let caller = Sender {
+            groups: Vec::new(),
             id: "husam".into(),
             name: "Husam".into(),
             kind: Some(MemberKind::Human),
         };
         let me = Sender {
+            groups: Vec::new(),
             id: "oncall".into(),
             name: "oncall".into(),
             kind: Some(MemberKind::Agent),

@@ -248,6 +248,7 @@ fn records_round_trip() {
                 name: "Husam".into(),
             },
         ],
+        groups: Vec::new(),
         max_messages: u64::MAX,
         max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: LoopGuard {

@@ -313,6 +313,7 @@ async fn a_failover_loses_acknowledged_writes_unless_they_wait_for_replicas() {
                 member(MemberKind::Agent, &agent.name),
                 member(MemberKind::Human, "husam"),
             ],
+            groups: Vec::new(),
             max_messages: 1000,
             max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
             loop_guard: Default::default(),

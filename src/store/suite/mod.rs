@@ -39,6 +39,7 @@ fn record(members: Vec<Member>) -> SpaceRecord {
         v: V1,
         display_name: "Family".into(),
         members,
+        groups: Vec::new(),
         max_messages: 100,
         max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),
@@ -70,6 +71,7 @@ async fn observed(store: &dyn Store, agent: &AgentKey) -> AgentObservation {
 
 fn human(id: &str) -> Sender {
     Sender {
+        groups: Vec::new(),
         id: id.into(),
         name: id.to_uppercase(),
         kind: Some(MemberKind::Human),
@@ -78,6 +80,7 @@ fn human(id: &str) -> Sender {
 
 fn agent_sender(id: &str) -> Sender {
     Sender {
+        groups: Vec::new(),
         id: id.into(),
         name: id.into(),
         kind: Some(MemberKind::Agent),
@@ -119,6 +122,7 @@ async fn family_space(store: &dyn Store, max_messages: u64) -> SpaceKey {
             member(MemberKind::Agent, "bob"),
             member(MemberKind::Human, "husam"),
         ],
+        groups: Vec::new(),
         max_messages,
         max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),

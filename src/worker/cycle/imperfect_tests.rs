@@ -184,6 +184,7 @@ async fn a_cycle_woken_by_an_agent_is_not_nudged() {
             &space,
             &NewMessage {
                 sender: Sender {
+                    groups: Vec::new(),
                     id: "planner".into(),
                     name: "planner".into(),
                     kind: Some(MemberKind::Agent),

@@ -236,6 +236,7 @@ impl Agentlet {
     /// The agent as a message sender.
     pub fn me(&self) -> Sender {
         Sender {
+            groups: Vec::new(),
             id: self.key.name.clone(),
             name: self.key.name.clone(),
             kind: Some(crate::store::MemberKind::Agent),

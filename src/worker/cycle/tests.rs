@@ -42,6 +42,7 @@ pub(super) fn record(display_name: &str) -> SpaceRecord {
                 name: "Husam".into(),
             },
         ],
+        groups: Vec::new(),
         max_messages: 1000,
         max_message_bytes: crate::store::DEFAULT_MAX_MESSAGE_BYTES,
         loop_guard: Default::default(),
@@ -196,6 +197,7 @@ impl Rig {
                 &SpaceKey::new(NS, "family"),
                 &NewMessage {
                     sender: Sender {
+                        groups: Vec::new(),
                         id: "husam".into(),
                         name: "Husam".into(),
                         kind: Some(MemberKind::Human),

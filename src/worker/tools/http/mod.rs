@@ -289,6 +289,7 @@ impl HttpTools {
             serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.to_string()));
         let event = LiveEvent::Activity {
             sender: Sender {
+                groups: Vec::new(),
                 id: self.agent.name.clone(),
                 name: self.agent.name.clone(),
                 kind: Some(MemberKind::Agent),
