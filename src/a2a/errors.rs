@@ -38,7 +38,7 @@ a2a_errors! {
     ///
     /// The spec gives authentication, authorization and rate-limit errors no JSON-RPC code
     /// ("a custom error"). This server uses -32040 (unauthenticated), -32041 (permission
-    /// denied) and -32042 (rate limited): JSON-RPC 2.0 leaves -32000..-32099 to
+    /// denied), -32042 (rate limited) and -32043 (unavailable): JSON-RPC 2.0 leaves -32000..-32099 to
     /// implementations, and A2A, which claims -32001..-32099 for its own errors, uses only
     /// -32001..-32009 so far. Should a later spec assign these codes, follow it.
     A2aError {
@@ -76,6 +76,8 @@ a2a_errors! {
         PermissionDenied = -32041, 403, "PERMISSION_DENIED", "PERMISSION_DENIED";
         /// Too many requests (JSON-RPC code ours, see above).
         RateLimited = -32042, 429, "RESOURCE_EXHAUSTED", "RATE_LIMITED";
+        /// Who the caller is cannot be checked now: retry (JSON-RPC code ours, see above).
+        Unavailable = -32043, 503, "UNAVAILABLE", "UNAVAILABLE";
     }
 }
 

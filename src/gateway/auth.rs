@@ -307,10 +307,14 @@ impl Tokens {
     }
 
     /// Whether the token of this hash still stands for `entity` (same kind and id): false once
-    /// it is revoked or given to someone else.
+    /// it is revoked or given to someone else. A Kubernetes token is not the token file's to
+    /// revoke: its open streams end when its membership does.
     pub fn still_grants(&self, hash: &TokenHash, entity: &Entity) -> bool {
+        let TokenHash::File(hash) = hash else {
+            return true;
+        };
         self.by_hash.read().is_ok_and(|m| {
-            m.get(&hash.0)
+            m.get(hash)
                 .is_some_and(|e| e.kind == entity.kind && e.id == entity.id)
         })
     }
@@ -331,9 +335,14 @@ impl Tokens {
     }
 }
 
-/// The hash of the token a caller presented (the token itself is not kept).
+/// What a caller's token was (the token itself is not kept).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TokenHash(String);
+pub enum TokenHash {
+    /// A token of the token file, by its hash.
+    File(String),
+    /// A token the Kubernetes API server reviewed.
+    Kubernetes,
+}
 
 /// The token of an `Authorization` header value: scheme `Bearer` in any case (RFC 7235),
 /// then one or more spaces or tabs, then the token (one word).
@@ -358,12 +367,21 @@ impl FromRequestParts<Gateway> for Caller {
         let token = value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
             ApiError::unauthenticated("the Authorization header is not a bearer token")
         })?;
-        let entity = gw
-            .tokens()
-            .entity(token)
-            .ok_or_else(|| ApiError::unauthenticated("unknown or revoked token"))?;
+        let (entity, hash) = authenticate(gw, token).await?;
         gw.check_rate(&entity)?;
-        Ok(Caller(entity, TokenHash(hash_token(token))))
+        Ok(Caller(entity, hash))
+    }
+}
+
+/// Who presents `token`: a token of the token file, else — when the gateway takes them —
+/// whoever the Kubernetes API server says it is. The one authentication of every route.
+pub async fn authenticate(gw: &Gateway, token: &str) -> Result<(Entity, TokenHash), ApiError> {
+    if let Some(entity) = gw.tokens().entity(token) {
+        return Ok((entity, TokenHash::File(hash_token(token))));
+    }
+    match gw.kubernetes() {
+        Some(reviewer) => Ok((reviewer.review(token).await?, TokenHash::Kubernetes)),
+        None => Err(ApiError::unauthenticated("unknown or revoked token")),
     }
 }
 
@@ -549,7 +567,7 @@ mod tests {
         let tokens = Tokens::load(&path).unwrap();
         let mut changes = tokens.changes();
         let husam = tokens.entity("one").unwrap();
-        let hash = TokenHash(hash_token("one"));
+        let hash = TokenHash::File(hash_token("one"));
         assert!(tokens.still_grants(&hash, &husam));
         let watcher = tokens.watch(path.clone(), Duration::from_millis(20));
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -14,9 +14,29 @@ pub struct Args {
     #[command(flatten)]
     pub redis: crate::store::RedisArgs,
     /// The token file: SHA-256 hashes of bearer tokens → entities (a mounted Secret; reloaded
-    /// when it changes).
-    #[arg(long, env = "AGENTFLEET_GATEWAY_TOKENS")]
-    pub tokens: PathBuf,
+    /// when it changes). Optional with `--kubernetes-auth`.
+    #[arg(
+        long,
+        env = "AGENTFLEET_GATEWAY_TOKENS",
+        required_unless_present = "kubernetes_auth"
+    )]
+    pub tokens: Option<PathBuf>,
+    /// Take Kubernetes tokens too: a token not in the token file is reviewed by the API
+    /// server (`TokenReview`), and is the person it names (a ServiceAccount's, or a user's —
+    /// with OIDC if the API server trusts the issuer).
+    #[arg(long, env = "AGENTFLEET_GATEWAY_KUBERNETES_AUTH")]
+    pub kubernetes_auth: bool,
+    /// An audience a Kubernetes token must be for (repeatable; none: the API server's own).
+    #[arg(
+        long = "kubernetes-audience",
+        env = "AGENTFLEET_GATEWAY_KUBERNETES_AUDIENCES",
+        value_delimiter = ','
+    )]
+    pub kubernetes_audiences: Vec<String>,
+    /// How long a review of a Kubernetes token is kept (a refusal at most 10 s): a revoked
+    /// token stops working within this time.
+    #[arg(long = "kubernetes-auth-cache-seconds", default_value = "30", value_parser = parse_seconds)]
+    pub kubernetes_auth_cache: Duration,
     /// How often the token file is read again; a revoked token stops working (and its open
     /// streams end) within this time.
     #[arg(long = "tokens-reload-seconds", default_value = "2", value_parser = parse_seconds)]

@@ -100,6 +100,15 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
     }
 
+    /// 503: the Kubernetes API server cannot say now who a token is.
+    pub fn unavailable_auth() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the Kubernetes API server cannot check the token now; retry later",
+        )
+    }
+
     /// 403.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)

@@ -25,10 +25,12 @@ pub mod console;
 pub mod decisions;
 pub mod error;
 mod health;
+pub mod kubernetes;
 mod mine;
 pub mod results;
 mod serve;
 pub mod sse;
+mod start;
 pub mod stream;
 mod streams;
 mod wire;
@@ -36,7 +38,6 @@ mod wire;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context as _;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -46,7 +47,6 @@ use axum::{Json, Router};
 use prometheus::Registry;
 use serde::Deserialize;
 use tokio::sync::watch;
-use tracing::info;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
@@ -67,6 +67,7 @@ pub use config::{Args, Limits};
 use error::{quote, ApiError, JsonBody};
 pub use serve::serve;
 use sse::Hub;
+pub use start::run;
 
 /// The most messages one page returns.
 const MAX_PAGE: usize = 500;
@@ -91,6 +92,8 @@ struct Inner {
     readiness: std::sync::OnceLock<Readiness>,
     /// The gateway's URL as callers reach it, for A2A cards (else from each request's `Host`).
     public_url: std::sync::OnceLock<String>,
+    /// Who Kubernetes tokens are, when the gateway takes them.
+    kubernetes: std::sync::OnceLock<kubernetes::Reviewer>,
 }
 
 /// A readiness check beyond the data plane's: `Err` says why the process is not ready.
@@ -118,6 +121,7 @@ impl Gateway {
                 shutdown,
                 readiness: std::sync::OnceLock::new(),
                 public_url: std::sync::OnceLock::new(),
+                kubernetes: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -130,6 +134,15 @@ impl Gateway {
     /// Sets the gateway's URL as callers reach it (A2A cards name it); once.
     pub fn set_public_url(&self, url: impl Into<String>) {
         let _ = self.inner.public_url.set(url.into());
+    }
+
+    /// Takes Kubernetes tokens too, reviewed by `reviewer` (once; later calls are ignored).
+    pub fn set_kubernetes(&self, reviewer: kubernetes::Reviewer) {
+        let _ = self.inner.kubernetes.set(reviewer);
+    }
+
+    fn kubernetes(&self) -> Option<&kubernetes::Reviewer> {
+        self.inner.kubernetes.get()
     }
 
     /// The body size limit.
@@ -662,28 +675,4 @@ async fn track(
         .with_label_values(&[route.as_str(), method.as_str(), response.status().as_str()])
         .inc();
     response.into_response()
-}
-
-/// `agentfleet gateway`.
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let tokens = Tokens::load(&args.tokens)?;
-    if tokens.is_empty() {
-        tracing::warn!(path = %args.tokens.display(), "the token file holds no tokens: every request will be refused");
-    }
-    let _reload = tokens.watch(args.tokens.clone(), args.tokens_reload);
-    let store: Arc<dyn Store> = Arc::new(args.redis.store().context("data plane")?);
-    let registry = Registry::new();
-    let shutdown = telemetry::shutdown_channel("shutting down the gateway");
-    telemetry::data_plane::register(&registry, store.clone(), shutdown.clone())
-        .context("registering metrics")?;
-    let gw = Gateway::new(store, tokens, args.limits, &registry, shutdown)
-        .context("registering metrics")?;
-    if let Some(url) = args.public_url {
-        gw.set_public_url(url);
-    }
-    let listener = tokio::net::TcpListener::bind(args.addr)
-        .await
-        .with_context(|| format!("listening on {}", args.addr))?;
-    info!(addr = %args.addr, tokens = gw.inner.tokens.len(), "gateway serving");
-    serve(listener, gw, registry).await.context("serving HTTP")
 }

@@ -81,16 +81,39 @@ pub async fn start(limits: Limits) -> Fixture {
 
 pub async fn start_with(limits: Limits, tokens: Tokens) -> Fixture {
     let redis = RedisServer::start().unwrap();
-    start_over(DataPlane::One { _server: redis }, limits, tokens).await
+    start_over(DataPlane::One { _server: redis }, limits, tokens, None).await
+}
+
+/// The gateway taking Kubernetes tokens too, reviewed by `reviewer`.
+pub async fn start_reviewing(reviewer: agentfleet::gateway::kubernetes::Reviewer) -> Fixture {
+    let redis = RedisServer::start().unwrap();
+    start_over(
+        DataPlane::One { _server: redis },
+        Limits::default(),
+        tokens(),
+        Some(reviewer),
+    )
+    .await
 }
 
 /// The gateway over a real Redis Cluster (three primaries, three replicas), given one node.
 pub async fn start_on_cluster(limits: Limits) -> Fixture {
     let cluster = agentfleet::testing::RedisCluster::start().unwrap();
-    start_over(DataPlane::Cluster { _nodes: cluster }, limits, tokens()).await
+    start_over(
+        DataPlane::Cluster { _nodes: cluster },
+        limits,
+        tokens(),
+        None,
+    )
+    .await
 }
 
-async fn start_over(data: DataPlane, limits: Limits, tokens: Tokens) -> Fixture {
+async fn start_over(
+    data: DataPlane,
+    limits: Limits,
+    tokens: Tokens,
+    reviewer: Option<agentfleet::gateway::kubernetes::Reviewer>,
+) -> Fixture {
     agentfleet::install_crypto_provider();
     let redis_url = match &data {
         DataPlane::One { _server: r } => r.url(),
@@ -120,6 +143,9 @@ async fn start_over(data: DataPlane, limits: Limits, tokens: Tokens) -> Fixture 
     let registry = prometheus::Registry::new();
     let (tx, rx) = watch::channel(false);
     let gw = Gateway::new(store.clone(), tokens, limits, &registry, rx).unwrap();
+    if let Some(reviewer) = reviewer {
+        gw.set_kubernetes(reviewer);
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(gateway::serve(listener, gw, registry.clone()));

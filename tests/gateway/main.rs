@@ -5,6 +5,7 @@
 mod connections;
 mod decisions;
 mod fixture;
+mod kubernetes;
 mod trust;
 
 use std::time::Duration;

@@ -141,7 +141,7 @@ async fn agent_card(
 
 /// Who calls, checked: a known token (401), admitted by the agent's callers (403), within
 /// the rate limit (429), speaking a version this gateway speaks (400).
-fn admit(
+async fn admit(
     gw: &Gateway,
     headers: &HeaderMap,
     query: Option<&str>,
@@ -155,10 +155,12 @@ fn admit(
         .ok_or_else(|| {
             A2aError::Unauthenticated("missing bearer token (Authorization: Bearer TOKEN)".into())
         })?;
-    let caller = gw
-        .tokens()
-        .entity(token)
-        .ok_or_else(|| A2aError::Unauthenticated("unknown or revoked token".into()))?;
+    let (caller, _) = crate::gateway::auth::authenticate(gw, token)
+        .await
+        .map_err(|e| match e.status {
+            axum::http::StatusCode::SERVICE_UNAVAILABLE => A2aError::Unavailable(e.message),
+            _ => A2aError::Unauthenticated(e.message),
+        })?;
     gw.check_rate(&caller)
         .map_err(|e| A2aError::RateLimited(e.message))?;
     if !record.admits(caller.kind.as_str(), &caller.id) {
@@ -282,7 +284,7 @@ async fn answer(
     make: impl FnOnce() -> Result<Call, A2aError>,
 ) -> Result<methods::Answer, A2aError> {
     let (agent, record) = served(gw, ns, name).await?;
-    let caller = admit(gw, headers, uri.query(), &record, &agent)?;
+    let caller = admit(gw, headers, uri.query(), &record, &agent).await?;
     methods::run(gw, &agent, &record, &caller, make()?).await
 }
 
