@@ -741,3 +741,54 @@ fn the_gateways_public_url_reaches_its_flags_for_a2a_cards() {
         "a URL without a scheme is refused"
     );
 }
+
+/// Issue 42: out of the box, people sign in with their Kubernetes tokens. The gateway gets a
+/// ServiceAccount whose only right is to ask who a token is; without Kubernetes sign-in it
+/// has no API access at all.
+#[test]
+fn the_gateway_reviews_kubernetes_tokens_with_no_other_right() {
+    let objects = render(&[]);
+    let pod = &find(&objects, "Deployment", "af-agentfleet-gateway")["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "af-agentfleet-gateway");
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--kubernetes-auth"), "{args:?}");
+    let role = find(&objects, "ClusterRole", "af-agentfleet-gateway");
+    assert_eq!(
+        role["rules"],
+        serde_yaml::from_str::<Value>(
+            "[{apiGroups: [authentication.k8s.io], resources: [tokenreviews], verbs: [create]}]"
+        )
+        .unwrap()
+    );
+    let binding = find(&objects, "ClusterRoleBinding", "af-agentfleet-gateway");
+    assert_eq!(binding["subjects"][0]["name"], "af-agentfleet-gateway");
+    assert_eq!(binding["subjects"][0]["namespace"], "fleet");
+
+    let audiences = render(&["gateway.kubernetesAuth.audiences={agentfleet,other}"]);
+    let args = find(&audiences, "Deployment", "af-agentfleet-gateway")["spec"]["template"]["spec"]
+        ["containers"][0]["args"]
+        .clone();
+    let args = serde_yaml::to_string(&args).unwrap();
+    assert!(
+        args.contains("--kubernetes-audience=agentfleet")
+            && args.contains("--kubernetes-audience=other"),
+        "{args}"
+    );
+
+    let off = render(&["gateway.kubernetesAuth.enabled=false"]);
+    let pod = &find(&off, "Deployment", "af-agentfleet-gateway")["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert!(pod.get("serviceAccountName").is_none_or(|n| n.is_null()));
+    assert!(!names(&off)
+        .iter()
+        .any(|n| n.contains("ClusterRole/af-agentfleet-gateway")));
+    assert!(!serde_yaml::to_string(&pod["containers"][0]["args"])
+        .unwrap()
+        .contains("--kubernetes-auth"));
+}
