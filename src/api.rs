@@ -405,3 +405,71 @@ pub struct AgentCheckpoint {
     /// Messages in its window.
     pub messages: u64,
 }
+
+/// An agent's consciousness as `agentfleet consciousness show` prints it: what the gateway's
+/// `GET /v1/agents/{namespace}/{agent}/consciousness` answers, and what the command reads
+/// from the data plane when it goes there directly.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsciousnessView {
+    /// `NAMESPACE/NAME`.
+    pub agent: String,
+    /// Committed cycles.
+    pub cycle: u64,
+    /// When the last cycle was committed (ms since the epoch).
+    pub last_cycle_ms: Option<i64>,
+    /// Estimated tokens of the summary and messages.
+    pub tokens: u64,
+    /// Model tokens used over the agent's life.
+    pub tokens_used: u64,
+    /// Digest chained over every commit (`sha256:…`); empty before the first.
+    pub digest: String,
+    /// Summary of the messages compacted out of the window.
+    pub summary: Option<String>,
+    /// The window's messages, oldest first (model messages as JSON).
+    #[schema(value_type = Vec<Object>)]
+    pub messages: Vec<serde_json::Value>,
+    /// Memories, by key.
+    pub memories: std::collections::BTreeMap<String, String>,
+    /// Goals.
+    #[schema(value_type = Vec<Object>)]
+    pub goals: Vec<store::Goal>,
+    /// The checkpoints retained, oldest first.
+    #[schema(value_type = Vec<Object>)]
+    pub checkpoints: Vec<store::Checkpoint>,
+    /// The last restore request applied (`spec.consciousness.restore`, `seedFrom`).
+    pub restored: Option<String>,
+    /// Its archive and restores, or where an archived checkpoint was read: label → value.
+    pub archive: Vec<(String, String)>,
+}
+
+/// What `POST /v1/agents/{namespace}/{agent}/consciousness/restore` takes.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct RestoreRequest {
+    /// The cycle of a checkpoint the data plane retains.
+    pub cycle: u64,
+}
+
+/// What a restore made the consciousness.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Restored {
+    /// The cycle of the checkpoint it now is.
+    pub cycle: u64,
+    /// Messages in its window.
+    pub messages: u64,
+    /// Estimated tokens of it.
+    pub tokens: u64,
+    /// Its digest (`sha256:…`).
+    pub digest: String,
+}
+
+impl From<&store::Checkpoint> for Restored {
+    fn from(cp: &store::Checkpoint) -> Self {
+        Self {
+            cycle: cp.cycle,
+            messages: cp.messages,
+            tokens: cp.tokens,
+            digest: cp.digest.clone(),
+        }
+    }
+}

@@ -3,6 +3,8 @@
 
 mod answers;
 mod consciousness;
+pub(crate) mod kubeconfig;
+mod remote;
 
 use std::io::Write;
 
@@ -13,8 +15,7 @@ use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
 use crate::store::prelude::*;
 use crate::store::{
-    redact_url, Consciousness, NewMessage, ReadQuery, RedisArgs, RedisStore, Sender, SpaceRecord,
-    Store,
+    redact_url, NewMessage, ReadQuery, RedisArgs, RedisStore, Sender, SpaceRecord, Store,
 };
 use crate::terminal::{sanitize, Breaks};
 pub use answers::{calls, Answering, CallCommand};
@@ -68,6 +69,9 @@ pub enum SpaceCommand {
         /// One JSON object a line.
         #[arg(long)]
         json: bool,
+        /// Through the gateway, as your own identity (a member of the space).
+        #[command(flatten)]
+        via: remote::Via,
         #[command(flatten)]
         redis: RedisArgs,
     },
@@ -90,18 +94,6 @@ async fn space_record(store: &dyn Store, key: &SpaceKey) -> anyhow::Result<Space
     store.space(key).await?.with_context(|| {
         format!("space {key} does not exist in the data plane (is the Space applied, and the operator or `agentfleet dev` running?)")
     })
-}
-
-/// An error unless the data plane knows the agent: registered (by the operator or
-/// `agentfleet dev`), or with a consciousness or checkpoints of its own.
-async fn require_agent(store: &dyn Store, key: &AgentKey) -> anyhow::Result<()> {
-    if store.agent_registered(key).await?
-        || store.consciousness(key).await? != Consciousness::default()
-        || !store.checkpoints(key).await?.is_empty()
-    {
-        return Ok(());
-    }
-    bail!("agent {key} does not exist in the data plane (is the Agent applied, and the operator or `agentfleet dev` running?)")
 }
 
 fn time(ms: i64) -> String {
@@ -162,9 +154,32 @@ pub async fn space(cmd: SpaceCommand) -> anyhow::Result<()> {
             space,
             limit,
             json,
+            via,
             redis,
         } => {
             let space = space_arg(&space)?;
+            if let Some(remote) = remote::Remote::of(&via).await? {
+                let page: crate::api::MessagePage = remote
+                    .get(&format!(
+                        "/v1/spaces/{}/{}/messages?limit={}",
+                        space.namespace,
+                        space.name,
+                        limit.clamp(1, 500)
+                    ))
+                    .await?;
+                for m in page.messages.iter().rev() {
+                    if json {
+                        writeln!(out, "{}", serde_json::to_string(m)?)?;
+                    } else {
+                        say(
+                            out,
+                            &format!("{}  {}: {}", time(m.time_ms), m.sender.name, m.text),
+                            2,
+                        )?;
+                    }
+                }
+                return Ok(());
+            }
             let store = connect(&redis).await?;
             space_record(&store, &space).await?;
             let mut messages = store

@@ -14,6 +14,7 @@ pub mod gateway;
 #[cfg(test)]
 pub(crate) mod hostile;
 pub mod identity;
+pub mod inspect;
 pub mod manifests;
 pub mod membership;
 pub mod names;

@@ -743,8 +743,8 @@ fn the_gateways_public_url_reaches_its_flags_for_a2a_cards() {
 }
 
 /// Issue 42: out of the box, people sign in with their Kubernetes tokens. The gateway gets a
-/// ServiceAccount whose only right is to ask who a token is; without Kubernetes sign-in it
-/// has no API access at all.
+/// ServiceAccount whose only rights are to ask who a token is and what RBAC lets it do;
+/// without Kubernetes sign-in it has no API access at all.
 #[test]
 fn the_gateway_reviews_kubernetes_tokens_with_no_other_right() {
     let objects = render(&[]);
@@ -762,7 +762,8 @@ fn the_gateway_reviews_kubernetes_tokens_with_no_other_right() {
     assert_eq!(
         role["rules"],
         serde_yaml::from_str::<Value>(
-            "[{apiGroups: [authentication.k8s.io], resources: [tokenreviews], verbs: [create]}]"
+            "[{apiGroups: [authentication.k8s.io], resources: [tokenreviews], verbs: [create]}, \
+              {apiGroups: [authorization.k8s.io], resources: [subjectaccessreviews], verbs: [create]}]"
         )
         .unwrap()
     );

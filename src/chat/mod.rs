@@ -40,9 +40,10 @@ pub struct Args {
         default_value = "http://127.0.0.1:8080"
     )]
     pub gateway: String,
-    /// Bearer token of a human member of the space.
+    /// Bearer token of a member of the space; by default the current kubeconfig context's
+    /// (its token, token file or credential plugin, as kubectl uses them).
     #[arg(long, env = "AGENTFLEET_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
     /// Messages of history to show on start.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(0..=500))]
     pub history: u16,
@@ -277,7 +278,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .build()
             .context("building the HTTP client")?,
         base: args.gateway.trim_end_matches('/').to_string(),
-        token: args.token.clone(),
+        token: match &args.token {
+            Some(token) => token.clone(),
+            None => crate::cli::kubeconfig::token().await?,
+        },
         ns: space.namespace,
         space: space.name,
     });

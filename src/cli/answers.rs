@@ -1,12 +1,17 @@
-//! `agentfleet approve|deny|answer|calls`: what waits for a human, answered from a terminal
-//! on the data plane, without the gateway (operator tools: no membership is checked). The rule
-//! and the audit message are [`crate::decisions`]'s, as for the gateway's route.
+//! `agentfleet approve|deny|answer|calls`: what waits for a human, answered from a terminal.
+//! With `--gateway` as the caller's own identity (the gateway's routes decide, as for chat
+//! and the console); without, on the data plane directly — an operator's break-glass, where
+//! `--as` names who answers and no membership is checked. The rule and the audit message are
+//! [`crate::decisions`]'s either way.
 
 use std::io::Write;
 
 use anyhow::bail;
 
+use super::remote::{Remote, Via};
 use super::{agent_arg, connect, time};
+
+use crate::api::{CallAnswered, WaitingCall, WaitingCalls};
 
 use crate::decisions::{self, Refusal, Reply};
 use crate::party::Principal;
@@ -35,6 +40,9 @@ pub struct Answering {
     /// `group:NAME`); once for each.
     #[arg(long = "group", value_name = "NAME")]
     pub groups: Vec<String>,
+    /// Through the gateway, as your own identity (then `--as` and `--group` are not read).
+    #[command(flatten)]
+    pub via: Via,
     /// The data plane.
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -74,6 +82,9 @@ pub enum CallCommand {
         /// One JSON object a line.
         #[arg(long)]
         json: bool,
+        /// Through the gateway, as your own identity (RBAC: `get agents/calls`).
+        #[command(flatten)]
+        via: Via,
         #[command(flatten)]
         redis: RedisArgs,
     },
@@ -110,7 +121,12 @@ pub async fn calls(cmd: CallCommand) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("the result is not JSON: {e}"))?;
             answer(&call, Reply::Result(result)).await
         }
-        CallCommand::Calls { agent, json, redis } => list(&agent, json, &redis).await,
+        CallCommand::Calls {
+            agent,
+            json,
+            via,
+            redis,
+        } => list(&agent, json, &via, &redis).await,
     }
 }
 
@@ -124,6 +140,9 @@ async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
     let id = CallId::parse(&call.call)
         .filter(|id| id.agent() == &agent)
         .ok_or_else(|| Refusal::Unknown(call.call.clone()))?;
+    if let Some(remote) = Remote::of(&call.via).await? {
+        return answer_through(&remote, &id, reply).await;
+    }
     let store = connect(&call.redis).await?;
     let mut who = principal(&store, &id, by).await?;
     who.groups.clone_from(&call.groups);
@@ -154,6 +173,46 @@ async fn answer(call: &Answering, reply: Reply) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Answers a call through the gateway, where it waits for the caller (`GET /v1/calls` says
+/// in which space).
+async fn answer_through(remote: &Remote, id: &CallId, reply: Reply) -> anyhow::Result<()> {
+    let mine: WaitingCalls = remote.get("/v1/calls").await?;
+    let Some(call) = mine.calls.iter().find(|c| c.call_id == id.as_str()) else {
+        return Err(Refusal::Unknown(id.to_string()).into());
+    };
+    let body = match reply {
+        Reply::Decision { approve, reason } => serde_json::json!({
+            "decision": if approve { "approve" } else { "deny" },
+            "reason": reason,
+        }),
+        Reply::Result(result) => serde_json::json!({ "result": result }),
+    };
+    let answered: CallAnswered = remote
+        .post(
+            &format!(
+                "/v1/spaces/{}/{}/tool-calls/{}",
+                call.namespace, call.space, call.call_id
+            ),
+            &body,
+        )
+        .await?;
+    let text = format!(
+        "{} {} (call {}) in space {}/{}{}",
+        answered.decision,
+        call.tool,
+        answered.call_id,
+        call.namespace,
+        call.space,
+        if answered.woke {
+            "; the agent was woken"
+        } else {
+            ""
+        }
+    );
+    writeln!(std::io::stdout(), "{}", sanitize(&text, Breaks::Visible))?;
+    Ok(())
+}
+
 /// The person `--as` names, with the display name the space the call was asked in gives
 /// them (else their id).
 async fn principal(store: &dyn Store, id: &CallId, by: &str) -> anyhow::Result<Principal> {
@@ -174,39 +233,69 @@ async fn principal(store: &dyn Store, id: &CallId, by: &str) -> anyhow::Result<P
 }
 
 /// Lists what waits for a human, oldest first.
-async fn list(agent: &str, json: bool, redis: &RedisArgs) -> anyhow::Result<()> {
+async fn list(agent: &str, json: bool, via: &Via, redis: &RedisArgs) -> anyhow::Result<()> {
     let agent = agent_arg(agent)?;
-    let store = connect(redis).await?;
-    let calls = store.human_calls(&agent).await?;
+    let calls: Vec<WaitingCall> = match Remote::of(via).await? {
+        Some(remote) => {
+            let calls: WaitingCalls = remote
+                .get(&format!(
+                    "/v1/agents/{}/{}/calls",
+                    agent.namespace, agent.name
+                ))
+                .await?;
+            calls.calls
+        }
+        None => {
+            let store = connect(redis).await?;
+            store
+                .human_calls(&agent)
+                .await?
+                .into_iter()
+                .map(|c| WaitingCall {
+                    call_id: c.id.to_string(),
+                    namespace: agent.namespace.clone(),
+                    space: c.record.space.clone().unwrap_or_default(),
+                    agent: agent.name.clone(),
+                    tool: c.record.tool.clone(),
+                    kind: c.record.kind.name().into(),
+                    arguments: c.record.arguments.clone().unwrap_or_default(),
+                    result_schema: c.record.result_schema.clone(),
+                    since_ms: c.record.since_ms,
+                    expires_ms: c.record.expires_ms,
+                    approvers: c.record.approvers.clone(),
+                    may_answer: true,
+                })
+                .collect()
+        }
+    };
     let out = &mut std::io::stdout();
     if calls.is_empty() && !json {
         writeln!(out, "no call of {agent} waits for a human")?;
     }
     let now = now_ms();
     for c in calls {
-        let r = &c.record;
-        let kind = r.kind.name();
         if json {
             let line = serde_json::json!({
-                "callId": c.id.as_str(),
-                "tool": r.tool,
-                "kind": kind,
-                "space": r.space,
-                "arguments": r.arguments,
-                "sinceMs": r.since_ms,
-                "expiresMs": r.expires_ms,
+                "callId": c.call_id,
+                "tool": c.tool,
+                "kind": c.kind,
+                "space": (!c.space.is_empty()).then_some(&c.space),
+                "arguments": c.arguments,
+                "sinceMs": c.since_ms,
+                "expiresMs": c.expires_ms,
             });
             writeln!(out, "{line}")?;
             continue;
         }
         let text = format!(
-            "{}  {}  {kind}  space {}  since {}  expires {}{}",
-            r.tool,
-            c.id,
-            r.space.as_deref().unwrap_or("-"),
-            time(r.since_ms),
-            time(r.expires_ms),
-            if now > r.expires_ms { " (expired)" } else { "" }
+            "{}  {}  {}  space {}  since {}  expires {}{}",
+            c.tool,
+            c.call_id,
+            c.kind,
+            if c.space.is_empty() { "-" } else { &c.space },
+            time(c.since_ms),
+            time(c.expires_ms),
+            if now > c.expires_ms { " (expired)" } else { "" }
         );
         writeln!(out, "{}", sanitize(&text, Breaks::Visible))?;
     }

@@ -2,17 +2,17 @@
 //! archived checkpoint (`--from URL`) read straight from object storage.
 
 use std::io::Write;
-use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
-use super::{agent_arg, connect, require_agent, say, time};
+use super::remote::{Remote, Via};
+use super::{agent_arg, connect, say, time};
 
+use crate::api::{ConsciousnessView, RestoreRequest, Restored};
 use crate::archive::{self, Document};
-use crate::identity::AgentKey;
+use crate::inspect::{self, Restore};
 use crate::model::Message;
-use crate::store::prelude::*;
-use crate::store::{Checkpoint, Consciousness, Goal, Memories, NoteKind, RedisArgs, Snapshot};
+use crate::store::{Checkpoint, Goal, NoteKind, RedisArgs, Snapshot};
 
 /// `agentfleet consciousness …`
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -31,6 +31,8 @@ pub enum ConsciousnessCommand {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
+        via: Via,
+        #[command(flatten)]
         redis: RedisArgs,
     },
     /// Make the consciousness what it was after a retained checkpoint's cycle (`--cycle`), or
@@ -42,9 +44,13 @@ pub enum ConsciousnessCommand {
         /// The cycle of a checkpoint the data plane retains.
         #[arg(long, required_unless_present = "from", conflicts_with = "from")]
         cycle: Option<u64>,
-        /// An archived checkpoint of this agent (`status.checkpoint.storageRef`).
+        /// An archived checkpoint of this agent (`status.checkpoint.storageRef`): read with
+        /// your object-storage credentials and written to the data plane directly (not
+        /// through the gateway; `spec.consciousness.restore` on the Agent is the way in Git).
         #[arg(long, value_name = "URL")]
         from: Option<String>,
+        #[command(flatten)]
+        via: Via,
         #[command(flatten)]
         redis: RedisArgs,
     },
@@ -60,17 +66,6 @@ fn verified() -> String {
     } else {
         format!("content digest only (intact, but not proven written by this fleet: set {} to check signatures)", archive::SIGNING_KEY_ENV)
     }
-}
-
-/// What `show` prints, wherever it comes from.
-struct Shown {
-    agent: AgentKey,
-    consciousness: Consciousness,
-    memories: Memories,
-    goals: Vec<Goal>,
-    checkpoints: Vec<Checkpoint>,
-    /// Where it was read from (an archived object's URL), or its archive and restores.
-    lines: Vec<(&'static str, String)>,
 }
 
 /// Runs `agentfleet consciousness …`.
@@ -89,58 +84,39 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
             show(out, &archived(doc, url), json)?;
         }
         ConsciousnessCommand::Show {
-            agent, json, redis, ..
+            agent,
+            json,
+            via,
+            redis,
+            ..
         } => {
             let key = agent_arg(agent.as_deref().unwrap_or_default())?;
-            let store = connect(&redis).await?;
-            require_agent(&store, &key).await?;
-            let seen = store.observe(std::slice::from_ref(&key)).await?.pop();
-            let mut lines = Vec::new();
-            if let Some(a) = seen.as_ref().and_then(|s| s.archive.as_ref()) {
-                let at = match (a.cycle, &a.url) {
-                    (Some(c), Some(u)) => format!("cycle {c} at {u}"),
-                    _ => "nothing yet".into(),
-                };
-                let state = if a.ok {
-                    String::new()
-                } else {
-                    format!(" ({}: {})", a.reason, a.message)
-                };
-                lines.push(("Archived:", format!("{at}{state}")));
-            }
-            if let Some(r) = seen.as_ref().and_then(|s| s.restore.as_ref()) {
-                if let Some(applied) = &r.applied {
-                    lines.push((
-                        "Restored:",
-                        format!(
-                            "{} of cycle {} from {}",
-                            applied.reason, applied.cycle, applied.storage_ref
-                        ),
-                    ));
+            let view = match Remote::of(&via).await? {
+                Some(remote) => {
+                    remote
+                        .get(&format!(
+                            "/v1/agents/{}/{}/consciousness",
+                            key.namespace, key.name
+                        ))
+                        .await?
                 }
-                if !r.ok {
-                    lines.push(("Last restore:", format!("{}: {}", r.reason, r.message)));
-                }
-            }
-            let shown = Shown {
-                consciousness: store.consciousness(&key).await?,
-                memories: store.memories(&key).await?,
-                goals: store.goals(&key).await?,
-                checkpoints: store.checkpoints(&key).await?,
-                agent: key,
-                lines,
+                None => inspect::view(&connect(&redis).await?, &key).await?,
             };
-            show(out, &shown, json)?;
+            show(out, &view, json)?;
         }
         ConsciousnessCommand::Restore {
             agent,
             cycle,
             from,
+            via,
             redis,
         } => {
             let key = agent_arg(&agent)?;
+            if via.gateway.is_some() && from.is_some() {
+                bail!("restore --from reads object storage with your own credentials and writes the data plane directly: run it without --gateway (break-glass), or set spec.consciousness.restore on the Agent");
+            }
             // Read and verify the archived checkpoint before anything is touched.
-            let doc = match &from {
+            let what = match &from {
                 Some(url) => {
                     let doc = archive::fetch(url)
                         .await
@@ -148,69 +124,45 @@ pub async fn consciousness(cmd: ConsciousnessCommand) -> anyhow::Result<()> {
                     archive::expect(&doc, &key, None, url).map_err(|e| {
                         anyhow::anyhow!("{e}\nhint: to start an agent from another agent's checkpoint, give the new Agent spec.consciousness.seedFrom")
                     })?;
-                    Some(doc)
+                    Restore::Snapshot(Box::new(doc.snapshot))
                 }
-                None => None,
+                None => Restore::Cycle(cycle.unwrap_or_default()),
             };
-            let store = connect(&redis).await?;
-            require_agent(&store, &key).await?;
-            let holder = format!("agentfleet-cli-{}", std::process::id());
-            let lease = store
-                .acquire_lease(&key, &holder, Duration::from_secs(30))
-                .await?
-                .with_context(|| format!("agent {key} is thinking (a worker holds its lease); try again once it sleeps, or pause the Agent (spec.paused: true) first"))?;
-            let restored = match doc {
-                Some(doc) => {
-                    let mut snapshot = doc.snapshot;
-                    // The spec's restore request stays applied: this is not one.
-                    snapshot.consciousness.restored = store.consciousness(&key).await?.restored;
-                    store
-                        .replace_consciousness(&key, &lease, &snapshot)
-                        .await
-                        .map(Some)
-                }
-                None => {
-                    store
-                        .restore_checkpoint(&key, &lease, cycle.unwrap_or_default(), None)
-                        .await
-                }
-            };
-            store.release_lease(&key, &lease).await?;
-            match restored? {
-                Some(cp) => writeln!(
-                    out,
-                    "restored {key} to cycle {} ({} messages, {} tokens, {}){}",
-                    cp.cycle,
-                    cp.messages,
-                    cp.tokens,
-                    cp.digest,
-                    from.map(|u| format!(" from {u}")).unwrap_or_default()
-                )?,
-                None => {
-                    let kept: Vec<String> = store
-                        .checkpoints(&key)
+            let restored: Restored = match (Remote::of(&via).await?, what) {
+                (Some(remote), Restore::Cycle(cycle)) => {
+                    remote
+                        .post(
+                            &format!(
+                                "/v1/agents/{}/{}/consciousness/restore",
+                                key.namespace, key.name
+                            ),
+                            &RestoreRequest { cycle },
+                        )
                         .await?
-                        .iter()
-                        .map(|c| c.cycle.to_string())
-                        .collect();
-                    bail!(
-                        "agent {key} has no checkpoint for cycle {}; retained: {}",
-                        cycle.unwrap_or_default(),
-                        if kept.is_empty() {
-                            "none".into()
-                        } else {
-                            kept.join(", ")
-                        }
-                    );
                 }
-            }
+                (_, what) => {
+                    let store = connect(&redis).await?;
+                    let holder = format!("agentfleet-cli-{}", std::process::id());
+                    let cp = inspect::restore(&store, &key, &holder, what).await?;
+                    Restored::from(&cp)
+                }
+            };
+            writeln!(
+                out,
+                "restored {key} to cycle {} ({} messages, {} tokens, {}){}",
+                restored.cycle,
+                restored.messages,
+                restored.tokens,
+                restored.digest,
+                from.map(|u| format!(" from {u}")).unwrap_or_default()
+            )?;
         }
     }
     Ok(())
 }
 
 /// An archived document as `show` prints it.
-fn archived(doc: Document, url: String) -> Shown {
+fn archived(doc: Document, url: String) -> ConsciousnessView {
     let Snapshot {
         consciousness,
         notes,
@@ -235,30 +187,23 @@ fn archived(doc: Document, url: String) -> Shown {
         // A replaced or shown consciousness used no tokens of its own.
         used: 0,
     };
-    Shown {
-        agent: doc.agent,
+    ConsciousnessView {
         memories: notes.get(&NoteKind::Memories).cloned().unwrap_or_default(),
         goals,
         checkpoints: vec![checkpoint],
-        lines: vec![
-            ("Archived at:", url),
-            ("Generation:", doc.generation.to_string()),
-            ("Verified:", verified()),
+        archive: vec![
+            ("Archived at:".into(), url),
+            ("Generation:".into(), doc.generation.to_string()),
+            ("Verified:".into(), verified()),
         ],
-        consciousness,
+        ..inspect::of(&doc.agent, consciousness)
     }
 }
 
-fn show(out: &mut impl Write, s: &Shown, json: bool) -> anyhow::Result<()> {
-    let (key, c) = (&s.agent, &s.consciousness);
+fn show(out: &mut impl Write, s: &ConsciousnessView, json: bool) -> anyhow::Result<()> {
     if json {
-        let messages: Vec<serde_json::Value> = c
-            .messages
-            .iter()
-            .map(|m| serde_json::from_str(m).unwrap_or(serde_json::Value::String(m.clone())))
-            .collect();
-        let extra: serde_json::Map<String, serde_json::Value> = s
-            .lines
+        let archive: serde_json::Map<String, serde_json::Value> = s
+            .archive
             .iter()
             .map(|(k, v)| {
                 let k = k.trim_end_matches(':').to_lowercase().replace(' ', "_");
@@ -269,14 +214,15 @@ fn show(out: &mut impl Write, s: &Shown, json: bool) -> anyhow::Result<()> {
             out,
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "agent": key.to_string(), "cycle": c.cycle, "tokens": c.tokens, "tokensUsed": c.tokens_used,
-                "digest": c.digest, "summary": c.summary, "messages": messages,
+                "agent": s.agent, "cycle": s.cycle, "tokens": s.tokens, "tokensUsed": s.tokens_used,
+                "digest": s.digest, "summary": s.summary, "messages": s.messages,
                 "memories": s.memories, "goals": s.goals, "checkpoints": s.checkpoints,
-                "restored": c.restored, "archive": extra,
+                "restored": s.restored, "archive": archive,
             }))?
         )?;
         return Ok(());
     }
+    let (key, c) = (&s.agent, s);
     writeln!(out, "Agent:        {key}")?;
     writeln!(out, "Cycles:       {}", c.cycle)?;
     writeln!(
@@ -294,7 +240,7 @@ fn show(out: &mut impl Write, s: &Shown, json: bool) -> anyhow::Result<()> {
         "Digest:       {}",
         if c.digest.is_empty() { "-" } else { &c.digest }
     )?;
-    for (label, value) in &s.lines {
+    for (label, value) in &s.archive {
         say(out, &format!("{label:<13} {value}"), 14)?;
     }
     if let Some(summary) = &c.summary {
@@ -303,7 +249,7 @@ fn show(out: &mut impl Write, s: &Shown, json: bool) -> anyhow::Result<()> {
     }
     writeln!(out, "\nMessages ({}):", c.messages.len())?;
     for m in &c.messages {
-        match serde_json::from_str::<Message>(m) {
+        match serde_json::from_value::<Message>(m.clone()) {
             Ok(Message::User { content }) => say(out, &format!("  [user] {content}"), 9)?,
             Ok(Message::Assistant {
                 content,

@@ -340,8 +340,12 @@ impl Tokens {
 pub enum TokenHash {
     /// A token of the token file, by its hash.
     File(String),
-    /// A token the Kubernetes API server reviewed.
-    Kubernetes,
+    /// A token the Kubernetes API server reviewed, as the username it gave (what RBAC
+    /// decides for).
+    Kubernetes {
+        /// The review's username.
+        user: String,
+    },
 }
 
 /// The token of an `Authorization` header value: scheme `Bearer` in any case (RFC 7235),
@@ -380,7 +384,12 @@ pub async fn authenticate(gw: &Gateway, token: &str) -> Result<(Entity, TokenHas
         return Ok((entity, TokenHash::File(hash_token(token))));
     }
     match gw.kubernetes() {
-        Some(reviewer) => Ok((reviewer.review(token).await?, TokenHash::Kubernetes)),
+        Some(reviewer) => {
+            let entity = reviewer.review(token).await?;
+            // The reviewer names a person by the review's username.
+            let user = entity.name.clone();
+            Ok((entity, TokenHash::Kubernetes { user }))
+        }
         None => Err(ApiError::unauthenticated("unknown or revoked token")),
     }
 }

@@ -18,6 +18,7 @@
 //! with a stable `code` ([`error::ApiError`]).
 
 pub mod a2a;
+pub mod access;
 mod agents;
 pub mod auth;
 mod config;
@@ -25,6 +26,7 @@ pub mod console;
 pub mod decisions;
 pub mod error;
 mod health;
+mod inspect;
 pub mod kubernetes;
 mod mine;
 pub mod results;
@@ -94,6 +96,8 @@ struct Inner {
     public_url: std::sync::OnceLock<String>,
     /// Who Kubernetes tokens are, when the gateway takes them.
     kubernetes: std::sync::OnceLock<kubernetes::Reviewer>,
+    /// Who may inspect and restore agents.
+    access: std::sync::OnceLock<access::Access>,
 }
 
 /// A readiness check beyond the data plane's: `Err` says why the process is not ready.
@@ -122,6 +126,7 @@ impl Gateway {
                 readiness: std::sync::OnceLock::new(),
                 public_url: std::sync::OnceLock::new(),
                 kubernetes: std::sync::OnceLock::new(),
+                access: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -143,6 +148,15 @@ impl Gateway {
 
     fn kubernetes(&self) -> Option<&kubernetes::Reviewer> {
         self.inner.kubernetes.get()
+    }
+
+    /// Decides who may inspect and restore agents with `access` (once).
+    pub fn set_access(&self, access: access::Access) {
+        let _ = self.inner.access.set(access);
+    }
+
+    fn access(&self) -> Option<&access::Access> {
+        self.inner.access.get()
     }
 
     /// The body size limit.
@@ -618,6 +632,9 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(mine::my_spaces))
         .routes(routes!(mine::my_calls))
         .routes(routes!(agents::agent_view))
+        .routes(routes!(inspect::consciousness))
+        .routes(routes!(inspect::restore))
+        .routes(routes!(inspect::calls))
         .routes(routes!(stream::stream_space))
         .routes(routes!(trigger_agent))
         .routes(routes!(results::post_tool_result))

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use prometheus::Registry;
 use tracing::{info, warn};
 
+use super::access::Access;
 use super::auth::Tokens;
 use super::kubernetes::Reviewer;
 use super::{serve, Args, Gateway};
@@ -40,6 +41,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("Kubernetes tokens are taken (--kubernetes-auth), but no cluster configuration was found")?;
+        gw.set_access(Access::Rbac(client.clone()));
         gw.set_kubernetes(Reviewer::new(
             client,
             args.kubernetes_audiences,

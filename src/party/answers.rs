@@ -18,9 +18,11 @@ use std::fmt;
 
 use crate::store::{CallKind, CallRecord, MemberKind, Sender, SpaceRecord};
 
-/// A human id: what a Space's members and a token file's humans may be called (the Space
-/// schema's pattern). A colon is never part of one: `service:ID`, `group:NAME` and the
-/// like are reserved forms, so no person can pose as a service or a group.
+/// A human id: what a token file's humans and a Space's people are called (a Space's
+/// members may also be written as Kubernetes usernames, groups and ServiceAccounts, which
+/// [`crate::cluster_users`] turns into these). A colon is never part of one: `service:ID`,
+/// `group:NAME` and the like are reserved forms, so no person can pose as a service or a
+/// group.
 pub const HUMAN_ID_PATTERN: &str = r"^[A-Za-z0-9][-A-Za-z0-9_.@]*$";
 
 /// The longest human id.
@@ -363,7 +365,10 @@ mod tests {
     fn the_crd_schema_and_this_rule_name_humans_alike() {
         let crd = serde_json::to_string(&<crate::crd::Space as kube::CustomResourceExt>::crd())
             .unwrap_or_default();
-        let escaped = serde_json::to_string(HUMAN_ID_PATTERN).unwrap_or_default();
+        // A member's id is a human id, or what the one rule of `cluster_users` reads as one:
+        // a username's `:` and a ServiceAccount's `NAMESPACE/`.
+        let widened = HUMAN_ID_PATTERN.replace("_.@]", "_.@:/]");
+        let escaped = serde_json::to_string(&widened).unwrap_or_default();
         assert!(
             crd.contains(&escaped),
             "the Space schema's member id pattern changed"
