@@ -11,6 +11,11 @@
 //!    to the SSE event being parsed by that client. Reports p50/p90/p99/max, and the gateway's
 //!    resident memory with the 1,000 clients connected.
 //!
+//! 3. Sign-in: a gateway that also takes Kubernetes tokens (reviewed by a local stand-in for
+//!    the API server's `TokenReview`; the review is cached after the first post), one client
+//!    posting 2,000 times with the token file's token and 2,000 times with a ServiceAccount's
+//!    Kubernetes token, alternately. Reports p50/p99 of each and the difference at p50.
+//!
 //! The driver (HTTP clients, 1,000 SSE parsers), the gateway and Redis share this machine's
 //! cores, so the figures include the driver's own scheduling delays.
 
@@ -36,6 +41,8 @@ const POSTERS: usize = 32;
 const SSE_CLIENTS: usize = 1_000;
 const LATENCY_MESSAGES: usize = 200;
 const TOKEN: &str = "bench-token";
+const SIGN_INS: usize = 2_000;
+const SA_TOKEN: &str = "bench-service-account-token";
 
 #[tokio::main]
 async fn main() {
@@ -184,4 +191,99 @@ async fn main() {
         }
     }
     drop(gateway);
+
+    sign_in(&redis.url(), &store).await;
+}
+
+/// 3. The cost of a Kubernetes token over the token file's, once its review is cached.
+async fn sign_in(redis_url: &str, store: &RedisStore) {
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let counted = reviews.clone();
+    let api = axum::Router::new().route(
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        axum::routing::post(move |axum::Json(review): axum::Json<serde_json::Value>| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let ok = review["spec"]["token"] == SA_TOKEN;
+                axum::Json(json!({
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                    "status": {"authenticated": ok, "user": {"username": "system:serviceaccount:bench:poster", "groups": ["system:serviceaccounts"]}}
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "agentfleet-bench-kubeconfig-{}",
+        std::process::id()
+    ));
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: 'http://{api_addr}'}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\nusers: [{{name: u, user: {{token: gateway}}}}]\n"),
+    )
+    .unwrap();
+    let space = SpaceKey::new("bench", "signin");
+    store
+        .apply_space(
+            &space,
+            &space_record(
+                "Sign-in",
+                &["agent-0"],
+                &["Husam", "system.serviceaccount.bench.poster"],
+            ),
+        )
+        .await
+        .unwrap();
+    let gateway = common::Gateway::start(
+        redis_url,
+        TOKEN,
+        &[
+            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+            ("AGENTFLEET_GATEWAY_KUBERNETES_AUTH", "true"),
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/spaces/bench/signin/messages", gateway.base);
+    let post = |token: &'static str| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let start = Instant::now();
+            let resp = http
+                .post(&url)
+                .bearer_auth(token)
+                .json(&json!({"text": "signed in"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 201);
+            let _ = resp.bytes().await.unwrap();
+            start.elapsed()
+        }
+    };
+    // Warm: the connection, and the one review.
+    post(TOKEN).await;
+    post(SA_TOKEN).await;
+    let (mut file, mut kubernetes) = (Vec::new(), Vec::new());
+    for _ in 0..SIGN_INS {
+        file.push(post(TOKEN).await);
+        kubernetes.push(post(SA_TOKEN).await);
+    }
+    file.sort();
+    kubernetes.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "sign-in, {SIGN_INS} posts each, one client: token file p50 {:.3} ms p99 {:.3} ms; Kubernetes token (review cached) p50 {:.3} ms p99 {:.3} ms; +{:.3} ms at p50; {} review(s) asked",
+        ms(pct(&file, 0.50)),
+        ms(pct(&file, 0.99)),
+        ms(pct(&kubernetes, 0.50)),
+        ms(pct(&kubernetes, 0.99)),
+        ms(pct(&kubernetes, 0.50)) - ms(pct(&file, 0.50)),
+        reviews.load(Ordering::Relaxed)
+    );
+    drop(gateway);
+    let _ = std::fs::remove_file(&kubeconfig);
 }

@@ -35,7 +35,10 @@ impl Remote {
     /// The gateway of `via`, or `None` when the command goes to the data plane.
     pub async fn of(via: &Via) -> anyhow::Result<Option<Remote>> {
         let Some(base) = &via.gateway else {
-            eprintln!("note: reading the data plane directly (break-glass, for operators and dev); people go through the gateway: --gateway URL");
+            // Said to a person at a terminal; a script's stderr stays its errors'.
+            if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                eprintln!("note: on the data plane directly (break-glass, for operators and dev); people go through the gateway: --gateway URL");
+            }
             return Ok(None);
         };
         let token = match &via.token {

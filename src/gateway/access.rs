@@ -66,7 +66,7 @@ impl Access {
             }
             Access::Rbac(client) => client,
         };
-        let TokenHash::Kubernetes { user } = token else {
+        let TokenHash::Kubernetes { user, .. } = token else {
             return Err(ApiError::forbidden(format!(
                 "to {verb} agents/{subresource} sign in with a Kubernetes token: RBAC decides who may, and a token of the gateway's token file is no Kubernetes identity"
             )));

@@ -308,7 +308,7 @@ impl Tokens {
 
     /// Whether the token of this hash still stands for `entity` (same kind and id): false once
     /// it is revoked or given to someone else. A Kubernetes token is not the token file's to
-    /// revoke: its open streams end when its membership does.
+    /// revoke: its open streams have it reviewed again (see `stream.rs`).
     pub fn still_grants(&self, hash: &TokenHash, entity: &Entity) -> bool {
         let TokenHash::File(hash) = hash else {
             return true;
@@ -345,7 +345,34 @@ pub enum TokenHash {
     Kubernetes {
         /// The review's username.
         user: String,
+        /// The token, held in memory only while its request or stream lasts, so that an open
+        /// stream has it reviewed again (a Kubernetes token expires, or its ServiceAccount
+        /// goes).
+        token: Bearer,
     },
+}
+
+/// A bearer token kept in memory: never printed (its `Debug` says only that it is one).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Bearer(String);
+
+impl Bearer {
+    /// The token.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A bearer for tests of what holds one.
+#[cfg(test)]
+pub fn testing_bearer(token: &str) -> Bearer {
+    Bearer(token.to_string())
+}
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Bearer(***)")
+    }
 }
 
 /// The token of an `Authorization` header value: scheme `Bearer` in any case (RFC 7235),
@@ -388,7 +415,8 @@ pub async fn authenticate(gw: &Gateway, token: &str) -> Result<(Entity, TokenHas
             let entity = reviewer.review(token).await?;
             // The reviewer names a person by the review's username.
             let user = entity.name.clone();
-            Ok((entity, TokenHash::Kubernetes { user }))
+            let token = Bearer(token.to_string());
+            Ok((entity, TokenHash::Kubernetes { user, token }))
         }
         None => Err(ApiError::unauthenticated("unknown or revoked token")),
     }

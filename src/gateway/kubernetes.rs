@@ -68,6 +68,11 @@ impl Reviewer {
         }
     }
 
+    /// How long a review is kept: an open stream has its token reviewed again this often.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// Who `token` is; a 401 with its sentence when the API server does not know it or it is
     /// no one who can be a member; a 503 when the API server cannot be asked.
     pub async fn review(&self, token: &str) -> Result<Entity, ApiError> {

@@ -150,6 +150,11 @@ impl Gateway {
         self.inner.kubernetes.get()
     }
 
+    /// How often an open stream of a Kubernetes token has it reviewed again.
+    fn review_every(&self) -> Option<std::time::Duration> {
+        self.kubernetes().map(kubernetes::Reviewer::ttl)
+    }
+
     /// Decides who may inspect and restore agents with `access` (once).
     pub fn set_access(&self, access: access::Access) {
         let _ = self.inner.access.set(access);

@@ -112,6 +112,9 @@ pub async fn stream_space(
         replay: resume.map(Replay::after),
         look_at_token: false,
         look_at_members: false,
+        review_at: gw
+            .review_every()
+            .map(|every| tokio::time::Instant::now() + every),
         tokens: gw.inner.tokens.changes(),
         shutdown: gw.inner.shutdown.clone(),
         _guard: ClientGuard(gw.inner.metrics.sse_clients.clone()),
@@ -220,6 +223,8 @@ struct Client {
     look_at_token: bool,
     /// The space's record changed since the caller's membership was last looked at.
     look_at_members: bool,
+    /// For a Kubernetes token: when it is reviewed again.
+    review_at: Option<tokio::time::Instant>,
     ended: bool,
     _guard: ClientGuard,
     /// Its place among its caller's open streams.
@@ -274,6 +279,11 @@ impl Client {
                     }
                     Err(_) => return None,
                 },
+                // A Kubernetes token: reviewed again now and then (see `refusal`).
+                () = until(self.review_at), if matches!(self.token, TokenHash::Kubernetes { .. }) => {
+                    self.look_at_token = true;
+                    continue;
+                }
                 r = self.sub.rx.recv() => r,
             };
             let metrics = &self.gw.inner.metrics;
@@ -300,6 +310,31 @@ impl Client {
         }
     }
 
+    /// For a Kubernetes token whose time has come: reviewed again (from the reviewer's cache
+    /// when it is fresh), and a refusal when it no longer names the caller. The API server
+    /// unreachable keeps the stream: the token may be good.
+    async fn reviewed_again(&mut self) -> Option<ApiError> {
+        let TokenHash::Kubernetes { token, .. } = &self.token else {
+            return None;
+        };
+        let due = self
+            .review_at
+            .is_some_and(|at| at <= tokio::time::Instant::now());
+        let reviewer = self.gw.kubernetes()?;
+        if !due {
+            return None;
+        }
+        self.review_at = Some(tokio::time::Instant::now() + reviewer.ttl());
+        match reviewer.review(token.expose()).await {
+            Ok(entity) if entity.id == self.caller.id => None,
+            Ok(_) => Some(ApiError::unauthenticated(
+                "the token names someone else now",
+            )),
+            Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => Some(e),
+            Err(_) => None,
+        }
+    }
+
     /// The last event: the error, then the stream ends.
     fn end_with(&mut self, e: &ApiError) -> Event {
         self.ended = true;
@@ -317,10 +352,13 @@ impl Client {
         if self.sub.members.has_changed().unwrap_or(false) {
             self.look_at_members = true;
         }
-        if std::mem::take(&mut self.look_at_token)
-            && !self.gw.inner.tokens.still_grants(&self.token, &self.caller)
-        {
-            return Some(ApiError::unauthenticated("the token was revoked"));
+        if std::mem::take(&mut self.look_at_token) {
+            if !self.gw.inner.tokens.still_grants(&self.token, &self.caller) {
+                return Some(ApiError::unauthenticated("the token was revoked"));
+            }
+            if let Some(refusal) = self.reviewed_again().await {
+                return Some(refusal);
+            }
         }
         if !std::mem::take(&mut self.look_at_members) {
             return None;
@@ -344,6 +382,14 @@ impl Client {
                 None
             }
         }
+    }
+}
+
+/// Ready at `at`, never when `None`.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

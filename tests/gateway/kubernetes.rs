@@ -20,9 +20,22 @@ use super::fixture::*;
 const BOT: &str = "sa-token-of-t1-bot";
 const ALICE: &str = "oidc-token-of-alice";
 
+type Answers = Arc<Mutex<HashMap<&'static str, Option<Value>>>>;
+
 /// An API server answering reviews by token: `None` is an API server that fails (500).
 /// Counts the reviews asked.
 fn api_server(answers: HashMap<&'static str, Option<Value>>) -> (Reviewer, Arc<Mutex<usize>>) {
+    let (reviewer, asked, _) = api_server_kept(answers, Duration::from_secs(30));
+    (reviewer, asked)
+}
+
+/// [`api_server`] whose answers can change, keeping reviews `ttl`.
+fn api_server_kept(
+    answers: HashMap<&'static str, Option<Value>>,
+    ttl: Duration,
+) -> (Reviewer, Arc<Mutex<usize>>, Answers) {
+    let answers = Arc::new(Mutex::new(answers));
+    let held = answers.clone();
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let asked = Arc::new(Mutex::new(0));
     let count = asked.clone();
@@ -32,7 +45,8 @@ fn api_server(answers: HashMap<&'static str, Option<Value>>) -> (Reviewer, Arc<M
             let bytes = req.into_body().collect_bytes().await.unwrap();
             let review: Value = serde_json::from_slice(&bytes).unwrap();
             let token = review["spec"]["token"].as_str().unwrap_or_default();
-            let (code, body) = match answers.get(token) {
+            let answer = answers.lock().unwrap().get(token).cloned();
+            let (code, body) = match answer {
                 Some(Some(status)) => (
                     200,
                     json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}),
@@ -55,10 +69,7 @@ fn api_server(answers: HashMap<&'static str, Option<Value>>) -> (Reviewer, Arc<M
         }
     });
     let client = kube::Client::new(svc, "default");
-    (
-        Reviewer::new(client, Vec::new(), Duration::from_secs(30)),
-        asked,
-    )
+    (Reviewer::new(client, Vec::new(), ttl), asked, held)
 }
 
 fn person(username: &str, groups: &[&str]) -> Option<Value> {
@@ -125,4 +136,37 @@ async fn a_kubernetes_identity_reads_and_posts_where_it_is_named_and_nowhere_els
     assert!(!body.to_string().contains("etcd"), "{body}");
     let (status, _) = f.post(HUSAM, "family", json!({"text": "still here"})).await;
     assert_eq!(status, 201);
+}
+
+/// A Kubernetes token is reviewed again while its stream is open: once the API server stops
+/// knowing it (it expired, its ServiceAccount went), the stream ends with a 401 event.
+#[tokio::test]
+async fn an_open_stream_ends_when_its_kubernetes_token_no_longer_passes_review() {
+    let (reviewer, asked, answers) = api_server_kept(
+        HashMap::from([(BOT, person("system:serviceaccount:t1:bot", &[]))]),
+        Duration::from_millis(300),
+    );
+    let f = start_reviewing(reviewer).await;
+    let desk = space_record("Desk", &["assistant"], &["system.serviceaccount.t1.bot"]);
+    f.store
+        .apply_space(&SpaceKey::new("ops", "desk"), &desk)
+        .await
+        .unwrap();
+    let mut stream = f.stream(BOT, "desk", None).await;
+    let (status, _) = f.post(BOT, "desk", json!({"text": "still here"})).await;
+    assert_eq!(status, 201);
+    let (_, m) = stream.next_message().await;
+    assert_eq!(m["text"], "still here");
+    // Reviewed again while open, and still good.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(*asked.lock().unwrap() >= 2, "reviewed again");
+
+    answers
+        .lock()
+        .unwrap()
+        .insert(BOT, Some(json!({"authenticated": false})));
+    let end = stream.next_other().await;
+    assert_eq!(end.event, "error", "{end:?}");
+    assert!(end.data.contains("unauthenticated"), "{}", end.data);
+    stream.assert_ends().await;
 }

@@ -29,6 +29,7 @@ fn person(groups: &[&str]) -> Entity {
 fn kubernetes() -> TokenHash {
     TokenHash::Kubernetes {
         user: "oidc:alice@example.com".into(),
+        token: crate::gateway::auth::testing_bearer("t"),
     }
 }
 
