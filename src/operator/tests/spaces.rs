@@ -40,6 +40,65 @@ async fn space_membership_lands_in_the_store_and_status() {
     assert_eq!(stored.members.len(), 2);
 }
 
+/// Issue 42: a Space names Kubernetes users, groups and ServiceAccounts; one no one can be is
+/// said in `MembersValid` and a Warning event, and the others still land.
+#[tokio::test]
+async fn people_groups_and_service_accounts_land_and_a_member_no_one_is_is_said() {
+    let mut lobby = lobby(true);
+    lobby.spec.members = serde_yaml::from_str(
+        "[{id: husam, name: Husam}, {id: 'oidc:alice@example.com'}, {id: sre, kind: Group}, {id: ci-bot, kind: ServiceAccount}, {id: system.serviceaccount.default.fake}]",
+    )
+    .unwrap();
+    let mut h = harness(vec![], vec![lobby.clone()]);
+    let (result, bodies) = h
+        .run_space(
+            lobby,
+            vec![
+                expect(Method::PATCH, "/spaces/lobby/status?"),
+                expect(Method::POST, "/events"),
+                expect(Method::POST, "/events"),
+            ],
+        )
+        .await;
+    result.unwrap();
+    let status = &bodies[0]["status"];
+    let ids: Vec<&str> = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "husam",
+            "oidc.alice@example.com",
+            "system.serviceaccount.default.ci-bot"
+        ]
+    );
+    assert_eq!(status["groups"], json!(["sre"]));
+    let valid = condition(status, "MembersValid");
+    assert_eq!(valid["status"], "False");
+    assert_eq!(valid["reason"], "InvalidMember");
+    assert!(
+        valid["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("members[4]: "),
+        "{valid}"
+    );
+    assert_eq!(condition(status, "Ready")["status"], "True");
+    assert_eq!(bodies[1]["reason"], "InvalidMember");
+    assert_eq!(bodies[1]["type"], "Warning");
+    let stored = h
+        .store
+        .space(&SpaceKey::new("default", "lobby"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.groups, ["sre"]);
+}
+
 #[tokio::test]
 async fn new_space_gets_the_finalizer_first() {
     let mut h = harness(vec![], vec![lobby(false)]);
