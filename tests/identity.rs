@@ -25,6 +25,18 @@ fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
         .unwrap()
 }
 
+/// A child process killed when dropped (a failed assertion leaves nothing running).
+struct Killed(Option<std::process::Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -248,6 +260,192 @@ async fn every_inspecting_command_goes_through_the_gateway_as_its_caller() {
     );
 
     for f in [plain, plugin, cert] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+/// `agentfleet gateway --kubernetes-auth` as the chart runs it, with its cluster from the
+/// kubeconfig (here a local stand-in answering `TokenReview`s and `SubjectAccessReview`s):
+/// a ServiceAccount's token posts where it is a member and reads an agent's memory as RBAC
+/// allows, the API server failing is a 503, and no token appears in the gateway's logs, even
+/// at debug level.
+// Multi-threaded: the stand-in API server answers while the CLI's process is waited on.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gateway_binary_takes_kubernetes_tokens_and_never_logs_them() {
+    use agentfleet::identity::{AgentKey, SpaceKey};
+    use agentfleet::store::prelude::*;
+    use std::sync::{Arc, Mutex};
+    const BOT: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-of-bot.c2lnbmF0dXJl";
+    const DOWN: &str = "eyJhbGciOiJSUzI1NiJ9.token-while-etcd-is-down.c2ln";
+    agentfleet::install_crypto_provider();
+    let redis = agentfleet::testing::RedisServer::start().unwrap();
+    let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
+    store
+        .apply_space(
+            &SpaceKey::new("t1", "desk"),
+            &agentfleet::testing::space_record(
+                "Desk",
+                &["helper"],
+                &["system.serviceaccount.t1.bot"],
+            ),
+        )
+        .await
+        .unwrap();
+    store
+        .register_agent(&AgentKey::new("t1", "helper"))
+        .await
+        .unwrap();
+
+    let asked = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let seen = asked.clone();
+    let api = axum::Router::new()
+        .route(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            axum::routing::post(|axum::Json(review): axum::Json<Value>| async move {
+                let token = review["spec"]["token"].as_str().unwrap_or_default().to_string();
+                if token == DOWN {
+                    return (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 503, "message": "etcdserver: request timed out"})),
+                    );
+                }
+                let status = if token == BOT {
+                    json!({"authenticated": true, "user": {"username": "system:serviceaccount:t1:bot", "groups": ["system:serviceaccounts"]}})
+                } else {
+                    json!({"authenticated": false})
+                };
+                (
+                    axum::http::StatusCode::OK,
+                    axum::Json(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status})),
+                )
+            }),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            axum::routing::post(move |axum::Json(review): axum::Json<Value>| {
+                let seen = seen.clone();
+                async move {
+                    let attrs = &review["spec"]["resourceAttributes"];
+                    let allowed = review["spec"]["user"] == "system:serviceaccount:t1:bot"
+                        && attrs["verb"] == "get"
+                        && attrs["subresource"] == "consciousness";
+                    seen.lock().unwrap().push(review.clone());
+                    axum::Json(json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "status": {"allowed": allowed}}))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    let kubeconfig =
+        std::env::temp_dir().join(format!("agentfleet-gw-kubeconfig-{}", std::process::id()));
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: 'http://{api_addr}'}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\nusers: [{{name: u, user: {{token: the-gateways-own}}}}]\n"),
+    )
+    .unwrap();
+    let port = agentfleet::testing::free_port().unwrap();
+    let log = kubeconfig.with_extension("out");
+    let log_err = kubeconfig.with_extension("err");
+    let gateway = Killed(Some(
+        Command::new(bin())
+            .args([
+                "gateway",
+                "--kubernetes-auth",
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("AGENTFLEET_REDIS_URL", redis.url())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "debug")
+            .env_remove("AGENTFLEET_GATEWAY_TOKENS")
+            // Into a file: a pipe nobody reads would fill and stop the gateway.
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(&log_err).unwrap())
+            .spawn()
+            .unwrap(),
+    ));
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let start = Instant::now();
+    while http.get(format!("{base}/readyz")).send().await.is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the gateway did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let post = |token: &'static str, space: &'static str| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            http.post(format!("{base}/v1/spaces/t1/{space}/messages"))
+                .bearer_auth(token)
+                .json(&json!({"text": "deploy done"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(post(BOT, "desk").await, 201);
+    assert_eq!(post(BOT, "elsewhere").await, 404);
+    assert_eq!(post("not-a-token-anyone-made", "desk").await, 401);
+    let out = cli(
+        &[
+            "consciousness",
+            "show",
+            "t1/helper",
+            "--gateway",
+            &base,
+            "--token",
+            BOT,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = cli(
+        &["calls", "t1/helper", "--gateway", &base, "--token", BOT],
+        &[],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("may not get agents/calls of \"t1/helper\""),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(asked.lock().unwrap().len(), 2, "one access review each");
+    // The API server failing: a 503, and the next review still asked and answered.
+    assert_eq!(post(DOWN, "desk").await, 503);
+    assert_eq!(post(BOT, "desk").await, 201);
+    let out = cli(
+        &[
+            "consciousness",
+            "show",
+            "t1/helper",
+            "--gateway",
+            &base,
+            "--token",
+            BOT,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "after an outage: {}", text(&out));
+
+    drop(gateway);
+    let logs = std::fs::read_to_string(&log).unwrap() + &std::fs::read_to_string(&log_err).unwrap();
+    assert!(logs.contains("gateway serving"), "{logs}");
+    for secret in [
+        BOT,
+        DOWN,
+        "sa-token-of-bot",
+        "not-a-token-anyone-made",
+        "the-gateways-own",
+    ] {
+        assert!(!logs.contains(secret), "{secret} in the gateway's logs");
+    }
+    for f in [&kubeconfig, &log, &log_err] {
         let _ = std::fs::remove_file(f);
     }
 }

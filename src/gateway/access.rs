@@ -89,9 +89,17 @@ impl Access {
             ..SubjectAccessReview::default()
         };
         let api: Api<SubjectAccessReview> = Api::all(client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
+        let params = PostParams::default();
+        let asked = tokio::time::timeout(
+            super::kubernetes::REVIEW_DEADLINE,
+            api.create(&params, &review),
+        );
+        let answer = asked
             .await
+            .map_err(|_| {
+                warn!("an access review could not be asked: the API server did not answer in time");
+                ApiError::unavailable_auth()
+            })?
             .map_err(|e| {
                 let why = match &e {
                     kube::Error::Api(status) => format!(

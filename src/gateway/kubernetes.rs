@@ -34,6 +34,11 @@ pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// The most groups of a review kept; the most bytes of one group's name.
 const MAX_GROUPS: usize = 256;
 
+/// The longest a review (or an access review) may take, its client's own retries included:
+/// an API server that answers 503 again and again would otherwise hold the request for
+/// half a minute.
+pub const REVIEW_DEADLINE: Duration = Duration::from_secs(5);
+
 /// How long a refusal is kept at most (a token just made is tried again soon).
 const REFUSAL_TTL: Duration = Duration::from_secs(10);
 
@@ -132,9 +137,18 @@ impl Reviewer {
             ..TokenReview::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer = match api.create(&PostParams::default(), &review).await {
-            Ok(answer) => answer,
-            Err(e) => {
+        let params = PostParams::default();
+        let asked = tokio::time::timeout(REVIEW_DEADLINE, api.create(&params, &review));
+        let answer = match asked.await {
+            Ok(Ok(answer)) => answer,
+            Err(_) => {
+                warn!(
+                    seconds = REVIEW_DEADLINE.as_secs(),
+                    "a Kubernetes token could not be reviewed: the API server did not answer in time"
+                );
+                return Err(ApiError::unavailable_auth());
+            }
+            Ok(Err(e)) => {
                 // Never the error's whole text: some echo the request.
                 let why = match &e {
                     kube::Error::Api(status) => format!(
