@@ -170,3 +170,74 @@ async fn an_open_stream_ends_when_its_kubernetes_token_no_longer_passes_review()
     assert!(end.data.contains("unauthenticated"), "{}", end.data);
     stream.assert_ends().await;
 }
+
+/// An approver list naming a Kubernetes group (as the API server gives groups, colons and
+/// all) lets a person in it answer, and no one else.
+#[tokio::test]
+async fn a_kubernetes_group_answers_a_call_that_names_it() {
+    use agentfleet::identity::AgentKey;
+    use agentfleet::store::{CallKind, HumanCall};
+    let (reviewer, _) = api_server(HashMap::from([
+        (
+            BOT,
+            person(
+                "system:serviceaccount:t1:bot",
+                &["system:serviceaccounts:t1"],
+            ),
+        ),
+        (ALICE, person("oidc:alice@example.com", &["oidc:finance"])),
+    ]));
+    let f = start_reviewing(reviewer).await;
+    // The bot is a member of the space, Alice is not: only the list decides.
+    f.store
+        .apply_space(
+            &SpaceKey::new("ops", "engineering"),
+            &space_record(
+                "Engineering",
+                &["oncall"],
+                &["system.serviceaccount.t1.bot"],
+            ),
+        )
+        .await
+        .unwrap();
+    let call = HumanCall::new(
+        &AgentKey::new("ops", "oncall"),
+        "refund",
+        CallKind::Approval,
+        "engineering",
+        json!({"order": 7}),
+        None,
+        60_000,
+    )
+    .unwrap()
+    .answered_by(vec!["group:oidc:finance".into()]);
+    f.store.register_human_call(&call).await.unwrap();
+    let answer = |token: &'static str| {
+        let (http, url) = (
+            f.http.clone(),
+            format!(
+                "{}/v1/spaces/ops/engineering/tool-calls/{}",
+                f.base, call.id
+            ),
+        );
+        async move {
+            let resp = http
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"decision": "approve"}))
+                .send()
+                .await
+                .unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = answer(BOT).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.to_string()
+            .contains("only group:oidc:finance may answer"),
+        "{body}"
+    );
+    let (status, body) = answer(ALICE).await;
+    assert_eq!(status, 202, "{body}");
+}
