@@ -39,6 +39,9 @@ pub fn routes() -> Router<Gateway> {
         )
     });
     scripts
+        // A person who opens the gateway's address lands on the console (not for good: the
+        // root may serve something else one day).
+        .route("/", get(|| async { Redirect::temporary("/console/") }))
         .route(
             "/console",
             get(|| async { Redirect::permanent("/console/") }),

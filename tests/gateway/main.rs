@@ -509,6 +509,24 @@ async fn services_trigger_the_agents_they_are_granted() {
     );
 }
 
+/// Opening the gateway's address leads to the console (issue 43: a new user typed the bare
+/// address and got a 404).
+#[tokio::test]
+async fn the_gateways_root_leads_to_the_console() {
+    let f = start(Limits::default()).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for (path, status) in [("/", 307), ("/console", 308)] {
+        let resp = http.get(format!("{}{path}", f.base)).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), status, "{path}");
+        assert_eq!(resp.headers()["location"], "/console/", "{path}");
+    }
+    let (status, _) = f.get(None, "/nothing-here").await;
+    assert_eq!(status, 404);
+}
+
 #[tokio::test]
 async fn the_openapi_document_matches_the_routes() {
     let f = start(Limits::default()).await;
