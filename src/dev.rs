@@ -68,17 +68,24 @@ pub struct Args {
     pub archive: crate::archive::ArchiveFlag,
 }
 
-/// Reads the manifests of `dir` ([`manifests::load_dir`]) and refuses what the operator would:
-/// duplicate objects, invalid Agent specs, an Agent whose `headersFrom` names a Secret the
-/// directory does not hold (as the operator's `ToolsConfigured` does).
-pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
-    let out = manifests::load_dir(dir, namespace)?;
-    check(&out)?;
+/// Reads the manifests of `dir` ([`manifests::read_dir`]) and refuses what the API server and
+/// the operator would: malformed documents, duplicate objects, invalid Agent specs, an Agent
+/// whose `headersFrom` names a Secret the directory does not hold (as the operator's
+/// `ToolsConfigured` does), an agent that needs an API key when `api_key` (the
+/// `AGENTFLEET_MODEL_API_KEY` dev gives every agent) is none. Every problem at once,
+/// so one run says what to fix.
+pub fn load_dir(dir: &Path, namespace: &str, api_key: Option<&str>) -> anyhow::Result<Manifests> {
+    let (out, mut problems) = manifests::read_dir(dir, namespace)?;
+    problems.extend(check(&out));
+    problems.extend(missing_keys(&out.agents, api_key));
+    if !problems.is_empty() {
+        bail!("invalid manifests:\n  {}", problems.join("\n  "));
+    }
     Ok(out)
 }
 
-/// Refuses what the operator would: duplicate objects, invalid Agent specs.
-fn check(m: &Manifests) -> anyhow::Result<()> {
+/// What the operator would refuse: duplicate objects, invalid Agent specs, missing Secrets.
+fn check(m: &Manifests) -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
     let mut problems = Vec::new();
     for a in &m.agents {
@@ -115,10 +122,7 @@ fn check(m: &Manifests) -> anyhow::Result<()> {
             problems.push(format!("Space {name} appears twice"));
         }
     }
-    if !problems.is_empty() {
-        bail!("invalid manifests:\n  {}", problems.join("\n  "));
-    }
-    Ok(())
+    problems
 }
 
 /// The agents that would start and fail every cycle for want of an API key (`dev` gives
@@ -476,7 +480,8 @@ impl Dev {
 
 /// `agentfleet dev`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let manifests = load_dir(&args.dir, &args.namespace)?;
+    let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
+    let manifests = load_dir(&args.dir, &args.namespace, api_key.as_deref())?;
     if manifests.agents.is_empty() && manifests.spaces.is_empty() {
         bail!(
             "{} holds no Agent or Space manifests (apiVersion agentfleet.dev/v1alpha1)",
@@ -553,7 +558,7 @@ mod tests {
 
     #[test]
     fn the_samples_load() {
-        let m = load_dir(Path::new("config/samples"), "default").unwrap();
+        let m = load_dir(Path::new("config/samples"), "default", None).unwrap();
         let mut agents: Vec<String> = m.agents.iter().map(|a| a.name_any()).collect();
         agents.sort();
         assert_eq!(agents, ["assistant", "oncall", "reviewer", "sre"]);
@@ -575,7 +580,7 @@ mod tests {
             "a.yaml",
             "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: scripted, name: a}, cycle: {maxSteps: 0}}\n",
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(
             err.contains("invalid Agent")
                 && err.contains("spec.cycle.maxSteps: must be greater than or equal to 1"),
@@ -587,7 +592,7 @@ mod tests {
             "a.yaml",
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: nope, name: a}}\n",
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(
             err.contains("a.yaml (document 1)")
                 && err.contains("spec.model.provider: unsupported value"),
@@ -599,7 +604,7 @@ mod tests {
             "a.yaml",
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Robot\nmetadata: {name: a}\n",
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(err.contains("unknown agentfleet kind"), "{err}");
 
         write(
@@ -607,7 +612,7 @@ mod tests {
             "a.yaml",
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\nspec: {}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: s}\nspec: {}\n",
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(err.contains("Space s appears twice"), "{err}");
         let _ = std::fs::remove_dir_all(&d);
     }
@@ -643,15 +648,15 @@ mod tests {
             ),
         ] {
             write(&d, "a.yaml", &text);
-            let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+            let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
             assert!(err.contains(want), "{want}\n{err}");
         }
 
         // The namespace given to manifests that name none.
         write(&d, "a.yaml", &agent("{name: a}"));
-        load_dir(&d, "default").unwrap();
+        load_dir(&d, "default", None).unwrap();
         for bad in ["NS/evil", "NS", "../etc", ""] {
-            let err = format!("{:#}", load_dir(&d, bad).unwrap_err());
+            let err = format!("{:#}", load_dir(&d, bad, None).unwrap_err());
             assert!(
                 err.starts_with("--namespace: ") && err.contains("is not a valid namespace"),
                 "{bad}: {err}"
@@ -670,7 +675,7 @@ mod tests {
         let secrets = "apiVersion: v1\nkind: Secret\nmetadata: {name: prom}\ndata: {Authorization: QmVhcmVyIGQ0dGEtdmFsdWU=, X-Scope: ZnJvbS1kYXRh}\nstringData: {X-Scope: s7ring-value}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: prom, namespace: other}\nstringData: {Authorization: elsewhere}\n";
         write(&d, "a.yaml", &agent("prom"));
         write(&d, "s.yaml", secrets);
-        let m = load_dir(&d, "default").unwrap();
+        let m = load_dir(&d, "default", None).unwrap();
         let prom = BTreeMap::from([
             ("Authorization".to_string(), "Bearer d4ta-value".to_string()),
             ("X-Scope".to_string(), "s7ring-value".to_string()),
@@ -695,7 +700,7 @@ mod tests {
                 "metadata: {name: a, namespace: third}",
             ),
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(
             err.contains("Agent a: Secret prom not found (headersFrom of HTTP tool q): add a `kind: Secret` document"),
             "{err}"
@@ -704,7 +709,7 @@ mod tests {
         // Malformed or duplicate: refused, and no value is quoted.
         write(&d, "a.yaml", &agent("prom"));
         write(&d, "s.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: prom}\ndata: {Authorization: \"n0t-base64 s3cret!\"}\n");
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(
             err.contains("s.yaml (document 1): not a valid Secret"),
             "{err}"
@@ -715,7 +720,7 @@ mod tests {
             "s.yaml",
             "apiVersion: v1\nkind: Secret\nmetadata: {name: prom}\ndata: {Authorization: /w==}\n",
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(
             err.contains("Secret prom, key Authorization: not UTF-8 text"),
             "{err}"
@@ -725,9 +730,44 @@ mod tests {
             "s.yaml",
             &format!("{secrets}---\n{}", secrets.split("---").next().unwrap()),
         );
-        let err = format!("{:#}", load_dir(&d, "default").unwrap_err());
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
         assert!(err.contains("Secret default/prom appears twice"), "{err}");
         assert!(!err.contains("d4ta") && !err.contains("s7ring"), "{err}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Issue 43: a new user fixed one problem a run, one layer at a time. Every problem of
+    /// the directory — schema, YAML, a Space member, a duplicate, a missing Secret, a missing
+    /// key — is said in one run, each with its place.
+    #[test]
+    fn every_problem_of_a_directory_is_said_in_one_run() {
+        let d = tempdir("every-problem");
+        write(
+            &d,
+            "a.yaml",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: bad}\nspec: {model: {provider: scripted, name: x}, cycle: {maxSteps: 0}}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: twice}\nspec: {model: {provider: scripted, name: x}}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: twice}\nspec: {model: {provider: scripted, name: x}}\n",
+        );
+        write(
+            &d,
+            "b.yaml",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: [not yaml\n",
+        );
+        write(
+            &d,
+            "c.yaml",
+            "apiVersion: agentfleet.dev/v1alpha1\nkind: Space\nmetadata: {name: desk}\nspec: {members: [{id: system.serviceaccount.x.y}]}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: keyless}\nspec: {model: {provider: openai, name: gpt}}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: tooled}\nspec:\n  model: {provider: scripted, name: x}\n  tools:\n    http:\n      - name: status\n        description: The status page.\n        url: https://status.example.com\n        headersFrom: {secretName: gone}\n",
+        );
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
+        for said in [
+            "a.yaml (document 1): invalid Agent",
+            "b.yaml (document 1)",
+            "c.yaml (document 1): invalid Space",
+            "Agent twice appears twice",
+            "Agent default/keyless: provider openai",
+            "Agent tooled: Secret gone not found",
+        ] {
+            assert!(err.contains(said), "{said:?} not in: {err}");
+        }
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -739,7 +779,12 @@ mod tests {
             "a.yaml",
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: {provider: anthropic, name: claude}}\n",
         );
-        let manifests = load_dir(&d, "default").unwrap();
+        let err = format!("{:#}", load_dir(&d, "default", None).unwrap_err());
+        assert!(
+            err.contains("provider anthropic at its public endpoint needs an API key"),
+            "{err}"
+        );
+        let manifests = load_dir(&d, "default", Some("sk-ant")).unwrap();
         let missing = missing_keys(&manifests.agents, None);
         assert_eq!(missing.len(), 1, "{missing:?}");
         assert!(

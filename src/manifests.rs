@@ -54,8 +54,19 @@ struct TypeMeta {
 /// Reads every Agent, Space and Secret in `dir` (sorted by file name), giving `namespace` to
 /// those without one. Other objects are skipped with a warning; anything malformed is an error
 /// naming the file and document (never a Secret's value); what the API server's schema
-/// refuses is refused.
+/// refuses is refused. Every problem of the directory is said at once.
 pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
+    let (out, problems) = read_dir(dir, namespace)?;
+    if !problems.is_empty() {
+        bail!("invalid manifests:\n  {}", problems.join("\n  "));
+    }
+    Ok(out)
+}
+
+/// What [`load_dir`] reads, and the problem of each document it could not take (the others
+/// are read still, so that one run says every problem). Errors only when the directory or a
+/// file cannot be read at all.
+pub fn read_dir(dir: &Path, namespace: &str) -> anyhow::Result<(Manifests, Vec<String>)> {
     if let Some(p) = names::namespace_problem(namespace) {
         bail!("--namespace: {p}");
     }
@@ -70,59 +81,81 @@ pub fn load_dir(dir: &Path, namespace: &str) -> anyhow::Result<Manifests> {
         .collect();
     files.sort();
     let mut out = Manifests::default();
+    let mut problems = Vec::new();
     for file in &files {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
             let at = || format!("{} (document {})", file.display(), i + 1);
-            let value = serde_yaml::Value::deserialize(doc).with_context(at)?;
-            if value.is_null() {
-                continue;
-            }
-            let meta: TypeMeta = serde_yaml::from_value(value.clone()).with_context(at)?;
-            if meta.api_version == "v1" && meta.kind == "Secret" {
-                let (key, data) =
-                    secret(value, namespace).map_err(|p| anyhow::anyhow!("{}: {p}", at()))?;
-                if out.secrets.insert(key.clone(), data).is_some() {
-                    bail!("{}: Secret {}/{} appears twice", at(), key.0, key.1);
+            let value = match serde_yaml::Value::deserialize(doc).with_context(at) {
+                Ok(value) => value,
+                Err(e) => {
+                    // The rest of a file past a YAML error cannot be read.
+                    problems.push(format!("{e:#}"));
+                    break;
                 }
-                continue;
-            }
-            if meta.api_version != "agentfleet.dev/v1alpha1" {
-                warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
-                continue;
-            }
-            if matches!(meta.kind.as_str(), "Agent" | "Space" | "Pool") {
-                // What the API server would refuse, refused here too.
-                let json = serde_json::to_value(&value).with_context(at)?;
-                let schema = crate::crd::validate::schema_of(&meta.kind)
-                    .with_context(|| format!("no schema for {}", meta.kind))?;
-                let problems = crate::crd::validate::check(schema, &json);
-                if !problems.is_empty() {
-                    bail!(
-                        "{}: invalid {}:\n  {}",
-                        at(),
-                        meta.kind,
-                        problems.join("\n  ")
-                    );
-                }
-            }
-            match meta.kind.as_str() {
-                "Agent" => out.agents.push(object(value, namespace, "Agent", &at())?),
-                "Space" => {
-                    let space: Space = object(value, namespace, "Space", &at())?;
-                    let refused = crate::membership::people(&space).refused;
-                    if !refused.is_empty() {
-                        bail!("{}: invalid Space:\n  {}", at(), refused.join("\n  "));
-                    }
-                    out.spaces.push(space);
-                }
-                "Pool" => out.pools.push(object(value, namespace, "Pool", &at())?),
-                other => bail!("{}: unknown agentfleet kind {other:?}", at()),
+            };
+            if let Err(e) = document(&mut out, value, namespace, file, &at()) {
+                problems.push(format!("{e:#}"));
             }
         }
     }
-    Ok(out)
+    Ok((out, problems))
+}
+
+/// Takes one document into `out`, or says why it cannot.
+fn document(
+    out: &mut Manifests,
+    value: serde_yaml::Value,
+    namespace: &str,
+    file: &Path,
+    at: &str,
+) -> anyhow::Result<()> {
+    let at = || at.to_string();
+    if value.is_null() {
+        return Ok(());
+    }
+    let meta: TypeMeta = serde_yaml::from_value(value.clone()).with_context(at)?;
+    if meta.api_version == "v1" && meta.kind == "Secret" {
+        let (key, data) = secret(value, namespace).map_err(|p| anyhow::anyhow!("{}: {p}", at()))?;
+        if out.secrets.insert(key.clone(), data).is_some() {
+            bail!("{}: Secret {}/{} appears twice", at(), key.0, key.1);
+        }
+        return Ok(());
+    }
+    if meta.api_version != "agentfleet.dev/v1alpha1" {
+        warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
+        return Ok(());
+    }
+    if matches!(meta.kind.as_str(), "Agent" | "Space" | "Pool") {
+        // What the API server would refuse, refused here too.
+        let json = serde_json::to_value(&value).with_context(at)?;
+        let schema = crate::crd::validate::schema_of(&meta.kind)
+            .with_context(|| format!("no schema for {}", meta.kind))?;
+        let problems = crate::crd::validate::check(schema, &json);
+        if !problems.is_empty() {
+            bail!(
+                "{}: invalid {}:\n    {}",
+                at(),
+                meta.kind,
+                problems.join("\n    ")
+            );
+        }
+    }
+    match meta.kind.as_str() {
+        "Agent" => out.agents.push(object(value, namespace, "Agent", &at())?),
+        "Space" => {
+            let space: Space = object(value, namespace, "Space", &at())?;
+            let refused = crate::membership::people(&space).refused;
+            if !refused.is_empty() {
+                bail!("{}: invalid Space:\n    {}", at(), refused.join("\n    "));
+            }
+            out.spaces.push(space);
+        }
+        "Pool" => out.pools.push(object(value, namespace, "Pool", &at())?),
+        other => bail!("{}: unknown agentfleet kind {other:?}", at()),
+    }
+    Ok(())
 }
 
 /// A document of kind `kind` at `at`, placed in `namespace` when it names none.
