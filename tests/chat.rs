@@ -562,13 +562,72 @@ async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
     until(&rx, "only human:dana may answer this call", &mut out);
     writeln!(stdin, "/deny {id}").unwrap();
     until(&rx, "say why", &mut out);
+    // The latest request is answered without its id (issue 43), and shown once however often
+    // its event comes.
+    let latest = HumanCall::new(
+        &assistant,
+        "scale_down",
+        CallKind::Approval,
+        "family",
+        serde_json::json!({"replicas": 1}),
+        None,
+        60_000,
+    )
+    .unwrap();
+    f.store.register_human_call(&latest).await.unwrap();
+    let request = LiveEvent::ToolRequest {
+        sender: Sender {
+            groups: Vec::new(),
+            id: "assistant".into(),
+            name: "assistant".into(),
+            kind: Some(MemberKind::Agent),
+        },
+        call_id: latest.id.to_string(),
+        tool: "scale_down".into(),
+        kind: CallKind::Approval,
+        arguments: serde_json::json!({"replicas": 1}),
+        result_schema: None,
+        since_ms: 1,
+        expires_ms: i64::MAX,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        f.store
+            .publish_live(&SpaceKey::new("ops", "family"), &request)
+            .await
+            .unwrap();
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+            let shown = line.contains("asks to run scale_down");
+            out.push(line);
+            if shown {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "no request shown: {out:?}");
+    }
+    for _ in 0..3 {
+        f.store
+            .publish_live(&SpaceKey::new("ops", "family"), &request)
+            .await
+            .unwrap();
+    }
+    writeln!(stdin, "/approve").unwrap();
+    until(&rx, &format!("· approved call {}", latest.id), &mut out);
+    assert_eq!(
+        out.iter()
+            .filter(|l| l.contains("asks to run scale_down"))
+            .count(),
+        1,
+        "{out:?}"
+    );
     drop(stdin);
     assert!(child.0.wait().unwrap().success());
 
     let inbox = f.store.peek_inbox(&assistant, 10).await.unwrap();
-    assert_eq!(inbox.len(), 1, "{inbox:?}");
-    assert_eq!(
-        inbox[0].data.as_ref().unwrap()["decision"],
-        serde_json::json!("approved")
-    );
+    assert_eq!(inbox.len(), 2, "{inbox:?}");
+    for (event, tool) in inbox.iter().zip(["restart_deployment", "scale_down"]) {
+        let data = event.data.as_ref().unwrap();
+        assert_eq!(data["decision"], serde_json::json!("approved"));
+        assert_eq!(data["tool"], serde_json::json!(tool));
+    }
 }

@@ -52,6 +52,9 @@ pub struct Args {
 /// The terminal, shared by the stream and the input loop.
 type Shared = Arc<Mutex<Screen<std::io::Stdout>>>;
 
+/// The requests seen, shared by the stream's follower and the typed lines.
+type Waiting = Arc<Mutex<requests::Waiting>>;
+
 fn format_message(m: &Message) -> String {
     format!("{}: {}", m.sender.name, m.text)
 }
@@ -138,7 +141,12 @@ fn permanent(status: StatusCode) -> bool {
 
 /// Follows the space's stream, reconnecting after `last` when it drops. Returns only on an
 /// error that reconnecting cannot fix (the token or membership was revoked).
-async fn follow(client: Arc<Client>, screen: Shared, mut last: Option<String>) -> anyhow::Error {
+async fn follow(
+    client: Arc<Client>,
+    screen: Shared,
+    waiting: Waiting,
+    mut last: Option<String>,
+) -> anyhow::Error {
     let mut backoff = Duration::from_millis(500);
     let mut typing: BTreeMap<String, String> = BTreeMap::new();
     loop {
@@ -159,8 +167,11 @@ async fn follow(client: Arc<Client>, screen: Shared, mut last: Option<String>) -
                     let Ok(mut screen) = screen.lock() else {
                         return anyhow::anyhow!("terminal state poisoned");
                     };
+                    let Ok(mut waiting) = waiting.lock() else {
+                        return anyhow::anyhow!("terminal state poisoned");
+                    };
                     for ev in parser.feed(&chunk) {
-                        if let Some(id) = show(&mut screen, &mut typing, ev) {
+                        if let Some(id) = show(&mut screen, &mut typing, &mut waiting, ev) {
                             last = Some(id);
                         }
                     }
@@ -185,15 +196,20 @@ async fn follow(client: Arc<Client>, screen: Shared, mut last: Option<String>) -
 fn show(
     screen: &mut Screen<std::io::Stdout>,
     typing: &mut BTreeMap<String, String>,
+    waiting: &mut requests::Waiting,
     ev: SseEvent,
 ) -> Option<String> {
     if let Some(request) = requests::request(&ev.event, &ev.data) {
-        screen.line(&requests::line(&request));
+        // Shown once: its line only when no message of the agent said it.
+        if waiting.saw_request(&request) {
+            screen.line(&requests::line(&request));
+        }
         return None;
     }
     match ev.event.as_str() {
         "message" => {
             let m: Message = serde_json::from_str(&ev.data).ok()?;
+            waiting.saw_message(&m, true);
             typing.remove(&m.sender.name);
             screen.set_status(&m.sender.name, None);
             screen.line(&format_message(&m));
@@ -335,8 +351,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    let waiting: Waiting = Arc::default();
+    if let Ok(mut w) = waiting.lock() {
+        for m in history.messages.iter().rev() {
+            w.saw_message(m, false);
+        }
+    }
 
-    let mut follower = tokio::spawn(follow(client.clone(), screen.clone(), last));
+    let mut follower = tokio::spawn(follow(
+        client.clone(),
+        screen.clone(),
+        waiting.clone(),
+        last,
+    ));
     let mut typed = typed_lines()?;
     let mut n = 0u64;
     let session = crate::gateway::auth::new_token("chat-")?;
@@ -359,10 +386,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                             format!("! not sent: {}", crate::report::chain(&*e))
                         })
                     }
-                    requests::Typed::Answer(call, body) => Some(match client.answer(&call, &body).await {
-                        Ok(a) => format!("· {} call {}", a.decision, a.call_id),
-                        Err(e) => format!("! not answered: {}", crate::report::chain(&*e)),
-                    }),
+                    requests::Typed::Answer(named, body) => {
+                        let call = waiting.lock().ok().and_then(|w| w.call(named));
+                        Some(match call {
+                            None => "! no request to answer here yet: name its call id".to_string(),
+                            Some(call) => match client.answer(&call, &body).await {
+                                Ok(a) => {
+                                    if let Ok(mut w) = waiting.lock() {
+                                        w.answered(&call);
+                                    }
+                                    format!("· {} call {}", a.decision, a.call_id)
+                                }
+                                Err(e) => format!("! not answered: {}", crate::report::chain(&*e)),
+                            },
+                        })
+                    }
                     requests::Typed::Bad(why) => Some(format!("! {why}")),
                 };
                 if let (Some(said), Ok(mut s)) = (said, screen.lock()) {
