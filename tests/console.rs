@@ -254,6 +254,20 @@ async fn a_person_talks_in_a_space_and_hostile_text_stays_text() {
         .await
         .unwrap();
     assert_eq!(inert, serde_json::json!([0, true, true]));
+    // Each message says when it was written (issue 43): today's by the time of day, the whole
+    // date and time in `datetime` and on hover.
+    let stamp = browser
+        .exec("const t = document.querySelector('#messages li.message time.when'); return [t.textContent, t.dateTime, t.title, Math.abs(Date.parse(t.dateTime) - Date.now()) < 600000]")
+        .await
+        .unwrap();
+    let stamp = stamp.as_array().unwrap();
+    assert!(
+        stamp[0].as_str().unwrap().contains(':') && stamp[0].as_str().unwrap().len() <= 12,
+        "{stamp:?}"
+    );
+    assert!(stamp[1].as_str().unwrap().ends_with('Z'), "{stamp:?}");
+    assert!(!stamp[2].as_str().unwrap().is_empty(), "{stamp:?}");
+    assert_eq!(stamp[3], true, "{stamp:?}");
 
     // Sending: the assistant's answer arrives live, written as it streams (a draft that gives
     // way to the message), with what it is doing on the activity line meanwhile. (Both pass
@@ -611,6 +625,23 @@ async fn an_agents_page_shows_what_it_does_and_spends() {
     )
     .await;
     assert!(tools.to_string().contains("send_message"), "{tools}");
+    // No tool's name breaks mid-word, even in a narrow window (issue 43).
+    browser
+        .exec("document.body.style.width = '420px'; return null")
+        .await
+        .unwrap();
+    let lines = browser
+        .exec("return [...document.querySelectorAll('#agent-body table.tools td:first-child')].map(td => { const r = document.createRange(); r.selectNodeContents(td); return new Set([...r.getClientRects()].map(q => Math.round(q.top))).size; })")
+        .await
+        .unwrap();
+    assert!(
+        lines.as_array().unwrap().iter().all(|n| n == 1),
+        "each name on one line: {lines}"
+    );
+    browser
+        .exec("document.body.style.width = ''; return null")
+        .await
+        .unwrap();
     screenshot(&browser, "agent").await;
 
     // An agent of nobody's space here: nothing, not even whether it exists.

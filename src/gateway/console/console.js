@@ -5,7 +5,7 @@
 // Pages are fragments, so that a link to one (`#/calls/ID` in an alert) never sends what it
 // names to a server log: `#/` the spaces and the calls waiting, `#/spaces/NS/NAME` a space,
 // `#/calls/ID` one call to answer, `#/agents/NS/NAME` an agent.
-import { TOKEN, api, el, link, seg, when } from './dom.js';
+import { TOKEN, api, el, link, seg, stamp, when } from './dom.js';
 import { check, form } from './schema.js';
 import { agentPage } from './agent.js';
 
@@ -82,8 +82,8 @@ function messageItem(m) {
   li.dir = 'auto';
   li.append(el('span', m.sender.name, 'sender text'));
   if (m.mention) li.append(el('span', '→ ' + m.mention, 'mention text'));
+  li.append(stamp(m.timeMs));
   li.append(el('span', m.text, 'text'));
-  li.title = when(m.timeMs);
   return li;
 }
 

@@ -40,5 +40,17 @@ export function when(ms) {
   return new Date(ms).toLocaleString();
 }
 
+/** A `<time>` of `ms` as a person reads it beside a message: the time of day, with the date
+ * when it is not today; the full date and time on hover and in `datetime`. */
+export function stamp(ms) {
+  const d = new Date(ms);
+  const today = new Date().toDateString() === d.toDateString();
+  const clock = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  const t = el('time', today ? clock : d.toLocaleDateString() + ' ' + clock, 'when');
+  t.dateTime = d.toISOString();
+  t.title = when(ms);
+  return t;
+}
+
 export const seg = (s) => encodeURIComponent(s);
 
