@@ -371,8 +371,21 @@ pub struct AgentView {
     pub tools: Vec<AgentTool>,
     /// Calls waiting for a person's answer.
     pub asking: u64,
+    /// Those calls, oldest first: their ids (`#/calls/ID` in the console) and tools.
+    #[serde(default)]
+    pub asking_calls: Vec<AskingCall>,
     /// Its retained checkpoints, newest first: one per committed cycle.
     pub checkpoints: Vec<AgentCheckpoint>,
+}
+
+/// A call of an agent that waits for a person.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AskingCall {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool it calls.
+    pub tool: String,
 }
 
 /// A tool of an agent.

@@ -327,8 +327,23 @@ async fn a_link_to_a_call_leads_to_approving_it_and_the_cycle_goes_on() {
     // The link an alert would carry: the call is in the fragment, which no server sees.
     let browser = Browser::start().await.unwrap();
     let link = format!("{}/console/#/calls/{call}", dev.url);
-    browser.goto(&link).await.unwrap();
+    // The agent's page says what it asks a person, and leads to it (issue 43).
+    browser
+        .goto(&format!("{}/console/#/agents/default/deployer", dev.url))
+        .await
+        .unwrap();
     sign_in(&browser, &husam).await;
+    browser
+        .click_on("#agent-body a.asking", WAIT)
+        .await
+        .unwrap();
+    browser
+        .wait_for("#call-body button.approve", WAIT)
+        .await
+        .unwrap();
+    let here = browser.exec("return location.hash").await.unwrap();
+    assert_eq!(here, json!(format!("#/calls/{call}")));
+    browser.goto(&link).await.unwrap();
     let approve = browser
         .wait_for("#call-body button.approve", WAIT)
         .await

@@ -10,7 +10,7 @@ use super::auth::Caller;
 use super::error::{quote, ApiError};
 use super::mine::spaces_of;
 use super::{Gateway, RequestRefusals};
-use crate::api::{AgentCheckpoint, AgentTool, AgentView, ErrorBody};
+use crate::api::{AgentCheckpoint, AgentTool, AgentView, AskingCall, ErrorBody};
 use crate::identity::AgentKey;
 use crate::periods::Periods;
 use crate::store::{AgentFacts, AgentObservation};
@@ -112,6 +112,14 @@ pub(super) async fn agent_view(
             })
             .collect(),
         asking: seen.pending.len() as u64,
+        asking_calls: seen
+            .pending
+            .iter()
+            .map(|c| AskingCall {
+                call_id: c.id.to_string(),
+                tool: c.record.tool.clone(),
+            })
+            .collect(),
         checkpoints: checkpoints
             .into_iter()
             .map(|c| AgentCheckpoint {

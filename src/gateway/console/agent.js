@@ -66,7 +66,16 @@ async function render(box, ns, name, current) {
     spaces.append(link(s, '#/spaces/' + seg(a.namespace) + '/' + seg(s)));
   });
   fact('Spaces', spaces);
-  fact('Inbox', a.waiting + ' waiting' + (a.asking ? ' · ' + a.asking + ' asking a person' : ''));
+  const inbox = [a.waiting + ' waiting'];
+  if (a.asking) {
+    // Each call it asks about leads to its page, where it is answered.
+    inbox.push(' · ' + a.asking + ' asking a person: ');
+    (a.askingCalls || []).forEach((c, i) => {
+      if (i) inbox.push(', ');
+      inbox.push(link(c.tool, '#/calls/' + seg(c.callId), 'asking'));
+    });
+  }
+  fact('Inbox', ...inbox);
   fact('Cycles', a.cycles + (a.lastCycleMs ? ' · last ' + when(a.lastCycleMs) : ''));
   fact('Tokens today', ...spend(a.tokensToday, a.tokensPerDay, 'today'));
   fact('This month', ...spend(a.tokensThisMonth, a.tokensPerMonth, 'month'));
