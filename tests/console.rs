@@ -82,6 +82,7 @@ fn deployer(req: &Value) -> MockTurn {
         _ if content.contains("please deploy") => {
             MockTurn::tools(&[("confirm_deployment", json!({"version": "1.2"}))])
         }
+        _ if content.contains("please format") => say(MARKDOWN.into()),
         _ if content.contains("please flood") => say(format!(
             "<img src=x onerror=\"window.pwned=1\">\u{202e}{}",
             "<b>x</b>".repeat(8_000)
@@ -89,6 +90,9 @@ fn deployer(req: &Value) -> MockTurn {
         _ => say("ok".into()),
     }
 }
+
+/// What the deployer says asked to format: Markdown as models write it, with hostile links.
+const MARKDOWN: &str = "Rollout **done** for `api`:\n- step *one*\n- step two\n\n```\nkubectl get pods <b>\n```\nSee [the runbook](https://runbooks.example.com/api) or [this](javascript:window.pwned=1) <img src=x onerror=window.pwned=1>";
 
 /// `agentfleet dev` with the deployer in space `desk`, and Husam's token.
 async fn desk() -> (MockModel, ManifestDir, Dev, String) {
@@ -535,6 +539,60 @@ async fn a_message_full_of_an_agents_markup_stays_text() {
         .await
         .unwrap();
     assert_eq!(inert, json!([0, true]));
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// An agent's Markdown is shown formatted (issue 43) — from text nodes only: a link goes only
+/// to http(s) and opens apart, markup stays text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_markdown_is_formatted_and_stays_inert() {
+    let (_model, _dir, dev, husam) = desk().await;
+    let browser = signed_in(&dev, "#/spaces/default/desk", &husam).await;
+    browser.wait_for("#space[data-live]", WAIT).await.unwrap();
+    browser
+        .type_on("#message", "please format **this**", WAIT)
+        .await
+        .unwrap();
+    browser.click_on("#send-button", WAIT).await.unwrap();
+    browser
+        .wait_for("#messages li.agent:not(.streaming) .md", WAIT)
+        .await
+        .unwrap();
+    let shown = browser
+        .exec("const md = document.querySelector('#messages li.agent:not(.streaming) .md'); \
+               const human = [...document.querySelectorAll('#messages li.message:not(.agent) .text')].pop(); \
+               return [md.querySelector('strong').textContent, md.querySelector('p code').textContent, \
+                       [...md.querySelectorAll('ul li')].map(l => l.textContent), md.querySelector('ul em').textContent, \
+                       md.querySelector('pre code').textContent, \
+                       [...md.querySelectorAll('a')].map(a => [a.textContent, a.href, a.rel, a.target]), \
+                       md.textContent.includes('[this](javascript:window.pwned=1)'), \
+                       document.querySelectorAll('#messages img, #messages b').length, window.pwned === undefined, \
+                       human.textContent, human.querySelectorAll('strong').length]")
+        .await
+        .unwrap();
+    assert_eq!(
+        shown,
+        json!([
+            "done",
+            "api",
+            ["step one", "step two"],
+            "one",
+            "kubectl get pods <b>",
+            [[
+                "the runbook",
+                "https://runbooks.example.com/api",
+                "noopener noreferrer nofollow",
+                "_blank"
+            ]],
+            true,
+            0,
+            true,
+            "please format **this**",
+            0
+        ])
+    );
+    screenshot(&browser, "markdown").await;
     let errors = browser.errors().await.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
 }

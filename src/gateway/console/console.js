@@ -8,6 +8,7 @@
 import { TOKEN, api, el, link, seg, stamp, when } from './dom.js';
 import { check, form } from './schema.js';
 import { agentPage } from './agent.js';
+import { markdown } from './markdown.js';
 
 const $ = (id) => document.getElementById(id);
 const PAGES = ['home', 'space', 'call', 'agent'];
@@ -83,7 +84,14 @@ function messageItem(m) {
   li.append(el('span', m.sender.name, 'sender text'));
   if (m.mention) li.append(el('span', '→ ' + m.mention, 'mention text'));
   li.append(stamp(m.timeMs));
-  li.append(el('span', m.text, 'text'));
+  // An agent's Markdown is rendered (as text nodes only); a person's words stay as typed.
+  if (m.sender.kind === 'agent') {
+    const body = markdown(m.text);
+    body.classList.add('text');
+    li.append(body);
+  } else {
+    li.append(el('span', m.text, 'text'));
+  }
   return li;
 }
 
