@@ -378,6 +378,13 @@ pub struct AgentView {
     pub checkpoints: Vec<AgentCheckpoint>,
 }
 
+/// The agents of the caller's spaces (`GET /v1/agents`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct AgentList {
+    /// By namespace and name.
+    pub agents: Vec<AgentView>,
+}
+
 /// A call of an agent that waits for a person.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -597,6 +597,89 @@ async fn an_agents_markdown_is_formatted_and_stays_inert() {
     assert!(errors.is_empty(), "{errors:?}");
 }
 
+/// The fleet at a glance (issue 43): every agent of the person's spaces in one table,
+/// sortable by a column, filtered by state, each leading to its page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_overview_sorts_filters_and_leads_to_each_agent() {
+    agentfleet::install_crypto_provider();
+    let dev = Dev::start();
+    let husam = dev.token("default/family", "Husam");
+    let http = reqwest::Client::new();
+    let posted = dev
+        .post(&http, &husam, "family", &json!({"text": "hello assistant"}))
+        .await;
+    assert_eq!(posted.status(), 201);
+    let start = std::time::Instant::now();
+    while dev.count_from(&http, &husam, "family", "assistant").await == 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "no answer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let browser = signed_in(&dev, "#/agents", &husam).await;
+    const ROWS: &str = "return [...document.querySelectorAll('table.fleet tr[data-agent]')].map(r => r.dataset.agent)";
+    let rows = until(&browser, ROWS, |v| !v.as_array().unwrap().is_empty()).await;
+    let mut agents: Vec<String> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        agents.contains(&"default/assistant".to_string()),
+        "{agents:?}"
+    );
+    let mut sorted = agents.clone();
+    sorted.sort();
+    assert_eq!(agents, sorted, "by agent, ascending");
+    // The assistant answered: its last cycle and its model are there.
+    let assistant = browser
+        .exec("return [...document.querySelector('tr[data-agent=\"default/assistant\"]').cells].map(c => c.textContent)")
+        .await
+        .unwrap();
+    assert_eq!(assistant[2], "scripted/assistant", "{assistant}");
+    assert_ne!(assistant[4], "never", "{assistant}");
+    screenshot(&browser, "fleet").await;
+
+    // Sorted the other way by a click on the heading.
+    browser
+        .click_on("table.fleet button[data-column='Agent']", WAIT)
+        .await
+        .unwrap();
+    let down = browser.exec(ROWS).await.unwrap();
+    agents.reverse();
+    assert_eq!(down, json!(agents));
+
+    // Filtered by a state: only its agents stay.
+    let state = browser
+        .exec("const s = document.querySelector('#fleet-state'); s.value = s.options[1].value; s.dispatchEvent(new Event('change')); return s.value")
+        .await
+        .unwrap();
+    let states = browser
+        .exec("return [...document.querySelectorAll('table.fleet tr[data-agent] .state')].map(s => s.className.split(' ')[1])")
+        .await
+        .unwrap();
+    assert!(
+        !states.as_array().unwrap().is_empty()
+            && states.as_array().unwrap().iter().all(|s| s == &state),
+        "{state} {states}"
+    );
+
+    // An agent's row leads to its page.
+    browser
+        .exec("document.querySelector('#fleet-state').value = ''; document.querySelector('#fleet-state').dispatchEvent(new Event('change')); return null")
+        .await
+        .unwrap();
+    browser
+        .click_on("tr[data-agent='default/assistant'] a", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        browser.text_of("#agent-body h2", WAIT).await.unwrap(),
+        "default/assistant"
+    );
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_page_shows_what_it_does_and_spends() {
     agentfleet::install_crypto_provider();

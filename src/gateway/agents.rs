@@ -10,7 +10,7 @@ use super::auth::Caller;
 use super::error::{quote, ApiError};
 use super::mine::spaces_of;
 use super::{Gateway, RequestRefusals};
-use crate::api::{AgentCheckpoint, AgentTool, AgentView, AskingCall, ErrorBody};
+use crate::api::{AgentCheckpoint, AgentList, AgentTool, AgentView, AskingCall, ErrorBody};
 use crate::identity::AgentKey;
 use crate::periods::Periods;
 use crate::store::{AgentFacts, AgentObservation};
@@ -60,7 +60,54 @@ pub(super) async fn agent_view(
             quote(&format!("{namespace}/{agent}"))
         )));
     }
-    let key = AgentKey::new(namespace, agent);
+    Ok(Json(
+        view(&gw, AgentKey::new(namespace, agent), spaces).await?,
+    ))
+}
+
+/// The agents of the caller's spaces, each as `GET /v1/agents/{namespace}/{agent}` shows it:
+/// the console's fleet overview.
+#[utoipa::path(
+    get,
+    path = "/v1/agents",
+    tag = "agents",
+    responses(
+        (status = 200, description = "The agents of the caller's spaces, by namespace and name", body = AgentList),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 503, description = "Data plane unavailable", body = ErrorBody),
+        RequestRefusals,
+    ),
+    security(("bearer" = []))
+)]
+pub(super) async fn fleet(
+    State(gw): State<Gateway>,
+    Caller(caller, _): Caller,
+) -> Result<Json<AgentList>, ApiError> {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    // Each agent with the caller's spaces it is in.
+    let mut agents: std::collections::BTreeMap<AgentKey, Vec<String>> = Default::default();
+    for (space, record) in spaces_of(&gw, &caller).await? {
+        for agent in record.agents() {
+            agents
+                .entry(AgentKey::new(space.namespace.clone(), agent))
+                .or_default()
+                .push(space.name.clone());
+        }
+    }
+    let agents = futures::stream::iter(agents)
+        .map(|(key, spaces)| view(&gw, key, spaces))
+        .buffered(AT_ONCE)
+        .try_collect()
+        .await?;
+    Ok(Json(AgentList { agents }))
+}
+
+/// How many agents the overview reads at once.
+const AT_ONCE: usize = 16;
+
+/// An agent as its page shows it (`spaces`: the caller's spaces it is in).
+async fn view(gw: &Gateway, key: AgentKey, spaces: Vec<String>) -> Result<AgentView, ApiError> {
     let store = &gw.inner.store;
     let (seen, facts, checkpoints) = tokio::try_join!(
         store.observe(std::slice::from_ref(&key)),
@@ -77,7 +124,7 @@ pub(super) async fn agent_view(
         .as_ref()
         .map(|t| t.spent(&periods))
         .unwrap_or_default();
-    Ok(Json(AgentView {
+    Ok(AgentView {
         state: state.into(),
         namespace: key.namespace,
         name: key.name,
@@ -130,7 +177,7 @@ pub(super) async fn agent_view(
                 messages: c.messages,
             })
             .collect(),
-    }))
+    })
 }
 
 /// The tokens of every model call over the agent's life, counted as today's and this month's

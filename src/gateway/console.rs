@@ -18,12 +18,13 @@ const INDEX: &str = include_str!("console/index.html");
 const STYLE: &str = include_str!("console/console.css");
 const ICON: &str = include_str!("console/icon.svg");
 /// The scripts, ES modules: the pages, what they share, the answer forms, the agent page.
-const SCRIPTS: [(&str, &str); 5] = [
+const SCRIPTS: [(&str, &str); 6] = [
     ("console.js", include_str!("console/console.js")),
     ("dom.js", include_str!("console/dom.js")),
     ("schema.js", include_str!("console/schema.js")),
     ("agent.js", include_str!("console/agent.js")),
     ("markdown.js", include_str!("console/markdown.js")),
+    ("fleet.js", include_str!("console/fleet.js")),
 ];
 
 /// The page's policy: see the module's description.

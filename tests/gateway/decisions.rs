@@ -451,6 +451,42 @@ async fn an_agent_is_shown_to_the_members_of_its_spaces() {
     use agentfleet::store::AgentFacts;
     let f = start(Limits::default()).await;
     let oncall = oncall();
+    // The fleet each person sees: the agents of their spaces, with the spaces they share
+    // (issue 43's overview); a service sees none.
+    let names = |v: &Value| -> Vec<(String, Value)> {
+        v["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    format!(
+                        "{}/{}",
+                        a["namespace"].as_str().unwrap(),
+                        a["name"].as_str().unwrap()
+                    ),
+                    a["spaces"].clone(),
+                )
+            })
+            .collect()
+    };
+    let (status, fleet) = f.get(Some(HUSAM), "/v1/agents").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        names(&fleet),
+        [
+            ("ops/assistant".to_string(), json!(["family"])),
+            ("ops/oncall".to_string(), json!(["engineering"])),
+            ("ops/reviewer".to_string(), json!(["engineering"])),
+        ]
+    );
+    let (_, fleet) = f.get(Some(MUHAMMAD), "/v1/agents").await;
+    assert_eq!(
+        names(&fleet),
+        [("ops/assistant".to_string(), json!(["family"]))]
+    );
+    let (status, fleet) = f.get(Some(ALERTS), "/v1/agents").await;
+    assert_eq!((status, names(&fleet).len()), (200, 0));
     // Before the operator has described it.
     let (status, seen) = f.get(Some(HUSAM), "/v1/agents/ops/oncall").await;
     assert_eq!((status, &seen["state"]), (200, &json!("unknown")));

@@ -550,6 +550,7 @@ async fn the_openapi_document_matches_the_routes() {
         [
             "GET /healthz",
             "GET /readyz",
+            "GET /v1/agents",
             "GET /v1/agents/{namespace}/{agent}",
             "GET /v1/agents/{namespace}/{agent}/calls",
             "GET /v1/agents/{namespace}/{agent}/consciousness",

@@ -4,7 +4,7 @@
 import { api, el, link, seg, when } from './dom.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
-const STATES = {
+export const STATES = {
   unknown: 'Not described by the operator yet (or no longer an Agent)',
   failed: 'Cannot run',
   suspended: 'Suspended (spec.paused): events wait until it is resumed',

@@ -9,9 +9,10 @@ import { TOKEN, api, el, link, seg, stamp, when } from './dom.js';
 import { check, form } from './schema.js';
 import { agentPage } from './agent.js';
 import { markdown } from './markdown.js';
+import { fleetPage } from './fleet.js';
 
 const $ = (id) => document.getElementById(id);
-const PAGES = ['home', 'space', 'call', 'agent'];
+const PAGES = ['home', 'space', 'call', 'agent', 'fleet'];
 
 function spacePath(ns, name) {
   return '/v1/spaces/' + seg(ns) + '/' + seg(name);
@@ -411,6 +412,10 @@ async function route() {
   if (page === 'agents' && n === 3) {
     show('agent');
     return agentPage($('agent-body'), parts[1], parts[2], () => visit === visits);
+  }
+  if (page === 'agents' && n === 1) {
+    show('fleet');
+    return fleetPage($('fleet-body'), () => visit === visits);
   }
   return home(visit);
 }
