@@ -1,6 +1,6 @@
 // What agents write, in the little Markdown models use: paragraphs, `- ` and `1. ` lists,
-// ``` fenced code, `code`, **strong**, *emphasis* and [links](https://…). Built as DOM nodes
-// from text only — never HTML, so markup in a message stays text (and the page's Trusted Types
+// ``` fenced code, `code`, **strong**, *emphasis* and [links](URL). Built as DOM nodes from
+// text only — never HTML, so markup in a message stays text (and the page's Trusted Types
 // policy forbids HTML anyway). A link goes only to http(s), opens apart, and sends no referrer.
 
 import { el } from './dom.js';
