@@ -369,6 +369,10 @@ pub struct AgentView {
     pub tokens_used: u64,
     /// Its tools, once a worker has reported them.
     pub tools: Vec<AgentTool>,
+    /// The process that took it last (a worker's or a pool's pod in a cluster, `dev` on one
+    /// machine), once one has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Calls waiting for a person's answer.
     pub asking: u64,
     /// Those calls, oldest first: their ids (`#/calls/ID` in the console) and tools.

@@ -637,6 +637,7 @@ async fn the_fleet_overview_sorts_filters_and_leads_to_each_agent() {
         .unwrap();
     assert_eq!(assistant[2], "scripted/assistant", "{assistant}");
     assert_ne!(assistant[4], "never", "{assistant}");
+    assert_ne!(assistant[7], "—", "the process that ran it: {assistant}");
     screenshot(&browser, "fleet").await;
 
     // Sorted the other way by a click on the heading.

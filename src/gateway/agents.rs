@@ -158,6 +158,7 @@ async fn view(gw: &Gateway, key: AgentKey, spaces: Vec<String>) -> Result<AgentV
                 problem: t.last_error,
             })
             .collect(),
+        host: seen.host.clone(),
         asking: seen.pending.len() as u64,
         asking_calls: seen
             .pending

@@ -1,5 +1,6 @@
 // The fleet at a glance: every agent of the person's spaces (`GET /v1/agents`) in one table —
-// state, model, spend today against its budget, last cycle, what is wrong, tools ready —
+// state, model, spend today against its budget, last cycle, what is wrong, tools ready, the
+// process that runs it —
 // sortable by any column and filtered by state. Each agent links to its page.
 
 import { api, el, link, seg, when } from './dom.js';
@@ -24,6 +25,7 @@ const COLUMNS = [
   ['Last cycle', (a) => a.lastCycleMs || 0, (a) => el('span', a.lastCycleMs ? when(a.lastCycleMs) : 'never')],
   ['Wrong', (a) => problem(a), (a) => el('span', problem(a), 'text error')],
   ['Tools ready', (a) => ready(a), (a) => el('span', a.tools.length ? ready(a) + ' of ' + a.tools.length : '—')],
+  ['Host', (a) => a.host || '', (a) => el('span', a.host || '—', 'text')],
 ];
 
 /** A state in one word ("stopped" is asleep: the next event wakes it). */
