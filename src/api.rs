@@ -311,6 +311,32 @@ fn yes() -> bool {
     true
 }
 
+impl WaitingCall {
+    /// `call`, asked in space `namespace/space`; `may_answer`: whether the reader may answer it.
+    pub fn new(
+        call: &store::RegisteredCall,
+        namespace: &str,
+        space: &str,
+        may_answer: bool,
+    ) -> Self {
+        let r = &call.record;
+        Self {
+            call_id: call.id.to_string(),
+            namespace: namespace.to_string(),
+            space: space.to_string(),
+            agent: call.id.agent().name.clone(),
+            tool: r.tool.clone(),
+            kind: r.kind.name().into(),
+            arguments: r.arguments.clone().unwrap_or_default(),
+            result_schema: r.result_schema.clone(),
+            since_ms: r.since_ms,
+            expires_ms: r.expires_ms,
+            approvers: r.approvers.clone(),
+            may_answer,
+        }
+    }
+}
+
 /// The calls waiting for the caller.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct WaitingCalls {

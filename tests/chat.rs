@@ -232,6 +232,32 @@ fn until(rx: &mpsc::Receiver<String>, want: &str, seen: &mut Vec<String>) {
     }
 }
 
+/// Publishes `request` in `ops/family` until chat shows a line containing `want` (the event is
+/// live only: it reaches chat once its stream is connected).
+async fn shown_when_published(
+    f: &Fixture,
+    request: &LiveEvent,
+    rx: &mpsc::Receiver<String>,
+    want: &str,
+    seen: &mut Vec<String>,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        f.store
+            .publish_live(&SpaceKey::new("ops", "family"), request)
+            .await
+            .unwrap();
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+            let shown = line.contains(want);
+            seen.push(line);
+            if shown {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "no request shown: {seen:?}");
+    }
+}
+
 /// The terminal controls in `text`: C0 (but newline), DEL, C1, and bidi overrides/isolates.
 fn controls(text: &str) -> Vec<char> {
     text.chars()
@@ -512,21 +538,14 @@ async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
         since_ms: 1,
         expires_ms: i64::MAX,
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        f.store
-            .publish_live(&SpaceKey::new("ops", "family"), &request)
-            .await
-            .unwrap();
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
-            let shown = line.contains("asks to run restart_deployment");
-            out.push(line);
-            if shown {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "no request shown: {out:?}");
-    }
+    shown_when_published(
+        &f,
+        &request,
+        &rx,
+        "asks to run restart_deployment",
+        &mut out,
+    )
+    .await;
     assert_eq!(
         out.last().unwrap(),
         &format!("? assistant asks to run restart_deployment {{\"deployment\":\"api\"}} — /approve {id} [reason] or /deny {id} REASON")
@@ -590,21 +609,7 @@ async fn chat_shows_a_request_and_approves_it_by_a_typed_command() {
         since_ms: 1,
         expires_ms: i64::MAX,
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        f.store
-            .publish_live(&SpaceKey::new("ops", "family"), &request)
-            .await
-            .unwrap();
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
-            let shown = line.contains("asks to run scale_down");
-            out.push(line);
-            if shown {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "no request shown: {out:?}");
-    }
+    shown_when_published(&f, &request, &rx, "asks to run scale_down", &mut out).await;
     for _ in 0..3 {
         f.store
             .publish_live(&SpaceKey::new("ops", "family"), &request)

@@ -251,19 +251,9 @@ async fn list(agent: &str, json: bool, via: &Via, redis: &RedisArgs) -> anyhow::
                 .human_calls(&agent)
                 .await?
                 .into_iter()
-                .map(|c| WaitingCall {
-                    call_id: c.id.to_string(),
-                    namespace: agent.namespace.clone(),
-                    space: c.record.space.clone().unwrap_or_default(),
-                    agent: agent.name.clone(),
-                    tool: c.record.tool.clone(),
-                    kind: c.record.kind.name().into(),
-                    arguments: c.record.arguments.clone().unwrap_or_default(),
-                    result_schema: c.record.result_schema.clone(),
-                    since_ms: c.record.since_ms,
-                    expires_ms: c.record.expires_ms,
-                    approvers: c.record.approvers.clone(),
-                    may_answer: true,
+                .map(|c| {
+                    let space = c.record.space.clone().unwrap_or_default();
+                    WaitingCall::new(&c, &agent.namespace, &space, true)
                 })
                 .collect()
         }

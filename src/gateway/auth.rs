@@ -302,8 +302,12 @@ impl Tokens {
 
     /// The entity of a presented token.
     pub fn entity(&self, token: &str) -> Option<Entity> {
-        let hash = hash_token(token);
-        self.by_hash.read().ok()?.get(&hash).cloned()
+        self.entity_of(&hash_token(token))
+    }
+
+    /// The entity of a token by its hash.
+    fn entity_of(&self, hash: &str) -> Option<Entity> {
+        self.by_hash.read().ok()?.get(hash).cloned()
     }
 
     /// Whether the token of this hash still stands for `entity` (same kind and id): false once
@@ -407,8 +411,10 @@ impl FromRequestParts<Gateway> for Caller {
 /// Who presents `token`: a token of the token file, else — when the gateway takes them —
 /// whoever the Kubernetes API server says it is. The one authentication of every route.
 pub async fn authenticate(gw: &Gateway, token: &str) -> Result<(Entity, TokenHash), ApiError> {
-    if let Some(entity) = gw.tokens().entity(token) {
-        return Ok((entity, TokenHash::File(hash_token(token))));
+    // Hashed once: the lookup and what an open stream looks up again.
+    let hash = hash_token(token);
+    if let Some(entity) = gw.tokens().entity_of(&hash) {
+        return Ok((entity, TokenHash::File(hash)));
     }
     match gw.kubernetes() {
         Some(reviewer) => {

@@ -146,20 +146,12 @@ pub(super) async fn calls(
             .map_err(|e| ApiError::unavailable(&e))?;
         let may_answer =
             crate::party::may_answer(&c.record, &space.name, record.as_ref(), &me).is_ok();
-        calls.push(WaitingCall {
-            call_id: c.id.to_string(),
-            namespace: space.namespace.clone(),
-            space: space.name.clone(),
-            agent: key.name.clone(),
-            tool: c.record.tool.clone(),
-            kind: c.record.kind.name().into(),
-            arguments: c.record.arguments.clone().unwrap_or_default(),
-            result_schema: c.record.result_schema.clone(),
-            since_ms: c.record.since_ms,
-            expires_ms: c.record.expires_ms,
-            approvers: c.record.approvers.clone(),
+        calls.push(WaitingCall::new(
+            &c,
+            &space.namespace,
+            &space.name,
             may_answer,
-        });
+        ));
     }
     calls.sort_by(|a, b| (a.since_ms, &a.call_id).cmp(&(b.since_ms, &b.call_id)));
     Ok(Json(WaitingCalls { calls }))
