@@ -178,6 +178,7 @@ async fn prefill(store: &RedisStore, agents: &[AgentKey]) {
                     cycle_tokens: 3500,
                     checkpoints_retained: 10,
                     failure: None,
+                    record: None,
                 },
             )
             .await

@@ -197,6 +197,7 @@ async fn cycle(store: &RedisStore, agent: &AgentKey, c: usize, holder: &str) {
         cycle_tokens: 100,
         checkpoints_retained: 3,
         failure: None,
+        record: None,
     };
     store.commit_cycle(agent, &lease, &commit).await.unwrap();
     store.ack_cycle(agent, &lease).await.unwrap();

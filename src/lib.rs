@@ -8,6 +8,7 @@ pub mod archive;
 pub mod callback;
 pub mod cluster_users;
 pub mod crd;
+pub mod cycles;
 pub mod decisions;
 pub mod dev;
 pub mod gateway;

@@ -89,6 +89,7 @@ pub async fn prefill(store: &RedisStore, agent: &AgentKey) {
                     cycle_tokens: 0,
                     checkpoints_retained: 10,
                     failure: None,
+                    record: None,
                 },
             )
             .await

@@ -250,6 +250,10 @@ pub struct CycleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub phases: Vec<ToolPhase>,
+
+    /// What the data plane keeps of the agent's cycles, to see what it did and why.
+    #[serde(default)]
+    pub records: super::CycleRecordsSpec,
 }
 
 impl Default for CycleSpec {
@@ -260,6 +264,7 @@ impl Default for CycleSpec {
             max_chain_depth: default_max_chain_depth(),
             mid_cycle_inbox: MidCycleInbox::default(),
             phases: Vec::new(),
+            records: Default::default(),
         }
     }
 }

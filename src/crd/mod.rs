@@ -8,6 +8,7 @@ mod agent;
 mod budget;
 mod consciousness;
 mod pool;
+mod records;
 mod space;
 mod tools;
 pub mod url;
@@ -18,6 +19,7 @@ pub use agent::*;
 pub use budget::*;
 pub use consciousness::*;
 pub use pool::*;
+pub use records::*;
 pub use space::*;
 pub use tools::*;
 

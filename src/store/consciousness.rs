@@ -339,6 +339,8 @@ pub struct CycleCommit {
     /// Set when the cycle failed and its failure is what is committed: the events' receipts
     /// say so, with this reason.
     pub failure: Option<String>,
+    /// The cycle's record, kept with the commit.
+    pub record: Option<super::RecordWrite>,
 }
 
 impl CycleCommit {

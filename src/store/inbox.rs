@@ -107,6 +107,17 @@ pub trait Inbox: Send + Sync {
         agent: &AgentKey,
         lease: &Lease,
         receipt: &Receipt,
+    ) -> Result<(), StoreError> {
+        self.end_cycle_recorded(agent, lease, receipt, None).await
+    }
+
+    /// [`Inbox::end_cycle`], keeping the cycle's `record` in the same step. Fenced.
+    async fn end_cycle_recorded(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        receipt: &Receipt,
+        record: Option<&super::RecordWrite>,
     ) -> Result<(), StoreError>;
 
     /// Leaves events of the cycle under way for a later cycle (they are another party's, see
@@ -128,7 +139,18 @@ pub trait Inbox: Send + Sync {
     /// `false`: not paused, because events arrived since the cycle's drain (an answer may be
     /// among them; events the cycle deferred are not news): the cycle is to go on with them
     /// now. Fenced.
-    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError>;
+    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {
+        self.pause_cycle_recorded(agent, lease, None).await
+    }
+
+    /// [`Inbox::pause_cycle`], keeping the cycle's `record` in the same step once paused.
+    /// Fenced.
+    async fn pause_cycle_recorded(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        record: Option<&super::RecordWrite>,
+    ) -> Result<bool, StoreError>;
 
     /// Wake signals from now on, of the agents `scope` covers: agents whose inbox got an event
     /// while no worker held them (or whose worker left with events still waiting). Each agent

@@ -34,6 +34,8 @@
 //!   fenced collection each.
 //! - [`Observe`] — what the operator reads of every agent in one round trip, the model's
 //!   health, and forgetting an agent.
+//! - [`CycleRecords`] — **cycle records** per agent ([`crate::cycles`]): what each cycle did,
+//!   kept by the step that ends it, the newest within the agent's bounds.
 //! - [`Calls`] — **asynchronous tool calls** waiting for their result: registered by the
 //!   worker before the request, completed by the gateway when the service posts the result
 //!   (marking the call done and pushing its `tool_result` event is one atomic step on the
@@ -44,6 +46,7 @@
 
 mod calls;
 mod consciousness;
+mod cycles;
 mod error;
 mod inbox;
 mod journal;
@@ -66,6 +69,7 @@ pub use self::consciousness::{
     next_digest, ArchiveReport, Checkpoint, Compacted, Consciousness, ConsciousnessLog,
     CycleCommit, RestoreReport, Snapshot,
 };
+pub use self::cycles::{CycleRecords, RecordWrite};
 pub use self::error::StoreError;
 pub use self::inbox::{
     EventKind, Inbox, InboxEvent, MidCycle, Pushed, Receipt, ReceiptOutcome, WakeScope,
@@ -110,6 +114,7 @@ pub trait Store:
     + Journal
     + Messages
     + ConsciousnessLog
+    + CycleRecords
     + Leases
     + Notes
     + Observe
@@ -126,6 +131,7 @@ impl<T> Store for T where
         + Journal
         + Messages
         + ConsciousnessLog
+        + CycleRecords
         + Leases
         + Notes
         + Observe
@@ -174,7 +180,8 @@ pub async fn all_notes(
 /// [`Store`] into scope.
 pub mod prelude {
     pub use super::{
-        Calls, ConsciousnessLog, Inbox, Journal, Leases, Messages, Notes, Observe, Spaces, Store,
+        Calls, ConsciousnessLog, CycleRecords, Inbox, Journal, Leases, Messages, Notes, Observe,
+        Spaces, Store,
     };
 }
 

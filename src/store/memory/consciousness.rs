@@ -57,6 +57,9 @@ impl ConsciousnessLog for MemoryStore {
                 a.base = plan.trim_before;
             }
             a.ack(&commit.receipt(plan.checkpoint.cycle));
+            if let Some(record) = &commit.record {
+                a.records.keep(record, Some(plan.checkpoint.cycle))?;
+            }
             Ok(plan.checkpoint)
         })
     }

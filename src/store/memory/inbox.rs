@@ -8,7 +8,8 @@ use futures::stream::{BoxStream, StreamExt as _};
 use super::{received, AgentState, MemoryStore};
 use crate::identity::AgentKey;
 use crate::store::{
-    Inbox, InboxEvent, Lease, Pushed, Receipt, StoreError, WakeScope, RECEIPTS_KEPT_MS, SEEN_IDS,
+    Inbox, InboxEvent, Lease, Pushed, Receipt, RecordWrite, StoreError, WakeScope, RECEIPTS_KEPT_MS,
+    SEEN_IDS,
 };
 
 impl AgentState {
@@ -158,15 +159,19 @@ impl Inbox for MemoryStore {
         Ok(self.agent(agent, |a| a.inflight.len() as u64))
     }
 
-    async fn end_cycle(
+    async fn end_cycle_recorded(
         &self,
         agent: &AgentKey,
         lease: &Lease,
         receipt: &Receipt,
+        record: Option<&RecordWrite>,
     ) -> Result<(), StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
             a.ack(receipt);
+            if let Some(record) = record {
+                a.records.keep(record, None)?;
+            }
             Ok(())
         })
     }
@@ -201,7 +206,12 @@ impl Inbox for MemoryStore {
         })
     }
 
-    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {
+    async fn pause_cycle_recorded(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        record: Option<&RecordWrite>,
+    ) -> Result<bool, StoreError> {
         self.agent(agent, |a| {
             a.check(agent, lease)?;
             let arrived = a.inbox.len() + a.urgent.len() > a.held;
@@ -211,6 +221,9 @@ impl Inbox for MemoryStore {
             }
             a.thinking = false;
             a.paused = true;
+            if let Some(record) = record {
+                a.records.keep(record, None)?;
+            }
             Ok(true)
         })
     }

@@ -4,6 +4,7 @@
 
 mod calls;
 mod consciousness;
+mod cycles;
 mod inbox;
 mod journal;
 mod leases;
@@ -114,6 +115,8 @@ struct AgentState {
     held: usize,
     /// Calls of remote A2A agents under way: key → (depth, until when in ms).
     outbound: BTreeMap<String, (u32, i64)>,
+    /// Its cycle records.
+    records: cycles::Records,
 }
 
 impl AgentState {

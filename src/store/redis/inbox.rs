@@ -12,7 +12,9 @@ use super::keys::AgentKeys;
 use super::scripts::{self, Event};
 use super::{decode_events, redis_err, RedisStore};
 use crate::identity::AgentKey;
-use crate::store::{Inbox, InboxEvent, Lease, MidCycle, Pushed, Receipt, StoreError, WakeScope};
+use crate::store::{
+    Inbox, InboxEvent, Lease, MidCycle, Pushed, Receipt, RecordWrite, StoreError, WakeScope,
+};
 
 #[async_trait]
 impl Inbox for RedisStore {
@@ -91,14 +93,15 @@ impl Inbox for RedisStore {
             .map_err(redis_err("in-flight count"))
     }
 
-    async fn end_cycle(
+    async fn end_cycle_recorded(
         &self,
         agent: &AgentKey,
         lease: &Lease,
         receipt: &Receipt,
+        record: Option<&RecordWrite>,
     ) -> Result<(), StoreError> {
         let mut conn = self.conns.shared().await?;
-        scripts::ack(&mut conn, &AgentKeys::new(agent), lease, receipt).await
+        scripts::ack(&mut conn, &AgentKeys::new(agent), lease, receipt, record).await
     }
 
     async fn defer_events(
@@ -114,9 +117,14 @@ impl Inbox for RedisStore {
         scripts::defer(&mut conn, &AgentKeys::new(agent), lease, ids).await
     }
 
-    async fn pause_cycle(&self, agent: &AgentKey, lease: &Lease) -> Result<bool, StoreError> {
+    async fn pause_cycle_recorded(
+        &self,
+        agent: &AgentKey,
+        lease: &Lease,
+        record: Option<&RecordWrite>,
+    ) -> Result<bool, StoreError> {
         let mut conn = self.conns.shared().await?;
-        scripts::pause(&mut conn, &AgentKeys::new(agent), lease).await
+        scripts::pause(&mut conn, &AgentKeys::new(agent), lease, record).await
     }
 
     async fn subscribe_wakes(

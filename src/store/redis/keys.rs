@@ -43,6 +43,8 @@
 //! | `agentfleet:{agent:NS/NAME}:conversations` | sorted set | the agent's A2A conversations, `KIND:ID SPACE` (owner, space name) by when they expire (ms); those past are removed when one is kept |
 //! | `agentfleet:{agent:NS/NAME}:a2a` | string | what the gateway serves of the agent over A2A (JSON `A2aRecord` `{description, skills, callers, version}`), from `spec.a2a` |
 //! | `agentfleet:{agent:NS/NAME}:receiptids` | list | the ids of `receipts`, newest first; those written longer ago than the agent's conversations last (`conversationSeconds` of its `a2a` record, at least `RECEIPTS_KEPT_MS`, 7 days) are forgotten |
+//! | `agentfleet:{agent:NS/NAME}:records` | hash | the agent's cycle records: number → JSON `CycleRecord` (see `crate::cycles`); `#seq` the last number given, `#bytes` the records' bytes together |
+//! | `agentfleet:{agent:NS/NAME}:recordheads` | list | `SEQ BYTES HEAD` (JSON `CycleHead`) of each record kept, newest first; the oldest are forgotten beyond `spec.cycle.records` |
 //! | `agentfleet:{agent:NS/NAME}:state` | string | `thinking` during a cycle |
 //! | `agentfleet:{agent:NS/NAME}:lease` | string | `HOLDER\|TOKEN`, expires unless renewed |
 //! | `agentfleet:{agent:NS/NAME}:fence` | integer | the last fencing token handed out |
@@ -84,6 +86,8 @@ const AGENT_SUFFIXES: &[&str] = &[
     "journal",
     "receipts",
     "receiptids",
+    "records",
+    "recordheads",
     "conversations",
     "a2a",
     "facts",
@@ -163,6 +167,16 @@ impl AgentKeys {
     /// The ids of `receipts`, newest first (forgotten once older than conversations last).
     pub(super) fn receipt_ids(&self) -> String {
         self.key("receiptids")
+    }
+
+    /// The agent's cycle records: number → JSON, with `#seq` and `#bytes`.
+    pub(super) fn records(&self) -> String {
+        self.key("records")
+    }
+
+    /// The heads of the records kept, newest first (`SEQ BYTES HEAD`).
+    pub(super) fn record_heads(&self) -> String {
+        self.key("recordheads")
     }
 
     /// The agent's A2A conversations by when they expire.
@@ -422,6 +436,8 @@ pub(super) mod tests {
             a.journal(),
             a.receipts(),
             a.receipt_ids(),
+            a.records(),
+            a.record_heads(),
             a.conversations(),
             a.a2a(),
             a.facts(),

@@ -20,6 +20,7 @@ mod args;
 mod calls;
 mod conn;
 mod consciousness;
+mod cycles;
 mod inbox;
 mod journal;
 mod keys;

@@ -17,7 +17,7 @@ use redis::Script;
 use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
 use crate::store::{
-    now_ms, CallId, CallRecord, Completion, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed,
+    now_ms, CallId, RecordWrite, CallRecord, Completion, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed,
     StoreError, SEEN_IDS,
 };
 
@@ -28,6 +28,7 @@ pub(super) use self::consciousness::{commit, replace, restore, CommitError};
 const FENCE: &str = include_str!("lua/lib/fence.lua");
 const PUSH_FN: &str = include_str!("lua/lib/push.lua");
 const RECEIPTS_FN: &str = include_str!("lua/lib/receipts.lua");
+const RECORDS_FN: &str = include_str!("lua/lib/records.lua");
 
 /// A script made of snippets and a body.
 fn load(parts: &[&str]) -> Script {
@@ -48,8 +49,11 @@ static TAKE_URGENT: LazyLock<Script> =
 static MID_CYCLE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("lua/mid_cycle.lua")]));
 static ACK: LazyLock<Script> =
-    LazyLock::new(|| load(&[FENCE, RECEIPTS_FN, include_str!("lua/ack.lua")]));
-static PAUSE: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/pause.lua")]));
+    LazyLock::new(|| load(&[FENCE, RECEIPTS_FN, RECORDS_FN, include_str!("lua/ack.lua")]));
+static PAUSE: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, RECORDS_FN, include_str!("lua/pause.lua")]));
+static RECORD: LazyLock<Script> =
+    LazyLock::new(|| load(&[FENCE, RECORDS_FN, include_str!("lua/record.lua")]));
 static DEFER: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/defer.lua")]));
 static NOTES: LazyLock<Script> = LazyLock::new(|| load(&[FENCE, include_str!("lua/notes.lua")]));
 static REGISTER_CALL: LazyLock<Script> =
@@ -425,15 +429,19 @@ pub(super) async fn mid_cycle(
     })
 }
 
-/// `ack.lua` (fenced): ends the cycle (and its journal).
-/// KEYS: lease, inflight, state, urgent, inbox, journal. ARGV: lease value.
+/// `ack.lua` (fenced): ends the cycle (and its journal), keeping its `record`, if any.
+/// KEYS: lease, inflight, state, urgent, inbox, journal, receipts, receipt ids, A2A record,
+/// records, record heads. ARGV: lease value, receipt, receipts kept, the record's four.
 pub(super) async fn ack(
     conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
     receipt: &crate::store::Receipt,
+    record: Option<&RecordWrite>,
 ) -> Result<(), StoreError> {
-    ACK.key(agent.lease())
+    let mut invocation = ACK.prepare_invoke();
+    invocation
+        .key(agent.lease())
         .key(agent.inflight())
         .key(agent.state())
         .key(agent.urgent())
@@ -442,34 +450,83 @@ pub(super) async fn ack(
         .key(agent.receipts())
         .key(agent.receipt_ids())
         .key(agent.a2a())
+        .key(agent.records())
+        .key(agent.record_heads())
         .arg(lease_value(lease))
         .arg(receipt.to_json())
-        .arg(crate::store::RECEIPTS_KEPT_MS)
+        .arg(crate::store::RECEIPTS_KEPT_MS);
+    record_args(&mut invocation, record)?;
+    invocation
         .invoke_async::<u8>(conn)
         .await
         .map_err(fenced(agent.name(), "acknowledge cycle"))?;
     Ok(())
 }
 
-/// `pause.lua`: marks the agent paused (its events stay in flight) unless events arrived
-/// since the drain (`false`); urgent events move back to the inbox. KEYS: lease, state,
-/// urgent, inbox, held. ARGV: lease.
+/// `pause.lua`: marks the agent paused (its events stay in flight) and keeps the cycle's
+/// `record`, unless events arrived since the drain (`false`); urgent events move back to
+/// the inbox. KEYS: lease, state, urgent, inbox, held, records, record heads. ARGV: lease,
+/// the record's four.
 pub(super) async fn pause(
     conn: &mut Conn,
     agent: &AgentKeys,
     lease: &Lease,
+    record: Option<&RecordWrite>,
 ) -> Result<bool, StoreError> {
-    let paused = PAUSE
+    let mut invocation = PAUSE.prepare_invoke();
+    invocation
         .key(agent.lease())
         .key(agent.state())
         .key(agent.urgent())
         .key(agent.inbox())
         .key(agent.held())
-        .arg(lease_value(lease))
+        .key(agent.records())
+        .key(agent.record_heads())
+        .arg(lease_value(lease));
+    record_args(&mut invocation, record)?;
+    let paused = invocation
         .invoke_async::<u8>(conn)
         .await
         .map_err(fenced(agent.name(), "pause cycle"))?;
     Ok(paused == 1)
+}
+
+/// The ARGV of a record to keep: its head, the record (`''` for none), how many to keep and
+/// their bytes at most (a record not given keeps none new, and trims nothing).
+pub(super) fn record_args(
+    invocation: &mut redis::ScriptInvocation<'_>,
+    record: Option<&RecordWrite>,
+) -> Result<(), StoreError> {
+    match record.map(|r| r.encode(None)).transpose()? {
+        Some(r) => invocation
+            .arg(r.head)
+            .arg(r.body)
+            .arg(r.keep)
+            .arg(r.max_bytes),
+        None => invocation.arg("").arg("").arg(1).arg(u64::MAX),
+    };
+    Ok(())
+}
+
+/// `record.lua` (fenced): keeps the record of a cycle that ended without a step of its own;
+/// its number. KEYS: lease, records, record heads. ARGV: lease value, the record's four.
+pub(super) async fn record(
+    conn: &mut Conn,
+    agent: &AgentKeys,
+    lease: &Lease,
+    record: &RecordWrite,
+) -> Result<u64, StoreError> {
+    let mut invocation = RECORD.prepare_invoke();
+    invocation
+        .key(agent.lease())
+        .key(agent.records())
+        .key(agent.record_heads())
+        .arg(lease_value(lease));
+    record_args(&mut invocation, Some(record))?;
+    invocation
+        .invoke_async::<u64>(conn)
+        .await
+        .map_err(fenced(agent.name(), "record the cycle"))
 }
 
 /// A write of [`notes`].
@@ -643,6 +700,6 @@ mod tests {
                 "{name} has no one function"
             );
         }
-        assert_eq!(scripts, 20);
+        assert_eq!(scripts, 21);
     }
 }

@@ -563,6 +563,7 @@ pub(super) async fn receipts_say_how_the_cycle_of_an_event_ended(store: &dyn Sto
     store.wait_inbox(&agent, &lease, SHORT).await.unwrap();
     let failed = CycleCommit {
         failure: Some("the model refused".into()),
+        record: None,
         ..commit(&["b"], None, 3)
     };
     store.commit_cycle(&agent, &lease, &failed).await.unwrap();

@@ -10,6 +10,7 @@ use crate::testing::{RedisServer, WaitInbox};
 mod backends;
 mod calls;
 mod consciousness;
+mod cycles;
 mod faults;
 mod inbox;
 mod messages;
@@ -19,6 +20,7 @@ mod spaces;
 
 use calls::*;
 use consciousness::*;
+use cycles::*;
 use faults::*;
 use inbox::*;
 use messages::*;
@@ -143,6 +145,7 @@ fn commit(messages: &[&str], compaction: Option<Compacted>, retained: u32) -> Cy
         cycle_tokens: 100,
         checkpoints_retained: retained,
         failure: None,
+        record: None,
     }
 }
 
@@ -421,6 +424,8 @@ suite!(
     conversations_expire_with_everything_in_them,
     another_partys_events_wait_for_a_later_cycle,
     calls_of_remote_agents_under_way_are_noted,
-    a_snapshot_replaces_the_consciousness_between_cycles;
+    a_snapshot_replaces_the_consciousness_between_cycles,
+    cycle_records_are_kept_by_the_step_that_ends_the_cycle,
+    cycle_records_are_bounded_by_count_and_bytes;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );

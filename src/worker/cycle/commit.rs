@@ -46,6 +46,7 @@ impl Cycle<'_> {
                     cycle_tokens,
                     checkpoints_retained: spec.checkpoints_retained,
                     failure: None,
+                    record: None,
                 },
             )
             .await?;
@@ -235,6 +236,7 @@ impl Agentlet {
                     cycle_tokens: 0,
                     checkpoints_retained: self.agent.spec.consciousness.checkpoints_retained,
                     failure: Some(error.to_string()),
+                    record: None,
                 },
             )
             .await

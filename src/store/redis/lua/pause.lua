@@ -5,7 +5,10 @@
 -- (it came before the mark it would have cleared), so the agent stays thinking and the cycle
 -- goes on with them. The events the cycle left for later (held, back in the inbox:
 -- another party's, see defer.lua) are no news.
--- KEYS: 1 lease, 2 state, 3 urgent, 4 inbox, 5 held. ARGV: 1 lease value.
+-- Once paused, keeps the cycle's record, if any (see record_cycle).
+-- KEYS: 1 lease, 2 state, 3 urgent, 4 inbox, 5 held, 6 records, 7 record heads.
+-- ARGV: 1 lease value, 2 the record's head, 3 the record ('' for none), 4 how many records to
+--   keep, 5 their bytes at most.
 -- Returns 1 when paused, 0 when events wait.
 local held = tonumber(redis.call('GET', KEYS[5]) or '0')
 if redis.call('LLEN', KEYS[3]) + redis.call('LLEN', KEYS[4]) > held then
@@ -13,4 +16,5 @@ if redis.call('LLEN', KEYS[3]) + redis.call('LLEN', KEYS[4]) > held then
   return 0
 end
 redis.call('SET', KEYS[2], 'paused')
+record_cycle(KEYS[6], KEYS[7], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]))
 return 1

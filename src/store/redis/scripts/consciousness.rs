@@ -9,12 +9,18 @@ use redis::Script;
 
 use super::super::keys::AgentKeys;
 use super::super::{fenced, to_json};
-use super::{lease_value, load, FENCE, RECEIPTS_FN};
+use super::{lease_value, load, FENCE, RECEIPTS_FN, RECORDS_FN};
 use crate::store::consciousness::{CommitPlan, WindowState};
 use crate::store::{Checkpoint, CycleCommit, Lease, NoteKind, Snapshot, StoreError};
 
-static COMMIT: LazyLock<Script> =
-    LazyLock::new(|| load(&[FENCE, RECEIPTS_FN, include_str!("../lua/commit.lua")]));
+static COMMIT: LazyLock<Script> = LazyLock::new(|| {
+    load(&[
+        FENCE,
+        RECEIPTS_FN,
+        RECORDS_FN,
+        include_str!("../lua/commit.lua"),
+    ])
+});
 static RESTORE: LazyLock<Script> =
     LazyLock::new(|| load(&[FENCE, include_str!("../lua/restore.lua")]));
 static REPLACE: LazyLock<Script> =
@@ -35,8 +41,9 @@ impl From<StoreError> for CommitError {
 }
 
 /// `commit.lua` (fenced): commits `commit`, planned as `plan` on the window `prev`.
-/// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, urgent, inbox.
-/// ARGV: lease value, the plan (JSON), the new messages.
+/// KEYS: lease, clog, cmeta, checkpoints, summaries, inflight, state, urgent, inbox, journal,
+/// receipts, receipt ids, A2A record, records, record heads.
+/// ARGV: lease value, the plan (JSON), the record's head and body, the new messages.
 pub(in crate::store::redis) async fn commit(
     conn: &mut Conn,
     agent: &AgentKeys,
@@ -51,6 +58,11 @@ pub(in crate::store::redis) async fn commit(
         .as_ref()
         .and_then(|c| c.summary.clone())
         .unwrap_or_default();
+    let record = commit
+        .record
+        .as_ref()
+        .map(|r| r.encode(Some(cp.cycle)))
+        .transpose()?;
     let plan_json = serde_json::json!({
         "prevCycle": prev.cycle.to_string(),
         "start": cp.start.to_string(),
@@ -67,6 +79,8 @@ pub(in crate::store::redis) async fn commit(
         "checkpoints": checkpoints_json(agent, &plan.retained)?,
         "receipt": commit.receipt(cp.cycle).to_json(),
         "receipts": crate::store::RECEIPTS_KEPT_MS.to_string(),
+        "recordKeep": record.as_ref().map_or(1, |r| r.keep).to_string(),
+        "recordBytes": record.as_ref().map_or(u64::MAX, |r| r.max_bytes).to_string(),
     });
     let mut invocation = COMMIT.prepare_invoke();
     invocation
@@ -83,8 +97,12 @@ pub(in crate::store::redis) async fn commit(
         .key(agent.receipts())
         .key(agent.receipt_ids())
         .key(agent.a2a())
+        .key(agent.records())
+        .key(agent.record_heads())
         .arg(lease_value(lease))
-        .arg(plan_json.to_string());
+        .arg(plan_json.to_string())
+        .arg(record.as_ref().map_or("", |r| r.head.as_str()))
+        .arg(record.as_ref().map_or("", |r| r.body.as_str()));
     for m in &commit.new_messages {
         invocation.arg(m);
     }
