@@ -399,6 +399,13 @@ pub struct AgentView {
     /// machine), once one has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The Pool that runs it (`spec.runtime.pool`, in its namespace), if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// How its last cycle ended (`committed`, `skipped`, `failed`, `paused`), once one has
+    /// (the cycle itself is for those who may read its consciousness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_outcome: Option<String>,
     /// Calls waiting for a person's answer.
     pub asking: u64,
     /// Those calls, oldest first: their ids (`#/calls/ID` in the console) and tools.

@@ -1,5 +1,6 @@
 //! What people inspect and change of an agent itself — its consciousness, a restore to a
-//! retained checkpoint — read and written on the data plane. One home for the gateway's
+//! retained checkpoint, its cycle records ([`crate::cycles::read`]) — read and written on
+//! the data plane. One home for the gateway's
 //! routes (which decide who may, with RBAC) and the CLI's break-glass path on the data plane,
 //! so both show and do the same.
 
@@ -27,6 +28,14 @@ pub enum InspectError {
         cycle: u64,
         /// The cycles retained, or `none`.
         kept: String,
+    },
+    /// No cycle record of that number is kept.
+    #[error("agent {agent} keeps no record of cycle {seq} (records are kept for its last cycles, spec.cycle.records)")]
+    NoRecord {
+        /// The agent.
+        agent: AgentKey,
+        /// The record asked for.
+        seq: u64,
     },
     /// The data plane failed.
     #[error(transparent)]

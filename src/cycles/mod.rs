@@ -13,8 +13,10 @@
 //! |---|---|
 //! | `mod.rs` | the record, its head (what a list shows) and a page of heads |
 //! | `bound.rs` | cutting texts and lists to their bounds, and a whole record to its size |
+//! | `read.rs` | reading them: a page of heads, one record (the gateway's and the CLI's) |
 
 mod bound;
+pub mod read;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -248,10 +250,7 @@ impl CycleRecord {
             started_ms: self.started_ms,
             duration_ms: self.duration_ms,
             outcome: self.outcome,
-            reason: self
-                .reason
-                .as_deref()
-                .map(|r| clip(r, HEAD_REASON_BYTES).0),
+            reason: self.reason.as_deref().map(|r| clip(r, HEAD_REASON_BYTES).0),
             checkpoint: self.checkpoint,
             party: self.party.clone(),
             steps: self.steps.len() as u64 + self.steps_cut,
@@ -276,11 +275,6 @@ pub struct CyclePage {
     /// The `before` of the next (older) page, if there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_before: Option<u64>,
-    /// How many records the agent keeps at most, and in how many bytes
-    /// (`spec.cycle.records`).
-    pub keep: u32,
-    /// Bytes the agent's records may take together.
-    pub max_bytes: u64,
 }
 
 /// One cycle's record as the gateway serves it (`GET …/cycles/{seq}`).

@@ -109,10 +109,11 @@ const AT_ONCE: usize = 16;
 /// An agent as its page shows it (`spaces`: the caller's spaces it is in).
 async fn view(gw: &Gateway, key: AgentKey, spaces: Vec<String>) -> Result<AgentView, ApiError> {
     let store = &gw.inner.store;
-    let (seen, facts, checkpoints) = tokio::try_join!(
+    let (seen, facts, checkpoints, last) = tokio::try_join!(
         store.observe(std::slice::from_ref(&key)),
         store.facts(&key),
         store.checkpoints(&key),
+        store.cycle_heads(&key, None, 1),
     )
     .map_err(|e| ApiError::unavailable(&e))?;
     let seen = seen.into_iter().next().unwrap_or_default();
@@ -159,6 +160,11 @@ async fn view(gw: &Gateway, key: AgentKey, spaces: Vec<String>) -> Result<AgentV
             })
             .collect(),
         host: seen.host.clone(),
+        pool: facts.pool,
+        last_outcome: last
+            .first()
+            .and_then(|h| h.outcome)
+            .map(|o| o.as_str().to_string()),
         asking: seen.pending.len() as u64,
         asking_calls: seen
             .pending

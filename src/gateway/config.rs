@@ -46,6 +46,10 @@ pub struct Args {
     /// (`X-Forwarded-Proto` honoured).
     #[arg(long, env = "AGENTFLEET_GATEWAY_PUBLIC_URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,
+    /// Where a trace is shown in your tracing UI, with `{traceId}` where its id goes
+    /// (`https://jaeger.example.com/trace/{traceId}`): a cycle's page links to its trace.
+    #[arg(long, env = "AGENTFLEET_GATEWAY_TRACE_URL", value_parser = parse_trace_url)]
+    pub trace_url: Option<String>,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -60,6 +64,22 @@ fn parse_public_url(s: &str) -> Result<String, String> {
         return Err(format!("{s:?}: no query or fragment"));
     }
     Ok(s.trim_end_matches('/').to_string())
+}
+
+/// An absolute `http(s)` URL with `{traceId}` in it.
+fn parse_trace_url(s: &str) -> Result<String, String> {
+    if !s.contains(crate::gateway::cycles::TRACE_ID) {
+        return Err(format!(
+            "{s:?}: put {} where the trace's id goes",
+            crate::gateway::cycles::TRACE_ID
+        ));
+    }
+    let url = url::Url::parse(&s.replace(crate::gateway::cycles::TRACE_ID, "0"))
+        .map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(format!("{s:?}: an http or https URL with a host"));
+    }
+    Ok(s.to_string())
 }
 
 /// Request and connection limits.

@@ -21,9 +21,9 @@ use crate::inspect::{self, InspectError, Restore};
 impl From<InspectError> for ApiError {
     fn from(e: InspectError) -> Self {
         match e {
-            InspectError::NoAgent(_) | InspectError::NoCheckpoint { .. } => {
-                ApiError::not_found(e.to_string())
-            }
+            InspectError::NoAgent(_)
+            | InspectError::NoCheckpoint { .. }
+            | InspectError::NoRecord { .. } => ApiError::not_found(e.to_string()),
             InspectError::Thinking(_) => ApiError::conflict(e.to_string()),
             InspectError::Store(e) => ApiError::unavailable(&e),
         }
@@ -31,7 +31,7 @@ impl From<InspectError> for ApiError {
 }
 
 /// Whether the caller may do `op` to the agent of `path` (see [`super::access`]).
-async fn allowed(
+pub(super) async fn allowed(
     gw: &Gateway,
     caller: &Caller,
     op: Operation,

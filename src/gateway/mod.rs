@@ -23,6 +23,7 @@ mod agents;
 pub mod auth;
 mod config;
 pub mod console;
+pub(crate) mod cycles;
 pub mod decisions;
 pub mod error;
 mod health;
@@ -89,6 +90,8 @@ struct Inner {
     readiness: std::sync::OnceLock<Readiness>,
     /// The gateway's URL as callers reach it, for A2A cards (else from each request's `Host`).
     public_url: std::sync::OnceLock<String>,
+    /// Where a trace is shown (`{traceId}` where its id goes), if anywhere.
+    trace_url: std::sync::OnceLock<String>,
     /// Who Kubernetes tokens are, when the gateway takes them.
     kubernetes: std::sync::OnceLock<kubernetes::Reviewer>,
     /// Who may inspect and restore agents.
@@ -120,6 +123,7 @@ impl Gateway {
                 shutdown,
                 readiness: std::sync::OnceLock::new(),
                 public_url: std::sync::OnceLock::new(),
+                trace_url: std::sync::OnceLock::new(),
                 kubernetes: std::sync::OnceLock::new(),
                 access: std::sync::OnceLock::new(),
             }),
@@ -134,6 +138,11 @@ impl Gateway {
     /// Sets the gateway's URL as callers reach it (A2A cards name it); once.
     pub fn set_public_url(&self, url: impl Into<String>) {
         let _ = self.inner.public_url.set(url.into());
+    }
+
+    /// Sets where a trace is shown, `{traceId}` where its id goes; once.
+    pub fn set_trace_url(&self, url: impl Into<String>) {
+        let _ = self.inner.trace_url.set(url.into());
     }
 
     /// Takes Kubernetes tokens too, reviewed by `reviewer` (once; later calls are ignored).
@@ -541,6 +550,8 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(inspect::consciousness))
         .routes(routes!(inspect::restore))
         .routes(routes!(inspect::calls))
+        .routes(routes!(cycles::cycles))
+        .routes(routes!(cycles::cycle))
         .routes(routes!(stream::stream_space))
         .routes(routes!(trigger::trigger_agent))
         .routes(routes!(results::post_tool_result))

@@ -37,6 +37,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(url) = args.public_url {
         gw.set_public_url(url);
     }
+    if let Some(url) = args.trace_url {
+        gw.set_trace_url(url);
+    }
     if args.kubernetes_auth {
         let client = kube::Client::try_default()
             .await

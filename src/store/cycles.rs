@@ -83,8 +83,7 @@ pub trait CycleRecords: Send + Sync {
     ) -> Result<Vec<CycleHead>, StoreError>;
 
     /// The record numbered `seq` (JSON), if it is kept.
-    async fn cycle_record(&self, agent: &AgentKey, seq: u64)
-        -> Result<Option<String>, StoreError>;
+    async fn cycle_record(&self, agent: &AgentKey, seq: u64) -> Result<Option<String>, StoreError>;
 }
 
 /// A head as the store lists it: `SEQ BYTES HEAD`.

@@ -105,6 +105,9 @@ pub struct AgentFacts {
     /// Why it cannot run (its `Ready` condition's message), when it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The Pool that runs it (`spec.runtime.pool`), if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 impl AgentFacts {

@@ -86,11 +86,7 @@ impl CycleRecords for MemoryStore {
         }))
     }
 
-    async fn cycle_record(
-        &self,
-        agent: &AgentKey,
-        seq: u64,
-    ) -> Result<Option<String>, StoreError> {
+    async fn cycle_record(&self, agent: &AgentKey, seq: u64) -> Result<Option<String>, StoreError> {
         Ok(self.agent(agent, |a| {
             a.records.bodies.get(&seq).map(|(_, body)| body.clone())
         }))

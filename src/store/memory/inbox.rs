@@ -8,8 +8,8 @@ use futures::stream::{BoxStream, StreamExt as _};
 use super::{received, AgentState, MemoryStore};
 use crate::identity::AgentKey;
 use crate::store::{
-    Inbox, InboxEvent, Lease, Pushed, Receipt, RecordWrite, StoreError, WakeScope, RECEIPTS_KEPT_MS,
-    SEEN_IDS,
+    Inbox, InboxEvent, Lease, Pushed, Receipt, RecordWrite, StoreError, WakeScope,
+    RECEIPTS_KEPT_MS, SEEN_IDS,
 };
 
 impl AgentState {

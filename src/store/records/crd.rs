@@ -183,5 +183,6 @@ pub fn agent_facts(agent: &crd::Agent, problem: Option<String>) -> super::super:
         tokens_per_month: budget.tokens_per_month,
         suspended: agent.spec.paused,
         problem,
+        pool: agent.spec.runtime.as_ref().map(|r| r.pool.clone()),
     }
 }

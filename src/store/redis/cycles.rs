@@ -39,11 +39,7 @@ impl CycleRecords for RedisStore {
         Ok(page(entries.iter().map(String::as_str), before, limit))
     }
 
-    async fn cycle_record(
-        &self,
-        agent: &AgentKey,
-        seq: u64,
-    ) -> Result<Option<String>, StoreError> {
+    async fn cycle_record(&self, agent: &AgentKey, seq: u64) -> Result<Option<String>, StoreError> {
         let mut conn = self.conns.shared().await?;
         conn.hget(AgentKeys::new(agent).records(), seq)
             .await

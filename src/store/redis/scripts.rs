@@ -17,8 +17,8 @@ use redis::Script;
 use super::keys::{AgentKeys, SpaceKeys};
 use super::{decode_events, fenced, redis_err, to_json};
 use crate::store::{
-    now_ms, CallId, RecordWrite, CallRecord, Completion, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed,
-    StoreError, SEEN_IDS,
+    now_ms, CallId, CallRecord, Completion, Guard, InboxEvent, Lease, MidCycle, NoteKind, Pushed,
+    RecordWrite, StoreError, SEEN_IDS,
 };
 
 mod consciousness;

@@ -134,9 +134,10 @@ impl Cycle<'_> {
                         Answered::Run => None,
                         Answered::Instead(outcome) => Some(outcome),
                         Answered::Waiting => {
+                            self.recorder.call(step, call, None, None);
                             return Ok(Flow::Pause {
                                 until_ms: asked.expires_ms,
-                            })
+                            });
                         }
                     }
                 } else if let Some(ask) = self.asks(call) {
@@ -144,9 +145,10 @@ impl Cycle<'_> {
                         Some(refusal) => Some(Outcome::error(refusal)),
                         None => match self.ask(step, index, call, ask).await? {
                             Ok(asked) => {
+                                self.recorder.call(step, call, None, None);
                                 return Ok(Flow::Pause {
                                     until_ms: asked.expires_ms,
-                                })
+                                });
                             }
                             Err(outcome) => Some(outcome),
                         },
@@ -186,10 +188,12 @@ impl Cycle<'_> {
         attempt: Attempt,
     ) -> (Outcome, bool) {
         let span = trace::tool(step, call, tool_label(self.agentlet, call));
+        let started = Instant::now();
         let (outcome, ends) = self
             .make(step, index, call, offered, attempt)
             .instrument(span.clone())
             .await;
+        self.recorder.took(started.elapsed());
         trace::tool_ended(&span, outcome.ok, ends);
         (outcome, ends)
     }
@@ -289,6 +293,8 @@ impl Cycle<'_> {
     /// Puts a call's result into the cycle's messages and counts it; the journal entry of it.
     fn remember(&mut self, step: u32, index: usize, call: &ToolCall, outcome: Outcome) -> Entry {
         count_tool(self.agentlet, call, outcome.ok);
+        let posted_to = posts(call).then_some(self.active.as_deref()).flatten();
+        self.recorder.call(step, call, Some(&outcome), posted_to);
         self.new.push(Message::Tool {
             tool_call_id: call.id.clone(),
             content: outcome.content.clone(),

@@ -8,6 +8,7 @@ use tracing::{info, warn, Instrument as _};
 
 use super::{Agentlet, Cached, Cycle};
 use crate::crd::Compaction;
+use crate::cycles::CycleOutcome;
 use crate::model::{estimate_tokens, Failure, Message, ModelError, Request, ToolChoice, Usage};
 use crate::party::Party;
 use crate::store::{
@@ -34,6 +35,11 @@ impl Cycle<'_> {
                 .sum::<u64>();
         let new_messages = encode(&self.new, "the cycle's messages")?;
         let cycle_tokens = self.used.input + self.used.output;
+        let reason = (!self.stops.is_empty()).then(|| {
+            let whys: Vec<&str> = self.stops.iter().map(|(_, why)| why.as_str()).collect();
+            whys.join("; ")
+        });
+        let record = self.record_write(CycleOutcome::Committed, reason);
         let checkpoint = agentlet
             .store
             .commit_cycle(
@@ -46,7 +52,7 @@ impl Cycle<'_> {
                     cycle_tokens,
                     checkpoints_retained: spec.checkpoints_retained,
                     failure: None,
-                    record: None,
+                    record: Some(record),
                 },
             )
             .await?;
@@ -208,9 +214,17 @@ impl Agentlet {
         error: &ModelError,
     ) -> Result<Option<Checkpoint>, StoreError> {
         let party = Party::of_batch(events);
+        let mut recorder = super::record::Recorder::new(self.toolbox().masks(), &party, events);
+        let record = recorder.ended(
+            CycleOutcome::Failed,
+            Some(format!("given up after repeated failures: {error}")),
+            &self.agent.spec.cycle.records,
+        );
         if !party.remembers(self.shares_memory()) {
             let receipt = Receipt::new(ReceiptOutcome::Failed, None, Some(error.to_string()));
-            self.store.end_cycle(&self.key, lease, &receipt).await?;
+            self.store
+                .end_cycle_recorded(&self.key, lease, &receipt, Some(&record))
+                .await?;
             return Ok(None);
         }
         let spaces = self.spaces(&party).await?;
@@ -236,7 +250,7 @@ impl Agentlet {
                     cycle_tokens: 0,
                     checkpoints_retained: self.agent.spec.consciousness.checkpoints_retained,
                     failure: Some(error.to_string()),
-                    record: None,
+                    record: Some(record),
                 },
             )
             .await

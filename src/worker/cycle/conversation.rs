@@ -8,6 +8,7 @@
 use tracing::info;
 
 use super::{Agentlet, Cycle};
+use crate::cycles::CycleOutcome;
 use crate::identity::SpaceKey;
 use crate::model::{estimate_tokens, Message};
 use crate::party::Party;
@@ -79,14 +80,16 @@ impl Agentlet {
 impl Cycle<'_> {
     /// Ends a cycle that keeps nothing of its own in the agent's memory: its events are
     /// acknowledged as committed (an A2A task of them is completed).
-    pub(super) async fn end_answered(&self) -> Result<(), StoreError> {
+    pub(super) async fn end_answered(&mut self) -> Result<(), StoreError> {
         let agentlet = self.agentlet;
+        let record = self.record_write(CycleOutcome::Committed, None);
         agentlet
             .store
-            .end_cycle(
+            .end_cycle_recorded(
                 &agentlet.key,
                 self.lease,
                 &Receipt::new(ReceiptOutcome::Committed, None, None),
+                Some(&record),
             )
             .await?;
         info!(

@@ -21,6 +21,7 @@
 //! | `stream.rs` | streaming `send_message` text to live events |
 //! | `partial.rs` | the scanner of streaming JSON arguments |
 //! | `trace.rs` | the cycle's spans and their attributes (GenAI semantic conventions) |
+//! | `record.rs` | the cycle's record ([`crate::cycles`]), built as it runs |
 
 mod act;
 mod ask;
@@ -34,6 +35,9 @@ mod nudge;
 mod oversize;
 pub mod partial;
 mod prepare;
+mod record;
+#[cfg(test)]
+mod record_tests;
 pub(super) mod skip;
 mod step;
 mod stops;
@@ -48,6 +52,7 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use crate::crd::{Agent, BuiltinTool};
+use crate::cycles::CycleOutcome;
 use crate::identity::AgentKey;
 use crate::model::{Message, Model, ModelError, ToolSpec, Usage};
 use crate::store::{
@@ -73,6 +78,8 @@ pub enum Outcome {
     Paused {
         /// When the earliest wait ends.
         until_ms: i64,
+        /// The cycle's record, kept by the step that records the pause.
+        record: Box<crate::store::RecordWrite>,
     },
     /// Done in an A2A conversation with a memory of its own: its events are acknowledged
     /// as committed, and the agent's consciousness is as it was (no checkpoint).
@@ -392,6 +399,8 @@ struct Cycle<'a> {
     stops: Vec<(stops::Stop, String)>,
     /// Whether the model was told its text reached nobody ([`nudge`]).
     nudged: bool,
+    /// The cycle's record so far.
+    recorder: record::Recorder,
 }
 
 impl Cycle<'_> {
@@ -411,8 +420,17 @@ impl Cycle<'_> {
             }
         }
         let outcome = match end {
-            End::Failed(e) => Ok(Outcome::Failed(e)),
-            End::Paused { until_ms } => Ok(Outcome::Paused { until_ms }),
+            End::Failed(e) => {
+                self.record_failure(e.to_string()).await;
+                Ok(Outcome::Failed(e))
+            }
+            End::Paused { until_ms } => {
+                let reason = self.recorder.waiting();
+                Ok(Outcome::Paused {
+                    until_ms,
+                    record: Box::new(self.record_write(CycleOutcome::Paused, Some(reason))),
+                })
+            }
             End::Skipped => self.roll_back().await.map(|()| Outcome::Skipped),
             End::Done if !self.remembers => {
                 let told = self.take_told();

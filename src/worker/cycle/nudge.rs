@@ -29,6 +29,8 @@ impl Cycle<'_> {
             return false;
         }
         self.nudged = true;
+        self.recorder
+            .note("nudged: its text reached nobody, and it was asked to answer with send_message");
         let message = format!(
             "[agentfleet] Your text above is private: nobody in the spaces saw it. {} \
              Answer now with send_message. Call skip only if the message was not for you.",

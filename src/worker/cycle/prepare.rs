@@ -84,6 +84,7 @@ impl<'a> Cycle<'a> {
             .copied()
             .filter(|t| remembers || !t.long_memory())
             .collect();
+        let recorder = super::record::Recorder::new(agentlet.toolbox().masks(), &party, events);
         let mut cycle = Cycle {
             agentlet,
             slot,
@@ -113,6 +114,7 @@ impl<'a> Cycle<'a> {
             late: None,
             stops: Vec::new(),
             nudged: false,
+            recorder,
         };
         // A cycle that stopped before its end (a crash, a model failure) goes on from its
         // journal: what it did is replayed, not done again.
@@ -126,6 +128,7 @@ impl<'a> Cycle<'a> {
             cycle.first_step = r.next_step;
             cycle.unfinished = r.unfinished;
             cycle.journaled = true;
+            cycle.recorder.resumed();
             // A journal that names no events (written before it named them) cannot tell.
             // The answers to its calls asked of humans are read as those calls' results.
             let answer = |e: &InboxEvent| {

@@ -7,8 +7,9 @@ use tracing::info;
 
 use super::Cycle;
 use crate::crd::BuiltinTool;
+use crate::cycles::CycleOutcome;
 use crate::model::ToolCall;
-use crate::store::StoreError;
+use crate::store::{Receipt, ReceiptOutcome, StoreError};
 use crate::worker::tools;
 
 /// Whether a step's calls roll the cycle back: `skip` alone, at the first step.
@@ -29,9 +30,14 @@ fn is_skip(call: &ToolCall) -> bool {
 impl Cycle<'_> {
     /// Rolls the cycle back: acknowledges its events, and keeps the consciousness it loaded
     /// (nothing changed, so it stays valid for the next cycle).
-    pub(super) async fn roll_back(self) -> Result<(), StoreError> {
+    pub(super) async fn roll_back(mut self) -> Result<(), StoreError> {
         let agentlet = self.agentlet;
-        agentlet.store.ack_cycle(&agentlet.key, self.lease).await?;
+        let record = self.record_write(CycleOutcome::Skipped, None);
+        let receipt = Receipt::new(ReceiptOutcome::Skipped, None, None);
+        agentlet
+            .store
+            .end_cycle_recorded(&agentlet.key, self.lease, &receipt, Some(&record))
+            .await?;
         // A conversation with a memory of its own never had the agent's consciousness.
         if self.remembers {
             agentlet

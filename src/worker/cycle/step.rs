@@ -123,6 +123,7 @@ impl Cycle<'_> {
                 .await?;
         }
         if !urgent.is_empty() {
+            self.recorder.events(&urgent);
             self.depth = self.depth.max(reply_depth(&urgent));
             let message = format!(
                 "[URGENT — new events injected mid-cycle]\n{}",
@@ -218,6 +219,8 @@ impl Cycle<'_> {
             }
         }
         let streams = SendStreams::new(&self.spaces, self.active.clone());
+        let offset = self.started.elapsed();
+        let began = std::time::Instant::now();
         let span = trace::step(agentlet, step);
         let step_id = format!("{}:{step}", self.batch);
         let call = agentlet
@@ -226,9 +229,14 @@ impl Cycle<'_> {
         let (turn, first_chunk) = self.awaiting_model(call).await;
         trace::step_ended(&span, &turn, first_chunk);
         let mut turn = turn?;
+        let took = began.elapsed();
+        self.recorder.step(step, offset, took, first_chunk, &turn);
         let dropped = super::oversize::bound(&mut turn);
         if dropped > 0 {
             warn!(agent = %agentlet.key, step, dropped, "the model's turn was over what a step keeps; the rest was not kept");
+            self.recorder.note(format!(
+                "the model's turn was over what a step keeps: {dropped} bytes were not kept"
+            ));
         }
         if let Some(reading) = lenient::read(&mut turn) {
             agentlet
@@ -236,6 +244,10 @@ impl Cycle<'_> {
                 .model_readings
                 .with_label_values(&[ns, agent, reading.label()])
                 .inc();
+            self.recorder.note(format!(
+                "the model's output was read leniently ({})",
+                reading.label()
+            ));
         }
         self.used += turn.usage;
         agentlet.count_tokens(&turn.usage).await;

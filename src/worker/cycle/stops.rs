@@ -48,6 +48,7 @@ impl Cycle<'_> {
     /// Notes that the cycle stopped for `stop` (said once per reason).
     pub(super) fn stopped(&mut self, stop: Stop, why: String) {
         if self.stops.iter().all(|(s, _)| *s != stop) {
+            self.recorder.note(why.clone());
             self.stops.push((stop, why));
         }
     }

@@ -147,6 +147,16 @@ pub(super) fn tool_ended(span: &Span, ok: bool, ends_cycle: bool) {
     }
 }
 
+/// The id of the current span's OpenTelemetry trace (32 hex digits), when traces are
+/// exported (none otherwise: the span then has no valid context).
+pub(super) fn trace_id() -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let context = Span::current().context();
+    let span = context.span();
+    let ctx = span.span_context();
+    ctx.is_valid().then(|| ctx.trace_id().to_string())
+}
+
 /// Marks a span failed, with a bounded category as its `error.type` (never the error's text).
 fn failed(span: &Span, category: &'static str) {
     span.set_attribute("error.type", category);

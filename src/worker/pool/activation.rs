@@ -161,6 +161,7 @@ pub(crate) async fn run(
         session: Session::new(!warm),
         events: Vec::new(),
         failure: None,
+        paused: None,
         told: Told::default(),
         slot: setting.slot(&key),
     };
@@ -187,6 +188,8 @@ struct Driver<'a> {
     events: Vec<InboxEvent>,
     /// The model's last failure on these events.
     failure: Option<ModelError>,
+    /// The record of the cycle that paused, kept by the step that records the pause.
+    paused: Option<Box<crate::store::RecordWrite>>,
     /// What was said of a spent budget.
     told: Told,
     /// Its slot of the pool: held from a look to the end of its cycle, but for the time
@@ -255,7 +258,12 @@ impl Driver<'_> {
                     }
                 }
                 State::Pausing { .. } => {
-                    let paused = self.setting.store.pause_cycle(&key, self.lease).await;
+                    let record = self.paused.take();
+                    let paused = self
+                        .setting
+                        .store
+                        .pause_cycle_recorded(&key, self.lease, record.as_deref())
+                        .await;
                     if let Err(e) = &paused {
                         warn!(agent = %key, error = %e, "the pause was not recorded");
                     }
@@ -365,7 +373,10 @@ impl Driver<'_> {
                 self.agentlet.report_success().await;
                 Ok(Cycled::Skipped)
             }
-            Ok(Outcome::Paused { until_ms }) => Ok(Cycled::Paused(until_ms)),
+            Ok(Outcome::Paused { until_ms, record }) => {
+                self.paused = Some(record);
+                Ok(Cycled::Paused(until_ms))
+            }
             Ok(Outcome::Failed(e)) => {
                 let transient = e.is_transient();
                 self.failure = Some(e);

@@ -1,0 +1,282 @@
+//! The cycle's record ([`crate::cycles`]): built as the cycle runs, each text masked with the
+//! agent's secrets and cut where it is added, and handed to the step that ends the cycle
+//! (its commit, rollback or pause; a model failure's own write).
+
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::Cycle;
+use crate::cycles::{
+    clip, CallTrace, CycleOutcome, CycleRecord, CycleTokens, EventTrace, PostedMessage, StepTrace,
+    CALLS_PER_STEP, EVENTS, POSTED, TEXT_BYTES,
+};
+use crate::model::{ToolCall, Turn, Usage};
+use crate::party::Party;
+use crate::secrets::Redactor;
+use crate::store::{InboxEvent, RecordWrite};
+use crate::worker::tools::Outcome;
+
+/// A record under way.
+pub(super) struct Recorder {
+    /// The record so far.
+    record: CycleRecord,
+    /// The agent's secrets, masked in every text.
+    masks: Redactor,
+    /// How long the last call made took (read when its result is recorded).
+    call_took: Option<Duration>,
+    /// The call the cycle waits on a person for, if it does.
+    waiting: Option<String>,
+}
+
+impl Recorder {
+    /// The record of a cycle for `party` over `events`, starting now.
+    pub(super) fn new(masks: Redactor, party: &Party, events: &[InboxEvent]) -> Self {
+        let mut this = Self {
+            record: CycleRecord {
+                started_ms: crate::store::now_ms(),
+                party: match party {
+                    Party::Members => "members".to_string(),
+                    Party::Conversation(space) => format!("conversation {space}"),
+                },
+                ..CycleRecord::default()
+            },
+            masks,
+            call_took: None,
+            waiting: None,
+        };
+        this.events(events);
+        this
+    }
+
+    /// A text masked and cut: what is kept, and how many bytes were not.
+    fn text(&self, text: &str) -> (String, u64) {
+        // Cut first (a model's megabyte is never masked whole), with room for what masking
+        // may add back.
+        let (cut, dropped) = clip(text, TEXT_BYTES);
+        let masked = if self.masks.is_empty() {
+            cut
+        } else {
+            self.masks.redact(&cut)
+        };
+        let (kept, more) = clip(&masked, TEXT_BYTES);
+        (kept, dropped + more)
+    }
+
+    /// Events the cycle woke for, or took in while it ran.
+    pub(super) fn events(&mut self, events: &[InboxEvent]) {
+        for e in events {
+            if self.record.events.len() >= EVENTS {
+                self.record.events_cut += 1;
+                continue;
+            }
+            let body = match (&e.text, &e.data) {
+                (Some(text), _) => text.clone(),
+                (None, Some(data)) => data.to_string(),
+                (None, None) => String::new(),
+            };
+            let (text, text_cut) = self.text(&body);
+            let kind = serde_json::to_value(e.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            self.record.events.push(EventTrace {
+                id: e.id.clone(),
+                kind,
+                space: e.space.clone(),
+                from: e.sender.as_ref().map(|s| s.name.clone()),
+                time_ms: e.time_ms,
+                text,
+                text_cut,
+            });
+        }
+    }
+
+    /// A step's model call: when it began (from the cycle's start), how long it took, its
+    /// first chunk, and the turn it gave.
+    pub(super) fn step(
+        &mut self,
+        step: u32,
+        offset: Duration,
+        took: Duration,
+        first_chunk: Option<Duration>,
+        turn: &Turn,
+    ) {
+        let (text, text_cut) = match turn.text.as_deref() {
+            Some(t) => {
+                let (t, cut) = self.text(t);
+                (Some(t), cut)
+            }
+            None => (None, 0),
+        };
+        self.record.push_step(StepTrace {
+            step,
+            offset_ms: offset.as_millis() as u64,
+            duration_ms: took.as_millis() as u64,
+            first_token_ms: first_chunk.map(|d| d.as_millis() as u64),
+            tokens: tokens(&turn.usage),
+            finish: turn.finish_reason.map(|f| f.as_str().to_string()),
+            text,
+            text_cut,
+            ..StepTrace::default()
+        });
+    }
+
+    /// The step `step` as recorded (a resumed cycle's first step has no model call here: it
+    /// is added, to hold its calls).
+    fn step_mut(&mut self, step: u32) -> &mut StepTrace {
+        let last = self.record.steps.last().map(|s| s.step);
+        if last != Some(step) {
+            self.record.push_step(StepTrace {
+                step,
+                notes: vec!["resumed: its model call was in an earlier run of the cycle".into()],
+                ..StepTrace::default()
+            });
+        }
+        let at = self.record.steps.len() - 1;
+        &mut self.record.steps[at]
+    }
+
+    /// How long the call about to be recorded took.
+    pub(super) fn took(&mut self, took: Duration) {
+        self.call_took = Some(took);
+    }
+
+    /// A call of step `step` and its result (none while it waits for a person); `space` is
+    /// where a `send_message` it made posted.
+    pub(super) fn call(
+        &mut self,
+        step: u32,
+        call: &ToolCall,
+        outcome: Option<&Outcome>,
+        space: Option<&str>,
+    ) {
+        let took = self.call_took.take().unwrap_or_default();
+        if outcome.is_none() {
+            self.waiting = Some(format!(
+                "waits for a person's answer to its call {} of {}",
+                call.id, call.name
+            ));
+        }
+        let (arguments, arguments_cut) = self.text(&call.arguments);
+        let result = outcome.map(|o| self.text(&o.content));
+        if let (Some(o), Some(space)) = (outcome, space) {
+            self.posted(call, o, space);
+        }
+        let s = self.step_mut(step);
+        if s.calls.len() >= CALLS_PER_STEP {
+            s.calls_cut += 1;
+            return;
+        }
+        let (result, result_cut) = match result {
+            Some((r, cut)) => (Some(r), cut),
+            None => (None, 0),
+        };
+        s.calls.push(CallTrace {
+            id: call.id.clone(),
+            tool: clip(&call.name, 256).0,
+            arguments,
+            arguments_cut,
+            result,
+            result_cut,
+            ok: outcome.map(|o| o.ok),
+            duration_ms: took.as_millis() as u64,
+        });
+    }
+
+    /// The message a `send_message` call posted, if it did.
+    fn posted(&mut self, call: &ToolCall, outcome: &Outcome, space: &str) {
+        if call.name != crate::crd::BuiltinTool::SendMessage.name() || !outcome.ok {
+            return;
+        }
+        let id = serde_json::from_str::<serde_json::Value>(&outcome.content)
+            .ok()
+            .and_then(|v| v["messageId"].as_str().map(str::to_string));
+        if let Some(id) = id {
+            if self.record.posted.len() < POSTED {
+                self.record.posted.push(PostedMessage {
+                    space: space.to_string(),
+                    id,
+                });
+            }
+        }
+    }
+
+    /// A note on the step under way (the last one recorded).
+    pub(super) fn note(&mut self, note: impl Into<String>) {
+        if let Some(s) = self.record.steps.last_mut() {
+            if s.notes.len() < CALLS_PER_STEP {
+                s.notes.push(clip(&note.into(), 1024).0);
+            }
+        }
+    }
+
+    /// The record of a batch given up on before any step of its own (its model kept
+    /// failing), ended as `outcome` for `reason`.
+    pub(super) fn ended(
+        &mut self,
+        outcome: CycleOutcome,
+        reason: Option<String>,
+        spec: &crate::crd::CycleRecordsSpec,
+    ) -> RecordWrite {
+        let mut record = std::mem::take(&mut self.record);
+        record.outcome = Some(outcome);
+        record.reason = reason.map(|why| self.text(&why).0);
+        record.trace_id = super::trace::trace_id();
+        RecordWrite {
+            record,
+            keep: spec.keep,
+            max_bytes: spec.max_bytes,
+        }
+    }
+
+    /// Why the cycle pauses: the call it waits on a person for.
+    pub(super) fn waiting(&mut self) -> String {
+        self.waiting
+            .take()
+            .unwrap_or_else(|| "waits for a person's answer".to_string())
+    }
+
+    /// Marks the record as that of a cycle resumed from its journal.
+    pub(super) fn resumed(&mut self) {
+        self.record.resumed = true;
+    }
+}
+
+/// Tokens as a record counts them.
+fn tokens(usage: &Usage) -> CycleTokens {
+    CycleTokens {
+        input: usage.input,
+        cached: usage.cache_read,
+        output: usage.output,
+    }
+}
+
+impl Cycle<'_> {
+    /// The record as the step that ends the cycle keeps it, ended as `outcome` for `reason`.
+    pub(super) fn record_write(
+        &mut self,
+        outcome: CycleOutcome,
+        reason: Option<String>,
+    ) -> RecordWrite {
+        let spec = &self.agentlet.agent.spec.cycle.records;
+        let mut write = self.recorder.ended(outcome, reason, spec);
+        write.record.duration_ms = self.started.elapsed().as_millis() as u64;
+        write.record.tokens = tokens(&self.used);
+        write
+    }
+
+    /// Keeps the record of a cycle whose model failed (nothing else ends it): a record
+    /// that cannot be written is said in the log, and the cycle's outcome stands.
+    pub(super) async fn record_failure(&mut self, reason: String) {
+        let write = self.record_write(CycleOutcome::Failed, Some(reason));
+        let agentlet = self.agentlet;
+        if let Err(e) = agentlet
+            .store
+            .record_cycle(&agentlet.key, self.lease, &write)
+            .await
+        {
+            warn!(agent = %agentlet.key, error = %e, "the failed cycle's record was not kept");
+        }
+    }
+}
