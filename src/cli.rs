@@ -1,10 +1,12 @@
-//! Operator tools on the data plane: `agentfleet space …`, `agentfleet consciousness …`, and
+//! Operator tools on the data plane: `agentfleet space …`, `agentfleet consciousness …`,
+//! `agentfleet trace …`, and
 //! answering paused tool calls (`agentfleet approve|deny|answer|calls`, [`CallCommand`]).
 
 mod answers;
 mod consciousness;
 pub(crate) mod kubeconfig;
 mod remote;
+mod trace;
 
 use std::io::Write;
 
@@ -20,6 +22,7 @@ use crate::store::{
 use crate::terminal::{sanitize, Breaks};
 pub use answers::{calls, Answering, CallCommand};
 pub use consciousness::{consciousness, ConsciousnessCommand};
+pub use trace::{trace, TraceCommand};
 
 /// Said when nothing listens at the data plane's address: the usual cause is an
 /// `agentfleet dev` without `--redis`, whose data no other process can reach.

@@ -37,6 +37,8 @@ enum Command {
     /// Show an agent's consciousness and checkpoints, or restore a checkpoint.
     #[command(subcommand)]
     Consciousness(agentfleet::cli::ConsciousnessCommand),
+    /// Show what an agent's cycles did: the list, or one cycle's steps, calls and results.
+    Trace(agentfleet::cli::TraceCommand),
     /// Answer an agent's paused tool call, or list what waits for a human.
     #[command(flatten)]
     Calls(agentfleet::cli::CallCommand),
@@ -54,9 +56,11 @@ impl Command {
             Command::Gateway(_) => "gateway",
             Command::Worker(_) => "worker",
             Command::Pool(_) => "pool",
-            Command::Space(_) | Command::Consciousness(_) | Command::Calls(_) | Command::Crd => {
-                "cli"
-            }
+            Command::Space(_)
+            | Command::Consciousness(_)
+            | Command::Trace(_)
+            | Command::Calls(_)
+            | Command::Crd => "cli",
         }
     }
 }
@@ -66,7 +70,11 @@ fn main() -> ExitCode {
     // The tools whose output is meant for a pipe (`agentfleet space read … | head`).
     let prints = matches!(
         cli.command,
-        Command::Crd | Command::Space(_) | Command::Consciousness(_) | Command::Calls(_)
+        Command::Crd
+            | Command::Space(_)
+            | Command::Consciousness(_)
+            | Command::Trace(_)
+            | Command::Calls(_)
     );
     let result = run(cli);
     match result {
@@ -122,6 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Space(cmd) => agentfleet::cli::space(cmd).await,
             Command::Consciousness(cmd) => agentfleet::cli::consciousness(cmd).await,
             Command::Calls(cmd) => agentfleet::cli::calls(cmd).await,
+            Command::Trace(cmd) => agentfleet::cli::trace(cmd).await,
             Command::Crd => Ok(()),
         }
     });

@@ -277,6 +277,7 @@ async fn the_gateway_binary_takes_kubernetes_tokens_and_never_logs_them() {
     use std::sync::{Arc, Mutex};
     const BOT: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-of-bot.c2lnbmF0dXJl";
     const DOWN: &str = "eyJhbGciOiJSUzI1NiJ9.token-while-etcd-is-down.c2ln";
+    const NOBODY: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-of-nobody.c2lnbmF0dXJl";
     agentfleet::install_crypto_provider();
     let redis = agentfleet::testing::RedisServer::start().unwrap();
     let store = agentfleet::store::RedisStore::new(&redis.url()).unwrap();
@@ -295,6 +296,26 @@ async fn the_gateway_binary_takes_kubernetes_tokens_and_never_logs_them() {
         .register_agent(&AgentKey::new("t1", "helper"))
         .await
         .unwrap();
+    // A cycle of the agent's, as its worker records one whose model failed.
+    let helper = AgentKey::new("t1", "helper");
+    let lease = store
+        .acquire_lease(&helper, "w", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let record = agentfleet::cycles::CycleRecord {
+        outcome: Some(agentfleet::cycles::CycleOutcome::Failed),
+        reason: Some("the provider answered 503".into()),
+        party: "members".into(),
+        ..Default::default()
+    };
+    let write = agentfleet::store::RecordWrite {
+        record,
+        keep: 10,
+        max_bytes: 1 << 20,
+    };
+    store.record_cycle(&helper, &lease, &write).await.unwrap();
+    store.release_lease(&helper, &lease).await.unwrap();
 
     let asked = Arc::new(Mutex::new(Vec::<Value>::new()));
     let seen = asked.clone();
@@ -311,6 +332,8 @@ async fn the_gateway_binary_takes_kubernetes_tokens_and_never_logs_them() {
                 }
                 let status = if token == BOT {
                     json!({"authenticated": true, "user": {"username": "system:serviceaccount:t1:bot", "groups": ["system:serviceaccounts"]}})
+                } else if token == NOBODY {
+                    json!({"authenticated": true, "user": {"username": "system:serviceaccount:t1:nobody", "groups": ["system:serviceaccounts"]}})
                 } else {
                     json!({"authenticated": false})
                 };
@@ -433,12 +456,63 @@ async fn the_gateway_binary_takes_kubernetes_tokens_and_never_logs_them() {
     );
     assert!(out.status.success(), "after an outage: {}", text(&out));
 
+    // Cycle records: read as the consciousness is (`get agents/consciousness`); whoever may
+    // not is refused before anything is looked up, an agent that exists or not alike.
+    let out = cli(
+        &[
+            "trace",
+            "t1/helper",
+            "1",
+            "--gateway",
+            &base,
+            "--token",
+            BOT,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("Cycle 1 (failed)") && text(&out).contains("provider answered 503"),
+        "{}",
+        text(&out)
+    );
+    let get = |token: &'static str, path: &'static str| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let r = http
+                .get(format!("{base}{path}"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, page) = get(BOT, "/v1/agents/t1/helper/cycles").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["cycles"][0]["outcome"], "failed");
+    for path in [
+        "/v1/agents/t1/helper/cycles",
+        "/v1/agents/t1/helper/cycles/1",
+        "/v1/agents/t1/ghost/cycles",
+        "/v1/agents/t1/ghost/cycles/1",
+    ] {
+        let (status, body) = get(NOBODY, path).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "{path}: {body}"
+        );
+    }
+
     drop(gateway);
     let logs = std::fs::read_to_string(&log).unwrap() + &std::fs::read_to_string(&log_err).unwrap();
     assert!(logs.contains("gateway serving"), "{logs}");
     for secret in [
         BOT,
         DOWN,
+        NOBODY,
+        "sa-token-of-nobody",
         "sa-token-of-bot",
         "not-a-token-anyone-made",
         "the-gateways-own",

@@ -554,6 +554,8 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/agents/{namespace}/{agent}",
             "GET /v1/agents/{namespace}/{agent}/calls",
             "GET /v1/agents/{namespace}/{agent}/consciousness",
+            "GET /v1/agents/{namespace}/{agent}/cycles",
+            "GET /v1/agents/{namespace}/{agent}/cycles/{seq}",
             "GET /v1/calls",
             "GET /v1/me",
             "GET /v1/spaces",
