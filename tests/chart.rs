@@ -718,7 +718,7 @@ fn traces_go_where_the_values_say_for_every_role() {
 }
 
 #[test]
-fn the_gateways_public_url_reaches_its_flags_for_a2a_cards() {
+fn the_gateways_public_and_trace_urls_reach_its_flags() {
     let args = |objects: &[Value]| -> Vec<String> {
         find(objects, "Deployment", "af-agentfleet-gateway")["spec"]["template"]["spec"]
             ["containers"][0]["args"]
@@ -732,6 +732,20 @@ fn the_gateways_public_url_reaches_its_flags_for_a2a_cards() {
     assert!(!args(&unset).iter().any(|a| a.starts_with("--public-url")));
     let set = render(&["gateway.publicUrl=https://agents.example.com"]);
     assert!(args(&set).contains(&"--public-url=https://agents.example.com".to_string()));
+    let traced = render(&["gateway.traceUrl=https://jaeger.example.com/trace/{traceId}"]);
+    assert!(args(&traced)
+        .contains(&"--trace-url=https://jaeger.example.com/trace/{traceId}".to_string()));
+    assert!(!args(&unset).iter().any(|a| a.starts_with("--trace-url")));
+    let untraced = Command::new("helm")
+        .args(template_args(&[
+            "gateway.traceUrl=https://jaeger.example.com/trace/",
+        ]))
+        .output()
+        .unwrap();
+    assert!(
+        !untraced.status.success(),
+        "a trace URL without {{traceId}} is refused"
+    );
     let refused = Command::new("helm")
         .args(template_args(&["gateway.publicUrl=agents.example.com"]))
         .output()

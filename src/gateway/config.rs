@@ -171,6 +171,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_trace_url_is_an_http_url_with_a_place_for_the_id() {
+        let ok = "https://jaeger.example.com/trace/{traceId}";
+        assert_eq!(parse_trace_url(ok).as_deref(), Ok(ok));
+        for bad in [
+            "https://jaeger.example.com/trace/",
+            "jaeger/{traceId}",
+            "ftp://x/{traceId}",
+        ] {
+            assert!(parse_trace_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn seconds_take_fractions_and_refuse_nonsense() {
         assert_eq!(parse_seconds("10"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_seconds("0.25"), Ok(Duration::from_millis(250)));
