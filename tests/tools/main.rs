@@ -942,3 +942,71 @@ spec:
         );
     }
 }
+
+/// Issue 43: a cycle's record holds the call's arguments and result as the model saw them,
+/// with the tools' secrets masked, on a real Redis: a model that writes the credential into
+/// its thought and arguments, and a service that echoes it, leave it in no record.
+#[tokio::test]
+async fn a_cycle_record_on_redis_masks_what_the_tools_secrets_are() {
+    agentfleet::install_crypto_provider();
+    let redis = RedisServer::start().unwrap();
+    let store = Arc::new(RedisStore::new(&redis.url()).unwrap());
+    let server = tool_server().await;
+    let (gateway_base, _gateway_stop, _gateway) = start_gateway(store.clone()).await;
+    let thinking = MockTurn::Reply {
+        text: Some(format!("I will send {SECRET} along.")),
+        tool_calls: vec![("lookup".into(), json!({"note": SECRET}).to_string())],
+        usage: (10, 5),
+    };
+    let model = MockModel::start(vec![thinking, MockTurn::text("Looked up.")])
+        .await
+        .unwrap();
+    let agent: Agent = serde_yaml::from_str(&format!(
+        r#"
+apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {{name: bot, namespace: {NS}}}
+spec:
+  model: {{provider: openai, name: mock, baseUrl: "{}"}}
+  spaces: [ops]
+  cycle: {{maxSteps: 2}}
+  tools:
+    http:
+      - {{name: lookup, description: d, method: POST, url: "{}/echo", headersFrom: {{secretName: tracker}}}}
+"#,
+        model.base_url, server.base
+    ))
+    .unwrap();
+    let key = AgentKey::new(NS, "bot");
+    store
+        .apply_space(
+            &SpaceKey::new(NS, "ops"),
+            &space_record("Ops", &["bot"], &["Husam"]),
+        )
+        .await
+        .unwrap();
+    let worker = start_worker(async_agentlet(&store, &agent, &gateway_base));
+    husam_says(&store, "Look it up.").await;
+    let heads = until("the cycle's record", async || {
+        let heads = store.cycle_heads(&key, None, 10).await.unwrap();
+        (!heads.is_empty()).then_some(heads)
+    })
+    .await;
+    worker.stop().await;
+    assert_eq!(server.seen()[0].headers["authorization"], SECRET);
+    let json = store
+        .cycle_record(&key, heads[0].seq)
+        .await
+        .unwrap()
+        .unwrap();
+    let record: Value = serde_json::from_str(&json).unwrap();
+    let step = &record["steps"][0];
+    assert_eq!(step["calls"][0]["tool"], "lookup");
+    assert!(step["calls"][0]["arguments"]
+        .as_str()
+        .unwrap()
+        .contains("***"));
+    assert!(step["calls"][0]["result"].as_str().unwrap().contains("***"));
+    assert!(step["text"].as_str().unwrap().contains("***"));
+    assert!(!json.contains("s3cr3t"), "{json}");
+}

@@ -27,6 +27,8 @@ pub(super) struct Recorder {
     call_took: Option<Duration>,
     /// The call the cycle waits on a person for, if it does.
     waiting: Option<String>,
+    /// The reason the model gave for `skip`, if it did.
+    skip_reason: Option<String>,
 }
 
 impl Recorder {
@@ -44,6 +46,7 @@ impl Recorder {
             masks,
             call_took: None,
             waiting: None,
+            skip_reason: None,
         };
         this.events(events);
         this
@@ -221,12 +224,29 @@ impl Recorder {
     ) -> RecordWrite {
         let mut record = std::mem::take(&mut self.record);
         record.outcome = Some(outcome);
-        record.reason = reason.map(|why| self.text(&why).0);
+        record.reason = reason
+            .or_else(|| self.skip_reason.take())
+            .map(|why| self.text(&why).0);
         record.trace_id = super::trace::trace_id();
         RecordWrite {
             record,
             keep: spec.keep,
             max_bytes: spec.max_bytes,
+        }
+    }
+
+    /// The `skip` calls that rolled the cycle back at `step`; the first reason given is the
+    /// cycle's.
+    pub(super) fn skipped(&mut self, step: u32, calls: &[ToolCall]) {
+        let result = crate::worker::tools::skip_result();
+        for call in calls {
+            self.call(step, call, Some(&result), None);
+            if self.skip_reason.is_none() {
+                self.skip_reason = serde_json::from_str::<serde_json::Value>(&call.arguments)
+                    .ok()
+                    .and_then(|v| v["reason"].as_str().map(str::to_string))
+                    .filter(|r| !r.trim().is_empty());
+            }
         }
     }
 

@@ -71,7 +71,7 @@ async fn skipped_and_failed_cycles_are_recorded_with_why() {
     let r = rig(
         "",
         vec![
-            Ok(calls(&[("skip", json!({}))])),
+            Ok(calls(&[("skip", json!({"reason": "not for me"}))])),
             Err(ModelError::new(
                 Failure::ServerError,
                 "the provider answered 503",
@@ -84,6 +84,8 @@ async fn skipped_and_failed_cycles_are_recorded_with_why() {
     let [failed, skipped] = records(&r).await.try_into().unwrap();
     assert_eq!(skipped.outcome, Some(CycleOutcome::Skipped));
     assert_eq!(skipped.checkpoint, None);
+    assert_eq!(skipped.reason.as_deref(), Some("not for me"));
+    assert_eq!(skipped.steps[0].calls[0].tool, "skip");
     assert_eq!(failed.outcome, Some(CycleOutcome::Failed));
     assert!(
         failed.reason.as_deref().unwrap().contains("503"),

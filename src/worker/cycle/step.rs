@@ -67,6 +67,7 @@ impl Cycle<'_> {
                 return Ok(End::Done);
             }
             if skip::rolls_back(step, &turn.tool_calls) {
+                self.recorder.skipped(step, &turn.tool_calls);
                 return Ok(End::Skipped);
             }
             self.new.push(turn.message());
