@@ -68,7 +68,9 @@ async fn until_within(
 
 /// A deployer's model: asked to restart, it calls `restart` (which needs approval); asked to
 /// deploy, it asks the space with `confirm_deployment`; asked to flood, it says as much
-/// hostile text as a message may hold (64 KiB); and it says what came of each call.
+/// hostile text as a message may hold (64 KiB); asked to look, it thinks aloud (echoing what
+/// it was told) and reads the space; told something is not for it, it skips; and it says what
+/// came of each call.
 fn deployer(req: &Value) -> MockTurn {
     let last = agentfleet::testing::last_turn(req);
     let content = &last.content;
@@ -77,6 +79,15 @@ fn deployer(req: &Value) -> MockTurn {
         ("tool", "send_message") => MockTurn::text("done"),
         ("tool", "restart") => say(format!("restart: {content}")),
         ("tool", "confirm_deployment") => say(format!("Deploying: {content}")),
+        ("tool", "read_messages") => say("I read the space.".into()),
+        _ if content.contains("not for you") => {
+            MockTurn::tools(&[("skip", json!({"reason": "not for me"}))])
+        }
+        _ if content.contains("please look") => MockTurn::Reply {
+            text: Some(format!("Thinking about what I was told: {content}")),
+            tool_calls: vec![("read_messages".into(), json!({"limit": 5}).to_string())],
+            usage: (120, 30),
+        },
         _ if content.contains("please restart") => MockTurn::tools(&[("restart", json!({}))]),
         _ if content.contains("please drain") => MockTurn::tools(&[("drain", json!({}))]),
         _ if content.contains("please deploy") => {
@@ -637,7 +648,11 @@ async fn the_fleet_overview_sorts_filters_and_leads_to_each_agent() {
         .unwrap();
     assert_eq!(assistant[2], "scripted/assistant", "{assistant}");
     assert_ne!(assistant[4], "never", "{assistant}");
-    assert_ne!(assistant[7], "—", "the process that ran it: {assistant}");
+    assert_eq!(
+        assistant[5], "committed",
+        "how its last cycle ended: {assistant}"
+    );
+    assert_ne!(assistant[8], "—", "the process that ran it: {assistant}");
     screenshot(&browser, "fleet").await;
 
     // Sorted the other way by a click on the heading.
@@ -974,4 +989,427 @@ async fn a_dropped_stream_resumes_where_it_left_off() {
         json!(["before", "while away 1", "while away 2", "after"]),
         "{all}"
     );
+}
+
+/// Posts `text` in `desk` as `token`, then waits until the deployer has answered `n` messages
+/// in all, and committed the cycle that answered: its number of committed cycles then.
+async fn answered(dev: &Dev, token: &str, text: &str, n: usize) -> u64 {
+    let http = reqwest::Client::new();
+    let posted = dev
+        .post(&http, token, "desk", &json!({ "text": text }))
+        .await;
+    assert_eq!(posted.status(), 201);
+    let start = std::time::Instant::now();
+    while dev.count_from(&http, token, "desk", "deployer").await < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no answer to {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The answer is posted during the cycle; it is over once committed (and recorded).
+    loop {
+        let agent = dev.get(&http, token, "/v1/agents/default/deployer").await;
+        let cycles = agent["cycles"].as_u64().unwrap_or(0);
+        if cycles >= n as u64 && agent["state"] != "thinking" {
+            return cycles;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not committed: {agent}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The deployer's cycle records as `token` reads them (`query` after `?`): the page, once it
+/// holds `at_least` (or after a while).
+async fn cycles(dev: &Dev, token: &str, query: &str, at_least: usize) -> Value {
+    let http = reqwest::Client::new();
+    let path = format!("/v1/agents/default/deployer/cycles?{query}");
+    let start = std::time::Instant::now();
+    loop {
+        let page = dev.get(&http, token, &path).await;
+        // Each record is written by the step that ends its cycle: soon after the commit.
+        if page["cycles"]
+            .as_array()
+            .is_some_and(|c| c.len() >= at_least)
+            || start.elapsed() > WAIT
+        {
+            return page;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What an agent's cycles show (issue 43): the list of its records, and one cycle's steps —
+/// the model's own text, each call with its arguments and result, how it ended — where
+/// hostile text the model and a tool echo stays text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_cycles_show_its_steps_calls_and_results_as_text() {
+    let (_model, _dir, dev, husam) = desk().await;
+    // A cycle that answers, one that skips (rolled back: only recorded), then the one to see.
+    answered(&dev, &husam, "hello", 1).await;
+    let http = reqwest::Client::new();
+    let posted = dev
+        .post(
+            &http,
+            &husam,
+            "desk",
+            &json!({"text": "this is not for you"}),
+        )
+        .await;
+    assert_eq!(posted.status(), 201);
+    cycles(&dev, &husam, "limit=10", 2).await;
+    answered(
+        &dev,
+        &husam,
+        "please look <img src=x onerror=window.pwned=1>",
+        2,
+    )
+    .await;
+    let page = cycles(&dev, &husam, "limit=10", 3).await;
+    let outcomes: Vec<&Value> = page["cycles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["outcome"])
+        .collect();
+    assert_eq!(
+        outcomes,
+        [&json!("committed"), &json!("skipped"), &json!("committed")],
+        "{page}"
+    );
+    let seq = page["cycles"][0]["seq"].as_u64().unwrap();
+
+    // From the agent's page to its cycles: one row per record, newest first.
+    let browser = signed_in(&dev, "#/agents/default/deployer", &husam).await;
+    browser
+        .click_on("#agent-body a.cycles-link", WAIT)
+        .await
+        .unwrap();
+    let row = until(
+        &browser,
+        "const r = document.querySelector('table.cycles-list tr[data-seq]'); \
+         return r ? [r.dataset.seq, ...[...r.cells].map(c => c.textContent)] : location.hash + ' ' + document.querySelector('main').textContent",
+        |v| v.is_array(),
+    )
+    .await;
+    assert_eq!(row[0], seq.to_string(), "newest first: {row}");
+    let listed = browser
+        .exec("return [...document.querySelectorAll('table.cycles-list tr[data-seq] span.outcome')].map(o => o.dataset.outcome)")
+        .await
+        .unwrap();
+    assert_eq!(listed, json!(["committed", "skipped", "committed"]));
+    assert_eq!(row[4], "committed", "{row}");
+    let head = &page["cycles"][0];
+    assert_eq!(row[5], head["steps"].to_string(), "{row}");
+    assert_eq!(row[6], "2", "read_messages and send_message: {row}");
+    assert_eq!(
+        browser.exec("return location.hash").await.unwrap(),
+        "#/agents/default/deployer/cycles"
+    );
+    screenshot(&browser, "cycles").await;
+
+    // The cycle: what it woke for, each step, the model's text and each call, as text.
+    browser
+        .click_on(
+            &format!("table.cycles-list tr[data-seq='{seq}'] a.cycle"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for(&format!("#cycles-body[data-seq='{seq}'] ol.steps"), WAIT)
+        .await
+        .unwrap();
+    let shown = browser
+        .exec(
+            "const b = document.querySelector('#cycles-body'); \
+             const call = (t) => b.querySelector('li.call[data-tool=\"' + t + '\"]'); \
+             return {hash: location.hash, outcome: b.querySelector('h2 .outcome').dataset.outcome, \
+               steps: b.querySelectorAll('li.step').length, \
+               tools: [...b.querySelectorAll('li.call')].map(c => c.dataset.tool), \
+               oks: [...b.querySelectorAll('li.call')].map(c => c.dataset.ok), \
+               event: b.querySelector('li.event pre').textContent, \
+               private: [...b.querySelectorAll('pre.private')].map(p => p.textContent), \
+               arguments: call('read_messages').querySelector('pre.arguments').textContent, \
+               result: call('read_messages').querySelector('pre.result').textContent, \
+               said: call('send_message').querySelector('pre.arguments').textContent, \
+               heads: [...b.querySelectorAll('.step-head')].map(h => h.textContent), \
+               facts: [...b.querySelectorAll('.facts dt')].map(d => d.textContent + ': ' + d.nextSibling.textContent), \
+               inert: [document.querySelectorAll('img').length, window.pwned === undefined]}",
+        )
+        .await
+        .unwrap();
+    let hostile = "<img src=x onerror=window.pwned=1>";
+    assert_eq!(
+        shown["hash"],
+        format!("#/agents/default/deployer/cycles/{seq}")
+    );
+    assert_eq!(shown["outcome"], "committed", "{shown}");
+    assert_eq!(shown["steps"], head["steps"], "{shown}");
+    assert_eq!(
+        shown["tools"],
+        json!(["read_messages", "send_message"]),
+        "{shown}"
+    );
+    assert_eq!(shown["oks"], json!(["ok", "ok"]), "{shown}");
+    assert!(
+        shown["event"].as_str().unwrap().contains(hostile),
+        "{shown}"
+    );
+    // The model's own text (which reaches no space) echoes it, and so does the tool's result.
+    assert!(
+        shown["private"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("Thinking about what I was told: ")
+            && shown["private"][0].as_str().unwrap().contains(hostile),
+        "{shown}"
+    );
+    assert_eq!(shown["private"].as_array().unwrap().last().unwrap(), "done");
+    assert!(
+        shown["arguments"]
+            .as_str()
+            .unwrap()
+            .contains("\"limit\": 5"),
+        "{shown}"
+    );
+    assert!(
+        shown["result"].as_str().unwrap().contains(hostile),
+        "{shown}"
+    );
+    assert!(
+        shown["said"]
+            .as_str()
+            .unwrap()
+            .contains("I read the space."),
+        "{shown}"
+    );
+    assert!(
+        shown["heads"][0]
+            .as_str()
+            .unwrap()
+            .contains("finish: tool_calls"),
+        "{shown}"
+    );
+    let facts = shown["facts"].to_string();
+    assert!(
+        facts.contains("Answered: the members of its spaces"),
+        "{facts}"
+    );
+    assert!(facts.contains("Posted: desk"), "{facts}");
+    assert_eq!(shown["inert"], json!([0, true]), "no element from the text");
+    screenshot(&browser, "cycle").await;
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+
+    // Whom RBAC does not let read the agent's consciousness is told so, plainly (in dev, a
+    // service).
+    let service = signed_in(&dev, "#/agents/default/deployer/cycles", &dev.service).await;
+    assert_eq!(
+        service
+            .text_of("#cycles-body p.forbidden", WAIT)
+            .await
+            .unwrap(),
+        "You may not read this agent’s cycles (RBAC: get agents/consciousness)."
+    );
+}
+
+/// "Why did it say this?" (issue 43): an agent's message leads to the cycle that posted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_message_leads_to_the_cycle_that_posted_it() {
+    let (_model, _dir, dev, husam) = desk().await;
+    answered(&dev, &husam, "hello", 1).await;
+    answered(&dev, &husam, "hello again", 2).await;
+    let browser = signed_in(&dev, "#/spaces/default/desk", &husam).await;
+    until(&browser, SAID, |v| v.as_array().unwrap().len() == 2).await;
+    // A person's message has no such link; each of the agent's has.
+    let links = browser
+        .exec("return [document.querySelectorAll('#messages li.message:not(.agent) a.why').length, \
+               [...document.querySelectorAll('#messages li.agent')].map(li => [li.dataset.id, li.querySelector('a.why').getAttribute('href')])]")
+        .await
+        .unwrap();
+    assert_eq!(links[0], 0, "{links}");
+    let agent = links[1].as_array().unwrap();
+    assert_eq!(agent.len(), 2, "{links}");
+    for (n, m) in agent.iter().enumerate() {
+        let id = m[0].as_str().unwrap();
+        assert_eq!(m[1], format!("#/agents/default/deployer/why/{id}"));
+        // The cycle the API says posted it.
+        let posted = cycles(&dev, &husam, &format!("message={id}&limit=1"), 1).await;
+        let seq = posted["cycles"][0]["seq"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{posted}"));
+        assert!(
+            posted["cycles"][0]["posted"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["id"] == id),
+            "{posted}"
+        );
+        browser
+            .goto(&format!("{}/console/#/spaces/default/desk", dev.url))
+            .await
+            .unwrap();
+        browser
+            .click_on(&format!("#messages li[data-id='{id}'] a.why"), WAIT)
+            .await
+            .unwrap();
+        browser
+            .wait_for(&format!("#cycles-body[data-seq='{seq}']"), WAIT)
+            .await
+            .unwrap();
+        let shown = browser
+            .exec(
+                "const b = document.querySelector('#cycles-body'); return [location.hash, \
+                   b.querySelector('.posted-this').textContent, \
+                   [...b.querySelectorAll('a.posted')].map(a => a.dataset.message), \
+                   b.querySelector('li.event pre').textContent]",
+            )
+            .await
+            .unwrap();
+        assert_eq!(shown[0], format!("#/agents/default/deployer/why/{id}"));
+        assert_eq!(shown[1], format!("This cycle posted message {id}."));
+        assert_eq!(shown[2], json!([id]), "{shown}");
+        assert_eq!(shown[3], ["hello", "hello again"][n], "{shown}");
+    }
+    // A message no kept record posted: it says so.
+    browser
+        .goto(&format!(
+            "{}/console/#/agents/default/deployer/why/1-0",
+            dev.url
+        ))
+        .await
+        .unwrap();
+    let gone = browser.text_of("#cycles-body p.gone", WAIT).await.unwrap();
+    assert!(
+        gone.starts_with("No record that default/deployer keeps says why it posted 1-0"),
+        "{gone}"
+    );
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// Rewind and fork (issue 43): an agent's page rewinds it to a retained checkpoint once
+/// confirmed, and shows the manifest of a fork seeded from one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_rewinds_to_a_checkpoint_and_forks_from_one() {
+    let (_model, _dir, dev, husam) = desk().await;
+    for (n, text) in ["hello", "hello again", "and again"]
+        .into_iter()
+        .enumerate()
+    {
+        answered(&dev, &husam, text, n + 1).await;
+    }
+    let http = reqwest::Client::new();
+    let consciousness = "/v1/agents/default/deployer/consciousness";
+    let before = dev.get(&http, &husam, consciousness).await;
+    assert_eq!(before["cycle"], 3, "{before}");
+    let browser = signed_in(&dev, "#/agents/default/deployer", &husam).await;
+    until(
+        &browser,
+        "return document.querySelectorAll('#agent-body table.checkpoints tr[data-cycle]').length",
+        |v| v.as_u64().unwrap_or(0) >= 3,
+    )
+    .await;
+
+    // Fork: the manifest of a new Agent seeded from the checkpoint, under a name to choose.
+    browser
+        .click_on("#agent-body tr[data-cycle='2'] button.fork", WAIT)
+        .await
+        .unwrap();
+    browser
+        .wait_for("#fork-dialog[open] #fork-yaml", WAIT)
+        .await
+        .unwrap();
+    const YAML: &str = "return document.querySelector('#fork-yaml').value";
+    let yaml = browser.exec(YAML).await.unwrap();
+    let yaml = yaml.as_str().unwrap();
+    assert!(
+        yaml.starts_with("apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata:\n  name: deployer-fork\n  namespace: default\nspec:\n"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.ends_with("  consciousness:\n    seedFrom:\n      agent: deployer\n      cycle: 2\n"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("  spaces: [desk]\n"), "{yaml}");
+    let name = browser.wait_for("#fork-name", WAIT).await.unwrap();
+    browser.clear(&name).await.unwrap();
+    browser.type_into(&name, "deployer-b").await.unwrap();
+    let renamed = browser.exec(YAML).await.unwrap();
+    assert!(
+        renamed.as_str().unwrap().contains("  name: deployer-b\n"),
+        "{renamed}"
+    );
+    let said = browser
+        .exec("return [document.querySelector('#fork-name-error').textContent, document.querySelector('#fork-dialog p.apply').textContent]")
+        .await
+        .unwrap();
+    assert_eq!(said[0], "", "{said}");
+    assert!(
+        said[1]
+            .as_str()
+            .unwrap()
+            .starts_with("Apply it with kubectl apply -f"),
+        "{said}"
+    );
+    browser.type_into(&name, "_B").await.unwrap();
+    assert!(!browser
+        .text_of("#fork-name-error", WAIT)
+        .await
+        .unwrap()
+        .is_empty());
+    browser.click_on("#fork-close", WAIT).await.unwrap();
+
+    // Rewind: nothing happens until confirmed.
+    browser
+        .click_on("#agent-body tr[data-cycle='1'] button.rewind", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        browser
+            .text_of("#rewind-dialog[open] h3", WAIT)
+            .await
+            .unwrap(),
+        "Rewind default/deployer to cycle 1?"
+    );
+    browser.click_on("#rewind-cancel", WAIT).await.unwrap();
+    let open = browser
+        .exec("return document.querySelector('#rewind-dialog').open")
+        .await
+        .unwrap();
+    assert_eq!(open, false);
+    assert_eq!(dev.get(&http, &husam, consciousness).await["cycle"], 3);
+    browser
+        .click_on("#agent-body tr[data-cycle='1'] button.rewind", WAIT)
+        .await
+        .unwrap();
+    browser.click_on("#rewind-confirm", WAIT).await.unwrap();
+    const OUTCOME: &str = "const o = document.querySelector('#rewind-dialog .outcome'); return o.textContent === 'Rewinding…' ? '' : o.textContent";
+    let start = std::time::Instant::now();
+    let outcome = loop {
+        let outcome = until(&browser, OUTCOME, |v| v != "").await;
+        // (Refused while it thinks: then again, as a person would.)
+        if !outcome.as_str().unwrap().starts_with("Not now") || start.elapsed() > WAIT {
+            break outcome;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        browser.click_on("#rewind-confirm", WAIT).await.unwrap();
+    };
+    assert!(
+        outcome
+            .as_str()
+            .unwrap()
+            .starts_with("Rewound: default/deployer is as it was after cycle 1 ("),
+        "{outcome}"
+    );
+    let after = dev.get(&http, &husam, consciousness).await;
+    assert_eq!(after["cycle"], 1, "{after}");
+    browser.click_on("#rewind-close", WAIT).await.unwrap();
+    let errors = browser.errors().await.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
 }

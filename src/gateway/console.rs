@@ -17,14 +17,18 @@ use super::Gateway;
 const INDEX: &str = include_str!("console/index.html");
 const STYLE: &str = include_str!("console/console.css");
 const ICON: &str = include_str!("console/icon.svg");
-/// The scripts, ES modules: the pages, what they share, the answer forms, the agent page.
-const SCRIPTS: [(&str, &str); 6] = [
+/// The scripts, ES modules: the pages, what they share, the answer forms, the agent page, an
+/// agent's cycles and one cycle, rewinding and forking.
+const SCRIPTS: [(&str, &str); 9] = [
     ("console.js", include_str!("console/console.js")),
     ("dom.js", include_str!("console/dom.js")),
     ("schema.js", include_str!("console/schema.js")),
     ("agent.js", include_str!("console/agent.js")),
     ("markdown.js", include_str!("console/markdown.js")),
     ("fleet.js", include_str!("console/fleet.js")),
+    ("cycles.js", include_str!("console/cycles.js")),
+    ("cycle.js", include_str!("console/cycle.js")),
+    ("rewind.js", include_str!("console/rewind.js")),
 ];
 
 /// The page's policy: see the module's description.

@@ -1,7 +1,9 @@
-// An agent's page, read-only: what it is doing, its model, inbox, cycles, tokens against its
-// budget, tools and last checkpoints, and a chart of its last cycles (inline SVG built with
-// DOM calls, no library). Refreshed every five seconds while it is shown.
+// An agent's page: what it is doing, its model, inbox, cycles (and a link to what each did),
+// tokens against its budget, tools and last checkpoints (each to rewind to or fork from, see
+// rewind.js), and a chart of its last cycles (inline SVG built with DOM calls, no library).
+// Refreshed every five seconds while it is shown (redrawn only when something changed).
 import { api, el, link, seg, when } from './dom.js';
+import { checkpoints } from './rewind.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 export const STATES = {
@@ -17,6 +19,7 @@ export const STATES = {
 };
 
 let tick = null; // the refresh of the agent shown
+let shown = ''; // what it shows of the agent (as JSON): the same is not drawn again
 
 /**
  * Shows agent `ns/name` in `box`, and keeps it fresh while the page stays on it; `current`
@@ -24,6 +27,7 @@ let tick = null; // the refresh of the agent shown
  */
 export async function agentPage(box, ns, name, current) {
   clearInterval(tick);
+  shown = '';
   box.replaceChildren(el('p', 'Looking for the agent…', 'meta'));
   await render(box, ns, name, current);
   if (!current()) return;
@@ -42,9 +46,13 @@ async function render(box, ns, name, current) {
     a = await api('/v1/agents/' + seg(ns) + '/' + seg(name));
   } catch (e) {
     if (current()) box.replaceChildren();
+    shown = '';
     throw e;
   }
   if (!current()) return;
+  const json = JSON.stringify(a);
+  if (json === shown) return;
+  shown = json;
   const page = [];
   page.push(el('h2', a.namespace + '/' + a.name, 'text'));
   const state = el('p', STATES[a.state] || a.state, 'state ' + a.state);
@@ -76,7 +84,9 @@ async function render(box, ns, name, current) {
     });
   }
   fact('Inbox', ...inbox);
-  fact('Cycles', a.cycles + (a.lastCycleMs ? ' · last ' + when(a.lastCycleMs) : ''));
+  fact('Cycles', a.cycles + (a.lastCycleMs ? ' · last ' + when(a.lastCycleMs) : '') +
+    (a.lastOutcome ? ' · the latest ' + a.lastOutcome : '') + ' · ',
+    link('what each did', '#/agents/' + seg(a.namespace) + '/' + seg(a.name) + '/cycles', 'cycles-link'));
   fact('Tokens today', ...spend(a.tokensToday, a.tokensPerDay, 'today'));
   fact('This month', ...spend(a.tokensThisMonth, a.tokensPerMonth, 'month'));
   fact('Over its life', a.tokensUsed.toLocaleString() + ' tokens');
@@ -90,8 +100,7 @@ async function render(box, ns, name, current) {
     [t.name, t.source, t.ready ? 'yes' : 'no', t.problem || '']), 'No tools reported yet.', 'tools'));
 
   page.push(el('h3', 'Checkpoints'));
-  page.push(table(['Cycle', 'When', 'Tokens used', 'Context tokens', 'Messages'], a.checkpoints.map((c) =>
-    [c.cycle, when(c.timeMs), c.tokensUsed, c.contextTokens, c.messages]), 'No cycle yet.', 'checkpoints'));
+  page.push(checkpoints(a, () => render(box, ns, name, current)));
   box.replaceChildren(...page);
 }
 

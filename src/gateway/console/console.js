@@ -4,15 +4,18 @@
 //
 // Pages are fragments, so that a link to one (`#/calls/ID` in an alert) never sends what it
 // names to a server log: `#/` the spaces and the calls waiting, `#/spaces/NS/NAME` a space,
-// `#/calls/ID` one call to answer, `#/agents/NS/NAME` an agent.
+// `#/calls/ID` one call to answer, `#/agents` the fleet, `#/agents/NS/NAME` an agent,
+// `#/agents/NS/NAME/cycles` its cycles, `…/cycles/SEQ` one of them, `…/why/MESSAGE` the cycle
+// that posted a message.
 import { TOKEN, api, el, link, seg, stamp, when } from './dom.js';
 import { check, form } from './schema.js';
 import { agentPage } from './agent.js';
 import { markdown } from './markdown.js';
 import { fleetPage } from './fleet.js';
+import { cyclePage, cyclesPage, whyPage } from './cycles.js';
 
 const $ = (id) => document.getElementById(id);
-const PAGES = ['home', 'space', 'call', 'agent', 'fleet'];
+const PAGES = ['home', 'space', 'call', 'agent', 'fleet', 'cycles'];
 
 function spacePath(ns, name) {
   return '/v1/spaces/' + seg(ns) + '/' + seg(name);
@@ -85,6 +88,12 @@ function messageItem(m) {
   li.append(el('span', m.sender.name, 'sender text'));
   if (m.mention) li.append(el('span', '→ ' + m.mention, 'mention text'));
   li.append(stamp(m.timeMs));
+  if (m.sender.kind === 'agent' && open) {
+    // Why did it say this? The cycle that posted it, for whom may read the agent's records.
+    const why = link('why?', '#/agents/' + seg(open.ns) + '/' + seg(m.sender.id) + '/why/' + seg(m.id), 'why');
+    why.title = 'The cycle of ' + m.sender.name + ' that posted this';
+    li.append(why);
+  }
   // An agent's Markdown is rendered (as text nodes only); a person's words stay as typed.
   if (m.sender.kind === 'agent') {
     const body = markdown(m.text);
@@ -412,6 +421,18 @@ async function route() {
   if (page === 'agents' && n === 3) {
     show('agent');
     return agentPage($('agent-body'), parts[1], parts[2], () => visit === visits);
+  }
+  if (page === 'agents' && n === 4 && parts[3] === 'cycles') {
+    show('cycles');
+    return cyclesPage($('cycles-body'), parts[1], parts[2], () => visit === visits);
+  }
+  if (page === 'agents' && n === 5 && parts[3] === 'cycles') {
+    show('cycles');
+    return cyclePage($('cycles-body'), parts[1], parts[2], parts[4], () => visit === visits);
+  }
+  if (page === 'agents' && n === 5 && parts[3] === 'why') {
+    show('cycles');
+    return whyPage($('cycles-body'), parts[1], parts[2], parts[4], () => visit === visits);
   }
   if (page === 'agents' && n === 1) {
     show('fleet');

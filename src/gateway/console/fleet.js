@@ -1,6 +1,6 @@
 // The fleet at a glance: every agent of the person's spaces (`GET /v1/agents`) in one table —
-// state, model, spend today against its budget, last cycle, what is wrong, tools ready, the
-// process that runs it —
+// state, model, spend today against its budget, last cycle and how it ended (leading to its
+// cycles), what is wrong, tools ready, the process that runs it, the pool it runs in —
 // sortable by any column and filtered by state. Each agent links to its page.
 
 import { api, el, link, seg, when } from './dom.js';
@@ -23,10 +23,19 @@ const COLUMNS = [
   ['Today', (a) => a.tokensToday, (a) => el('span', a.tokensToday.toLocaleString() +
     (a.tokensPerDay ? ' of ' + a.tokensPerDay.toLocaleString() : ''), 'text')],
   ['Last cycle', (a) => a.lastCycleMs || 0, (a) => el('span', a.lastCycleMs ? when(a.lastCycleMs) : 'never')],
+  ['Outcome', (a) => a.lastOutcome || '', outcome],
   ['Wrong', (a) => problem(a), (a) => el('span', problem(a), 'text error')],
   ['Tools ready', (a) => ready(a), (a) => el('span', a.tools.length ? ready(a) + ' of ' + a.tools.length : '—')],
   ['Host', (a) => a.host || '', (a) => el('span', a.host || '—', 'text')],
+  ['Pool', (a) => a.pool || '', (a) => el('span', a.pool || '—', 'text')],
 ];
+
+/** How its last cycle ended: a link to its cycles. */
+function outcome(a) {
+  if (!a.lastOutcome) return el('span', '—');
+  return link(a.lastOutcome, '#/agents/' + seg(a.namespace) + '/' + seg(a.name) + '/cycles',
+    'outcome ' + a.lastOutcome);
+}
 
 /** A state in one word ("stopped" is asleep: the next event wakes it). */
 function word(state) {
