@@ -170,6 +170,7 @@ async fn main() {
             ("last", Layout::Last),
             ("before", Layout::Before),
             ("kept", Layout::Kept),
+            ("minimal", Layout::Minimal),
         ],
     );
     let scenarios = chosen("AGENTFLEET_REAL_MODEL_SCENARIOS", scenarios::ALL);

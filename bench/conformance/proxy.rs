@@ -6,7 +6,13 @@
 //! - `last`: as agentfleet sends it (the fresh `[CONTEXT …]` message last);
 //! - `before`: that message moved before the cycle's inbox message (`anchor`);
 //! - `kept`: as `before`, and each earlier cycle's context stays where it was, before that
-//!   cycle's inbox message, as if the conversation kept it.
+//!   cycle's inbox message, as if the conversation kept it;
+//! - `minimal`: the reference arm, the bar the product is held to — a naive loop's request on
+//!   the same conversation: the system prompt "You are NAME. Use send_message to talk. Call
+//!   skip when not addressed.", two tools (`send_message`, `skip`), the inbox as one user
+//!   message under its count (`INBOX (1 events): [family] Husam: "…"`) and no context
+//!   message. The loop around it is still agentfleet's (its nudge, its reading of
+//!   calls written as text), so the bar is, if anything, set high.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +28,7 @@ pub enum Layout {
     Last,
     Before,
     Kept,
+    Minimal,
 }
 
 impl Layout {
@@ -30,6 +37,7 @@ impl Layout {
             Layout::Last => "context last",
             Layout::Before => "context before the inbox",
             Layout::Kept => "context kept before each inbox",
+            Layout::Minimal => "minimal loop (the bar)",
         }
     }
 }
@@ -257,8 +265,47 @@ fn anchor(messages: &[Value], agent: &Agent) -> Option<Value> {
     agent.anchor.clone().filter(|a| messages.contains(a))
 }
 
+/// The system prompt of the minimal loop.
+pub fn minimal_system(name: &str) -> String {
+    format!("You are {name}. Use send_message to talk. Call skip when not addressed.")
+}
+
+/// The minimal loop's request on the conversation agentfleet sent: its own system prompt,
+/// `send_message` and `skip` only, no context message.
+fn minimal(request: &mut Value) {
+    let name = request["messages"][0]["content"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("You are "))
+        .and_then(|s| s.split([',', '.', ' ']).next())
+        .unwrap_or("agent")
+        .to_string();
+    if let Some(messages) = request["messages"].as_array_mut() {
+        messages.retain(|m| !is_context(m));
+        // The inbox as one user message under its count, as the naive loop writes it.
+        for m in messages.iter_mut().filter(|m| is_inbox(m)) {
+            let lines = text(m).lines().count();
+            m["content"] = Value::String(format!("INBOX ({lines} events): {}", text(m)));
+        }
+        if let Some(system) = messages.first_mut().filter(|m| m["role"] == "system") {
+            system["content"] = Value::String(minimal_system(&name));
+        }
+    }
+    if let Some(tools) = request["tools"].as_array_mut() {
+        tools.retain(|t| {
+            matches!(
+                t["function"]["name"].as_str(),
+                Some("send_message" | "skip")
+            )
+        });
+    }
+}
+
 /// Applies `layout` to the request agentfleet sent (its fresh context last).
 fn arrange(request: &mut Value, layout: Layout, agent: &mut Agent) {
+    if layout == Layout::Minimal {
+        minimal(request);
+        return;
+    }
     let Some(messages) = request["messages"].as_array_mut() else {
         return;
     };
