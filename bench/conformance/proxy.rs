@@ -298,6 +298,10 @@ fn minimal(request: &mut Value) {
             )
         });
     }
+    // The naive loop lets the model choose, whatever agentfleet asked.
+    if let Some(r) = request.as_object_mut() {
+        r.insert("tool_choice".into(), Value::String("auto".into()));
+    }
 }
 
 /// Applies `layout` to the request agentfleet sent (its fresh context last).
