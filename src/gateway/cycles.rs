@@ -15,7 +15,7 @@ use super::access::Operation;
 use super::agents::AgentPath;
 use super::auth::Caller;
 use super::error::ApiError;
-use super::inspect::allowed;
+use super::inspect::{allowed, MemoryReadRefusals};
 use super::{Gateway, RequestRefusals};
 use crate::api::ErrorBody;
 use crate::cycles::read::{self, PAGE_MAX};
@@ -59,10 +59,8 @@ pub(super) struct CyclePath {
     responses(
         (status = 200, description = "A page of the agent's cycles", body = CyclePage),
         (status = 400, description = "Invalid query (`invalid`)", body = ErrorBody),
-        (status = 401, description = "No or unknown token", body = ErrorBody),
-        (status = 403, description = "RBAC does not grant `get agents/consciousness` on the Agent (`forbidden`)", body = ErrorBody),
         (status = 404, description = "No such agent in the data plane (`not_found`)", body = ErrorBody),
-        (status = 503, description = "Data plane or API server unavailable", body = ErrorBody),
+        MemoryReadRefusals,
         RequestRefusals,
     ),
     security(("bearer" = []))
@@ -99,10 +97,8 @@ pub(super) async fn cycles(
     params(CyclePath),
     responses(
         (status = 200, description = "The cycle's record", body = CycleView),
-        (status = 401, description = "No or unknown token", body = ErrorBody),
-        (status = 403, description = "RBAC does not grant `get agents/consciousness` on the Agent (`forbidden`)", body = ErrorBody),
         (status = 404, description = "No such agent, or no record of that number kept (`not_found`)", body = ErrorBody),
-        (status = 503, description = "Data plane or API server unavailable", body = ErrorBody),
+        MemoryReadRefusals,
         RequestRefusals,
     ),
     security(("bearer" = []))

@@ -48,6 +48,22 @@ pub(super) async fn allowed(
     Ok(key)
 }
 
+/// The refusals of a route that reads an agent's memory (its consciousness, its cycle
+/// records), which RBAC's `get agents/consciousness` on the Agent decides.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // documentation only: the answers are built by `ApiError`
+pub(super) enum MemoryReadRefusals {
+    /// No or unknown token.
+    #[response(status = 401)]
+    Unauthenticated(ErrorBody),
+    /// RBAC does not grant `get agents/consciousness` on the Agent (`forbidden`).
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// Data plane or API server unavailable.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
 /// An agent's consciousness: summary, messages, memories, goals, checkpoints, archive.
 #[utoipa::path(
     get,
@@ -56,10 +72,8 @@ pub(super) async fn allowed(
     params(AgentPath),
     responses(
         (status = 200, description = "The agent's consciousness", body = ConsciousnessView),
-        (status = 401, description = "No or unknown token", body = ErrorBody),
-        (status = 403, description = "RBAC does not grant `get agents/consciousness` on the Agent (`forbidden`)", body = ErrorBody),
         (status = 404, description = "No such agent in the data plane (`not_found`)", body = ErrorBody),
-        (status = 503, description = "Data plane or API server unavailable", body = ErrorBody),
+        MemoryReadRefusals,
         RequestRefusals,
     ),
     security(("bearer" = []))
