@@ -16,6 +16,7 @@ mod inbox;
 mod messages;
 mod notes;
 mod observe;
+mod receipts;
 mod spaces;
 
 use calls::*;
@@ -26,6 +27,7 @@ use inbox::*;
 use messages::*;
 use notes::*;
 use observe::*;
+use receipts::*;
 use spaces::*;
 
 fn member(kind: MemberKind, id: &str) -> Member {
