@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolsSpec {
-    /// Built-in tools to enable. Defaults to all of them.
+    /// Built-in tools to enable. Defaults to all of them. A cycle offers those that apply:
+    /// `enter_space` to an agent of more than one space, `read_messages` to an agent of more
+    /// than one space or whose conversation was compacted (either also when a phase names
+    /// it), and the memory, goal and plan tools where the agent's memory is kept.
     #[serde(default = "BuiltinTool::all")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub builtin: Vec<BuiltinTool>,

@@ -11,6 +11,7 @@ pub mod activity;
 pub mod archiver;
 mod budget;
 pub mod compaction;
+mod cue;
 pub mod cycle;
 mod health;
 pub mod host;

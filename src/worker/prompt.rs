@@ -14,8 +14,6 @@ use crate::store::{EventKind, Goal, InboxEvent, Memories, SpaceRecord};
 
 /// What the fresh context is built from.
 pub struct PromptInput<'a> {
-    /// The agent's manifest.
-    pub agent: &'a Agent,
     /// The plans of its spec the cycle is told of (none for a conversation with a memory
     /// of its own: they are the agent's).
     pub spec_plans: &'a [PlanSpec],
@@ -31,22 +29,38 @@ pub struct PromptInput<'a> {
     pub plan_marks: &'a BTreeMap<String, i64>,
     /// Current time (ms since the epoch).
     pub now_ms: i64,
-    /// The events the cycle woke for (its inbox message).
-    pub events: &'a [InboxEvent],
 }
 
-/// The instruction every agent gets about inbox lines, tools and `skip` (seeds 000, 004).
+/// The instruction every agent gets about inbox lines and tools (seeds 000, 004): short, since
+/// every request carries it and a small model reads the longest paragraph as the task (issue
+/// 44: a paragraph on when to skip made a 1.5B model skip its only human).
 const HOW_YOU_WORK: &str = "\
 How you work:
-- You wake when events arrive in your inbox; they come as one message, one line each: [Space] Sender: \"text\". A line [Space] Sender (to NAME): \"text\" is addressed to the agent NAME: if NAME is you, answer it. Events from outside your spaces start with (service), (plan) or (tool result); answer those in the space they concern.
-- The last message of every request, headed [CONTEXT …], is not from anyone: it is what was true as this cycle began (the time, your spaces and their members, your memories, goals and plans).
-- Everything you want others to see goes through send_message (to a space you are a member of). Text you write outside tool calls is private reasoning: nobody sees it.
-- You remember this conversation across cycles. Use set_memories and set_goals for what must outlive it, and set_plans to get back to something at a later time.
-- In spaces with several agents and humans you will receive many messages that are not directed at you and are better handled by someone else. If after reading the inbox events you determine that the message is not addressed to you (by name, role, or context), another agent or human is better suited to respond, or you have nothing useful to contribute, call skip() immediately. Do NOT send any messages first.";
+- Events arrive as one message, a line each: [Space] Sender: \"text\". (to NAME) after the sender addresses the agent NAME. Lines from outside your spaces start with (service), (plan) or (tool result): answer them in the space they concern.
+- The last message, headed [CONTEXT …], is from nobody: the time, your spaces, what you keep.
+- Only send_message reaches people; text outside tool calls is private.";
+
+/// The line of an agent that keeps notes (it has the tools).
+const NOTES: &str =
+    "- You remember this conversation; set_memories, set_goals and set_plans keep what must outlive it or come back later.";
+
+/// The line of an agent that shares a space with other agents, and only of such an agent:
+/// when to stay silent.
+const SHARED: &str = "- Other agents share your spaces: when a message is for one of them (it names them, or they are better suited), call skip and send nothing.";
+
+/// What the system prompt says besides the manifest: the agent's situation, stable between
+/// cycles until its spaces' agents or its tools change.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Situation {
+    /// It shares a space with other agents.
+    pub shares_spaces: bool,
+    /// It has tools to keep notes (memories, goals, plans).
+    pub keeps_notes: bool,
+}
 
 /// The system prompt: the same for every cycle of an agent until its manifest changes, so
 /// that it stays in the providers' prompt caches.
-pub fn system_prompt(agent: &Agent) -> String {
+pub fn system_prompt(agent: &Agent, situation: Situation) -> String {
     let name = agent.metadata.name.as_deref().unwrap_or("agent");
     let ns = agent.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = format!("You are {name}, an agent of namespace {ns}.\n");
@@ -58,12 +72,19 @@ pub fn system_prompt(agent: &Agent) -> String {
     out.push('\n');
     out.push_str(HOW_YOU_WORK);
     out.push('\n');
+    if situation.keeps_notes {
+        out.push_str(NOTES);
+        out.push('\n');
+    }
+    if situation.shares_spaces {
+        out.push_str(SHARED);
+        out.push('\n');
+    }
     out
 }
 
 /// The fresh context of a cycle (the last message of its requests, never stored).
 pub fn context(input: &PromptInput<'_>) -> String {
-    let agent = input.agent;
     let mut out = format!(
         "{}\nCurrent time: {}\n",
         format::CONTEXT_HEADING,
@@ -120,55 +141,7 @@ pub fn context(input: &PromptInput<'_>) -> String {
         out.push_str(&plans::describe(p, source, mark, input.now_ms));
         out.push('\n');
     }
-    let me = agent.metadata.name.as_deref().unwrap_or_default();
-    out.push_str(&woke_for(me, input.spaces, input.events));
     out
-}
-
-/// The context's last line: what the cycle woke for and where it is. Small real models answer
-/// the last message they read; with the context last and no such line they answered the
-/// context ("no relevant messages") instead of the human (docs/real-models.md).
-fn woke_for(me: &str, spaces: &[(String, Option<SpaceRecord>)], events: &[InboxEvent]) -> String {
-    // (what, where from) → how many, in the order they came.
-    let mut kinds: Vec<((&str, String), usize)> = Vec::new();
-    for e in events {
-        let kind = match (e.kind, &e.space) {
-            (EventKind::SpaceMessage, Some(space)) => {
-                let sender = e.sender.as_ref().map_or("someone", |s| s.name.as_str());
-                let to = match e.mention() {
-                    Some(m) if m == me => " to you".to_string(),
-                    Some(m) => format!(" to {m}"),
-                    None => String::new(),
-                };
-                (
-                    "message",
-                    format!(" from {sender} in {}{to}", display(spaces, space)),
-                )
-            }
-            (EventKind::Plan, _) => ("plan reminder", String::new()),
-            (EventKind::ToolResult, _) => ("tool result", String::new()),
-            _ => ("service event", String::new()),
-        };
-        match kinds.iter_mut().find(|(k, _)| *k == kind) {
-            Some((_, n)) => *n += 1,
-            None => kinds.push((kind, 1)),
-        }
-    }
-    if kinds.is_empty() {
-        return String::new();
-    }
-    let list: Vec<String> = kinds
-        .iter()
-        .map(|((what, from), n)| match n {
-            1 => format!("1 {what}{from}"),
-            n => format!("{n} {what}s{from}"),
-        })
-        .collect();
-    format!(
-        "\nThis cycle you woke for {}: the inbox message above, after your last turn. \
-         Reply with send_message where a reply is due; call skip if none is.\n",
-        list.join(", ")
-    )
 }
 
 /// The display name of a space the agent knows, else its name.
@@ -237,66 +210,44 @@ mod tests {
     use crate::identity::AgentKey;
     use crate::store::{CallId, CallResult, NewCall};
 
-    fn message(space: &str, sender: &str) -> InboxEvent {
-        InboxEvent {
-            id: format!("{space}-{sender}"),
-            kind: EventKind::SpaceMessage,
-            time_ms: 0,
-            urgent: false,
-            space: Some(space.into()),
-            sender: Some(crate::store::Sender {
-                groups: Vec::new(),
-                id: sender.to_lowercase(),
-                name: sender.into(),
-                kind: Some(MemberKind::Human),
-            }),
-            text: Some("hi".into()),
-            data: None,
-            depth: 0,
-        }
-    }
-
     #[test]
-    fn the_context_ends_with_what_the_cycle_woke_for() {
-        let mut plan = message("desk", "Husam");
-        plan.kind = EventKind::Plan;
-        plan.space = None;
-        let mut to_bob = message("desk", "Lena");
-        to_bob.data = Some(serde_json::json!({"mention": "bob"}));
-        let events = [
-            message("desk", "Husam"),
-            message("desk", "Lena"),
-            message("desk", "Husam"),
-            to_bob,
-            plan,
-        ];
-        assert_eq!(
-            woke_for("alice", &[], &events),
-            "\nThis cycle you woke for 2 messages from Husam in desk, 1 message from Lena in \
-             desk, 1 message from Lena in desk to bob, 1 plan reminder: the inbox message above, \
-             after your last turn. Reply with send_message where a reply is due; call skip if \
-             none is.\n"
-        );
-        assert!(woke_for("bob", &[], &events).contains("from Lena in desk to you,"));
-        assert_eq!(woke_for("alice", &[], &[]), "");
-        // The scripted model (and anyone) still reads the context's lists.
+    fn the_system_prompt_says_only_what_the_agents_situation_needs() {
         let agent: Agent = serde_yaml::from_str(
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: bot, namespace: ns}\nspec: {model: {provider: scripted, name: bot}, spaces: [desk]}",
         )
         .unwrap();
+        let lone = system_prompt(&agent, Situation::default());
+        assert!(
+            !lone.contains("skip") && !lone.contains("set_memories"),
+            "{lone}"
+        );
+        let full = system_prompt(
+            &agent,
+            Situation {
+                shares_spaces: true,
+                keeps_notes: true,
+            },
+        );
+        assert!(full.contains(SHARED) && full.contains(NOTES), "{full}");
+        assert!(
+            full.starts_with(&lone[..lone.len() - 1]),
+            "one stable prefix"
+        );
+    }
+
+    #[test]
+    fn the_context_lists_what_the_agent_keeps() {
+        // The scripted model (and anyone) still reads the context's lists.
         let memories: Memories = [("dinner".to_string(), "at 8".to_string())].into();
         let context = context(&PromptInput {
             spec_plans: &[],
-            agent: &agent,
             spaces: &[],
             memories: &memories,
             goals: &[],
             plans: &[],
             plan_marks: &BTreeMap::new(),
             now_ms: 0,
-            events: &events,
         });
-        assert!(context.ends_with("call skip if none is.\n"), "{context}");
         assert_eq!(
             format::parse_memories(&context),
             vec![("dinner".to_string(), "at 8".to_string())]

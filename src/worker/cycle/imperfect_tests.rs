@@ -23,7 +23,7 @@ fn nudges(r: &Rig) -> u64 {
 fn nudged_in(r: &Rig, request: usize) -> bool {
     user_texts(&r.requests()[request].messages)
         .iter()
-        .any(|t| t.contains("nobody in the spaces saw it"))
+        .any(|t| t.contains("nobody has seen one yet"))
 }
 
 #[tokio::test]
@@ -51,7 +51,7 @@ async fn plain_text_to_a_human_gets_one_nudge_and_the_answer_reaches_the_space()
     );
     let remembered = serde_json::to_string(&r.remembered().await).unwrap();
     assert!(
-        remembered.contains("nobody in the spaces saw it"),
+        remembered.contains("nobody has seen one yet"),
         "the nudge is part of the cycle's story"
     );
 }
@@ -74,11 +74,21 @@ async fn the_nudge_names_who_is_waiting_and_where() {
         .find(|t| t.starts_with("[agentfleet]"))
         .unwrap();
     assert!(
-        nudge.contains("Husam is waiting in space \"family\".")
+        nudge.contains("Husam is waiting in space \"family\" for your answer")
             && nudge.contains("Answer now with send_message.")
             && nudge.ends_with("Call skip only if the message was not for you."),
         "{nudge}"
     );
+    // The text that reached nobody is not shown again (a small model wrote it out again,
+    // word for word), nor remembered; the cycle's record keeps it.
+    let shown = serde_json::to_string(&requests[1].messages).unwrap();
+    assert!(!shown.contains("The forecast is rain."), "{shown}");
+    let remembered = serde_json::to_string(&r.remembered().await).unwrap();
+    assert!(
+        !remembered.contains("The forecast is rain."),
+        "{remembered}"
+    );
+    assert!(remembered.contains("Rain today."), "{remembered}");
 }
 
 #[tokio::test]

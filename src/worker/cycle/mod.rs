@@ -32,6 +32,7 @@ pub mod gates;
 mod imperfect_tests;
 mod journal;
 mod nudge;
+mod offer;
 mod oversize;
 pub mod partial;
 mod prepare;
@@ -360,6 +361,8 @@ struct Cycle<'a> {
     spaces: Vec<(String, Option<SpaceRecord>)>,
     system: String,
     context: String,
+    /// The line after the context: what the cycle woke for and what is due at this step.
+    cue: crate::worker::cue::Cue,
     summary: Option<Message>,
     /// The agent's tools, in their stable order (a step offers them or its phase's part).
     tools: Vec<ToolSpec>,

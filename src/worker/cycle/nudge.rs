@@ -13,6 +13,7 @@ use super::journal::Entry;
 use super::Cycle;
 use crate::model::Message;
 use crate::store::{EventKind, MemberKind};
+use crate::worker::cue::Progress;
 
 /// Tools that answer, or say on purpose that there is nothing to answer.
 const ANSWERS: &[&str] = &["send_message", "skip"];
@@ -31,9 +32,17 @@ impl Cycle<'_> {
         self.nudged = true;
         self.recorder
             .note("nudged: its text reached nobody, and it was asked to answer with send_message");
+        // The text that reached nobody is not kept: shown its own text again, a small model
+        // at temperature 0 wrote it out again word for word (issue 44). The cycle's record
+        // keeps it as the step's thought, and a resumed cycle never had it (its journal keeps
+        // only turns that called tools).
+        if matches!(self.new.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty())
+        {
+            self.new.pop();
+        }
         let message = format!(
-            "[agentfleet] Your text above is private: nobody in the spaces saw it. {} \
-             Answer now with send_message. Call skip only if the message was not for you.",
+            "[agentfleet] {} for your answer: nobody has seen one yet. Answer now with \
+             send_message. Call skip only if the message was not for you.",
             waiting(self.events)
         );
         self.journal_later(Entry::Urgent {
@@ -49,6 +58,19 @@ impl Cycle<'_> {
             .with_label_values(&[&key.namespace, &key.name])
             .inc();
         true
+    }
+
+    /// Where the cycle stands for its cue: answered, just given results, or neither.
+    pub(super) fn progress(&self) -> Progress {
+        if self.answered() {
+            Progress::Answered
+        } else if matches!(self.new.last(), Some(Message::Tool { .. })) {
+            Progress::Results
+        } else if self.nudged {
+            Progress::Nudged
+        } else {
+            Progress::Fresh
+        }
     }
 
     /// Whether the cycle has called a tool of [`ANSWERS`] that did not fail (a refused
@@ -79,7 +101,7 @@ impl Cycle<'_> {
     }
 }
 
-/// Who is waiting for an answer, and where: `Husam is waiting in space "desk".`
+/// Who is waiting for an answer, and where: `Husam is waiting in space "desk"`.
 fn waiting(events: &[crate::store::InboxEvent]) -> String {
     let mut who: Vec<(&str, &str)> = Vec::new();
     for e in events.iter().filter(|e| from_a_human(e)) {
@@ -99,14 +121,14 @@ fn waiting(events: &[crate::store::InboxEvent]) -> String {
     let verb = if who.len() == 1 { "is" } else { "are" };
     match who.first() {
         Some((_, space)) if who.iter().all(|(_, s)| s == space) => {
-            format!("{} {verb} waiting in space \"{space}\".", names(&who))
+            format!("{} {verb} waiting in space \"{space}\"", names(&who))
         }
         _ => {
             let each: Vec<String> = who
                 .iter()
                 .map(|(n, s)| format!("{n} (in space \"{s}\")"))
                 .collect();
-            format!("{} {verb} waiting.", each.join(", "))
+            format!("{} {verb} waiting", each.join(", "))
         }
     }
 }

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::{journal, Agentlet, Cycle};
-use crate::crd::{A2aMemory, BuiltinTool, PlanSpec};
+use crate::crd::{A2aMemory, PlanSpec};
 use crate::identity::SpaceKey;
 use crate::model::{Message, Usage};
 use crate::party::Party;
@@ -52,7 +52,6 @@ impl<'a> Cycle<'a> {
         )?;
         let plans: Vec<PlanSpec> = plans.iter().map(PlanSpec::from).collect();
         let context = prompt::context(&PromptInput {
-            agent: &agentlet.agent,
             spec_plans: if remembers {
                 &agentlet.agent.spec.plans
             } else {
@@ -64,9 +63,7 @@ impl<'a> Cycle<'a> {
             plans: &plans,
             plan_marks: &plan_marks,
             now_ms: k8s_openapi::jiff::Timestamp::now().as_millisecond(),
-            events,
         });
-        let system = prompt::system_prompt(&agentlet.agent);
         let summary = consciousness
             .summary
             .as_ref()
@@ -78,12 +75,8 @@ impl<'a> Cycle<'a> {
             .iter()
             .find_map(|e| e.space.clone())
             .filter(|s| spaces.iter().any(|(name, _)| name == s));
-        let builtin: Vec<BuiltinTool> = agentlet
-            .enabled()
-            .iter()
-            .copied()
-            .filter(|t| remembers || !t.long_memory())
-            .collect();
+        let offer = super::offer::offer(agentlet, &spaces, remembers, summary.is_some());
+        let cue = crate::worker::cue::Cue::new(&agentlet.key.name, &spaces, events);
         let recorder = super::record::Recorder::new(agentlet.toolbox().masks(), &party, events);
         let mut cycle = Cycle {
             agentlet,
@@ -94,11 +87,12 @@ impl<'a> Cycle<'a> {
             consciousness,
             history,
             spaces,
-            system,
+            system: offer.system,
             context,
+            cue,
             summary,
-            tools: agentlet.toolbox().specs_for(&builtin),
-            builtin,
+            tools: offer.tools,
+            builtin: offer.builtin,
             party,
             remembers,
             batch: batch_id(events),

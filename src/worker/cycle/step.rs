@@ -185,10 +185,11 @@ impl Cycle<'_> {
     /// begins with the whole of the one before, as the providers' prompt caches want.
     fn request(&self, step: u32, preview: Option<String>) -> Request {
         let (tools, tool_choice) = gates::offer(&self.agentlet.agent.spec.cycle, step, &self.tools);
-        let context = match preview {
+        let mut context = match preview {
             Some(p) => format!("{}\n{p}", self.context),
             None => self.context.clone(),
         };
+        context.push_str(&self.cue.line(self.progress()));
         Request {
             system: self.system.clone(),
             messages: self

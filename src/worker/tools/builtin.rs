@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::crd::{BuiltinTool, PlanSpec};
 use crate::identity::AgentKey;
 use crate::identity::SpaceKey;
-use crate::model::{ToolCall, ToolSpec};
+use crate::model::ToolCall;
 use crate::plans;
 use crate::store::{
     parse_message_id, Goal, Lease, LiveEvent, MemberKind, Memories, NewMessage, Plan, ReadQuery,
@@ -25,80 +25,6 @@ pub const TOOL_PAGE_BYTES: usize = 64 * 1024;
 
 /// Longest `wait` of `send_message`.
 pub const MAX_WAIT: Duration = Duration::from_secs(120);
-
-/// The specs of the enabled built-in tools, in a stable order.
-pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
-    let space = json!({"type": "string", "description": "Space name (or display name). Defaults to the active space."});
-    BuiltinTool::all()
-        .into_iter()
-        .filter(|t| enabled.contains(t))
-        .map(|t| {
-            let (description, parameters) = match t {
-                BuiltinTool::SendMessage => (
-                    "Post a message to a space you are a member of (the active space by default). Optionally mention an agent member to address it, and optionally wait for a reply.",
-                    json!({"type": "object", "properties": {
-                        "text": {"type": "string", "description": "Message text."},
-                        "space": space,
-                        "mention": {"type": "string", "description": "Name of an agent member to address."},
-                        "wait": {"type": "object", "description": "Wait for a reply after sending; resolves on the first message matching any condition.",
-                            "properties": {
-                                "for": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
-                                    "type": {"type": "string", "enum": ["any", "agent", "human", "entity"]},
-                                    "entityId": {"type": "string", "description": "Required when type is entity."}}, "required": ["type"]}},
-                                "timeout": {"type": "number", "description": "Seconds to wait (default 60, max 120)."}},
-                            "required": ["for"]}},
-                        "required": ["text"]}),
-                ),
-                BuiltinTool::EnterSpace => (
-                    "Make a space you are a member of the active one, and see its members and recent messages.",
-                    json!({"type": "object", "properties": {"space": space}, "required": ["space"]}),
-                ),
-                BuiltinTool::ReadMessages => (
-                    "Read recent messages of a space you are a member of, oldest first. A page holds at most 64 KiB of messages; when there are older ones, `before` in the result says where to go on.",
-                    json!({"type": "object", "properties": {"space": space,
-                        "limit": {"type": "integer", "description": "How many recent messages (default 15, max 50)."},
-                        "before": {"type": "string", "description": "Read the messages older than this message id (a previous result's `before`)."}}}),
-                ),
-                BuiltinTool::Skip => (
-                    "Call this when the inbox events are not relevant to you and another agent or human will handle them. This skips the cycle entirely: nothing is sent and nothing of this cycle is remembered.",
-                    json!({"type": "object", "properties": {"reason": {"type": "string", "description": "Brief reason (internal log only)."}}}),
-                ),
-                BuiltinTool::SetMemories => (
-                    "Store facts you keep across cycles (they appear in your context at every cycle).",
-                    json!({"type": "object", "properties": {"memories": {"type": "object", "additionalProperties": {"type": "string"},
-                        "description": "key → fact"}}, "required": ["memories"]}),
-                ),
-                BuiltinTool::DeleteMemories => (
-                    "Remove stored memories by key.",
-                    json!({"type": "object", "properties": {"keys": {"type": "array", "items": {"type": "string"}}}, "required": ["keys"]}),
-                ),
-                BuiltinTool::SetGoals => (
-                    "Create or update goals you work towards (upsert by id).",
-                    json!({"type": "object", "properties": {"goals": {"type": "array", "items": {"type": "object", "properties": {
-                        "id": {"type": "string"}, "description": {"type": "string"}, "status": {"type": "string", "description": "active, completed, blocked, …"}},
-                        "required": ["id"]}}}, "required": ["goals"]}),
-                ),
-                BuiltinTool::SetPlans => (
-                    "Schedule instructions for your future self: each plan comes back to you as an inbox event when it is due, even while you sleep. Upsert by name; cancel by name.",
-                    json!({"type": "object", "properties": {
-                        "plans": {"type": "array", "items": {"type": "object", "properties": {
-                            "name": {"type": "string", "description": "Lowercase letters, digits and dashes."},
-                            "schedule": {"type": "string", "description": "Recurring: cron, five fields (minute hour day-of-month month day-of-week), or @hourly/@daily/@weekly/@monthly/@yearly."},
-                            "timeZone": {"type": "string", "description": "IANA time zone of schedule (default UTC)."},
-                            "at": {"type": "string", "description": "Once: RFC 3339 time, e.g. 2026-12-24T18:00:00Z."},
-                            "instruction": {"type": "string", "description": "What to do when it is due."}},
-                            "required": ["name", "instruction"]}},
-                        "cancel": {"type": "array", "items": {"type": "string"}, "description": "Names of your plans to remove."}}}),
-                ),
-            };
-            ToolSpec {
-                name: t.name().into(),
-                description: description.into(),
-                parameters,
-            }
-        })
-        .collect()
-}
 
 /// What tools act on, for one cycle.
 pub struct ToolEnv<'a> {
@@ -562,10 +488,11 @@ impl ToolEnv<'_> {
             #[serde(default)]
             cancel: Vec<String>,
         }
-        let args: Args = serde_json::from_value(args).map_err(|e| {
-            format!("invalid arguments for set_plans: expected {{plans: [{{name, schedule or at, timeZone, instruction}}], cancel: [name]}} ({e})")
-        })?;
         let now = crate::store::now_ms();
+        let args = super::plan_args::read(args, now)?;
+        let args: Args = serde_json::from_value(args).map_err(|e| {
+            format!("invalid arguments for set_plans: expected {{plans: [{{name, instruction, in or at or schedule, timeZone}}], cancel: [name]}} ({e})")
+        })?;
         let mut stored = Vec::new();
         for p in &args.plans {
             let valid_name = !p.name.is_empty()
@@ -633,20 +560,5 @@ impl ToolEnv<'_> {
                 .map_err(|e| format!("plans not stored: {e}"))?;
         }
         Ok(json!({"stored": stored, "cancelled": cancelled}))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn specs_follow_the_enabled_list() {
-        let names: Vec<String> = specs(&[BuiltinTool::Skip, BuiltinTool::SendMessage])
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(names, ["send_message", "skip"]);
-        assert_eq!(specs(&BuiltinTool::all()).len(), 8);
     }
 }

@@ -7,6 +7,8 @@ pub mod builtin;
 pub mod http;
 pub mod interactive;
 pub mod mcp;
+mod plan_args;
+pub mod schemas;
 pub mod secrets;
 
 use std::sync::Arc;
@@ -14,7 +16,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::json;
 
-pub use builtin::{specs, ToolEnv, MAX_WAIT};
+pub use builtin::{ToolEnv, MAX_WAIT};
+pub use schemas::specs;
 
 use crate::crd::{BuiltinTool, ToolStatus};
 use crate::identity::AgentKey;
