@@ -762,13 +762,13 @@ async fn tool_phase_gates_shape_each_step() {
     until_cycle(&r.store, &a, 1).await;
     w.stop().await;
     let reqs = mock.requests();
-    // An agent of one space is not offered enter_space, phase or not (issue 44).
-    assert_eq!(tool_names(&reqs[0]), ["read_messages"]);
+    assert_eq!(tool_names(&reqs[0]), ["enter_space", "read_messages"]);
     assert_eq!(reqs[0]["tool_choice"], "required");
+    // Every tool but delete_memories (set_memories forgets a key given an empty fact).
     assert_eq!(
         tool_names(&reqs[1]).len(),
         7,
-        "after the phase, every tool it may use"
+        "after the phase, every tool offered"
     );
     assert_eq!(reqs[1]["tool_choice"], "auto");
     let results: Vec<&str> = reqs[1]["messages"]

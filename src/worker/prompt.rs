@@ -36,17 +36,16 @@ pub struct PromptInput<'a> {
 /// 44: a paragraph on when to skip made a 1.5B model skip its only human).
 const HOW_YOU_WORK: &str = "\
 How you work:
-- Events arrive as one message, a line each: [Space] Sender: \"text\". (to NAME) after the sender addresses the agent NAME. Lines from outside your spaces start with (service), (plan) or (tool result): answer them in the space they concern.
+- Events arrive as one message, a line each: [Space] Sender: \"text\". Lines from outside your spaces start with (service), (plan) or (tool result): answer them in the space they concern.
 - The last message, headed [CONTEXT …], is from nobody: the time, your spaces, what you keep.
 - Only send_message reaches people; text outside tool calls is private.";
 
-/// The line of an agent that keeps notes (it has the tools).
-const NOTES: &str =
-    "- You remember this conversation; set_memories, set_goals and set_plans keep what must outlive it or come back later.";
+/// The line of an agent that keeps notes (it has the tools, which say what they keep).
+const NOTES: &str = "- You remember this conversation across cycles.";
 
 /// The line of an agent that shares a space with other agents, and only of such an agent:
 /// when to stay silent.
-const SHARED: &str = "- Other agents share your spaces: when a message is for one of them (it names them, or they are better suited), call skip and send nothing.";
+const SHARED: &str = "- Other agents share your spaces. [Space] Sender (to NAME): \"text\" is for the agent NAME; when a message is for one of them (it names them, or they are better suited), call skip and send nothing.";
 
 /// What the system prompt says besides the manifest: the agent's situation, stable between
 /// cycles until its spaces' agents or its tools change.

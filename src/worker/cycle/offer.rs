@@ -7,12 +7,15 @@
 //! - `read_messages` only to an agent of more than one space, or whose conversation was
 //!   compacted, or whose phases name it: an agent of one space wakes for every message of it,
 //!   so its conversation already holds them, unless a compaction summed them up;
-//! - the memory, goal and plan tools only where the agent remembers (as before);
+//! - the memory, goal and plan tools only where the agent remembers (as before: a
+//!   conversation with a memory of its own cannot call them either), and `delete_memories`
+//!   only where a phase names it (`set_memories` forgets a key given an empty fact);
 //! - `send_message` without `space` for an agent of one space, and without `mention` and
 //!   `wait` when no other agent shares its spaces (the tool still takes them);
 //! - and the system prompt's lines on notes and on other agents only where they apply.
 //!
-//! All of it is stable between cycles until the agent's spaces, their agents, its spec or a
+//! A built-in that is not offered still works when a model calls it (it may have read of it
+//! in its conversation). All of it is stable between cycles until the agent's spaces, their agents, its spec or a
 //! compaction change it, so providers' prompt caches keep it.
 
 use crate::crd::{Agent, BuiltinTool};
@@ -25,7 +28,10 @@ use super::Agentlet;
 
 /// The built-ins, system prompt and tool specs of a cycle.
 pub(super) struct Offer {
+    /// The built-ins the cycle may call: a model that calls one it was not offered (it read
+    /// of it in its conversation) is served all the same.
     pub builtin: Vec<BuiltinTool>,
+    /// The system prompt and the specs offered.
     pub system: String,
     pub tools: Vec<ToolSpec>,
 }
@@ -44,7 +50,12 @@ pub(super) fn offer(
         .enabled()
         .iter()
         .copied()
-        .filter(|t| offered(*t, agent, one_space, remembers, compacted))
+        .filter(|t| remembers || !t.long_memory())
+        .collect();
+    let shown: Vec<BuiltinTool> = builtin
+        .iter()
+        .copied()
+        .filter(|t| offered(*t, agent, one_space, compacted))
         .collect();
     let me = agentlet.key.name.as_str();
     let situation = Situation {
@@ -52,9 +63,9 @@ pub(super) fn offer(
             .iter()
             .filter_map(|(_, r)| r.as_ref())
             .any(|r| r.agents().any(|a| a != me)),
-        keeps_notes: builtin.iter().any(|t| t.long_memory()),
+        keeps_notes: shown.iter().any(|t| t.long_memory()),
     };
-    let mut tools = agentlet.toolbox().specs_for(&builtin);
+    let mut tools = agentlet.toolbox().specs_for(&shown);
     fit_to(&mut tools, one_space, situation.shares_spaces);
     Offer {
         builtin,
@@ -63,14 +74,8 @@ pub(super) fn offer(
     }
 }
 
-/// Whether an enabled built-in is offered in this situation.
-fn offered(
-    tool: BuiltinTool,
-    agent: &Agent,
-    one_space: bool,
-    remembers: bool,
-    compacted: bool,
-) -> bool {
+/// Whether a built-in the cycle has is offered in this situation.
+fn offered(tool: BuiltinTool, agent: &Agent, one_space: bool, compacted: bool) -> bool {
     let named_by_a_phase = || {
         agent.spec.cycle.phases.iter().any(|p| {
             p.active_tools
@@ -79,9 +84,10 @@ fn offered(
         })
     };
     match tool {
-        _ if tool.long_memory() => remembers,
         BuiltinTool::EnterSpace => !one_space || named_by_a_phase(),
         BuiltinTool::ReadMessages => !one_space || compacted || named_by_a_phase(),
+        // `set_memories` forgets a key given an empty fact.
+        BuiltinTool::DeleteMemories => named_by_a_phase(),
         _ => true,
     }
 }
@@ -100,7 +106,7 @@ mod tests {
     #[test]
     fn navigation_is_offered_where_there_is_somewhere_to_go() {
         let plain = agent("");
-        let offered_in = |t, one, compacted| offered(t, &plain, one, true, compacted);
+        let offered_in = |t, one, compacted| offered(t, &plain, one, compacted);
         assert!(!offered_in(BuiltinTool::EnterSpace, true, false));
         assert!(!offered_in(BuiltinTool::ReadMessages, true, false));
         assert!(offered_in(BuiltinTool::EnterSpace, false, false));
@@ -110,25 +116,12 @@ mod tests {
         assert!(!offered_in(BuiltinTool::EnterSpace, true, true));
         assert!(offered_in(BuiltinTool::SendMessage, true, false));
         assert!(offered_in(BuiltinTool::Skip, true, false));
+        assert!(!offered_in(BuiltinTool::DeleteMemories, false, true));
         // A phase that names a tool gets it, one space or not.
         let phased = agent(
             ", cycle: {phases: [{toStep: 0, activeTools: [read_messages], toolChoice: required}]}",
         );
-        assert!(offered(
-            BuiltinTool::ReadMessages,
-            &phased,
-            true,
-            true,
-            false
-        ));
-        // A conversation with a memory of its own has no long memory tools.
-        assert!(!offered(
-            BuiltinTool::SetMemories,
-            &plain,
-            true,
-            false,
-            false
-        ));
-        assert!(offered(BuiltinTool::SetMemories, &plain, true, true, false));
+        assert!(offered(BuiltinTool::ReadMessages, &phased, true, false));
+        assert!(!offered(BuiltinTool::EnterSpace, &phased, true, false));
     }
 }

@@ -15,8 +15,8 @@ use crate::identity::SpaceKey;
 use crate::model::ToolCall;
 use crate::plans;
 use crate::store::{
-    parse_message_id, Goal, Lease, LiveEvent, MemberKind, Memories, NewMessage, Plan, ReadQuery,
-    Sender, SpaceRecord, Store,
+    parse_message_id, Lease, LiveEvent, MemberKind, NewMessage, Plan, ReadQuery, Sender,
+    SpaceRecord, Store,
 };
 
 /// The most bytes of messages one `read_messages` (or `enter_space`) result holds: what a
@@ -402,45 +402,22 @@ impl ToolEnv<'_> {
     }
 
     async fn set_memories(&mut self, args: Value) -> Result<Value, String> {
-        let raw = args
-            .get("memories")
-            .cloned()
-            .ok_or("invalid arguments for set_memories: memories is required")?;
-        let mut memories = Memories::new();
-        match raw {
-            Value::Object(map) => {
-                for (k, v) in map {
-                    memories.insert(k, v.as_str().map_or_else(|| v.to_string(), str::to_string));
-                }
-            }
-            // Also the seed's `[{key, value}]` form.
-            Value::Array(items) => {
-                for item in items {
-                    let (Some(k), Some(v)) =
-                        (item.get("key").and_then(Value::as_str), item.get("value"))
-                    else {
-                        return Err(
-                            "invalid arguments for set_memories: items need key and value".into(),
-                        );
-                    };
-                    memories.insert(
-                        k.into(),
-                        v.as_str().map_or_else(|| v.to_string(), str::to_string),
-                    );
-                }
-            }
-            _ => {
-                return Err(
-                    "invalid arguments for set_memories: memories must be an object of key → fact"
-                        .into(),
-                )
-            }
+        let (memories, forget) = super::note_args::memories(&args)?;
+        if !memories.is_empty() {
+            self.store
+                .set_memories(self.agent, self.lease, &memories)
+                .await
+                .map_err(|e| format!("memories not stored: {e}"))?;
         }
-        self.store
-            .set_memories(self.agent, self.lease, &memories)
-            .await
-            .map_err(|e| format!("memories not stored: {e}"))?;
-        Ok(json!({"stored": memories.keys().collect::<Vec<_>>()}))
+        let forgotten = if forget.is_empty() {
+            0
+        } else {
+            self.store
+                .delete_memories(self.agent, self.lease, &forget)
+                .await
+                .map_err(|e| format!("memories not forgotten: {e}"))?
+        };
+        Ok(json!({"stored": memories.keys().collect::<Vec<_>>(), "forgotten": forgotten}))
     }
 
     async fn delete_memories(&mut self, args: Value) -> Result<Value, String> {
@@ -459,19 +436,7 @@ impl ToolEnv<'_> {
     }
 
     async fn set_goals(&mut self, args: Value) -> Result<Value, String> {
-        let goals: Vec<Goal> = serde_json::from_value(args.get("goals").cloned().unwrap_or(Value::Null))
-            .map_err(|e| format!("invalid arguments for set_goals: goals must be a list of {{id, description, status}} ({e})"))?;
-        let goals: Vec<Goal> = goals
-            .into_iter()
-            .map(|g| Goal {
-                status: if g.status.is_empty() {
-                    "active".into()
-                } else {
-                    g.status
-                },
-                ..g
-            })
-            .collect();
+        let goals = super::note_args::goals(&args)?;
         self.store
             .set_goals(self.agent, self.lease, &goals)
             .await
@@ -489,7 +454,7 @@ impl ToolEnv<'_> {
             cancel: Vec<String>,
         }
         let now = crate::store::now_ms();
-        let args = super::plan_args::read(args, now)?;
+        let args = super::note_args::plans(args, now)?;
         let args: Args = serde_json::from_value(args).map_err(|e| {
             format!("invalid arguments for set_plans: expected {{plans: [{{name, instruction, in or at or schedule, timeZone}}], cancel: [name]}} ({e})")
         })?;

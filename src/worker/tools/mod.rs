@@ -7,7 +7,7 @@ pub mod builtin;
 pub mod http;
 pub mod interactive;
 pub mod mcp;
-mod plan_args;
+mod note_args;
 pub mod schemas;
 pub mod secrets;
 

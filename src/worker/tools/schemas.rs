@@ -1,8 +1,9 @@
 //! What the model is told of the built-in tools: their schemas, fitted to the agent's
 //! situation. Every request carries each schema it offers (a small model pays for them in
 //! prompt processing on every first request of a cycle), so they say what a call does and
-//! what each parameter holds, and nothing twice (issue 44: 4,482 characters of schemas were
-//! cut to about half; what each cost and bought is in docs/real-models.md).
+//! what each parameter holds, and nothing twice; the notes tools offer the flat form of one
+//! note, and take the list forms too ([`super::note_args`]). Issue 44: 4,482 characters of
+//! schemas were cut to a third; what each cost and bought is in docs/real-models.md.
 
 use serde_json::json;
 
@@ -43,35 +44,31 @@ pub fn specs(enabled: &[BuiltinTool]) -> Vec<ToolSpec> {
                         "before": {"type": "string", "description": "A previous page's `before`, for older ones."}}}),
                 ),
                 BuiltinTool::Skip => (
-                    "End the cycle without answering, when the events are not for you. Called first, the cycle is forgotten.",
-                    json!({"type": "object", "properties": {"reason": {"type": "string", "description": "Why, for the log."}}}),
+                    "End the cycle without answering, when the events are not for you.",
+                    json!({"type": "object", "properties": {"reason": {"type": "string"}}}),
                 ),
                 BuiltinTool::SetMemories => (
-                    "Keep facts across cycles (your context lists them).",
-                    json!({"type": "object", "properties": {"memories": {"type": "object", "additionalProperties": {"type": "string"},
-                        "description": "key → fact"}}, "required": ["memories"]}),
+                    "Keep a fact across cycles; an empty fact forgets the key.",
+                    json!({"type": "object", "properties": {"key": {"type": "string"}, "fact": {"type": "string"}}, "required": ["key", "fact"]}),
                 ),
                 BuiltinTool::DeleteMemories => (
                     "Forget memories by key.",
                     json!({"type": "object", "properties": {"keys": {"type": "array", "items": {"type": "string"}}}, "required": ["keys"]}),
                 ),
                 BuiltinTool::SetGoals => (
-                    "Create or update goals by id.",
-                    json!({"type": "object", "properties": {"goals": {"type": "array", "items": {"type": "object", "properties": {
-                        "id": {"type": "string"}, "description": {"type": "string"}, "status": {"type": "string", "description": "active, completed, blocked, …"}},
-                        "required": ["id"]}}}, "required": ["goals"]}),
+                    "Set a goal you work towards, by id.",
+                    json!({"type": "object", "properties": {"id": {"type": "string"}, "description": {"type": "string"},
+                        "status": {"type": "string", "description": "active, completed, blocked, …"}}, "required": ["id"]}),
                 ),
                 BuiltinTool::SetPlans => (
-                    "Come back to something later: each plan is an inbox event when due, even while you sleep. Set by name; cancel by name.",
+                    "Come back to something later: the plan is an inbox event when due. Cancel plans by name.",
                     json!({"type": "object", "properties": {
-                        "plans": {"type": "array", "items": {"type": "object", "properties": {
-                            "name": {"type": "string", "description": "lowercase-with-dashes"},
-                            "instruction": {"type": "string", "description": "What to do then."},
-                            "in": {"type": "string", "description": "Once, after a delay: 90s, 10m, 2h, 1d."},
-                            "at": {"type": "string", "description": "Once, at an RFC 3339 time."},
-                            "schedule": {"type": "string", "description": "Recurring: cron (5 fields) or @hourly, @daily, @weekly."},
-                            "timeZone": {"type": "string", "description": "IANA zone of schedule (default UTC)."}},
-                            "required": ["name", "instruction"]}},
+                        "name": {"type": "string"},
+                        "instruction": {"type": "string"},
+                        "in": {"type": "string", "description": "Once, after a delay: 10m, 2h"},
+                        "at": {"type": "string", "description": "Once, RFC 3339"},
+                        "schedule": {"type": "string", "description": "Cron, 5 fields, or @daily"},
+                        "timeZone": {"type": "string"},
                         "cancel": {"type": "array", "items": {"type": "string"}}}}),
                 ),
             };
