@@ -38,23 +38,19 @@ const HOW_YOU_WORK: &str = "\
 How you work:
 - Events arrive as one message, a line each: [Space] Sender: \"text\". Lines from outside your spaces start with (service), (plan) or (tool result): answer them in the space they concern.
 - The last message, headed [CONTEXT …], is from nobody: the time, your spaces, what you keep.
-- Only send_message reaches people; text outside tool calls is private.";
-
-/// The line of an agent that keeps notes (it has the tools, which say what they keep).
-const NOTES: &str = "- You remember this conversation across cycles.";
+- Only send_message reaches people; text outside tool calls is private.
+- You remember this conversation across cycles.";
 
 /// The line of an agent that shares a space with other agents, and only of such an agent:
 /// when to stay silent.
 const SHARED: &str = "- Other agents share your spaces. [Space] Sender (to NAME): \"text\" is for the agent NAME; when a message is for one of them (it names them, or they are better suited), call skip and send nothing.";
 
 /// What the system prompt says besides the manifest: the agent's situation, stable between
-/// cycles until its spaces' agents or its tools change.
+/// cycles until its spaces' agents change. (What its tools keep, their schemas say.)
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Situation {
     /// It shares a space with other agents.
     pub shares_spaces: bool,
-    /// It has tools to keep notes (memories, goals, plans).
-    pub keeps_notes: bool,
 }
 
 /// The system prompt: the same for every cycle of an agent until its manifest changes, so
@@ -71,10 +67,6 @@ pub fn system_prompt(agent: &Agent, situation: Situation) -> String {
     out.push('\n');
     out.push_str(HOW_YOU_WORK);
     out.push('\n');
-    if situation.keeps_notes {
-        out.push_str(NOTES);
-        out.push('\n');
-    }
     if situation.shares_spaces {
         out.push_str(SHARED);
         out.push('\n');
@@ -224,10 +216,9 @@ mod tests {
             &agent,
             Situation {
                 shares_spaces: true,
-                keeps_notes: true,
             },
         );
-        assert!(full.contains(SHARED) && full.contains(NOTES), "{full}");
+        assert!(full.contains(SHARED), "{full}");
         assert!(
             full.starts_with(&lone[..lone.len() - 1]),
             "one stable prefix"

@@ -7,7 +7,8 @@
 //!
 //! The words are the ones small real models followed in the conformance suite
 //! (docs/real-models.md): naming the human and the space, and putting `skip` second, turned
-//! "call skip with the nudge's own words as the reason" into an answer.
+//! "call skip with the nudge's own words as the reason" into an answer; leaving out the text
+//! that reached nobody turned "the same prose again, word for word" into one (issue 44).
 
 use super::journal::Entry;
 use super::Cycle;

@@ -12,11 +12,11 @@
 //!   only where a phase names it (`set_memories` forgets a key given an empty fact);
 //! - `send_message` without `space` for an agent of one space, and without `mention` and
 //!   `wait` when no other agent shares its spaces (the tool still takes them);
-//! - and the system prompt's lines on notes and on other agents only where they apply.
+//! - and the system prompt's line on other agents only where one shares its spaces.
 //!
 //! A built-in that is not offered still works when a model calls it (it may have read of it
-//! in its conversation). All of it is stable between cycles until the agent's spaces, their agents, its spec or a
-//! compaction change it, so providers' prompt caches keep it.
+//! in its conversation). All of it is stable between cycles until the agent's spaces, their
+//! agents, its spec or a compaction change it, so providers' prompt caches keep it.
 
 use crate::crd::{Agent, BuiltinTool};
 use crate::model::ToolSpec;
@@ -63,7 +63,6 @@ pub(super) fn offer(
             .iter()
             .filter_map(|(_, r)| r.as_ref())
             .any(|r| r.agents().any(|a| a != me)),
-        keeps_notes: shown.iter().any(|t| t.long_memory()),
     };
     let mut tools = agentlet.toolbox().specs_for(&shown);
     fit_to(&mut tools, one_space, situation.shares_spaces);
