@@ -13,7 +13,9 @@ pub struct ToolsSpec {
     /// Built-in tools to enable. Defaults to all of them. A cycle offers those that apply:
     /// `enter_space` to an agent of more than one space, `read_messages` to an agent of more
     /// than one space or whose conversation was compacted (either also when a phase names
-    /// it), and the memory, goal and plan tools where the agent's memory is kept.
+    /// it), the memory, goal and plan tools where the agent's memory is kept, and
+    /// `delete_memories` only when a phase names it (`set_memories` forgets a key given an
+    /// empty fact). A tool not offered still works when the model calls it.
     #[serde(default = "BuiltinTool::all")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub builtin: Vec<BuiltinTool>,
