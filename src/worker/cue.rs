@@ -24,7 +24,7 @@ use crate::worker::prompt::display;
 /// Where the cycle stands when a step's request is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
-    /// Nothing done yet that answers or informs (the first step, or after a nudge).
+    /// Nothing done yet that answers or informs (the first step).
     Fresh,
     /// The last step's calls returned results and nobody has been answered yet.
     Results,
@@ -190,22 +190,15 @@ mod tests {
     use super::*;
 
     fn message(sender: &str, kind: MemberKind, mention: Option<&str>) -> InboxEvent {
-        InboxEvent {
-            id: format!("desk-{sender}"),
-            kind: EventKind::SpaceMessage,
-            time_ms: 0,
-            urgent: false,
-            space: Some("desk".into()),
-            sender: Some(crate::store::Sender {
-                groups: Vec::new(),
-                id: sender.to_lowercase(),
-                name: sender.into(),
-                kind: Some(kind),
-            }),
-            text: Some("hi".into()),
-            data: mention.map(|m| serde_json::json!({"mention": m})),
-            depth: 0,
+        let mut e = crate::testing::human_event(&format!("desk-{sender}"), "hi");
+        e.space = Some("desk".into());
+        e.data = mention.map(|m| serde_json::json!({"mention": m}));
+        if let Some(s) = e.sender.as_mut() {
+            s.id = sender.to_lowercase();
+            s.name = sender.into();
+            s.kind = Some(kind);
         }
+        e
     }
 
     fn human(name: &str) -> InboxEvent {

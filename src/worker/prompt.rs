@@ -45,17 +45,10 @@ How you work:
 /// when to stay silent.
 const SHARED: &str = "- Other agents share your spaces. [Space] Sender (to NAME): \"text\" is for the agent NAME; when a message is for one of them (it names them, or they are better suited), call skip and send nothing.";
 
-/// What the system prompt says besides the manifest: the agent's situation, stable between
-/// cycles until its spaces' agents change. (What its tools keep, their schemas say.)
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Situation {
-    /// It shares a space with other agents.
-    pub shares_spaces: bool,
-}
-
-/// The system prompt: the same for every cycle of an agent until its manifest changes, so
-/// that it stays in the providers' prompt caches.
-pub fn system_prompt(agent: &Agent, situation: Situation) -> String {
+/// The system prompt: the same for every cycle of an agent until its manifest changes (or
+/// whether it `shares_spaces` with other agents does), so that it stays in the providers'
+/// prompt caches.
+pub fn system_prompt(agent: &Agent, shares_spaces: bool) -> String {
     let name = agent.metadata.name.as_deref().unwrap_or("agent");
     let ns = agent.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = format!("You are {name}, an agent of namespace {ns}.\n");
@@ -67,7 +60,7 @@ pub fn system_prompt(agent: &Agent, situation: Situation) -> String {
     out.push('\n');
     out.push_str(HOW_YOU_WORK);
     out.push('\n');
-    if situation.shares_spaces {
+    if shares_spaces {
         out.push_str(SHARED);
         out.push('\n');
     }
@@ -207,17 +200,12 @@ mod tests {
             "apiVersion: agentfleet.dev/v1alpha1\nkind: Agent\nmetadata: {name: bot, namespace: ns}\nspec: {model: {provider: scripted, name: bot}, spaces: [desk]}",
         )
         .unwrap();
-        let lone = system_prompt(&agent, Situation::default());
+        let lone = system_prompt(&agent, false);
         assert!(
             !lone.contains("skip") && !lone.contains("set_memories"),
             "{lone}"
         );
-        let full = system_prompt(
-            &agent,
-            Situation {
-                shares_spaces: true,
-            },
-        );
+        let full = system_prompt(&agent, true);
         assert!(full.contains(SHARED), "{full}");
         assert!(
             full.starts_with(&lone[..lone.len() - 1]),

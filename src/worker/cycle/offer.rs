@@ -21,7 +21,7 @@
 use crate::crd::{Agent, BuiltinTool};
 use crate::model::ToolSpec;
 use crate::store::SpaceRecord;
-use crate::worker::prompt::{self, Situation};
+use crate::worker::prompt;
 use crate::worker::tools::schemas::fit_to;
 
 use super::Agentlet;
@@ -58,17 +58,15 @@ pub(super) fn offer(
         .filter(|t| offered(*t, agent, one_space, compacted))
         .collect();
     let me = agentlet.key.name.as_str();
-    let situation = Situation {
-        shares_spaces: spaces
-            .iter()
-            .filter_map(|(_, r)| r.as_ref())
-            .any(|r| r.agents().any(|a| a != me)),
-    };
+    let shares_spaces = spaces
+        .iter()
+        .filter_map(|(_, r)| r.as_ref())
+        .any(|r| r.agents().any(|a| a != me));
     let mut tools = agentlet.toolbox().specs_for(&shown);
-    fit_to(&mut tools, one_space, situation.shares_spaces);
+    fit_to(&mut tools, one_space, shares_spaces);
     Offer {
         builtin,
-        system: prompt::system_prompt(agent, situation),
+        system: prompt::system_prompt(agent, shares_spaces),
         tools,
     }
 }
