@@ -33,6 +33,8 @@ mod imperfect_tests;
 mod journal;
 mod nudge;
 mod offer;
+#[cfg(test)]
+mod once_tests;
 mod oversize;
 pub mod partial;
 mod prepare;
