@@ -34,6 +34,8 @@ mod journal;
 mod nudge;
 mod offer;
 #[cfg(test)]
+mod offer_tests;
+#[cfg(test)]
 mod once_tests;
 mod oversize;
 pub mod partial;
