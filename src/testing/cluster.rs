@@ -273,6 +273,17 @@ impl RedisCluster {
         Ok(())
     }
 
+    /// How many sharded subscribers `channel` has on the primary serving its slot now
+    /// (`PUBSUB SHARDNUMSUB`; 0 while none serves it).
+    pub fn shard_subscribers(&self, channel: &str) -> u64 {
+        self.serving(channel)
+            .and_then(|port| {
+                let reply = secure::query(&self.cli, port, &["PUBSUB", "SHARDNUMSUB", channel]);
+                reply.ok()?.lines().nth(1)?.trim().parse().ok()
+            })
+            .unwrap_or(0)
+    }
+
     /// Classic `PUBLISH` messages the live nodes have broadcast over the cluster bus
     /// (`cluster_stats_messages_publish_sent`); sharded ones are counted apart.
     pub fn broadcast_publishes(&self) -> u64 {

@@ -220,6 +220,26 @@ async fn cluster_pub_sub_stays_on_its_node_and_follows_failover_and_resharding()
 
     cluster.kill(owner);
     cluster.failed_over(owner, key).unwrap();
+    let channels = [
+        key,
+        "agentfleet:{agent:fam/alice}:wake",
+        "agentfleet:{agent:fam/bob}:wake",
+    ];
+    // A subscription follows a moment after its slot moved; what is published in between
+    // reaches nobody live (the inbox keeps it, and the sweep wakes its agent).
+    let subscribed = async |cluster: &crate::testing::RedisCluster| {
+        for channel in channels {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while cluster.shard_subscribers(channel) == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "nobody subscribed to {channel} again in 10 s"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    subscribed(&cluster).await;
     post_and_hear("after the failover").await;
 
     // A resharding moves the space's slot and alice's, with their keys, to another primary.
@@ -233,6 +253,7 @@ async fn cluster_pub_sub_stays_on_its_node_and_follows_failover_and_resharding()
         cluster.move_slot(k, to).unwrap();
         assert_eq!(cluster.owner(k), Some(to));
     }
+    subscribed(&cluster).await;
     post_and_hear("after a resharding").await;
     assert_eq!(cluster.broadcast_publishes(), before);
 }
