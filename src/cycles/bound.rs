@@ -57,6 +57,9 @@ impl CycleRecord {
     fn shorten_texts(&mut self, max: usize) {
         for e in &mut self.events {
             shorten(&mut e.text, &mut e.text_cut, max);
+            if let Some(data) = &mut e.data {
+                shorten(data, &mut e.data_cut, max);
+            }
         }
         for s in &mut self.steps {
             if let Some(text) = &mut s.text {

@@ -74,16 +74,38 @@ pub struct EventTrace {
     /// Its space, if it came from one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space: Option<String>,
-    /// Who sent it, if anyone.
+    /// Who sent it, if anyone (their display name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// The sender's id, when it is not their display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_id: Option<String>,
+    /// The sender's kind (`Agent`, `Human`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_kind: Option<crate::store::MemberKind>,
     /// When it arrived (ms since the epoch).
     pub time_ms: i64,
-    /// Its text (or data, as JSON), masked and cut.
+    /// Injected mid-cycle in full (`cycle.midCycleInbox`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub urgent: bool,
+    /// How many agent messages in a row led to it.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub depth: u32,
+    /// Its text (or data, as JSON, when it has no text), masked and cut.
     pub text: String,
     /// Bytes of it not kept.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub text_cut: u64,
+    /// Whether it had no text (`text` shows its data).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_text: bool,
+    /// Its structured data (a mention, a service's payload, a tool's result) as JSON, masked
+    /// and cut, when it has both text and data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// Bytes of the data not kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub data_cut: u64,
 }
 
 /// One tool call of a step.
@@ -179,6 +201,11 @@ pub struct CycleRecord {
     /// The checkpoint it committed, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<u64>,
+    /// The checkpoint its consciousness was at when it began (0: before the first), for a
+    /// cycle that reads and extends the agent's long memory: what a rehearsal starts it
+    /// from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_checkpoint: Option<u64>,
     /// Whom it answered: `members` (its spaces' people and agents) or an A2A conversation.
     pub party: String,
     /// Whether it went on from its journal (a cycle paused or stopped before).
@@ -293,5 +320,9 @@ pub struct CycleView {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }

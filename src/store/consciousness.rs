@@ -26,6 +26,17 @@ pub trait ConsciousnessLog: Send + Sync {
     /// The retained checkpoints, newest first.
     async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError>;
 
+    /// The consciousness as it was after `cycle` (a retained checkpoint), read without
+    /// changing anything: its window, summary and counters (`tokens_used`, `restored` and
+    /// `last_cycle_ms` as the checkpoint knows them). `None` when no such checkpoint is
+    /// retained (or its messages were trimmed as it was read). Cycle 0 is the empty
+    /// consciousness before the first.
+    async fn consciousness_at(
+        &self,
+        agent: &AgentKey,
+        cycle: u64,
+    ) -> Result<Option<Consciousness>, StoreError>;
+
     /// Makes the consciousness what it was after `cycle` (a retained checkpoint); later
     /// checkpoints and messages are dropped, the notes stay as they are, and `request` (if
     /// any) is recorded as the restore request applied. Fenced: take the lease first. `None`
@@ -55,6 +66,31 @@ pub trait ConsciousnessLog: Send + Sync {
     /// Forgets which restore request was applied (the spec no longer asks for one), so that
     /// asking for the same one again applies it again. Fenced.
     async fn forget_restore(&self, agent: &AgentKey, lease: &Lease) -> Result<(), StoreError>;
+}
+
+/// The consciousness of checkpoint `cp`, given its window's messages and summary as read:
+/// `None` when the messages read are not all of the window's (trimmed meanwhile).
+pub(super) fn at_checkpoint(
+    cp: &Checkpoint,
+    messages: Vec<String>,
+    summary: Option<String>,
+) -> Option<Consciousness> {
+    if messages.len() as u64 != cp.end.saturating_sub(cp.start)
+        || (cp.summary_cycle.is_some() && summary.is_none())
+    {
+        return None;
+    }
+    Some(Consciousness {
+        cycle: cp.cycle,
+        summary,
+        messages,
+        start: cp.start,
+        tokens: cp.tokens,
+        digest: cp.digest.clone(),
+        tokens_used: 0,
+        last_cycle_ms: Some(cp.time_ms),
+        restored: None,
+    })
 }
 
 /// The checkpoint a replaced consciousness starts from (written at `time_ms`).

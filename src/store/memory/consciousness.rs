@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::{AgentState, MemoryStore};
 use crate::identity::AgentKey;
-use crate::store::consciousness::{plan_commit, replaced_checkpoint, WindowState};
+use crate::store::consciousness::{at_checkpoint, plan_commit, replaced_checkpoint, WindowState};
 use crate::store::{
     now_ms, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot, StoreError,
 };
@@ -85,6 +85,24 @@ impl ConsciousnessLog for MemoryStore {
 
     async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError> {
         Ok(self.agent(agent, |a| a.checkpoints.clone()))
+    }
+
+    async fn consciousness_at(
+        &self,
+        agent: &AgentKey,
+        cycle: u64,
+    ) -> Result<Option<Consciousness>, StoreError> {
+        if cycle == 0 {
+            return Ok(Some(Consciousness::default()));
+        }
+        Ok(self.agent(agent, |a| {
+            let cp = a.checkpoints.iter().find(|c| c.cycle == cycle)?;
+            let messages = (cp.start..cp.end)
+                .filter_map(|seq| a.message(seq).cloned())
+                .collect();
+            let summary = cp.summary_cycle.and_then(|c| a.summaries.get(&c).cloned());
+            at_checkpoint(cp, messages, summary)
+        }))
     }
 
     async fn restore_checkpoint(

@@ -86,7 +86,19 @@ impl<'de> Deserialize<'de> for V1 {
 }
 
 /// What kind of entity a space member (or a message's sender) is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 pub enum MemberKind {
     /// An agent.
     Agent,

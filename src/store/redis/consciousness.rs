@@ -11,7 +11,7 @@ use super::keys::AgentKeys;
 use super::scripts::{self, lease_value, CommitError};
 use super::{from_json, redis_err, RedisStore};
 use crate::identity::AgentKey;
-use crate::store::consciousness::{plan_commit, replaced_checkpoint, WindowState};
+use crate::store::consciousness::{at_checkpoint, plan_commit, replaced_checkpoint, WindowState};
 use crate::store::{
     now_ms, Checkpoint, Consciousness, ConsciousnessLog, CycleCommit, Lease, Snapshot, StoreError,
 };
@@ -158,6 +158,45 @@ impl ConsciousnessLog for RedisStore {
             last_cycle_ms: meta.get("lastCycleMs").and_then(|v| v.parse().ok()),
             restored: meta.get("restored").cloned(),
         })
+    }
+
+    async fn consciousness_at(
+        &self,
+        agent: &AgentKey,
+        cycle: u64,
+    ) -> Result<Option<Consciousness>, StoreError> {
+        if cycle == 0 {
+            return Ok(Some(Consciousness::default()));
+        }
+        let keys = AgentKeys::new(agent);
+        let retained = self.checkpoints(agent).await?;
+        let Some(cp) = retained.into_iter().find(|c| c.cycle == cycle) else {
+            return Ok(None);
+        };
+        let mut conn = self.conns.shared().await?;
+        let base: Option<u64> = conn
+            .hget(keys.cmeta(), "base")
+            .await
+            .map_err(redis_err("read consciousness"))?;
+        let base = base.unwrap_or(0);
+        // Messages trimmed before `base` are gone: `at_checkpoint` then finds too few.
+        let messages: Vec<String> = if cp.end > cp.start && cp.start >= base {
+            let from = isize::try_from(cp.start - base).unwrap_or(isize::MAX);
+            let to = isize::try_from(cp.end - base).unwrap_or(isize::MAX) - 1;
+            conn.lrange(keys.clog(), from, to)
+                .await
+                .map_err(redis_err("read consciousness"))?
+        } else {
+            Vec::new()
+        };
+        let summary: Option<String> = match cp.summary_cycle {
+            Some(c) => conn
+                .hget(keys.summaries(), c)
+                .await
+                .map_err(redis_err("read summary"))?,
+            None => None,
+        };
+        Ok(at_checkpoint(&cp, messages, summary))
     }
 
     async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError> {

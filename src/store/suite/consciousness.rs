@@ -132,6 +132,24 @@ pub(super) async fn compaction_keeps_a_summary_and_checkpoints_restore(store: &d
     assert_eq!(now.start, 3);
     assert!(now.messages[0].contains("m3") && now.messages[1].contains("m4"));
 
+    // Each retained checkpoint's consciousness reads as it was, changing nothing.
+    let at = async |cycle| store.consciousness_at(&a, cycle).await.unwrap();
+    let one = at(1).await.unwrap();
+    assert_eq!((one.cycle, one.start, one.summary.clone()), (1, 0, None));
+    assert!(one.messages.len() == 2 && one.messages[1].contains("m1"));
+    let two = at(2).await.unwrap();
+    assert_eq!(two.messages.len(), 4);
+    assert!(two.messages[3].contains("m3"));
+    let three = at(3).await.unwrap();
+    assert_eq!(
+        (three.start, three.messages.clone(), three.summary.clone()),
+        (now.start, now.messages.clone(), now.summary.clone())
+    );
+    assert_eq!(three.digest, now.digest);
+    assert_eq!(at(0).await, Some(Consciousness::default()));
+    assert_eq!(at(9).await, None);
+    assert_eq!(store.consciousness(&a).await.unwrap(), now);
+
     let restored = store
         .restore_checkpoint(&a, &lease, 1, None)
         .await

@@ -77,7 +77,10 @@ impl<'a> Cycle<'a> {
             .filter(|s| spaces.iter().any(|(name, _)| name == s));
         let offer = super::offer::offer(agentlet, &spaces, remembers, summary.is_some());
         let cue = crate::worker::cue::Cue::new(&agentlet.key.name, &spaces, events);
-        let recorder = super::record::Recorder::new(agentlet.toolbox().masks(), &party, events);
+        let mut recorder = super::record::Recorder::new(agentlet.toolbox().masks(), &party, events);
+        if remembers {
+            recorder.began_from(consciousness.cycle);
+        }
         let mut cycle = Cycle {
             agentlet,
             slot,

@@ -83,14 +83,29 @@ impl Recorder {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
+            let (data, data_cut) = match (&e.text, &e.data) {
+                (Some(_), Some(data)) => {
+                    let (data, cut) = self.text(&data.to_string());
+                    (Some(data), cut)
+                }
+                _ => (None, 0),
+            };
+            let sender = e.sender.as_ref();
             self.record.events.push(EventTrace {
                 id: e.id.clone(),
                 kind,
                 space: e.space.clone(),
-                from: e.sender.as_ref().map(|s| s.name.clone()),
+                from: sender.map(|s| s.name.clone()),
+                from_id: sender.filter(|s| s.id != s.name).map(|s| s.id.clone()),
+                from_kind: sender.and_then(|s| s.kind),
                 time_ms: e.time_ms,
+                urgent: e.urgent,
+                depth: e.depth,
                 text,
                 text_cut,
+                no_text: e.text.is_none() && e.data.is_some(),
+                data,
+                data_cut,
             });
         }
     }
@@ -255,6 +270,11 @@ impl Recorder {
         self.waiting
             .take()
             .unwrap_or_else(|| "waits for a person's answer".to_string())
+    }
+
+    /// Notes the checkpoint the cycle's consciousness was at when it began.
+    pub(super) fn began_from(&mut self, checkpoint: u64) {
+        self.record.from_checkpoint = Some(checkpoint);
     }
 
     /// Marks the record as that of a cycle resumed from its journal.
