@@ -83,7 +83,9 @@ pub use self::messages::{
     SpaceMessage, DEFAULT_MAX_MESSAGE_BYTES, PAGE_BYTES,
 };
 pub use self::notes::{Goal, Memories, NoteKind, Notes};
-pub use self::observe::{checkpoint_ref_cycle, AgentObservation, AgentWork, ModelHealth, Observe};
+pub use self::observe::{
+    checkpoint_ref_cycle, AgentObservation, AgentWork, ModelHealth, Observe, TOOL_SPECS_BYTES,
+};
 pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecord, V1};
 pub use self::redis::{
     redact_url, RedisArgs, RedisOptions, RedisStore, WaitReplicas, REDIS_CA_ENV,

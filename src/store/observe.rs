@@ -9,6 +9,9 @@ use crate::identity::AgentKey;
 use crate::periods::Periods;
 use serde::{Deserialize, Serialize};
 
+/// The most bytes of tool specs an agent's worker records ([`Observe::set_tool_specs`]).
+pub const TOOL_SPECS_BYTES: usize = 1 << 20;
+
 /// The operator's view of the data plane.
 #[async_trait]
 pub trait Observe: Send + Sync {
@@ -33,6 +36,14 @@ pub trait Observe: Send + Sync {
     /// Records the tools the worker has and whether each can be called (written when it
     /// changes; the operator shows it in `status.tools` and the `ToolsReady` condition).
     async fn set_tools(&self, agent: &AgentKey, tools: &[ToolRecord]) -> Result<(), StoreError>;
+
+    /// Records what the worker offers the model of the tools it lists from servers (its MCP
+    /// servers' and A2A agents'), as JSON (the worker keeps it within [`TOOL_SPECS_BYTES`]):
+    /// what a rehearsal offers of them without asking any server.
+    async fn set_tool_specs(&self, agent: &AgentKey, json: &str) -> Result<(), StoreError>;
+
+    /// What [`Observe::set_tool_specs`] last recorded, if anything.
+    async fn tool_specs(&self, agent: &AgentKey) -> Result<Option<String>, StoreError>;
 
     /// Records how archiving the agent's checkpoints goes (the worker writes it).
     async fn set_archive_report(

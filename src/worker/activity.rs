@@ -122,14 +122,31 @@ impl Agentlet {
             .iter()
             .map(ToolRecord::from)
             .collect();
+        let listed = self.toolbox().listed();
         let mut last = self.tools_reported.lock().await;
-        if last.as_ref() == Some(&tools) {
+        if last.as_ref() == Some(&(tools.clone(), listed.clone())) {
             return;
         }
-        match self.store.set_tools(&self.key, &tools).await {
-            Ok(()) => *last = Some(tools),
-            Err(e) => warn!(agent = %self.key, error = %e, "tools not reported"),
+        if let Err(e) = self.store.set_tools(&self.key, &tools).await {
+            warn!(agent = %self.key, error = %e, "tools not reported");
+            return;
         }
+        // What a rehearsal offers of them: kept when it fits its bound, else said.
+        match serde_json::to_string(&listed) {
+            Ok(json) if json.len() <= crate::store::TOOL_SPECS_BYTES => {
+                if let Err(e) = self.store.set_tool_specs(&self.key, &json).await {
+                    warn!(agent = %self.key, error = %e, "tool specs not recorded");
+                    return;
+                }
+            }
+            Ok(json) => warn!(
+                agent = %self.key,
+                bytes = json.len(),
+                "tool specs not recorded for rehearsals: over 1 MiB"
+            ),
+            Err(e) => warn!(agent = %self.key, error = %e, "tool specs not recorded"),
+        }
+        *last = Some((tools, listed));
     }
 
     /// Writes the model's health when it differs from what was last written (the time of a

@@ -18,6 +18,7 @@ pub mod host;
 mod hydrate;
 pub mod pool;
 pub mod prompt;
+pub mod rehearsal;
 pub(crate) mod session;
 pub(crate) mod slot;
 pub mod tools;

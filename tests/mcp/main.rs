@@ -29,6 +29,7 @@ const NS: &str = "ops";
 const SECRET: &str = "Bearer s3cr3t-t0k3n-4711";
 
 mod hostile;
+mod rehearsal;
 mod server;
 
 use agentfleet::identity::AgentKey;

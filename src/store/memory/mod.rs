@@ -92,6 +92,8 @@ struct AgentState {
     plan_marks: BTreeMap<String, i64>,
     model: Option<ModelHealth>,
     tools: Option<Vec<super::ToolRecord>>,
+    /// What the worker offers of its servers' tools (JSON), as last recorded.
+    tool_specs: Option<String>,
     /// Asynchronous calls by id, and whether each has its result.
     calls: HashMap<String, (super::CallRecord, bool)>,
     /// The journal of the cycle under way.

@@ -81,6 +81,15 @@ impl Observe for MemoryStore {
         Ok(())
     }
 
+    async fn set_tool_specs(&self, agent: &AgentKey, json: &str) -> Result<(), StoreError> {
+        self.agent(agent, |a| a.tool_specs = Some(json.to_string()));
+        Ok(())
+    }
+
+    async fn tool_specs(&self, agent: &AgentKey) -> Result<Option<String>, StoreError> {
+        Ok(self.agent(agent, |a| a.tool_specs.clone()))
+    }
+
     async fn set_archive_report(
         &self,
         agent: &AgentKey,

@@ -25,6 +25,7 @@
 //! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:journal` | list | the journal of the cycle under way (JSON entries; dropped by its commit or acknowledgement) |
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolRecord`, written when it changes) |
+//! | `agentfleet:{agent:NS/NAME}:toolspecs` | string | what the worker offers the model of its MCP servers' and A2A agents' tools (JSON list of tool specs: name, description, parameters; at most 1 MiB), written when it changes; what a rehearsal offers of them |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
 //! | `agentfleet:{agent:NS/NAME}:archive` | string | how archiving goes (JSON `ArchiveReport`, written by the worker) |
@@ -83,6 +84,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "planmarks",
     "model",
     "tools",
+    "toolspecs",
     "journal",
     "receipts",
     "receiptids",
@@ -247,6 +249,11 @@ impl AgentKeys {
     /// The tools the worker has, as it last reported them.
     pub(super) fn tools(&self) -> String {
         self.key("tools")
+    }
+
+    /// What the worker offers of the tools it lists from servers, as it last reported it.
+    pub(super) fn tool_specs(&self) -> String {
+        self.key("toolspecs")
     }
 
     /// How archiving goes, as the worker reports it (JSON).
@@ -433,6 +440,7 @@ pub(super) mod tests {
             a.plan_marks(),
             a.model(),
             a.tools(),
+            a.tool_specs(),
             a.journal(),
             a.receipts(),
             a.receipt_ids(),

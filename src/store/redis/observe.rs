@@ -192,6 +192,20 @@ impl Observe for RedisStore {
             .map_err(redis_err("record tools"))
     }
 
+    async fn set_tool_specs(&self, agent: &AgentKey, json: &str) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.set(AgentKeys::new(agent).tool_specs(), json)
+            .await
+            .map_err(redis_err("record tool specs"))
+    }
+
+    async fn tool_specs(&self, agent: &AgentKey) -> Result<Option<String>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.get(AgentKeys::new(agent).tool_specs())
+            .await
+            .map_err(redis_err("read tool specs"))
+    }
+
     async fn set_archive_report(
         &self,
         agent: &AgentKey,

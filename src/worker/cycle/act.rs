@@ -280,6 +280,7 @@ impl Cycle<'_> {
                     enabled: &self.builtin,
                     depth: self.depth,
                     metrics: &agentlet.metrics,
+                    max_wait: agentlet.max_wait,
                 };
                 let outcome = env.run(call, &idempotency).await;
                 self.active = env.active;

@@ -124,7 +124,7 @@ pub struct Agentlet {
     /// How the model answered, as last reported to the data plane.
     pub(crate) model_health: tokio::sync::Mutex<Option<crate::store::ModelHealth>>,
     /// The tools as last reported to the data plane.
-    pub(crate) tools_reported: tokio::sync::Mutex<Option<Vec<crate::store::ToolRecord>>>,
+    pub(crate) tools_reported: tokio::sync::Mutex<Option<Reported>>,
     /// Every tool the agent has.
     toolbox: Toolbox,
     /// Held by a cycle from start to end, and by whoever reads the agent between cycles.
@@ -136,7 +136,15 @@ pub struct Agentlet {
     archive: Option<crate::archive::Archive>,
     /// What the agent has spent, as the data plane last counted it.
     pub(crate) spending: crate::worker::budget::Spending,
+    /// The longest `send_message` waits for replies.
+    max_wait: std::time::Duration,
 }
+
+/// The tools as last reported: their status, and the external ones' specs.
+pub(crate) type Reported = (
+    Vec<crate::store::ToolRecord>,
+    Vec<crate::worker::tools::ListedTool>,
+);
 
 /// The consciousness as committed under one lease, with its messages parsed.
 struct Cached {
@@ -169,6 +177,7 @@ impl Agentlet {
             archiver: None,
             archive: None,
             spending: Default::default(),
+            max_wait: crate::worker::tools::MAX_WAIT,
         };
         zero_counters(&this.metrics, &this.key, this.enabled());
         this
@@ -196,6 +205,13 @@ impl Agentlet {
                     .with_label_values(&[ns, agent, outcome]);
             }
         }
+        self
+    }
+
+    /// The same agent, waiting at most `max_wait` for replies to its messages (a rehearsal
+    /// waits for none: nobody answers there).
+    pub fn with_max_wait(mut self, max_wait: std::time::Duration) -> Self {
+        self.max_wait = max_wait;
         self
     }
 

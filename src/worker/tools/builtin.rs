@@ -46,6 +46,9 @@ pub struct ToolEnv<'a> {
     pub depth: u32,
     /// Metrics (the loop guard's).
     pub metrics: &'a crate::telemetry::WorkerMetrics,
+    /// The longest `send_message` waits for replies ([`MAX_WAIT`]; none in a rehearsal,
+    /// where nobody answers).
+    pub max_wait: Duration,
 }
 
 fn ok(v: Value) -> Outcome {
@@ -291,7 +294,7 @@ impl ToolEnv<'_> {
         let timeout = Duration::from_secs_f64(
             wait.timeout
                 .unwrap_or(60.0)
-                .clamp(0.0, MAX_WAIT.as_secs_f64()),
+                .clamp(0.0, self.max_wait.as_secs_f64()),
         );
         let me = self.me.id.clone();
         let matched = tokio::time::timeout(timeout, async {

@@ -142,6 +142,31 @@ pub trait External: Send + Sync {
     }
 }
 
+/// An external tool as the worker offered it, with its source (recorded for rehearsals,
+/// which offer a server's tools without asking the server).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ListedTool {
+    /// `http`, `interactive`, `mcp:SERVER`, `a2a:AGENT`.
+    pub source: String,
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: serde_json::Value,
+}
+
+impl ListedTool {
+    /// As offered to the model.
+    pub fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+        }
+    }
+}
+
 /// How a call waits for a human.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ask {
@@ -240,6 +265,26 @@ impl Toolbox {
             all.join(&e.masks());
         }
         all
+    }
+
+    /// Each external tool offered now, with its source as `status.tools` names it
+    /// (`http`, `mcp:SERVER`, …): what is recorded for rehearsals.
+    pub fn listed(&self) -> Vec<ListedTool> {
+        let mut out = Vec::new();
+        for e in &self.external {
+            let sources: std::collections::HashMap<String, String> =
+                e.status().into_iter().map(|s| (s.name, s.source)).collect();
+            for spec in e.specs() {
+                let source = sources.get(&spec.name).cloned().unwrap_or_default();
+                out.push(ListedTool {
+                    source,
+                    name: spec.name,
+                    description: spec.description,
+                    parameters: spec.parameters,
+                });
+            }
+        }
+        out
     }
 
     /// Resolves once every external source knows what it offers.

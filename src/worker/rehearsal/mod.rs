@@ -1,0 +1,245 @@
+//! Rehearsals: a change of an agent (its model, instructions or tools) tried on the agent's
+//! own recent cycles before it goes live (docs/rehearsals.md).
+//!
+//! For each of the agent's last recorded cycles, the candidate runs the same cycle again,
+//! from the consciousness the cycle began with and the events it woke for, with no effects:
+//! in a data plane of its own ([`sandbox`]), its tools answered from the record
+//! ([`replay`]). Its decision is compared with the recorded one ([`compare`]): replied or not
+//! and where, the tool calls (names and arguments), steps, tokens and time. The agent's
+//! inbox, consciousness, notes, spaces, budget and tools are only read.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `mod.rs` | [`Rehearsal`] and its run over the records |
+//! | `sandbox.rs` | one recorded cycle run again, in a data plane of its own |
+//! | `replay.rs` | the candidate's tools, answered from the record |
+//! | `compare.rs` | decisions, their comparison, the summary against the criteria |
+//! | `table.rs` | the report as a table for a terminal |
+
+mod compare;
+mod replay;
+mod sandbox;
+pub mod table;
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use compare::{Criteria, CycleResult, Decision, Summary};
+
+use crate::crd::Agent;
+use crate::cycles::{CycleOutcome, CycleRecord};
+use crate::identity::{AgentKey, SpaceKey};
+use crate::model::Model;
+use crate::store::{Store, StoreError};
+use crate::worker::tools::ListedTool;
+
+/// The most recorded cycles one rehearsal replays.
+pub const MAX_CYCLES: usize = 100;
+
+/// A rehearsal to run: the candidate on the agent's last recorded cycles.
+pub struct Rehearsal {
+    /// The agent as the data plane names it (whose records are replayed).
+    pub key: AgentKey,
+    /// The candidate: the agent's manifest with the change (model, instructions, tools).
+    pub candidate: Agent,
+    /// The candidate's model, called with its key.
+    pub model: Arc<dyn Model>,
+    /// How many of the last recorded cycles (1 to [`MAX_CYCLES`]).
+    pub cycles: usize,
+    /// What it must show to pass.
+    pub criteria: Criteria,
+}
+
+/// What a rehearsal found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Each recorded cycle, oldest first, and what the candidate did in its place.
+    pub cycles: Vec<CycleResult>,
+    /// The figures and the verdict.
+    pub summary: Summary,
+}
+
+/// Why a rehearsal could not run at all (its cycles' own troubles are in its report).
+#[derive(Debug)]
+pub enum RehearsalError {
+    /// The data plane could not be read.
+    Store(StoreError),
+    /// The agent has no records to replay.
+    NoRecords(AgentKey),
+    /// The rehearsal's own metrics could not be made.
+    Metrics(prometheus::Error),
+}
+
+impl std::fmt::Display for RehearsalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RehearsalError::Store(e) => write!(f, "{e}"),
+            RehearsalError::NoRecords(key) => write!(
+                f,
+                "{key} has no cycle records to rehearse (yet, or spec.cycle.records.keep is 0)"
+            ),
+            RehearsalError::Metrics(e) => write!(f, "cannot set up the rehearsal's metrics: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RehearsalError {}
+
+impl From<StoreError> for RehearsalError {
+    fn from(e: StoreError) -> Self {
+        RehearsalError::Store(e)
+    }
+}
+
+/// The checkpoint `record`'s cycle began from, if it can tell: what it says, or for a
+/// committed cycle recorded before records said it, the checkpoint before its own.
+fn began_from(record: &CycleRecord) -> Option<u64> {
+    record.from_checkpoint.or(match record.outcome {
+        Some(CycleOutcome::Committed) => record.checkpoint.map(|c| c.saturating_sub(1)),
+        _ => None,
+    })
+}
+
+impl Rehearsal {
+    /// Runs it over the agent's records in `source` (only read), reporting each cycle to
+    /// `progress` as it is done.
+    pub async fn run(
+        &self,
+        source: &dyn Store,
+        mut progress: impl FnMut(&CycleResult),
+    ) -> Result<Report, RehearsalError> {
+        let key = &self.key;
+        let records = last_records(source, key, self.cycles.clamp(1, MAX_CYCLES)).await?;
+        if records.is_empty() {
+            return Err(RehearsalError::NoRecords(key.clone()));
+        }
+        let start = self.start(source).await?;
+        let mut cycles = Vec::with_capacity(records.len());
+        let mut spent = 0u64;
+        let mut ended = None;
+        for record in &records {
+            let result = self.one(source, &start, record).await?;
+            let (result, failed) = result;
+            spent += result.candidate.as_ref().map_or(0, |d| d.tokens);
+            progress(&result);
+            cycles.push(result);
+            if let Some(e) = failed {
+                ended = Some(format!(
+                    "the candidate's model failed in place of cycle {}: {e}",
+                    record.seq
+                ));
+                break;
+            }
+            if let Some(max) = self.criteria.max_tokens.filter(|&max| spent > max) {
+                ended = Some(format!(
+                    "the candidate spent {spent} tokens by cycle {}, over the rehearsal's ceiling of {max}",
+                    record.seq
+                ));
+                break;
+            }
+        }
+        let summary = Summary::of(&cycles, &self.criteria, ended.as_deref());
+        Ok(Report { cycles, summary })
+    }
+
+    /// What every rehearsed cycle starts from besides its own consciousness and events.
+    async fn start(&self, source: &dyn Store) -> Result<sandbox::Start, RehearsalError> {
+        let key = &self.key;
+        let mut spaces = Vec::new();
+        for name in &self.candidate.spec.spaces {
+            let space = SpaceKey::new(key.namespace.clone(), name.clone());
+            if let Some(record) = source.space(&space).await? {
+                spaces.push((name.clone(), record));
+            }
+        }
+        // Recorded by the worker; unreadable (a newer or damaged entry) is no tool at all,
+        // which the report shows as calls not replayed.
+        let listed: Vec<ListedTool> = source
+            .tool_specs(key)
+            .await?
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .unwrap_or_default();
+        let mut candidate = self.candidate.clone();
+        // The sandbox keeps the cycle's record, whatever the candidate keeps.
+        candidate.spec.cycle.records.keep = candidate.spec.cycle.records.keep.max(1);
+        let metrics = crate::telemetry::WorkerMetrics::new().map_err(RehearsalError::Metrics)?;
+        Ok(sandbox::Start {
+            key: key.clone(),
+            candidate,
+            model: self.model.clone(),
+            spaces,
+            notes: crate::store::all_notes(source, key).await?,
+            listed,
+            metrics,
+        })
+    }
+
+    /// One recorded cycle: rehearsed and compared, or why not; and the candidate model's
+    /// failure, if it failed.
+    async fn one(
+        &self,
+        source: &dyn Store,
+        start: &sandbox::Start,
+        record: &CycleRecord,
+    ) -> Result<(CycleResult, Option<String>), RehearsalError> {
+        if record.party != "members" {
+            return Ok((
+                CycleResult::skipped(
+                    record,
+                    "an A2A conversation with a memory of its own is not rehearsed",
+                ),
+                None,
+            ));
+        }
+        let Some(from) = began_from(record) else {
+            return Ok((
+                CycleResult::skipped(
+                    record,
+                    "recorded before records said which checkpoint a cycle began from",
+                ),
+                None,
+            ));
+        };
+        let Some(window) = source.consciousness_at(&self.key, from).await? else {
+            return Ok((
+                CycleResult::skipped(
+                    record,
+                    format!("it began from checkpoint {from}, which is no longer retained"),
+                ),
+                None,
+            ));
+        };
+        let run = start.run(record, window).await?;
+        let mut result = CycleResult::compared(record, Decision::of(&run.record));
+        result.replayed = run.replayed.replayed;
+        result.not_replayed = run.replayed.not_replayed;
+        result.inexact = run.inexact || run.replayed.cut > 0;
+        Ok((result, run.failed))
+    }
+}
+
+/// The agent's last `n` records, oldest first.
+async fn last_records(
+    source: &dyn Store,
+    key: &AgentKey,
+    n: usize,
+) -> Result<Vec<CycleRecord>, RehearsalError> {
+    let heads = source.cycle_heads(key, None, n).await?;
+    let mut out = Vec::with_capacity(heads.len());
+    for head in heads.iter().rev() {
+        let Some(json) = source.cycle_record(key, head.seq).await? else {
+            continue;
+        };
+        let mut record: CycleRecord =
+            serde_json::from_str(&json).map_err(|source| StoreError::Decode {
+                what: format!("the record of cycle {} of {key}", head.seq),
+                source,
+            })?;
+        record.seq = head.seq;
+        out.push(record);
+    }
+    Ok(out)
+}
