@@ -23,6 +23,7 @@ pub mod operator;
 pub mod party;
 pub mod periods;
 pub mod plans;
+pub mod rehearsals;
 pub mod report;
 pub mod secrets;
 pub mod store;

@@ -42,6 +42,9 @@ enum Command {
     /// Answer an agent's paused tool call, or list what waits for a human.
     #[command(flatten)]
     Calls(agentfleet::cli::CallCommand),
+    /// Try a change of an agent (model, instructions, tools) on its last recorded cycles,
+    /// with no effects, and compare what it decides.
+    Rehearse(Box<agentfleet::worker::rehearsal::command::Args>),
     /// Print every CustomResourceDefinition as YAML.
     Crd,
 }
@@ -56,6 +59,7 @@ impl Command {
             Command::Gateway(_) => "gateway",
             Command::Worker(_) => "worker",
             Command::Pool(_) => "pool",
+            Command::Rehearse(_) => "rehearse",
             Command::Space(_)
             | Command::Consciousness(_)
             | Command::Trace(_)
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
             | Command::Consciousness(_)
             | Command::Trace(_)
             | Command::Calls(_)
+            | Command::Rehearse(_)
     );
     let result = run(cli);
     match result {
@@ -127,6 +132,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Gateway(args) => agentfleet::gateway::run(*args).await,
             Command::Worker(args) => agentfleet::worker::run(*args).await,
             Command::Pool(args) => agentfleet::worker::pool::command::run(*args).await,
+            Command::Rehearse(args) => agentfleet::worker::rehearsal::command::run(*args).await,
             Command::Space(cmd) => agentfleet::cli::space(cmd).await,
             Command::Consciousness(cmd) => agentfleet::cli::consciousness(cmd).await,
             Command::Calls(cmd) => agentfleet::cli::calls(cmd).await,

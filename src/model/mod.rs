@@ -359,8 +359,12 @@ pub trait Model: Send + Sync {
     ) -> Result<Turn, ModelError>;
 }
 
+/// The environment variable a process that runs agents reads their model's API key from
+/// (a worker's pod gets it from `spec.model.apiKeySecretRef`).
+pub const API_KEY_ENV: &str = "AGENTFLEET_MODEL_API_KEY";
+
 /// The model an Agent's spec names, each call bounded by `spec.model.timeoutSeconds`.
-/// `api_key` comes from `AGENTFLEET_MODEL_API_KEY`.
+/// `api_key` comes from [`API_KEY_ENV`].
 pub fn from_spec(
     spec: &ModelSpec,
     agent_name: &str,

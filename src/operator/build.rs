@@ -61,7 +61,7 @@ pub const AGENT_FILE_KEY: &str = "agent.yaml";
 /// Port of the worker's `/metrics`.
 pub const WORKER_METRICS_PORT: i32 = 9090;
 /// Environment variable that carries the model API key.
-pub const API_KEY_ENV: &str = "AGENTFLEET_MODEL_API_KEY";
+pub const API_KEY_ENV: &str = crate::model::API_KEY_ENV;
 /// Environment variable that carries the Redis URL.
 pub const REDIS_URL_ENV: &str = "AGENTFLEET_REDIS_URL";
 /// Environment variable that carries the gateway's URL that async tools' results are posted to.

@@ -45,6 +45,25 @@ pub trait Observe: Send + Sync {
     /// What [`Observe::set_tool_specs`] last recorded, if anything.
     async fn tool_specs(&self, agent: &AgentKey) -> Result<Option<String>, StoreError>;
 
+    /// Records the report of the agent's rehearsal `name` (JSON; its run writes it once).
+    async fn set_rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+        json: &str,
+    ) -> Result<(), StoreError>;
+
+    /// The report of the agent's rehearsal `name`, if its run wrote one.
+    async fn rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// Forgets the report of the agent's rehearsal `name` (the Rehearsal is gone).
+    async fn forget_rehearsal_report(&self, agent: &AgentKey, name: &str)
+        -> Result<(), StoreError>;
+
     /// Records how archiving the agent's checkpoints goes (the worker writes it).
     async fn set_archive_report(
         &self,

@@ -176,7 +176,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let key = host::key_of(&agent);
     let store: Arc<dyn Store> = Arc::new(args.runtime.redis.store().context("data plane")?);
     let archive = args.runtime.archive.open()?;
-    let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
+    let api_key = std::env::var(crate::model::API_KEY_ENV).ok();
     let metrics = WorkerMetrics::new().context("registering metrics")?;
     let health = Arc::new(Health::for_agent(&metrics, &key));
     health.beat();

@@ -90,6 +90,37 @@ impl Observe for MemoryStore {
         Ok(self.agent(agent, |a| a.tool_specs.clone()))
     }
 
+    async fn set_rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+        json: &str,
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.rehearsals.insert(name.to_string(), json.to_string());
+        });
+        Ok(())
+    }
+
+    async fn rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self.agent(agent, |a| a.rehearsals.get(name).cloned()))
+    }
+
+    async fn forget_rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        self.agent(agent, |a| {
+            a.rehearsals.remove(name);
+        });
+        Ok(())
+    }
+
     async fn set_archive_report(
         &self,
         agent: &AgentKey,

@@ -206,6 +206,40 @@ impl Observe for RedisStore {
             .map_err(redis_err("read tool specs"))
     }
 
+    async fn set_rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+        json: &str,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.hset(AgentKeys::new(agent).rehearsals(), name, json)
+            .await
+            .map_err(redis_err("record a rehearsal's report"))
+    }
+
+    async fn rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.hget(AgentKeys::new(agent).rehearsals(), name)
+            .await
+            .map_err(redis_err("read a rehearsal's report"))
+    }
+
+    async fn forget_rehearsal_report(
+        &self,
+        agent: &AgentKey,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conns.shared().await?;
+        conn.hdel(AgentKeys::new(agent).rehearsals(), name)
+            .await
+            .map_err(redis_err("forget a rehearsal's report"))
+    }
+
     async fn set_archive_report(
         &self,
         agent: &AgentKey,

@@ -4,7 +4,7 @@
 //! For each of the agent's last recorded cycles, the candidate runs the same cycle again,
 //! from the consciousness the cycle began with and the events it woke for, with no effects:
 //! in a data plane of its own ([`sandbox`]), its tools answered from the record
-//! ([`replay`]). Its decision is compared with the recorded one ([`compare`]): replied or not
+//! ([`replay`]). Its decision is compared with the recorded one ([`crate::rehearsals`]): replied or not
 //! and where, the tool calls (names and arguments), steps, tokens and time. The agent's
 //! inbox, consciousness, notes, spaces, budget and tools are only read.
 //!
@@ -13,20 +13,17 @@
 //! | `mod.rs` | [`Rehearsal`] and its run over the records |
 //! | `sandbox.rs` | one recorded cycle run again, in a data plane of its own |
 //! | `replay.rs` | the candidate's tools, answered from the record |
-//! | `compare.rs` | decisions, their comparison, the summary against the criteria |
 //! | `table.rs` | the report as a table for a terminal |
+//! | `command.rs` | `agentfleet rehearse`, and a Rehearsal's Job |
 
-mod compare;
+pub mod command;
 mod replay;
 mod sandbox;
 pub mod table;
 
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
-pub use compare::{Criteria, CycleResult, Decision, Summary};
+pub use crate::rehearsals::{Criteria, CycleResult, Decision, Report, Summary, MAX_CYCLES};
 
 use crate::crd::Agent;
 use crate::cycles::{CycleOutcome, CycleRecord};
@@ -34,9 +31,6 @@ use crate::identity::{AgentKey, SpaceKey};
 use crate::model::Model;
 use crate::store::{Store, StoreError};
 use crate::worker::tools::ListedTool;
-
-/// The most recorded cycles one rehearsal replays.
-pub const MAX_CYCLES: usize = 100;
 
 /// A rehearsal to run: the candidate on the agent's last recorded cycles.
 pub struct Rehearsal {
@@ -50,16 +44,6 @@ pub struct Rehearsal {
     pub cycles: usize,
     /// What it must show to pass.
     pub criteria: Criteria,
-}
-
-/// What a rehearsal found.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    /// Each recorded cycle, oldest first, and what the candidate did in its place.
-    pub cycles: Vec<CycleResult>,
-    /// The figures and the verdict.
-    pub summary: Summary,
 }
 
 /// Why a rehearsal could not run at all (its cycles' own troubles are in its report).

@@ -14,6 +14,7 @@ use crate::crd::{ToolStatus, ToolsSpec};
 use crate::cycles::CycleRecord;
 use crate::identity::AgentKey;
 use crate::model::ToolSpec;
+use crate::rehearsals::canonical;
 use crate::sync::lock;
 use crate::worker::tools::{
     http::HttpTools, interactive::InteractiveTools, Ask, External, ExternalCall, ExternalContext,
@@ -56,14 +57,6 @@ pub struct Replay {
     listed: Vec<(ListedTool, bool)>,
     recorded: Mutex<Vec<Recorded>>,
     counts: Mutex<Replayed>,
-}
-
-/// Arguments as compared: the JSON re-written with its keys in order (the text as it is
-/// when it is not JSON).
-pub fn canonical(arguments: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(arguments)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| arguments.trim().to_string())
 }
 
 /// The MCP server's or A2A agent's name of a listed tool's source, and its spec's

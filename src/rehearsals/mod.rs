@@ -1,13 +1,51 @@
-//! What a cycle decided, read from its record, and how a candidate's decision compares with
-//! the recorded one: replied or not (and where), the tool calls it made (names and
-//! arguments), its steps, tokens and time; then the rehearsal's summary against its
-//! criteria.
+//! What a rehearsal finds (docs/rehearsals.md), shared by whoever runs one (the worker's
+//! `agentfleet rehearse`, a Rehearsal's Job) and whoever shows it (the operator's status,
+//! the console): what a cycle decided, read from its record; how a candidate's decision
+//! compares with the recorded one (replied or not and where, the tool calls it made with
+//! their arguments, its steps, tokens and time); the summary against the criteria; the
+//! report as a run records it in the data plane.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::replay::canonical;
 use crate::cycles::{CycleOutcome, CycleRecord};
+
+/// The most recorded cycles one rehearsal replays.
+pub const MAX_CYCLES: usize = 100;
+
+/// Arguments as compared: the JSON re-written with its keys in order (the text as it is
+/// when it is not JSON).
+pub fn canonical(arguments: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| arguments.trim().to_string())
+}
+
+/// What a rehearsal found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Each recorded cycle, oldest first, and what the candidate did in its place.
+    pub cycles: Vec<CycleResult>,
+    /// The figures and the verdict.
+    pub summary: Summary,
+}
+
+/// A rehearsal's outcome as its run records it in the data plane for the operator.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recorded {
+    /// The Rehearsal's uid (a Rehearsal made again under the same name has another).
+    pub uid: String,
+    /// The Rehearsal's generation it ran for.
+    pub generation: i64,
+    /// The report, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Report>,
+    /// Why it could not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
 
 /// The built-ins that speak rather than act: compared as "replied or not, and where", not
 /// as calls (their texts are the model's own words, which differ from model to model).
