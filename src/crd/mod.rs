@@ -1,4 +1,5 @@
-//! Custom resources of the `agentfleet.dev/v1alpha1` API: [`Agent`], [`Space`] and [`Pool`].
+//! Custom resources of the `agentfleet.dev/v1alpha1` API: [`Agent`], [`Space`], [`Pool`] and
+//! [`Rehearsal`].
 //!
 //! The rustdoc on every field becomes the schema description that `kubectl explain` shows,
 //! and the YAML in `crds/` is generated from these types (`agentfleet crd`).
@@ -9,6 +10,7 @@ mod budget;
 mod consciousness;
 mod pool;
 mod records;
+mod rehearsal;
 mod space;
 mod tools;
 pub mod url;
@@ -20,6 +22,7 @@ pub use budget::*;
 pub use consciousness::*;
 pub use pool::*;
 pub use records::*;
+pub use rehearsal::*;
 pub use space::*;
 pub use tools::*;
 
@@ -34,7 +37,7 @@ pub const GROUP: &str = "agentfleet.dev";
 /// Every CRD of the project, as the API server gets it: the generated schema with rustdoc
 /// paragraphs unwrapped (so `kubectl explain` reflows them) and the kind's own doc at the root.
 pub fn definitions() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![Agent::crd(), Space::crd(), Pool::crd()];
+    let mut crds = vec![Agent::crd(), Space::crd(), Pool::crd(), Rehearsal::crd()];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version

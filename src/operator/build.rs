@@ -1,7 +1,7 @@
 //! Pure builders: from an Agent (or a Pool) to the objects the operator applies, one file per
 //! object: `config.rs` the rendered manifest and its ConfigMap, `deployment.rs` and `pod.rs`
 //! the worker, `secrets.rs` the Secrets beside it (`archive.rs` the archive's), `pool.rs` a
-//! Pool's. Here: the names, labels and defaults they share. No client, no I/O; unit tested
+//! Pool's, `rehearsal.rs` a Rehearsal's Job. Here: the names, labels and defaults they share. No client, no I/O; unit tested
 //! from YAML fixtures.
 
 mod archive;
@@ -9,6 +9,7 @@ mod config;
 mod deployment;
 mod pod;
 mod pool;
+mod rehearsal;
 mod secrets;
 
 pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
@@ -20,6 +21,7 @@ pub use self::pool::{
     pool_network_policy, pool_pdb, pool_secrets, shard, PoolPods, MAX_SHARDS, POOL_AGENTS_DIR,
     POOL_LABEL, SHARD_LIMIT,
 };
+pub use self::rehearsal::{rehearsal_base, rehearsal_job_name, rehearsal_objects, REHEARSAL_LABEL};
 use self::secrets::secret_env;
 pub use self::secrets::{
     agent_worker_secrets, redis_secret, redis_secret_name, secret_volume_name, worker_secrets,

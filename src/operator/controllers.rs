@@ -1,4 +1,4 @@
-//! The three controllers (Agents, Spaces, Pools) wired to what they watch, and the loops that run beside them: the
+//! The controllers (Agents, Spaces, Pools, Rehearsals) wired to what they watch, and the loops that run beside them: the
 //! cache-sync gate, the data-plane loop (after the caches synced) and the orphan sweep. A failed
 //! reconcile is counted and requeued after its backoff.
 
@@ -23,8 +23,8 @@ use super::watches::{
     agents_in_pool, agents_naming, pool_placement_changes, worker_changes, MembershipChanges,
     PoolChanges,
 };
-use super::{agent, build, pool, space};
-use crate::crd::{Agent, Pool, Space};
+use super::{agent, build, pool, rehearsal, space};
+use crate::crd::{Agent, Pool, Rehearsal, Space};
 use crate::store::Store;
 use crate::telemetry::OperatorMetrics;
 
@@ -143,7 +143,9 @@ pub async fn run_controllers(
         Controller::new(pools_api, wc.clone())
             .with_config(reconcilers)
             .owns(Api::<Deployment>::all(client.clone()), pool_children)
-            .watches(agents_api, wc, move |agent| changes.affected(&agent))
+            .watches(agents_api, wc.clone(), move |agent| {
+                changes.affected(&agent)
+            })
             .reconcile_on(load_changes)
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
@@ -152,6 +154,23 @@ pub async fn run_controllers(
                 ctx.clone(),
             )
             .for_each(|res| async move { report("pool", res) })
+    };
+    let rehearsals = {
+        let jobs = watcher::Config::default()
+            .labels(build::REHEARSAL_LABEL)
+            .any_semantic();
+        Controller::new(Api::<Rehearsal>::all(client.clone()), wc.clone())
+            .owns(
+                Api::<k8s_openapi::api::batch::v1::Job>::all(client.clone()),
+                jobs,
+            )
+            .graceful_shutdown_on(stopped(stop_rx.clone()))
+            .run(
+                |obj, ctx| instrumented("rehearsal", obj, ctx, rehearsal::reconcile),
+                error_policy("rehearsal"),
+                ctx.clone(),
+            )
+            .for_each(|res| async move { report("rehearsal", res) })
     };
     let synced = {
         let health = health.clone();
@@ -201,7 +220,7 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(agents, spaces, pools, synced, sweeper, data_plane);
+    tokio::join!(agents, spaces, pools, rehearsals, synced, sweeper, data_plane);
     health.mark_controllers_stopped();
 }
 

@@ -1,9 +1,9 @@
-//! `agentfleet operator`: the Agent, Space and Pool controllers, leader election, and the
+//! `agentfleet operator`: the Agent, Space, Pool and Rehearsal controllers, leader election, and the
 //! `/metrics`, `/healthz`, `/readyz` endpoints.
 //!
 //! Where things are: [`run`] and its flags here; what the reconciles share in [`context`]; the
 //! controllers' wiring in [`controllers`] and what wakes them in `watches`; the reconciles in
-//! [`agent`] (with [`pooled`] for an agent in a Pool), [`space`] and [`pool`], checking specs with [`validate`], computing conditions in
+//! [`agent`] (with [`pooled`] for an agent in a Pool), [`space`], [`pool`] and [`rehearsal`], checking specs with [`validate`], computing conditions in
 //! [`conditions`] and building their objects with the pure [`build`]; the status in
 //! [`status`]; the data-plane loop (scale decisions, cluster calls, plans) in [`dataplane`];
 //! liveness and readiness in [`health`]; the leader Lease in [`leader`]. No module imports
@@ -21,6 +21,7 @@ pub mod health;
 pub mod leader;
 pub mod pool;
 pub mod pooled;
+pub mod rehearsal;
 pub mod space;
 pub mod status;
 pub mod validate;

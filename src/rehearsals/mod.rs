@@ -31,6 +31,43 @@ pub struct Report {
     pub summary: Summary,
 }
 
+/// Longest call (its tool and arguments) or reason a report keeps for showing.
+const SHOWN_BYTES: usize = 512;
+/// Calls a decision keeps for showing.
+const SHOWN_CALLS: usize = 16;
+
+impl Report {
+    /// The report as it is kept for showing (a Rehearsal's status, the data plane): each
+    /// call and reason cut to 512 bytes, at most 16 calls a decision (the last entry then
+    /// says how many more). The comparison was made on the whole of them.
+    pub fn shown(mut self) -> Self {
+        let clip = |text: &mut String| {
+            let (kept, cut) = crate::cycles::clip(text, SHOWN_BYTES);
+            if cut > 0 {
+                *text = format!("{kept}…");
+            }
+        };
+        for c in &mut self.cycles {
+            for d in std::iter::once(&mut c.recorded).chain(c.candidate.as_mut()) {
+                if d.calls.len() > SHOWN_CALLS {
+                    let more = d.calls.len() - (SHOWN_CALLS - 1);
+                    d.calls.truncate(SHOWN_CALLS - 1);
+                    d.calls.push(format!("… and {more} more"));
+                }
+                d.calls.iter_mut().for_each(clip);
+                if let Some(r) = d.reason.as_mut() {
+                    clip(r);
+                }
+            }
+            if let Some(r) = c.not_rehearsed.as_mut() {
+                clip(r);
+            }
+        }
+        clip(&mut self.summary.verdict);
+        self
+    }
+}
+
 /// A rehearsal's outcome as its run records it in the data plane for the operator.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -214,19 +251,30 @@ impl CycleResult {
 pub struct Criteria {
     /// The least share (0 to 1) of compared cycles in which the candidate replied or stayed
     /// quiet as recorded, and where.
+    #[serde(default = "default_agreement")]
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub min_reply_agreement: f64,
-    /// The least share (0 to 1) of compared cycles in which it made the same tool calls.
+    /// The least share (0 to 1) of compared cycles in which it made the same tool calls
+    /// (names and arguments).
+    #[serde(default = "default_agreement")]
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub min_tool_agreement: f64,
     /// The most model tokens the rehearsal may spend; past it the rehearsal ends, failed.
+    /// Unset: no ceiling beyond each cycle's own `cycle.tokenBudget`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u64>,
+}
+
+fn default_agreement() -> f64 {
+    0.9
 }
 
 impl Default for Criteria {
     fn default() -> Self {
         Self {
-            min_reply_agreement: 0.9,
-            min_tool_agreement: 0.9,
+            min_reply_agreement: default_agreement(),
+            min_tool_agreement: default_agreement(),
             max_tokens: None,
         }
     }

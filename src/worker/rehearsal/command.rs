@@ -116,7 +116,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         uid: to.uid,
         generation: to.generation,
         error: outcome.as_ref().err().map(|e| crate::report::chain(&**e)),
-        report: outcome.ok(),
+        report: outcome.ok().map(Report::shown),
     };
     let json = serde_json::to_string(&recorded).context("writing the report")?;
     store
