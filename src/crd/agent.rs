@@ -102,6 +102,11 @@ pub struct AgentSpec {
     /// it is resumed.
     #[serde(default)]
     pub paused: bool,
+
+    /// How a change of its model, instructions or tools goes live: at once (unset), or
+    /// after a rehearsal on its own recorded cycles passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::RolloutSpec>,
 }
 
 /// The model an agent thinks with.
@@ -450,7 +455,8 @@ pub struct AgentStatus {
 
     /// `Ready` (the first reason the agent cannot run), `WorkerAvailable`, `ModelConfigured`
     /// (the model's API key Secret), `ToolsConfigured` (the tools' `headersFrom` Secrets exist),
-    /// `SpacesResolved`; from what the worker reports, `ModelAvailable` (its model answers) and
+    /// `SpacesResolved`; with `spec.rollout.rehearse`, `Rollout` (the spec's revision runs, or
+    /// is held: rehearsing, or failed and why); from what the worker reports, `ModelAvailable` (its model answers) and
     /// `ToolsReady` (every tool in `tools` can be called; else why not: `SecretUnavailable`,
     /// `OverLimit`, `McpUnreachable`, `ToolUnavailable`); while a deleted Agent waits for its data to be
     /// removed, `DataPlaneCleanup`.
@@ -517,6 +523,11 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["callId"]))]
     pub pending_calls: Vec<PendingCallStatus>,
+
+    /// With `spec.rollout.rehearse`: the revision that runs, and the change held until its
+    /// rehearsal passes (see the `Rollout` condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::RolloutStatus>,
 }
 
 /// A call waiting for a human.

@@ -11,6 +11,7 @@ mod consciousness;
 mod pool;
 mod records;
 mod rehearsal;
+mod rollout;
 mod space;
 mod tools;
 pub mod url;
@@ -23,6 +24,7 @@ pub use consciousness::*;
 pub use pool::*;
 pub use records::*;
 pub use rehearsal::*;
+pub use rollout::*;
 pub use space::*;
 pub use tools::*;
 

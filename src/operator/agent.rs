@@ -2,7 +2,8 @@
 //! that runs in a Pool, see [`super::pooled`]), and the Agent's status (phase, conditions).
 //!
 //! Stages: validate ([`super::validate`]) → check the Secrets of the model and the tools
-//! ([`super::conditions`]) → build (pure, [`super::build`]) → apply (server-side, one field
+//! ([`super::conditions`]) → a held change's rollout ([`super::rollout`]: what runs) → build
+//! (pure, [`super::build`]) → apply (server-side, one field
 //! manager: the Secrets beside the worker, the ConfigMap, the Deployment) → status (written
 //! only when it changed) → events for what changed. A deleted Agent's data-plane state and
 //! archived checkpoints are removed by [`cleanup`] (`cleanup.rs`), under a finalizer.
@@ -26,6 +27,7 @@ use super::conditions::{check_model, check_tools, failed, ready_condition, worke
 use super::context::{Context, Error};
 use super::dataplane::Tracked;
 use super::pooled;
+use super::rollout;
 use super::status::{self, Cond};
 use crate::crd::{Agent, AgentStatus, Space};
 use crate::identity::AgentKey;
@@ -48,6 +50,7 @@ const WARNING_REASONS: &[&str] = &[
     "SpaceNotFound",
     "WorkerRejected",
     "PoolNotFound",
+    "RehearsalFailed",
 ];
 
 /// The finalizer that keeps a deleted Agent until its data-plane state is removed.
@@ -91,6 +94,16 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         observed_generation: agent.metadata.generation,
         ..previous.clone()
     };
+    // A held change leaves the running revision's model, instructions and tools in place.
+    let rollout = if checks.problems.is_empty() {
+        let r = rollout::roll(&agent, &ctx).await?;
+        status.rollout = r.status;
+        r.condition
+    } else {
+        None
+    };
+    let running = rollout::running(&agent, status.rollout.as_ref());
+    let agent = running.as_ref();
     let pool = agent.spec.runtime.as_ref().map(|r| r.pool.as_str());
     let worker = match (checks.problems.is_empty(), pool) {
         (false, _) => Cond::unknown(
@@ -107,7 +120,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
             status.available_replicas = Some(placed.ready.min(1));
             placed.condition
         }
-        (true, None) => match apply_worker(&ctx, &key, &agent, &mut status).await {
+        (true, None) => match apply_worker(&ctx, &key, agent, &mut status).await {
             Err(Error::Refused(rejected)) => {
                 Cond::fail(WORKER_AVAILABLE, "WorkerRejected", rejected)
             }
@@ -117,8 +130,8 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
 
     let is_failed = failed(&checks.problems, &[&checks.model, &checks.tools], &worker);
     let secrets_missing = checks.model.status != Some(true) || checks.tools.status != Some(true);
-    write_conditions(&agent, &ctx, &previous, &mut status, checks, worker).await?;
-    track(&ctx, &key, &agent, &previous, &status, is_failed);
+    write_conditions(agent, &ctx, &previous, &mut status, checks, worker, rollout).await?;
+    track(&ctx, &key, agent, &previous, &status, is_failed);
 
     // Known to the data plane, so producers (the gateway's webhook) can address it.
     // Its A2A card too (the gateway serves it from there).
@@ -127,11 +140,11 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         .then(|| crate::operator::status::find(&status.conditions, READY))
         .flatten()
         .map(|c| c.message.clone());
-    let facts = crate::store::records::agent_facts(&agent, problem);
+    let facts = crate::store::records::agent_facts(agent, problem);
     let registered = async {
         ctx.store.register_agent(&key).await?;
         ctx.store
-            .apply_a2a(&key, crate::store::records::a2a_record(&agent).as_ref())
+            .apply_a2a(&key, crate::store::records::a2a_record(agent).as_ref())
             .await?;
         ctx.store.apply_facts(&key, &facts).await
     }
@@ -269,13 +282,15 @@ async fn write_conditions(
     status: &mut AgentStatus,
     checks: Checks,
     worker: Cond,
+    rollout: Option<Cond>,
 ) -> Result<(), Error> {
     let ready = ready_condition(
         &checks.problems,
         &[&checks.model, &checks.tools, &checks.spaces],
         &worker,
     );
-    let next = [ready, worker, checks.model, checks.tools, checks.spaces];
+    let mut next = vec![ready, worker, checks.model, checks.tools, checks.spaces];
+    next.extend(rollout);
     status.conditions = status::merge(
         &previous.conditions,
         &next,

@@ -97,6 +97,8 @@ pub async fn run_controllers(
                 ctx.scaler.clone(),
             ))
             .owns(Api::<ConfigMap>::all(client.clone()), children)
+            // A held change's Rehearsal: its verdict moves the rollout.
+            .owns(Api::<Rehearsal>::all(client.clone()), wc.clone())
             .watches(spaces_api, wc.clone(), move |space| {
                 agents_naming(&spaces_for_agents, &space)
             })

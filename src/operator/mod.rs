@@ -22,6 +22,7 @@ pub mod leader;
 pub mod pool;
 pub mod pooled;
 pub mod rehearsal;
+pub mod rollout;
 pub mod space;
 pub mod status;
 pub mod validate;

@@ -54,7 +54,8 @@ pub fn validate_pool(name: &str, pool: &Pool) -> Vec<String> {
     problems
 }
 
-/// The Agents `pool` runs: valid, not being deleted, of its namespace and naming it.
+/// The Agents `pool` runs: valid, not being deleted, of its namespace and naming it; each
+/// as it runs (a held change's running revision, [`super::rollout::running`]).
 pub fn members(agents: &[Arc<Agent>], namespace: &str, pool: &str) -> Vec<Arc<Agent>> {
     let mut out: Vec<Arc<Agent>> = agents
         .iter()
@@ -64,7 +65,13 @@ pub fn members(agents: &[Arc<Agent>], namespace: &str, pool: &str) -> Vec<Arc<Ag
                 && a.metadata.deletion_timestamp.is_none()
                 && validate(&a.name_any(), &a.spec).is_empty()
         })
-        .cloned()
+        .map(|a| {
+            let rollout = a.status.as_ref().and_then(|s| s.rollout.as_ref());
+            match super::rollout::running(a, rollout) {
+                std::borrow::Cow::Borrowed(_) => a.clone(),
+                std::borrow::Cow::Owned(held) => Arc::new(held),
+            }
+        })
         .collect();
     out.sort_by_key(|a| a.name_any());
     out

@@ -100,8 +100,9 @@ pub(super) struct PoolChanges {
     seen: Mutex<HashMap<String, PoolSeen>>,
 }
 
-/// What [`PoolChanges`] remembers of an Agent: its pool, generation and deletion.
-type PoolSeen = (Option<String>, Option<i64>, bool);
+/// What [`PoolChanges`] remembers of an Agent: its pool, generation, deletion and the
+/// revision it runs (`spec.rollout.rehearse`).
+type PoolSeen = (Option<String>, Option<i64>, bool, Option<String>);
 
 impl PoolChanges {
     /// The Pools to reconcile for this version of `agent`.
@@ -113,6 +114,8 @@ impl PoolChanges {
             agent.spec.runtime.as_ref().map(|r| r.pool.clone()),
             agent.metadata.generation,
             agent.metadata.deletion_timestamp.is_some(),
+            // A held change that passed renders the agent anew.
+            super::rollout::running_revision(agent),
         );
         let before = {
             let mut seen = lock(&self.seen);

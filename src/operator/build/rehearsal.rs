@@ -11,9 +11,17 @@ use crate::crd::Rehearsal;
 /// Label naming the Rehearsal a Job belongs to.
 pub const REHEARSAL_LABEL: &str = "agentfleet.dev/rehearsal";
 
-/// What every object of a rehearsal is named after: `NAME-rehearsal`.
+/// What every object of a rehearsal is named after: `NAME-rehearsal`, with a long name
+/// cut and a hash of it in its place, so that its Job's name (and the `job-name` label of
+/// its pod, at most 63 characters) stays valid.
 pub fn rehearsal_base(name: &str) -> String {
-    format!("{name}-rehearsal")
+    const KEPT: usize = 32;
+    if name.len() <= KEPT + 9 {
+        return format!("{name}-rehearsal");
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    let head = name[..KEPT].trim_end_matches(['-', '.']);
+    format!("{head}-{}-rehearsal", crate::hex(&digest[..4]))
 }
 
 /// The Job of a Rehearsal's generation (`NAME-rehearsal-GEN`; a new generation is run by a
@@ -143,4 +151,24 @@ fn rehearsal_labels(name: &str, agent: &str) -> BTreeMap<String, String> {
     labels.insert("app.kubernetes.io/component".into(), "rehearsal".into());
     labels.insert(REHEARSAL_LABEL.into(), name.into());
     labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_name_still_makes_a_valid_job_name() {
+        assert_eq!(
+            rehearsal_job_name("alice-1a2b3c4d", 3),
+            "alice-1a2b3c4d-rehearsal-3"
+        );
+        let long = "a".repeat(63) + "-0123abcd";
+        let job = rehearsal_job_name(&long, 123_456);
+        assert!(job.len() <= 63, "{job}");
+        assert_ne!(
+            rehearsal_base(&long),
+            rehearsal_base(&("a".repeat(63) + "-ffffffff"))
+        );
+    }
 }

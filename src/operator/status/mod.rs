@@ -203,6 +203,7 @@ pub fn reconcile_part(s: &AgentStatus) -> AgentStatus {
             .collect(),
         available_replicas: s.available_replicas,
         config_hash: s.config_hash.clone(),
+        rollout: s.rollout.clone(),
         ..AgentStatus::default()
     }
 }
@@ -441,7 +442,8 @@ mod tests {
             "checkpoint": {"cycle": 7, "storageRef": "r", "digest": "sha256:x", "messages": 4, "tokens": 50, "archivedCycle": 7},
             "restoredFrom": {"reason": "Seed", "storageRef": "s3://b/ops/sre/3", "cycle": 3, "digest": "sha256:y"},
             "tools": [{"name": "skip", "source": "builtin", "ready": true}],
-            "pendingCalls": [{"tool": "restart", "callId": "ops.sre.0123", "kind": "approval"}]
+            "pendingCalls": [{"tool": "restart", "callId": "ops.sre.0123", "kind": "approval"}],
+            "rollout": {"revision": "0a1b2c3d", "candidate": "4e5f6a7b", "rehearsal": "sre-4e5f6a7b"}
         }))
         .unwrap();
         let r = serde_json::to_value(reconcile_part(&s)).unwrap();
