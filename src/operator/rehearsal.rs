@@ -2,7 +2,7 @@
 //! a pod like a worker's running `agentfleet rehearse … --record`) → the report its run
 //! writes to the data plane → the status (phase, summary, each cycle, `Complete` and
 //! `Passed`) and an event. Each generation runs once; a new generation runs again in a new
-//! Job. The report is forgotten from the data plane once the status holds it.
+//! Job. The data plane keeps the agent's newest reports for the console.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,8 +296,7 @@ impl Run<'_> {
             let why = recorded
                 .error
                 .unwrap_or_else(|| "its run recorded neither a report nor an error".into());
-            self.failed("CouldNotRun", why).await?;
-            return self.forget().await;
+            return self.failed("CouldNotRun", why).await;
         };
         let Report { cycles, summary } = report.shown();
         let (phase, kind, reason) = if summary.passed {
@@ -338,16 +337,7 @@ impl Run<'_> {
             cycles,
             ..self.previous.clone()
         };
-        self.write(status, &[complete, passed]).await?;
-        self.forget().await
-    }
-
-    async fn forget(&self) -> Result<(), Error> {
-        self.ctx
-            .store
-            .forget_rehearsal_report(self.key, &self.rehearsal.name_any())
-            .await
-            .map_err(Error::Store)
+        self.write(status, &[complete, passed]).await
     }
 
     /// Writes `status` with `conditions` merged in, for the generation at hand.

@@ -76,6 +76,9 @@ pub struct Recorded {
     pub uid: String,
     /// The Rehearsal's generation it ran for.
     pub generation: i64,
+    /// When it ended (ms since the epoch).
+    #[serde(default)]
+    pub time_ms: i64,
     /// The report, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<Report>,

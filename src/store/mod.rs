@@ -84,7 +84,8 @@ pub use self::messages::{
 };
 pub use self::notes::{Goal, Memories, NoteKind, Notes};
 pub use self::observe::{
-    checkpoint_ref_cycle, AgentObservation, AgentWork, ModelHealth, Observe, TOOL_SPECS_BYTES,
+    checkpoint_ref_cycle, AgentObservation, AgentWork, ModelHealth, Observe, REHEARSALS_KEPT,
+    TOOL_SPECS_BYTES,
 };
 pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecord, V1};
 pub use self::redis::{

@@ -9,6 +9,9 @@ use crate::identity::AgentKey;
 use crate::periods::Periods;
 use serde::{Deserialize, Serialize};
 
+/// Rehearsal reports an agent keeps (the newest).
+pub const REHEARSALS_KEPT: usize = 20;
+
 /// The most bytes of tool specs an agent's worker records ([`Observe::set_tool_specs`]).
 pub const TOOL_SPECS_BYTES: usize = 1 << 20;
 
@@ -45,24 +48,25 @@ pub trait Observe: Send + Sync {
     /// What [`Observe::set_tool_specs`] last recorded, if anything.
     async fn tool_specs(&self, agent: &AgentKey) -> Result<Option<String>, StoreError>;
 
-    /// Records the report of the agent's rehearsal `name` (JSON; its run writes it once).
+    /// Records the report of the agent's rehearsal `name` (JSON), finished at `time_ms`;
+    /// the agent keeps the newest [`REHEARSALS_KEPT`].
     async fn set_rehearsal_report(
         &self,
         agent: &AgentKey,
         name: &str,
         json: &str,
+        time_ms: i64,
     ) -> Result<(), StoreError>;
 
-    /// The report of the agent's rehearsal `name`, if its run wrote one.
+    /// The report of the agent's rehearsal `name`, if one is kept.
     async fn rehearsal_report(
         &self,
         agent: &AgentKey,
         name: &str,
     ) -> Result<Option<String>, StoreError>;
 
-    /// Forgets the report of the agent's rehearsal `name` (the Rehearsal is gone).
-    async fn forget_rehearsal_report(&self, agent: &AgentKey, name: &str)
-        -> Result<(), StoreError>;
+    /// The agent's rehearsals' reports kept, newest first.
+    async fn rehearsal_reports(&self, agent: &AgentKey) -> Result<Vec<String>, StoreError>;
 
     /// Records how archiving the agent's checkpoints goes (the worker writes it).
     async fn set_archive_report(

@@ -94,8 +94,8 @@ struct AgentState {
     tools: Option<Vec<super::ToolRecord>>,
     /// What the worker offers of its servers' tools (JSON), as last recorded.
     tool_specs: Option<String>,
-    /// Rehearsals' reports by name (JSON).
-    rehearsals: std::collections::BTreeMap<String, String>,
+    /// Rehearsals' reports (name, when written, JSON), newest first.
+    rehearsals: Vec<(String, i64, String)>,
     /// Asynchronous calls by id, and whether each has its result.
     calls: HashMap<String, (super::CallRecord, bool)>,
     /// The journal of the cycle under way.

@@ -95,9 +95,15 @@ impl Observe for MemoryStore {
         agent: &AgentKey,
         name: &str,
         json: &str,
+        time_ms: i64,
     ) -> Result<(), StoreError> {
         self.agent(agent, |a| {
-            a.rehearsals.insert(name.to_string(), json.to_string());
+            a.rehearsals.retain(|(n, _, _)| n != name);
+            a.rehearsals
+                .push((name.to_string(), time_ms, json.to_string()));
+            a.rehearsals
+                .sort_by_key(|(n, t, _)| (std::cmp::Reverse(*t), n.clone()));
+            a.rehearsals.truncate(crate::store::REHEARSALS_KEPT);
         });
         Ok(())
     }
@@ -107,18 +113,21 @@ impl Observe for MemoryStore {
         agent: &AgentKey,
         name: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(self.agent(agent, |a| a.rehearsals.get(name).cloned()))
+        Ok(self.agent(agent, |a| {
+            a.rehearsals
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map(|(_, _, json)| json.clone())
+        }))
     }
 
-    async fn forget_rehearsal_report(
-        &self,
-        agent: &AgentKey,
-        name: &str,
-    ) -> Result<(), StoreError> {
-        self.agent(agent, |a| {
-            a.rehearsals.remove(name);
-        });
-        Ok(())
+    async fn rehearsal_reports(&self, agent: &AgentKey) -> Result<Vec<String>, StoreError> {
+        Ok(self.agent(agent, |a| {
+            a.rehearsals
+                .iter()
+                .map(|(_, _, json)| json.clone())
+                .collect()
+        }))
     }
 
     async fn set_archive_report(

@@ -25,7 +25,8 @@
 //! | `agentfleet:{agent:NS/NAME}:model` | string | how the model answered lately (JSON `ModelHealth`, written by the worker when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:journal` | list | the journal of the cycle under way (JSON entries; dropped by its commit or acknowledgement) |
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolRecord`, written when it changes) |
-//! | `agentfleet:{agent:NS/NAME}:rehearsals` | hash | a Rehearsal's name → its report (JSON `{uid, generation, report}` or `{uid, generation, error}`), written by the rehearsal's run, read and forgotten by the operator |
+//! | `agentfleet:{agent:NS/NAME}:rehearsals` | hash | a Rehearsal's name → its report (JSON `Recorded` `{uid, generation, timeMs, report}` or `{…, error}`), written by the rehearsal's run; the operator puts it in the Rehearsal's status, the gateway shows it |
+//! | `agentfleet:{agent:NS/NAME}:rehearsalorder` | sorted set | the names of `rehearsals` by when each was written (ms); the newest 20 are kept |
 //! | `agentfleet:{agent:NS/NAME}:toolspecs` | string | what the worker offers the model of its MCP servers' and A2A agents' tools (JSON list of tool specs: name, description, parameters; at most 1 MiB), written when it changes; what a rehearsal offers of them |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
@@ -87,6 +88,7 @@ const AGENT_SUFFIXES: &[&str] = &[
     "tools",
     "toolspecs",
     "rehearsals",
+    "rehearsalorder",
     "journal",
     "receipts",
     "receiptids",
@@ -261,6 +263,11 @@ impl AgentKeys {
     /// The reports of the agent's rehearsals, by the Rehearsal's name.
     pub(super) fn rehearsals(&self) -> String {
         self.key("rehearsals")
+    }
+
+    /// The names of `rehearsals` by when each was written.
+    pub(super) fn rehearsal_order(&self) -> String {
+        self.key("rehearsalorder")
     }
 
     /// How archiving goes, as the worker reports it (JSON).
@@ -449,6 +456,7 @@ pub(super) mod tests {
             a.tools(),
             a.tool_specs(),
             a.rehearsals(),
+            a.rehearsal_order(),
             a.journal(),
             a.receipts(),
             a.receipt_ids(),

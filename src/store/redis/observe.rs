@@ -211,11 +211,38 @@ impl Observe for RedisStore {
         agent: &AgentKey,
         name: &str,
         json: &str,
+        time_ms: i64,
     ) -> Result<(), StoreError> {
+        let keys = AgentKeys::new(agent);
         let mut conn = self.conns.shared().await?;
-        conn.hset(AgentKeys::new(agent).rehearsals(), name, json)
+        let err = redis_err("record a rehearsal's report");
+        // One slot: the report and its place, then the oldest beyond the bound go.
+        redis::pipe()
+            .atomic()
+            .hset(keys.rehearsals(), name, json)
+            .ignore()
+            .zadd(keys.rehearsal_order(), name, time_ms)
+            .ignore()
+            .query_async::<()>(&mut conn)
             .await
-            .map_err(redis_err("record a rehearsal's report"))
+            .map_err(err)?;
+        let kept = crate::store::REHEARSALS_KEPT as isize;
+        let old: Vec<String> = conn
+            .zrange(keys.rehearsal_order(), 0, -(kept + 1))
+            .await
+            .map_err(redis_err("bound the rehearsals' reports"))?;
+        if !old.is_empty() {
+            redis::pipe()
+                .atomic()
+                .hdel(keys.rehearsals(), &old)
+                .ignore()
+                .zrem(keys.rehearsal_order(), &old)
+                .ignore()
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(redis_err("bound the rehearsals' reports"))?;
+        }
+        Ok(())
     }
 
     async fn rehearsal_report(
@@ -229,15 +256,23 @@ impl Observe for RedisStore {
             .map_err(redis_err("read a rehearsal's report"))
     }
 
-    async fn forget_rehearsal_report(
-        &self,
-        agent: &AgentKey,
-        name: &str,
-    ) -> Result<(), StoreError> {
+    async fn rehearsal_reports(&self, agent: &AgentKey) -> Result<Vec<String>, StoreError> {
+        let keys = AgentKeys::new(agent);
         let mut conn = self.conns.shared().await?;
-        conn.hdel(AgentKeys::new(agent).rehearsals(), name)
+        let names: Vec<String> = conn
+            .zrevrange(keys.rehearsal_order(), 0, -1)
             .await
-            .map_err(redis_err("forget a rehearsal's report"))
+            .map_err(redis_err("read the rehearsals' reports"))?;
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reports: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(keys.rehearsals())
+            .arg(&names)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read the rehearsals' reports"))?;
+        Ok(reports.into_iter().flatten().collect())
     }
 
     async fn set_archive_report(

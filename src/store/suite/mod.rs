@@ -428,6 +428,7 @@ suite!(
     calls_of_remote_agents_under_way_are_noted,
     a_snapshot_replaces_the_consciousness_between_cycles,
     cycle_records_are_kept_by_the_step_that_ends_the_cycle,
-    cycle_records_are_bounded_by_count_and_bytes;
+    cycle_records_are_bounded_by_count_and_bytes,
+    rehearsal_reports_keep_the_newest;
     faults: an_interrupted_fan_out_is_completed_by_its_retry,
 );

@@ -101,6 +101,8 @@ pub(super) async fn purging_an_agent_forgets_everything(store: &dyn Store) {
             .await
             .unwrap();
         store.set_plans(k, &lease, &[own_plan("p")]).await.unwrap();
+        store.set_tool_specs(k, "[]").await.unwrap();
+        store.set_rehearsal_report(k, "r", "{}", 1).await.unwrap();
         store.push_event(k, &event("e2", "waiting")).await.unwrap();
     }
     let call = NewCall::new(&a, "create_ticket", 60_000).unwrap();
@@ -126,6 +128,8 @@ pub(super) async fn purging_an_agent_forgets_everything(store: &dyn Store) {
     assert!(store.checkpoints(&a).await.unwrap().is_empty());
     assert!(store.memories(&a).await.unwrap().is_empty());
     assert!(store.plans(&a).await.unwrap().is_empty());
+    assert_eq!(store.tool_specs(&a).await.unwrap(), None);
+    assert!(store.rehearsal_reports(&a).await.unwrap().is_empty());
     assert_eq!(
         store.observe(std::slice::from_ref(&a)).await.unwrap()[0],
         AgentObservation::default()
@@ -137,6 +141,7 @@ pub(super) async fn purging_an_agent_forgets_everything(store: &dyn Store) {
     let other = store.observe(std::slice::from_ref(&keep)).await.unwrap();
     assert_eq!((other[0].waiting, other[0].cycles), (1, 1));
     assert_eq!(store.plans(&keep).await.unwrap().len(), 1);
+    assert_eq!(store.rehearsal_reports(&keep).await.unwrap().len(), 1);
 }
 
 pub(super) async fn tokens_are_counted_by_direction_and_period(store: &dyn Store) {
@@ -202,4 +207,37 @@ pub(super) async fn tokens_are_counted_by_direction_and_period(store: &dyn Store
         }
     );
     assert_eq!(t.output, 160);
+}
+
+pub(super) async fn rehearsal_reports_keep_the_newest(store: &dyn Store) {
+    let a = AgentKey::new("fam", "assistant");
+    let kept = crate::store::REHEARSALS_KEPT;
+    for i in 0..kept + 3 {
+        let name = format!("r{i}");
+        store
+            .set_rehearsal_report(&a, &name, &format!("{{\"n\":{i}}}"), 1_000 + i as i64)
+            .await
+            .unwrap();
+    }
+    // Written again: the same name, its new report.
+    store
+        .set_rehearsal_report(&a, "r5", "{\"n\":\"again\"}", 5_000)
+        .await
+        .unwrap();
+    let all = store.rehearsal_reports(&a).await.unwrap();
+    assert_eq!(all.len(), kept);
+    assert_eq!(all[0], "{\"n\":\"again\"}");
+    assert_eq!(all[1], format!("{{\"n\":{}}}", kept + 2));
+    for gone in ["r0", "r1", "r2"] {
+        assert_eq!(store.rehearsal_report(&a, gone).await.unwrap(), None);
+    }
+    assert_eq!(
+        store.rehearsal_report(&a, "r3").await.unwrap().as_deref(),
+        Some("{\"n\":3}")
+    );
+    assert!(store
+        .rehearsal_reports(&AgentKey::new("fam", "nobody"))
+        .await
+        .unwrap()
+        .is_empty());
 }

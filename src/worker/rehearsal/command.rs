@@ -115,12 +115,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let recorded = Recorded {
         uid: to.uid,
         generation: to.generation,
+        time_ms: crate::store::now_ms(),
         error: outcome.as_ref().err().map(|e| crate::report::chain(&**e)),
         report: outcome.ok().map(Report::shown),
     };
     let json = serde_json::to_string(&recorded).context("writing the report")?;
     store
-        .set_rehearsal_report(&key, &to.name, &json)
+        .set_rehearsal_report(&key, &to.name, &json, recorded.time_ms)
         .await
         .context("recording the report in the data plane")?;
     if let Some(e) = &recorded.error {
