@@ -317,6 +317,15 @@ impl Dev {
             callback_url: Some(format!("http://{addr}")),
             archive,
         };
+        gw.set_rehearser(Arc::new(DevRehearser {
+            store: store.clone(),
+            agents: manifests
+                .agents
+                .iter()
+                .map(|a| (crate::worker::host::key_of(a), a.clone()))
+                .collect(),
+            api_key: api_key.clone(),
+        }));
         let keys: Vec<AgentKey> = manifests
             .agents
             .iter()
@@ -508,6 +517,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     info!("stopping: finishing the cycles under way (Ctrl-C again stops at once)");
     dev.stop().await;
     Ok(())
+}
+
+/// Rehearsals in place for dev's gateway: its agents as their manifests say, its model key.
+struct DevRehearser {
+    store: Arc<dyn Store>,
+    agents: BTreeMap<AgentKey, Agent>,
+    api_key: Option<String>,
+}
+
+#[async_trait::async_trait]
+impl crate::rehearsals::Rehearser for DevRehearser {
+    async fn rehearse(
+        &self,
+        agent: &AgentKey,
+        request: &crate::rehearsals::RehearsalRequest,
+    ) -> Result<crate::rehearsals::Recorded, String> {
+        let Some(live) = self.agents.get(agent) else {
+            return Err(format!("dev runs no agent {agent}"));
+        };
+        crate::worker::rehearsal::in_place(self.store.as_ref(), live, request, self.api_key.clone())
+            .await
+    }
 }
 
 #[cfg(test)]

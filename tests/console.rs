@@ -1413,3 +1413,137 @@ async fn an_agent_rewinds_to_a_checkpoint_and_forks_from_one() {
     let errors = browser.errors().await.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// Rehearses `candidate` in place on the deployer's last cycles, as `token` (dev's gateway
+/// runs it): the report.
+async fn rehearse(dev: &Dev, token: &str, name: &str, candidate: Value) -> Value {
+    let http = reqwest::Client::new();
+    let answer = http
+        .post(format!("{}/v1/agents/default/deployer/rehearsals", dev.url))
+        .bearer_auth(token)
+        .json(&json!({"name": name, "candidate": candidate, "cycles": 10}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.json().await.unwrap()
+}
+
+/// A rehearsal beside the cycles it replayed (issue 45): dev rehearses candidates in place on
+/// the deployer's recorded cycles; the console lists them, shows each cycle beside what the
+/// candidate did in its place, and leads to the cycle it replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rehearsal_is_shown_beside_the_cycles_it_replayed() {
+    let (model, _dir, dev, husam) = desk().await;
+    answered(&dev, &husam, "hello", 1).await;
+    let http = reqwest::Client::new();
+    let posted = dev
+        .post(
+            &http,
+            &husam,
+            "desk",
+            &json!({"text": "this is not for you"}),
+        )
+        .await;
+    assert_eq!(posted.status(), 201);
+    cycles(&dev, &husam, "limit=10", 2).await;
+    answered(&dev, &husam, "hello again", 2).await;
+    let page = cycles(&dev, &husam, "limit=10", 3).await;
+    let seqs: Vec<u64> = page["cycles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|c| c["seq"].as_u64().unwrap())
+        .collect();
+
+    // New instructions on the same model decide as the agent did; a model that stays quiet
+    // does not.
+    let same = rehearse(
+        &dev,
+        &husam,
+        "same",
+        json!({"instructions": "You deploy, briefly."}),
+    )
+    .await;
+    assert_eq!(same["report"]["summary"]["passed"], true, "{same}");
+    let quiet_model =
+        MockModel::responding(|_| MockTurn::tools(&[("skip", json!({"reason": "quiet today"}))]))
+            .await
+            .unwrap();
+    let quiet = rehearse(
+        &dev,
+        &husam,
+        "quiet",
+        json!({"model": {"provider": "openai", "name": "mock", "baseUrl": quiet_model.base_url}}),
+    )
+    .await;
+    let summary = &quiet["report"]["summary"];
+    assert_eq!(summary["passed"], false, "{quiet}");
+    assert_eq!(summary["compared"], 3);
+    assert!(
+        summary["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("the candidate replied or stayed quiet as recorded in 1 of 3 cycles"),
+        "{summary}"
+    );
+    assert!(model.request_count() > 0);
+
+    // From the cycles to the rehearsals, newest first.
+    let browser = signed_in(&dev, "#/agents/default/deployer/cycles", &husam).await;
+    browser
+        .click_on("#cycles-body a.rehearsals-link", WAIT)
+        .await
+        .unwrap();
+    let listed = until(
+        &browser,
+        "return [...document.querySelectorAll('table.rehearsals-list tr[data-name]')].map(r => [r.dataset.name, r.querySelector('[data-passed]').dataset.passed])",
+        |v| v.as_array().is_some_and(|a| a.len() == 2),
+    )
+    .await;
+    assert_eq!(listed, json!([["quiet", "false"], ["same", "true"]]));
+    screenshot(&browser, "rehearsals").await;
+
+    // One of them: each recorded cycle beside the candidate's, oldest first.
+    browser
+        .click_on(
+            "table.rehearsals-list tr[data-name='quiet'] a.rehearsal",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let rows = until(
+        &browser,
+        "return [...document.querySelectorAll('table.rehearsal-cycles tr[data-seq]')].map(r => [Number(r.dataset.seq), [...r.querySelectorAll('[data-outcome]')].map(o => o.dataset.outcome), r.querySelector('[data-agrees]').dataset.agrees])",
+        |v| v.as_array().is_some_and(|a| a.len() == 3),
+    )
+    .await;
+    assert_eq!(
+        rows,
+        json!([
+            [seqs[0], ["replied", "skipped"], "false"],
+            [seqs[1], ["skipped", "skipped"], "true"],
+            [seqs[2], ["replied", "skipped"], "false"]
+        ])
+    );
+    let verdict = browser
+        .exec("return document.getElementById('rehearsal-verdict').textContent")
+        .await
+        .unwrap();
+    assert_eq!(verdict, summary["verdict"]);
+    screenshot(&browser, "rehearsal").await;
+
+    // Each row leads to the cycle it replayed.
+    browser
+        .click_on(
+            &format!("table.rehearsal-cycles tr[data-seq='{}'] a.cycle", seqs[2]),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    until(&browser, "return location.hash", |v| {
+        v == &json!(format!("#/agents/default/deployer/cycles/{}", seqs[2]))
+    })
+    .await;
+}

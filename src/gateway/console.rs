@@ -18,8 +18,8 @@ const INDEX: &str = include_str!("console/index.html");
 const STYLE: &str = include_str!("console/console.css");
 const ICON: &str = include_str!("console/icon.svg");
 /// The scripts, ES modules: the pages, what they share, the answer forms, the agent page, an
-/// agent's cycles and one cycle, rewinding and forking.
-const SCRIPTS: [(&str, &str); 9] = [
+/// agent's cycles and one cycle, rewinding and forking, its rehearsals.
+const SCRIPTS: [(&str, &str); 10] = [
     ("console.js", include_str!("console/console.js")),
     ("dom.js", include_str!("console/dom.js")),
     ("schema.js", include_str!("console/schema.js")),
@@ -29,6 +29,7 @@ const SCRIPTS: [(&str, &str); 9] = [
     ("cycles.js", include_str!("console/cycles.js")),
     ("cycle.js", include_str!("console/cycle.js")),
     ("rewind.js", include_str!("console/rewind.js")),
+    ("rehearsals.js", include_str!("console/rehearsals.js")),
 ];
 
 /// The page's policy: see the module's description.

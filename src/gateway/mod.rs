@@ -30,6 +30,7 @@ mod health;
 mod inspect;
 pub mod kubernetes;
 mod mine;
+mod rehearsals;
 pub mod results;
 mod serve;
 pub mod sse;
@@ -96,6 +97,8 @@ struct Inner {
     kubernetes: std::sync::OnceLock<kubernetes::Reviewer>,
     /// Who may inspect and restore agents.
     access: std::sync::OnceLock<access::Access>,
+    /// What runs rehearsals in place (`agentfleet dev`'s), if anything.
+    rehearser: std::sync::OnceLock<Arc<dyn crate::rehearsals::Rehearser>>,
 }
 
 /// A readiness check beyond the data plane's: `Err` says why the process is not ready.
@@ -126,8 +129,14 @@ impl Gateway {
                 trace_url: std::sync::OnceLock::new(),
                 kubernetes: std::sync::OnceLock::new(),
                 access: std::sync::OnceLock::new(),
+                rehearser: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Runs rehearsals in place with `rehearser` (`agentfleet dev`); once.
+    pub fn set_rehearser(&self, rehearser: Arc<dyn crate::rehearsals::Rehearser>) {
+        let _ = self.inner.rehearser.set(rehearser);
     }
 
     /// Makes `/readyz` also require `check` to pass (set once; later calls are ignored).
@@ -552,6 +561,8 @@ pub fn api() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(inspect::calls))
         .routes(routes!(cycles::cycles))
         .routes(routes!(cycles::cycle))
+        .routes(routes!(rehearsals::rehearsals, rehearsals::rehearse))
+        .routes(routes!(rehearsals::rehearsal))
         .routes(routes!(stream::stream_space))
         .routes(routes!(trigger::trigger_agent))
         .routes(routes!(results::post_tool_result))

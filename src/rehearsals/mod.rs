@@ -7,6 +7,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::cycles::{CycleOutcome, CycleRecord};
 
@@ -22,13 +23,49 @@ pub fn canonical(arguments: &str) -> String {
 }
 
 /// What a rehearsal found.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     /// Each recorded cycle, oldest first, and what the candidate did in its place.
     pub cycles: Vec<CycleResult>,
     /// The figures and the verdict.
     pub summary: Summary,
+}
+
+/// A rehearsal asked of a process that runs them in place (`agentfleet dev`'s gateway:
+/// `POST /v1/agents/{namespace}/{agent}/rehearsals`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RehearsalRequest {
+    /// The name its report is kept under (a Kubernetes name).
+    pub name: String,
+    /// What the candidate changes of the agent (as a Rehearsal's `spec.candidate`).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub candidate: crate::crd::Candidate,
+    /// How many of the agent's last recorded cycles (1 to 100).
+    #[serde(default = "default_cycles")]
+    pub cycles: u32,
+    /// What it must show to pass.
+    #[serde(default)]
+    pub criteria: Criteria,
+}
+
+fn default_cycles() -> u32 {
+    20
+}
+
+/// What runs rehearsals in place, given to a gateway that may (`agentfleet dev`'s, which
+/// holds the agents' model key); a cluster's gateway has none (a Rehearsal's Job runs them).
+#[async_trait::async_trait]
+pub trait Rehearser: Send + Sync {
+    /// Runs `request` on agent `agent`'s recorded cycles, keeps the report in the data plane
+    /// and returns it; `Err` says in a sentence why it could not start.
+    async fn rehearse(
+        &self,
+        agent: &crate::identity::AgentKey,
+        request: &RehearsalRequest,
+    ) -> Result<Recorded, String>;
 }
 
 /// Longest call (its tool and arguments) or reason a report keeps for showing.
@@ -69,9 +106,12 @@ impl Report {
 }
 
 /// A rehearsal's outcome as its run records it in the data plane for the operator.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Recorded {
+    /// The Rehearsal's name.
+    #[serde(default)]
+    pub name: String,
     /// The Rehearsal's uid (a Rehearsal made again under the same name has another).
     pub uid: String,
     /// The Rehearsal's generation it ran for.
@@ -92,7 +132,7 @@ pub struct Recorded {
 const SPEAKING: [&str; 2] = ["send_message", "skip"];
 
 /// What one cycle decided.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
     /// `replied` (posted a message), `silent` (committed without posting), `skipped`,
@@ -186,7 +226,7 @@ fn sorted(v: &[String]) -> Vec<&String> {
 }
 
 /// One recorded cycle, and what the candidate did in its place.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CycleResult {
     /// The recorded cycle's number (`agentfleet trace NS/AGENT SEQ`).
@@ -249,7 +289,7 @@ impl CycleResult {
 }
 
 /// What a rehearsal must show to pass.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Criteria {
     /// The least share (0 to 1) of compared cycles in which the candidate replied or stayed
@@ -284,7 +324,7 @@ impl Default for Criteria {
 }
 
 /// A rehearsal's outcome in figures, and its verdict.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     /// Recorded cycles the candidate ran in place of.

@@ -6,13 +6,14 @@
 // names to a server log: `#/` the spaces and the calls waiting, `#/spaces/NS/NAME` a space,
 // `#/calls/ID` one call to answer, `#/agents` the fleet, `#/agents/NS/NAME` an agent,
 // `#/agents/NS/NAME/cycles` its cycles, `…/cycles/SEQ` one of them, `…/why/MESSAGE` the cycle
-// that posted a message.
+// that posted a message, `…/rehearsals` its rehearsals and `…/rehearsals/RNAME` one of them.
 import { TOKEN, api, el, link, seg, stamp, when } from './dom.js';
 import { check, form } from './schema.js';
 import { agentPage } from './agent.js';
 import { markdown } from './markdown.js';
 import { fleetPage } from './fleet.js';
 import { cyclePage, cyclesPage, whyPage } from './cycles.js';
+import { rehearsalPage, rehearsalsPage } from './rehearsals.js';
 
 const $ = (id) => document.getElementById(id);
 const PAGES = ['home', 'space', 'call', 'agent', 'fleet', 'cycles'];
@@ -429,6 +430,14 @@ async function route() {
   if (page === 'agents' && n === 5 && parts[3] === 'cycles') {
     show('cycles');
     return cyclePage($('cycles-body'), parts[1], parts[2], parts[4], () => visit === visits);
+  }
+  if (page === 'agents' && n === 4 && parts[3] === 'rehearsals') {
+    show('cycles');
+    return rehearsalsPage($('cycles-body'), parts[1], parts[2], () => visit === visits);
+  }
+  if (page === 'agents' && n === 5 && parts[3] === 'rehearsals') {
+    show('cycles');
+    return rehearsalPage($('cycles-body'), parts[1], parts[2], parts[4], () => visit === visits);
   }
   if (page === 'agents' && n === 5 && parts[3] === 'why') {
     show('cycles');

@@ -89,7 +89,10 @@ export async function cyclesPage(box, ns, name, current) {
       older.disabled = false;
     }
   });
-  box.replaceChildren(crumbs(ns, name), el('h2', 'Cycles of ' + ns + '/' + name, 'text'), keeps,
+  const rehearsals = el('p', undefined, 'meta');
+  rehearsals.append('Changes tried on these cycles before going live: ',
+    link('rehearsals', hash(ns, name) + '/rehearsals', 'rehearsals-link'), '.');
+  box.replaceChildren(crumbs(ns, name), el('h2', 'Cycles of ' + ns + '/' + name, 'text'), keeps, rehearsals,
     page.cycles.length ? table : el('p', 'No cycle recorded yet.', 'empty'), older);
 }
 

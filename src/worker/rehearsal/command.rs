@@ -113,6 +113,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         };
     };
     let recorded = Recorded {
+        name: to.name.clone(),
         uid: to.uid,
         generation: to.generation,
         time_ms: crate::store::now_ms(),

@@ -24,6 +24,7 @@ pub mod table;
 use std::sync::Arc;
 
 pub use crate::rehearsals::{Criteria, CycleResult, Decision, Report, Summary, MAX_CYCLES};
+use crate::rehearsals::{Recorded, RehearsalRequest};
 
 use crate::crd::Agent;
 use crate::cycles::{CycleOutcome, CycleRecord};
@@ -226,4 +227,46 @@ async fn last_records(
         out.push(record);
     }
     Ok(out)
+}
+
+/// Runs `request` on the recorded cycles of `live` (the agent's manifest as it runs) in
+/// `store`, with the model key `api_key`, and keeps the report there (how `agentfleet dev`
+/// rehearses in place). `Err` says in a sentence why it could not start.
+pub async fn in_place(
+    store: &dyn Store,
+    live: &Agent,
+    request: &RehearsalRequest,
+    api_key: Option<String>,
+) -> Result<Recorded, String> {
+    let key = crate::worker::host::key_of(live);
+    let mut candidate = live.clone();
+    candidate.status = None;
+    request.candidate.apply(&mut candidate.spec);
+    let model = crate::model::from_spec(&candidate.spec.model, &key.name, api_key)
+        .map_err(|e| format!("the candidate's model: {e}"))?;
+    let rehearsal = Rehearsal {
+        key: key.clone(),
+        candidate,
+        model: Arc::from(model),
+        cycles: request.cycles as usize,
+        criteria: request.criteria.clone(),
+    };
+    let report = rehearsal
+        .run(store, |_| {})
+        .await
+        .map_err(|e| e.to_string())?;
+    let recorded = Recorded {
+        name: request.name.clone(),
+        uid: live.metadata.uid.clone().unwrap_or_default(),
+        generation: 0,
+        time_ms: crate::store::now_ms(),
+        report: Some(report.shown()),
+        error: None,
+    };
+    let json = serde_json::to_string(&recorded).map_err(|e| e.to_string())?;
+    store
+        .set_rehearsal_report(&key, &request.name, &json, recorded.time_ms)
+        .await
+        .map_err(|e| format!("the report was not kept: {e}"))?;
+    Ok(recorded)
 }
