@@ -20,6 +20,8 @@ const LAST_STEPS: usize = 16;
 pub const CALLS_PER_STEP: usize = 32;
 /// Messages posted a record names.
 pub const POSTED: usize = 32;
+/// Notes a record keeps the earlier values of (`notes_before`).
+pub const NOTES: usize = 64;
 
 /// `text` cut to at most `max` bytes (at a character boundary), and how many bytes were not
 /// kept.
@@ -60,6 +62,12 @@ impl CycleRecord {
             if let Some(data) = &mut e.data {
                 shorten(data, &mut e.data_cut, max);
             }
+        }
+        // A note's earlier value is whole or not kept (a cut one would undo wrongly).
+        for values in self.notes_before.values_mut() {
+            let before = values.len();
+            values.retain(|_, v| v.as_ref().is_none_or(|v| v.len() <= max));
+            self.notes_cut += (before - values.len()) as u64;
         }
         for s in &mut self.steps {
             if let Some(text) = &mut s.text {

@@ -21,7 +21,9 @@ pub mod read;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-pub use bound::{clip, fit, CALLS_PER_STEP, EVENTS, POSTED, RECORD_BYTES, STEPS, TEXT_BYTES};
+pub use bound::{
+    clip, fit, CALLS_PER_STEP, EVENTS, NOTES, POSTED, RECORD_BYTES, STEPS, TEXT_BYTES,
+};
 
 /// How a cycle ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -226,6 +228,15 @@ pub struct CycleRecord {
     /// The messages it posted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub posted: Vec<PostedMessage>,
+    /// What the notes it changed were before it (`memories`, `goals`, `plans` → key → the
+    /// value, none where there was none), masked and cut: what a rehearsal undoes to start
+    /// an older cycle from the notes it had.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub notes_before:
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, Option<String>>>,
+    /// Notes changed but not kept in `notes_before` (beyond [`NOTES`], or cut, or not read).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub notes_cut: u64,
     /// The id of its OpenTelemetry trace (32 hex digits), when traces are exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,

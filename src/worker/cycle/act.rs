@@ -270,6 +270,9 @@ impl Cycle<'_> {
                 agentlet
                     .tool_activity(self.active.as_deref(), &call.name)
                     .await;
+                if changes_notes(&call.name) {
+                    self.notes_before_change().await;
+                }
                 let mut env = ToolEnv {
                     store: agentlet.store.as_ref(),
                     agent: &agentlet.key,
@@ -342,4 +345,17 @@ fn count_tool(agentlet: &Agentlet, call: &ToolCall, ok: bool) {
         .with_label_values(&[ns, agent, tool, outcome])
         .inc();
     debug!(tool = %call.name, ok, "tool call");
+}
+
+/// Whether a built-in changes the agent's notes (its record keeps what they were).
+fn changes_notes(tool: &str) -> bool {
+    matches!(
+        crate::crd::BuiltinTool::from_name(tool),
+        Some(
+            crate::crd::BuiltinTool::SetMemories
+                | crate::crd::BuiltinTool::DeleteMemories
+                | crate::crd::BuiltinTool::SetGoals
+                | crate::crd::BuiltinTool::SetPlans
+        )
+    )
 }

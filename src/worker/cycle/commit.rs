@@ -39,6 +39,7 @@ impl Cycle<'_> {
             let whys: Vec<&str> = self.stops.iter().map(|(_, why)| why.as_str()).collect();
             whys.join("; ")
         });
+        self.note_changes().await;
         let record = self.record_write(CycleOutcome::Committed, reason);
         let checkpoint = agentlet
             .store

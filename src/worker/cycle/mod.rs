@@ -424,6 +424,8 @@ struct Cycle<'a> {
     nudged: bool,
     /// The cycle's record so far.
     recorder: record::Recorder,
+    /// The agent's notes as they were before the cycle first changed one (none until then).
+    notes_at_start: Option<record::Notes>,
 }
 
 impl Cycle<'_> {
@@ -448,6 +450,7 @@ impl Cycle<'_> {
                 Ok(Outcome::Failed(e))
             }
             End::Paused { until_ms } => {
+                self.note_changes().await;
                 let reason = self.recorder.waiting();
                 Ok(Outcome::Paused {
                     until_ms,

@@ -112,6 +112,7 @@ impl<'a> Cycle<'a> {
             stops: Vec::new(),
             nudged: false,
             recorder,
+            notes_at_start: None,
         };
         // A cycle that stopped before its end (a crash, a model failure) goes on from its
         // journal: what it did is replayed, not done again.

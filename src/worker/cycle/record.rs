@@ -2,6 +2,7 @@
 //! agent's secrets and cut where it is added, and handed to the step that ends the cycle
 //! (its commit, rollback or pause; a model failure's own write).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tracing::warn;
@@ -9,12 +10,15 @@ use tracing::warn;
 use super::Cycle;
 use crate::cycles::{
     clip, CallTrace, CycleOutcome, CycleRecord, CycleTokens, EventTrace, PostedMessage, StepTrace,
-    CALLS_PER_STEP, EVENTS, POSTED, TEXT_BYTES,
+    CALLS_PER_STEP, EVENTS, NOTES, POSTED, TEXT_BYTES,
 };
 use crate::model::{ToolCall, Turn, Usage};
 use crate::party::Party;
 use crate::secrets::Redactor;
-use crate::store::{InboxEvent, RecordWrite};
+use crate::store::{InboxEvent, NoteKind, RecordWrite};
+
+/// Every note collection of an agent, by kind (key → stored text).
+pub(super) type Notes = BTreeMap<NoteKind, BTreeMap<String, String>>;
 use crate::worker::tools::Outcome;
 
 /// A record under way.
@@ -220,6 +224,43 @@ impl Recorder {
         }
     }
 
+    /// The earlier values of the notes the cycle changed: `before` as they were when it
+    /// first touched one, `after` as they are now (by kind, key → stored text).
+    pub(super) fn notes_changed(&mut self, before: &Notes, after: &Notes) {
+        let empty = BTreeMap::new();
+        let kinds = before.keys().chain(after.keys());
+        let mut kept = 0;
+        for kind in kinds.collect::<std::collections::BTreeSet<_>>() {
+            let (was, now) = (
+                before.get(kind).unwrap_or(&empty),
+                after.get(kind).unwrap_or(&empty),
+            );
+            let keys = was
+                .keys()
+                .chain(now.keys())
+                .collect::<std::collections::BTreeSet<_>>();
+            for key in keys.into_iter().filter(|k| was.get(*k) != now.get(*k)) {
+                let old = was.get(key);
+                let whole = old.is_none_or(|v| v.len() <= TEXT_BYTES);
+                if kept >= NOTES || !whole {
+                    self.record.notes_cut += 1;
+                    continue;
+                }
+                kept += 1;
+                self.record
+                    .notes_before
+                    .entry(kind.as_str().to_string())
+                    .or_default()
+                    .insert(key.clone(), old.map(|v| self.masks.redact(v)));
+            }
+        }
+    }
+
+    /// Notes changed that cannot be said (they could not be read).
+    pub(super) fn notes_unknown(&mut self) {
+        self.record.notes_cut += 1;
+    }
+
     /// A note on the step under way (the last one recorded).
     pub(super) fn note(&mut self, note: impl Into<String>) {
         if let Some(s) = self.record.steps.last_mut() {
@@ -294,6 +335,36 @@ fn tokens(usage: &Usage) -> CycleTokens {
 
 impl Cycle<'_> {
     /// The record as the step that ends the cycle keeps it, ended as `outcome` for `reason`.
+    /// Notes the notes as they are before the cycle first changes one (once a cycle).
+    pub(super) async fn notes_before_change(&mut self) {
+        if self.notes_at_start.is_some() || !self.remembers {
+            return;
+        }
+        let agentlet = self.agentlet;
+        match crate::store::all_notes(agentlet.store.as_ref(), &agentlet.key).await {
+            Ok(notes) => self.notes_at_start = Some(notes),
+            Err(e) => {
+                warn!(agent = %agentlet.key, error = %e, "the notes before the cycle changed them were not read; its record cannot say them");
+                self.recorder.notes_unknown();
+            }
+        }
+    }
+
+    /// Records what the notes the cycle changed were before it (when it changed any).
+    pub(super) async fn note_changes(&mut self) {
+        let Some(before) = self.notes_at_start.take() else {
+            return;
+        };
+        let agentlet = self.agentlet;
+        match crate::store::all_notes(agentlet.store.as_ref(), &agentlet.key).await {
+            Ok(after) => self.recorder.notes_changed(&before, &after),
+            Err(e) => {
+                warn!(agent = %agentlet.key, error = %e, "the notes after the cycle were not read; its record cannot say what it changed");
+                self.recorder.notes_unknown();
+            }
+        }
+    }
+
     pub(super) fn record_write(
         &mut self,
         outcome: CycleOutcome,
@@ -309,6 +380,7 @@ impl Cycle<'_> {
     /// Keeps the record of a cycle whose model failed (nothing else ends it): a record
     /// that cannot be written is said in the log, and the cycle's outcome stands.
     pub(super) async fn record_failure(&mut self, reason: String) {
+        self.note_changes().await;
         let write = self.record_write(CycleOutcome::Failed, Some(reason));
         let agentlet = self.agentlet;
         if let Err(e) = agentlet

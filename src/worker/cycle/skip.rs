@@ -32,6 +32,7 @@ impl Cycle<'_> {
     /// (nothing changed, so it stays valid for the next cycle).
     pub(super) async fn roll_back(mut self) -> Result<(), StoreError> {
         let agentlet = self.agentlet;
+        self.note_changes().await;
         let record = self.record_write(CycleOutcome::Skipped, None);
         let receipt = Receipt::new(ReceiptOutcome::Skipped, None, None);
         agentlet

@@ -76,12 +76,13 @@ impl Cycle<'_> {
     }
 
     /// What is to be told once the cycle is committed (nothing when it did not stop short).
+    /// The stops stay: the cycle's record says them too.
     pub(super) fn take_told(&mut self) -> Option<Told> {
         if self.stops.is_empty() {
             return None;
         }
         Some(Told {
-            stops: std::mem::take(&mut self.stops),
+            stops: self.stops.clone(),
             spaces: self.agentlet.told_in(self.events, self.active.as_deref()),
             batch: self.batch.clone(),
         })

@@ -20,6 +20,8 @@ pub mod command;
 mod replay;
 mod sandbox;
 pub mod table;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -102,11 +104,12 @@ impl Rehearsal {
             return Err(RehearsalError::NoRecords(key.clone()));
         }
         let start = self.start(source).await?;
+        let notes = notes_at_each(crate::store::all_notes(source, key).await?, &records);
         let mut cycles = Vec::with_capacity(records.len());
         let mut spent = 0u64;
         let mut ended = None;
-        for record in &records {
-            let result = self.one(source, &start, record).await?;
+        for (record, notes) in records.iter().zip(notes) {
+            let result = self.one(source, &start, record, notes).await?;
             let (result, failed) = result;
             spent += result.candidate.as_ref().map_or(0, |d| d.tokens);
             progress(&result);
@@ -156,7 +159,6 @@ impl Rehearsal {
             candidate,
             model: self.model.clone(),
             spaces,
-            notes: crate::store::all_notes(source, key).await?,
             listed,
             metrics,
         })
@@ -169,6 +171,7 @@ impl Rehearsal {
         source: &dyn Store,
         start: &sandbox::Start,
         record: &CycleRecord,
+        (notes, whole): (Notes, bool),
     ) -> Result<(CycleResult, Option<String>), RehearsalError> {
         if record.party != "members" {
             return Ok((
@@ -197,13 +200,67 @@ impl Rehearsal {
                 None,
             ));
         };
-        let run = start.run(record, window).await?;
+        let run = start.run(record, window, notes).await?;
         let mut result = CycleResult::compared(record, Decision::of(&run.record));
         result.replayed = run.replayed.replayed;
         result.not_replayed = run.replayed.not_replayed;
-        result.inexact = run.inexact || run.replayed.cut > 0;
+        result.inexact = run.inexact || run.replayed.cut > 0 || !whole;
         Ok((result, run.failed))
     }
+}
+
+/// The agent's notes by kind (key → stored text).
+type Notes =
+    std::collections::BTreeMap<crate::store::NoteKind, std::collections::BTreeMap<String, String>>;
+
+/// The notes each of `records` (oldest first) began with, from the notes `now`: each
+/// record's changes undone, newest first; and whether they are whole (a record that changed
+/// notes it could not keep, or was recorded before records kept them, leaves its cycle and
+/// the older ones with today's values for those).
+fn notes_at_each(now: Notes, records: &[CycleRecord]) -> Vec<(Notes, bool)> {
+    use crate::store::NoteKind;
+    let changes_notes = |r: &CycleRecord| {
+        r.steps.iter().flat_map(|s| &s.calls).any(|c| {
+            matches!(
+                c.tool.as_str(),
+                "set_memories" | "delete_memories" | "set_goals" | "set_plans"
+            )
+        })
+    };
+    let mut current = now;
+    let mut whole = true;
+    let mut out: Vec<(Notes, bool)> = records
+        .iter()
+        .rev()
+        .map(|r| {
+            for (kind, keys) in &r.notes_before {
+                let kind = match kind.as_str() {
+                    "memories" => NoteKind::Memories,
+                    "goals" => NoteKind::Goals,
+                    "plans" => NoteKind::Plans,
+                    _ => {
+                        whole = false;
+                        continue;
+                    }
+                };
+                let entries = current.entry(kind).or_default();
+                for (key, before) in keys {
+                    match before {
+                        Some(v) => entries.insert(key.clone(), v.clone()),
+                        None => entries.remove(key),
+                    };
+                }
+            }
+            let unknown = r.notes_before.is_empty() && r.from_checkpoint.is_none();
+            if r.notes_cut > 0 || (unknown && changes_notes(r)) {
+                whole = false;
+            }
+            current.retain(|_, entries| !entries.is_empty());
+            (current.clone(), whole)
+        })
+        .collect();
+    out.reverse();
+    out
 }
 
 /// The agent's last `n` records, oldest first.

@@ -1,6 +1,7 @@
 //! One recorded cycle run again by the candidate, in a data plane of its own (in memory)
 //! that holds only what the cycle began with: the agent's spaces, its consciousness as of
-//! the checkpoint the cycle began from, its notes, and the events it woke for. Whatever the
+//! the checkpoint the cycle began from, its notes as they were then, and the events it woke
+//! for. Whatever the
 //! candidate posts, remembers or spends stays there and is dropped with it.
 
 use std::sync::Arc;
@@ -38,8 +39,6 @@ pub(super) struct Start {
     pub model: Arc<dyn Model>,
     /// The agent's spaces and what the data plane knows of each, as they are now.
     pub spaces: Vec<(String, SpaceRecord)>,
-    /// Its notes as they are now.
-    pub notes: std::collections::BTreeMap<NoteKind, std::collections::BTreeMap<String, String>>,
     /// What its worker last listed of its servers' tools.
     pub listed: Vec<ListedTool>,
     /// The rehearsal's own metrics (never the agent's).
@@ -91,11 +90,12 @@ fn event(t: &EventTrace) -> (InboxEvent, bool) {
 }
 
 impl Start {
-    /// Runs the candidate's cycle in place of `record`, from `window`.
+    /// Runs the candidate's cycle in place of `record`, from `window` and `notes`.
     pub(super) async fn run(
         &self,
         record: &CycleRecord,
         window: Consciousness,
+        notes: std::collections::BTreeMap<NoteKind, std::collections::BTreeMap<String, String>>,
     ) -> Result<Run, StoreError> {
         let key = &self.key;
         let sandbox = Arc::new(MemoryStore::new());
@@ -111,7 +111,7 @@ impl Start {
         };
         let snapshot = Snapshot {
             consciousness: window,
-            notes: self.notes.clone(),
+            notes,
             highest: 0,
         };
         sandbox
