@@ -76,7 +76,12 @@ pub struct RolloutStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidate: Option<String>,
 
-    /// The Rehearsal that judges it.
+    /// The Rehearsal that judges it (or, once it runs, judged it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rehearsal: Option<String>,
+
+    /// Whether the revision that runs was pushed through without a passed rehearsal
+    /// (`agentfleet.dev/rollout-override`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overridden: bool,
 }

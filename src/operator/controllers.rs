@@ -49,15 +49,18 @@ pub async fn run_controllers(
         .any_semantic();
     let agents_api = Api::<Agent>::all(client.clone());
     let spaces_api = Api::<Space>::all(client.clone());
-    // Agents reconcile on a new generation (spec changes, deletion) or finalizer changes, not
-    // on their own status writes, which the data-plane loop makes often.
+    // Agents reconcile on a new generation (spec changes, deletion), finalizer or annotation
+    // changes (a rollout's override), not on their own status writes, which the data-plane
+    // loop makes often.
     let (agent_cache, agent_writer) = reflector::store();
     let agent_events = watcher(agents_api.clone(), wc.clone())
         .default_backoff()
         .reflect(agent_writer)
         .applied_objects()
         .predicate_filter(
-            predicates::generation.combine(predicates::finalizers),
+            predicates::generation
+                .combine(predicates::finalizers)
+                .combine(predicates::annotations),
             Default::default(),
         );
     // Bounded concurrency: a thousand Agents reconciling at once would only queue at the API

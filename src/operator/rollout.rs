@@ -119,6 +119,7 @@ pub async fn roll(agent: &Agent, ctx: &Context) -> Result<Rollout, Error> {
             running: Some(wanted.clone()),
             candidate: None,
             rehearsal: None,
+            overridden: reason == "Overridden",
         }),
         condition: Some(Cond::ok(ROLLOUT, reason, message)),
     };
@@ -129,13 +130,21 @@ pub async fn roll(agent: &Agent, ctx: &Context) -> Result<Rollout, Error> {
         ));
     };
     if previous.revision == rev {
-        let reason = if previous.candidate.is_none() && previous.rehearsal.is_some() {
-            "Passed"
-        } else {
-            "Current"
+        let condition = match (&previous.rehearsal, previous.overridden) {
+            (_, true) => Cond::ok(
+                ROLLOUT,
+                "Overridden",
+                format!("revision {rev} runs without a passed rehearsal ({OVERRIDE_ANNOTATION})"),
+            ),
+            (Some(name), false) => Cond::ok(
+                ROLLOUT,
+                "Passed",
+                format!("revision {rev} passed its rehearsal {name} and runs"),
+            ),
+            (None, false) => Cond::ok(ROLLOUT, "Current", format!("revision {rev} runs")),
         };
         return Ok(Rollout {
-            condition: Some(Cond::ok(ROLLOUT, reason, format!("revision {rev} runs"))),
+            condition: Some(condition),
             status: Some(RolloutStatus {
                 candidate: None,
                 ..previous

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use crate::crd::Agent;
 use crate::cycles::{CycleRecord, EventTrace};
 use crate::identity::{AgentKey, SpaceKey};
@@ -146,7 +148,9 @@ impl Start {
         )
         .with_external(vec![replay.clone()])
         .with_max_wait(Duration::ZERO);
-        let outcome = agentlet.cycle(&lease, &events).await?;
+        // Its log lines and spans say they are a rehearsal's, not the agent's own cycles.
+        let span = tracing::info_span!("rehearsal", agent = %key, recorded = record.seq);
+        let outcome = agentlet.cycle(&lease, &events).instrument(span).await?;
         let mut failed = None;
         let record = match outcome {
             Outcome::Paused { record, .. } => record.record,

@@ -52,7 +52,7 @@ pub fn line(out: &mut impl Write, c: &CycleResult) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "{:>6}  {:<28}  {:<28}  {:>5}  {:>5}  {:>7}  {:>7}  {:>11}  {}",
+        "{:>6}  {:<32}  {:<32}  {:>5}  {:>5}  {:>7}  {:>7}  {:>11}  {}",
         c.seq,
         cell(&c.recorded),
         candidate,
@@ -69,7 +69,7 @@ pub fn line(out: &mut impl Write, c: &CycleResult) -> std::io::Result<()> {
 pub fn header(out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:>6}  {:<28}  {:<28}  {:>5}  {:>5}  {:>7}  {:>7}  {:>11}  NOTES",
+        "{:>6}  {:<32}  {:<32}  {:>5}  {:>5}  {:>7}  {:>7}  {:>11}  NOTES",
         "CYCLE", "RECORDED", "CANDIDATE", "REPLY", "TOOLS", "STEPS", "TOKENS", "CAND.TOKENS"
     )
 }
