@@ -527,16 +527,22 @@ struct DevRehearser {
 }
 
 #[async_trait::async_trait]
-impl crate::rehearsals::Rehearser for DevRehearser {
+impl gateway::rehearsals::Rehearser for DevRehearser {
     async fn rehearse(
         &self,
         agent: &AgentKey,
-        request: &crate::rehearsals::RehearsalRequest,
+        request: &gateway::rehearsals::RehearsalRequest,
     ) -> Result<crate::rehearsals::Recorded, String> {
         let Some(live) = self.agents.get(agent) else {
             return Err(format!("dev runs no agent {agent}"));
         };
-        crate::worker::rehearsal::in_place(self.store.as_ref(), live, request, self.api_key.clone())
+        let run = crate::worker::rehearsal::InPlace {
+            name: &request.name,
+            change: &request.candidate,
+            cycles: request.cycles,
+            criteria: &request.criteria,
+        };
+        crate::worker::rehearsal::in_place(self.store.as_ref(), live, run, self.api_key.clone())
             .await
     }
 }

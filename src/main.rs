@@ -92,7 +92,11 @@ fn main() -> ExitCode {
             // cause once.
             let text = sanitize(&agentfleet::report::chain(&*e), Breaks::Indent(2));
             eprintln!("agentfleet: {text}");
-            // A refused answer to a tool call says why in its code (`agentfleet approve`).
+            // A refused answer to a tool call says why in its code (`agentfleet approve`); a
+            // rehearsal that ran and failed its criteria is told from one that could not run.
+            if e.is::<agentfleet::worker::rehearsal::command::Failed>() {
+                return ExitCode::from(agentfleet::worker::rehearsal::command::FAILED_EXIT);
+            }
             e.downcast_ref::<agentfleet::decisions::Refusal>()
                 .map_or(ExitCode::FAILURE, |r| ExitCode::from(r.exit_code()))
         }

@@ -60,8 +60,9 @@ pub struct RehearsalSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Candidate {
-    /// The model it thinks with instead (as `spec.model`); its key is this Secret's, or the
-    /// agent's when it names none.
+    /// The model it thinks with instead (as `spec.model`); its key is the Secret it names,
+    /// else the agent's, but only when it has the agent's provider and `baseUrl` (a key
+    /// never goes to another endpoint than its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSpec>,
 
@@ -79,7 +80,15 @@ impl Candidate {
     /// `spec` with this candidate's changes.
     pub fn apply(&self, spec: &mut super::AgentSpec) {
         if let Some(model) = &self.model {
-            let key = spec.model.api_key_secret_ref.take();
+            // The agent's key goes only where the agent's model is: a candidate elsewhere
+            // names its own Secret (or is called without a key).
+            let same_endpoint =
+                model.provider == spec.model.provider && model.base_url == spec.model.base_url;
+            let key = spec
+                .model
+                .api_key_secret_ref
+                .take()
+                .filter(|_| same_endpoint);
             spec.model = model.clone();
             if spec.model.api_key_secret_ref.is_none() {
                 spec.model.api_key_secret_ref = key;
@@ -95,11 +104,11 @@ impl Candidate {
 }
 
 fn default_cycles() -> u32 {
-    20
+    crate::rehearsals::DEFAULT_CYCLES
 }
 
 fn default_timeout_seconds() -> u32 {
-    1800
+    crate::rehearsals::DEFAULT_TIMEOUT_SECONDS
 }
 
 /// Where a rehearsal is.
@@ -153,4 +162,43 @@ pub struct RehearsalStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(model: &str) -> crate::crd::AgentSpec {
+        serde_yaml::from_str(&format!(
+            "{{model: {model}, instructions: Be kind., spaces: [desk]}}"
+        ))
+        .unwrap()
+    }
+
+    fn change(model: &str) -> Candidate {
+        Candidate {
+            model: Some(serde_yaml::from_str(model).unwrap()),
+            ..Candidate::default()
+        }
+    }
+
+    #[test]
+    fn the_agents_key_goes_only_to_the_agents_endpoint() {
+        let agent = "{provider: openai, name: a, baseUrl: 'http://llm:8000/v1', apiKeySecretRef: {name: llm}}";
+        // Another model at the same endpoint keeps the agent's key.
+        let mut same = spec(agent);
+        change("{provider: openai, name: b, baseUrl: 'http://llm:8000/v1'}").apply(&mut same);
+        assert_eq!(same.model.name, "b");
+        assert_eq!(same.model.api_key_secret_ref.unwrap().name, "llm");
+        // Elsewhere, it has none unless it names its own.
+        let mut elsewhere = spec(agent);
+        change("{provider: openai, name: b, baseUrl: 'http://evil.example/v1'}")
+            .apply(&mut elsewhere);
+        assert_eq!(elsewhere.model.api_key_secret_ref, None);
+        let mut own = spec(agent);
+        change("{provider: anthropic, name: c, apiKeySecretRef: {name: claude}}").apply(&mut own);
+        assert_eq!(own.model.api_key_secret_ref.unwrap().name, "claude");
+        // What it leaves out is the agent's.
+        assert_eq!(own.instructions, "Be kind.");
+    }
 }

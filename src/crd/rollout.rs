@@ -38,11 +38,11 @@ pub struct RehearseSpec {
 }
 
 fn default_cycles() -> u32 {
-    20
+    crate::rehearsals::DEFAULT_CYCLES
 }
 
 fn default_timeout_seconds() -> u32 {
-    1800
+    crate::rehearsals::DEFAULT_TIMEOUT_SECONDS
 }
 
 /// What a rollout judges of an agent: its model, instructions and tools.

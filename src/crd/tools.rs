@@ -582,7 +582,8 @@ impl BuiltinTool {
     }
 
     /// Whether it reads or changes the agent's long memory (memories, goals, plans): not
-    /// offered to an A2A conversation with a memory of its own (`spec.a2a.memory`).
+    /// offered to an A2A conversation with a memory of its own (`spec.a2a.memory`); a
+    /// cycle's record keeps what the notes it changed were.
     pub fn long_memory(self) -> bool {
         matches!(
             self,

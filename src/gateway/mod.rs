@@ -30,7 +30,7 @@ mod health;
 mod inspect;
 pub mod kubernetes;
 mod mine;
-mod rehearsals;
+pub mod rehearsals;
 pub mod results;
 mod serve;
 pub mod sse;
@@ -98,7 +98,7 @@ struct Inner {
     /// Who may inspect and restore agents.
     access: std::sync::OnceLock<access::Access>,
     /// What runs rehearsals in place (`agentfleet dev`'s), if anything.
-    rehearser: std::sync::OnceLock<Arc<dyn crate::rehearsals::Rehearser>>,
+    rehearser: std::sync::OnceLock<Arc<dyn rehearsals::Rehearser>>,
 }
 
 /// A readiness check beyond the data plane's: `Err` says why the process is not ready.
@@ -135,7 +135,7 @@ impl Gateway {
     }
 
     /// Runs rehearsals in place with `rehearser` (`agentfleet dev`); once.
-    pub fn set_rehearser(&self, rehearser: Arc<dyn crate::rehearsals::Rehearser>) {
+    pub fn set_rehearser(&self, rehearser: Arc<dyn rehearsals::Rehearser>) {
         let _ = self.inner.rehearser.set(rehearser);
     }
 

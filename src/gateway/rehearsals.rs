@@ -18,7 +18,43 @@ use super::error::ApiError;
 use super::inspect::{allowed, MemoryReadRefusals};
 use super::{Gateway, RequestRefusals};
 use crate::api::ErrorBody;
-use crate::rehearsals::{Recorded, RehearsalRequest, Summary};
+use crate::rehearsals::{Recorded, Summary};
+
+/// A rehearsal asked of a process that runs them in place (`agentfleet dev`'s gateway:
+/// `POST /v1/agents/{namespace}/{agent}/rehearsals`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RehearsalRequest {
+    /// The name its report is kept under (a Kubernetes name).
+    pub name: String,
+    /// What the candidate changes of the agent (as a Rehearsal's `spec.candidate`).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub candidate: crate::crd::Candidate,
+    /// How many of the agent's last recorded cycles (1 to 100).
+    #[serde(default = "default_cycles")]
+    pub cycles: u32,
+    /// What it must show to pass.
+    #[serde(default)]
+    pub criteria: crate::rehearsals::Criteria,
+}
+
+fn default_cycles() -> u32 {
+    crate::rehearsals::DEFAULT_CYCLES
+}
+
+/// What runs rehearsals in place, given to a gateway that may (`agentfleet dev`'s, which
+/// holds the agents' model key); a cluster's gateway has none (a Rehearsal's Job runs them).
+#[async_trait::async_trait]
+pub trait Rehearser: Send + Sync {
+    /// Runs `request` on agent `agent`'s recorded cycles, keeps the report in the data plane
+    /// and returns it; `Err` says in a sentence why it could not start.
+    async fn rehearse(
+        &self,
+        agent: &crate::identity::AgentKey,
+        request: &RehearsalRequest,
+    ) -> Result<Recorded, String>;
+}
 
 /// A rehearsal as a list shows it.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]

@@ -2,7 +2,8 @@
 //! a pod like a worker's running `agentfleet rehearse … --record`) → the report its run
 //! writes to the data plane → the status (phase, summary, each cycle, `Complete` and
 //! `Passed`) and an event. Each generation runs once; a new generation runs again in a new
-//! Job. The data plane keeps the agent's newest reports for the console.
+//! Job. The data plane keeps the agent's newest reports (for the gateway and the console);
+//! the status keeps what anyone who may read Rehearsals may see (no call's arguments).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,11 +54,21 @@ pub async fn reconcile(rehearsal: Arc<Rehearsal>, ctx: Arc<Context>) -> Result<A
         return Ok(Action::await_change());
     }
     let key = AgentKey::new(ns.clone(), rehearsal.spec.agent.clone());
+    // A new generation shows nothing of the last one's run but its conditions' history.
+    let base = if previous.observed_generation == generation {
+        previous.clone()
+    } else {
+        RehearsalStatus {
+            conditions: previous.conditions.clone(),
+            ..RehearsalStatus::default()
+        }
+    };
     let run = Run {
         rehearsal: &rehearsal,
         ctx: &ctx,
         key: &key,
         previous: &previous,
+        base: &base,
     };
     if let Some(recorded) = run.report().await? {
         run.finish(recorded).await?;
@@ -81,7 +92,11 @@ pub async fn reconcile(rehearsal: Arc<Rehearsal>, ctx: Arc<Context>) -> Result<A
     match jobs.get_opt(&job_name).await.map_err(Error::Kube)? {
         Some(job) => match ended(&job) {
             Some(why) => {
-                // Ended without a report: it could not write one.
+                // Its report may have landed since it was looked for.
+                if let Some(recorded) = run.report().await? {
+                    run.finish(recorded).await?;
+                    return Ok(Action::await_change());
+                }
                 run.failed("JobFailed", why).await?;
                 Ok(Action::await_change())
             }
@@ -138,7 +153,11 @@ struct Run<'a> {
     rehearsal: &'a Rehearsal,
     ctx: &'a Context,
     key: &'a AgentKey,
+    /// The status as it is.
     previous: &'a RehearsalStatus,
+    /// What a new status starts from: the status as it is for the same generation, else
+    /// nothing but the conditions.
+    base: &'a RehearsalStatus,
 }
 
 impl Run<'_> {
@@ -214,7 +233,7 @@ impl Run<'_> {
             finished_at: None,
             summary: None,
             cycles: Vec::new(),
-            ..self.previous.clone()
+            ..self.base.clone()
         };
         self.write(
             status,
@@ -236,7 +255,7 @@ impl Run<'_> {
         let status = RehearsalStatus {
             phase: RehearsalPhase::Running,
             job: Some(job_name.to_string()),
-            ..self.previous.clone()
+            ..self.base.clone()
         };
         self.write(
             status,
@@ -252,7 +271,7 @@ impl Run<'_> {
     async fn pending(&self, reason: &'static str, why: String) -> Result<(), Error> {
         let status = RehearsalStatus {
             phase: RehearsalPhase::Pending,
-            ..self.previous.clone()
+            ..self.base.clone()
         };
         self.write(
             status,
@@ -278,7 +297,7 @@ impl Run<'_> {
         let status = RehearsalStatus {
             phase: RehearsalPhase::Failed,
             finished_at: Some(Time(Timestamp::now())),
-            ..self.previous.clone()
+            ..self.base.clone()
         };
         self.write(
             status,
@@ -290,15 +309,16 @@ impl Run<'_> {
         .await
     }
 
-    /// Its run's report, into the status; then forgotten from the data plane.
+    /// Its run's report, into the status (the data plane keeps it for the gateway).
     async fn finish(&self, recorded: Recorded) -> Result<(), Error> {
         let Some(report) = recorded.report else {
-            let why = recorded
-                .error
-                .unwrap_or_else(|| "its run recorded neither a report nor an error".into());
+            let why = recorded.error.map_or_else(
+                || "its run recorded neither a report nor an error".to_string(),
+                |e| crate::cycles::clip(&e, 1024).0,
+            );
             return self.failed("CouldNotRun", why).await;
         };
-        let Report { cycles, summary } = report.shown();
+        let Report { cycles, summary } = report.shown().for_status();
         let (phase, kind, reason) = if summary.passed {
             (RehearsalPhase::Passed, EventType::Normal, "RehearsalPassed")
         } else {
@@ -335,7 +355,7 @@ impl Run<'_> {
             finished_at: Some(Time(Timestamp::now())),
             summary: Some(summary),
             cycles,
-            ..self.previous.clone()
+            ..self.base.clone()
         };
         self.write(status, &[complete, passed]).await
     }

@@ -129,6 +129,17 @@ pub async fn roll(agent: &Agent, ctx: &Context) -> Result<Rollout, Error> {
             format!("revision {rev} runs (the first seen: nothing to rehearse it against)"),
         ));
     };
+    if previous.revision == rev && previous.candidate.is_some() {
+        // The held change was taken back: what runs is what the spec asks for.
+        return Ok(Rollout {
+            condition: Some(Cond::ok(ROLLOUT, "Current", format!("revision {rev} runs"))),
+            status: Some(RolloutStatus {
+                candidate: None,
+                rehearsal: None,
+                ..previous
+            }),
+        });
+    }
     if previous.revision == rev {
         let condition = match (&previous.rehearsal, previous.overridden) {
             (_, true) => Cond::ok(
@@ -160,6 +171,7 @@ pub async fn roll(agent: &Agent, ctx: &Context) -> Result<Rollout, Error> {
     }
     let name = rehearsal_name(&agent.name_any(), &rev);
     let rehearsal = ensure_rehearsal(agent, ctx, &name, &rev, &wanted, rehearse).await?;
+    prune(agent, ctx, &name).await?;
     let status = rehearsal.status.unwrap_or_default();
     let judged = status.observed_generation == rehearsal.metadata.generation;
     let verdict = status
@@ -215,6 +227,42 @@ fn held(previous: RolloutStatus, rev: &str, name: &str, condition: Cond) -> Roll
         }),
         condition: Some(condition),
     }
+}
+
+/// The Rehearsals of an Agent's rollouts it keeps besides the current one (the newest).
+const REHEARSALS_KEPT: usize = 5;
+
+/// Deletes the Agent's rollout Rehearsals beyond the newest [`REHEARSALS_KEPT`] besides
+/// `current` (each goes with its Job).
+async fn prune(agent: &Agent, ctx: &Context, current: &str) -> Result<(), Error> {
+    let ns = agent
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<Rehearsal> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = format!(
+        "{}={},{REVISION_LABEL}",
+        crate::operator::build::AGENT_LABEL,
+        agent.name_any()
+    );
+    let mut mine: Vec<Rehearsal> = api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::Kube)?
+        .items
+        .into_iter()
+        .filter(|r| r.name_any() != current && r.metadata.deletion_timestamp.is_none())
+        .collect();
+    mine.sort_by(|a, b| {
+        b.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .cmp(&a.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    });
+    for old in mine.iter().skip(REHEARSALS_KEPT) {
+        super::apply::remove(&api, &old.name_any()).await?;
+    }
+    Ok(())
 }
 
 /// The Rehearsal of `wanted` (applied, so that a changed `spec.rollout.rehearse` reaches

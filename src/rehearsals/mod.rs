@@ -13,6 +13,10 @@ use crate::cycles::{CycleOutcome, CycleRecord};
 
 /// The most recorded cycles one rehearsal replays.
 pub const MAX_CYCLES: usize = 100;
+/// Recorded cycles a rehearsal replays unless told.
+pub const DEFAULT_CYCLES: u32 = 20;
+/// The most a Rehearsal may take unless told, in seconds.
+pub const DEFAULT_TIMEOUT_SECONDS: u32 = 1800;
 
 /// Arguments as compared: the JSON re-written with its keys in order (the text as it is
 /// when it is not JSON).
@@ -30,42 +34,6 @@ pub struct Report {
     pub cycles: Vec<CycleResult>,
     /// The figures and the verdict.
     pub summary: Summary,
-}
-
-/// A rehearsal asked of a process that runs them in place (`agentfleet dev`'s gateway:
-/// `POST /v1/agents/{namespace}/{agent}/rehearsals`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RehearsalRequest {
-    /// The name its report is kept under (a Kubernetes name).
-    pub name: String,
-    /// What the candidate changes of the agent (as a Rehearsal's `spec.candidate`).
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub candidate: crate::crd::Candidate,
-    /// How many of the agent's last recorded cycles (1 to 100).
-    #[serde(default = "default_cycles")]
-    pub cycles: u32,
-    /// What it must show to pass.
-    #[serde(default)]
-    pub criteria: Criteria,
-}
-
-fn default_cycles() -> u32 {
-    20
-}
-
-/// What runs rehearsals in place, given to a gateway that may (`agentfleet dev`'s, which
-/// holds the agents' model key); a cluster's gateway has none (a Rehearsal's Job runs them).
-#[async_trait::async_trait]
-pub trait Rehearser: Send + Sync {
-    /// Runs `request` on agent `agent`'s recorded cycles, keeps the report in the data plane
-    /// and returns it; `Err` says in a sentence why it could not start.
-    async fn rehearse(
-        &self,
-        agent: &crate::identity::AgentKey,
-        request: &RehearsalRequest,
-    ) -> Result<Recorded, String>;
 }
 
 /// Longest call (its tool and arguments) or reason a report keeps for showing.
@@ -101,6 +69,25 @@ impl Report {
             }
         }
         clip(&mut self.summary.verdict);
+        self
+    }
+}
+
+impl Report {
+    /// The report as a Rehearsal's status keeps it, for those who may read Rehearsals but
+    /// not the agent's records: each decision's outcome, where it posted, the names of the
+    /// tools it called, its steps, tokens and time — not the calls' arguments nor the
+    /// reasons, which hold what the agent's cycles saw (the gateway shows those under the
+    /// records' rule). At most [`MAX_CYCLES`] cycles.
+    pub fn for_status(mut self) -> Self {
+        self.cycles.truncate(MAX_CYCLES);
+        for c in &mut self.cycles {
+            for d in std::iter::once(&mut c.recorded).chain(c.candidate.as_mut()) {
+                d.calls = d.tool_names().into_iter().map(str::to_string).collect();
+                d.calls.truncate(SHOWN_CALLS);
+                d.reason = None;
+            }
+        }
         self
     }
 }
@@ -495,6 +482,26 @@ mod tests {
         ));
         assert!(a.tools_agree(&same));
         assert!(!a.tools_agree(&other));
+    }
+
+    #[test]
+    fn a_status_keeps_no_arguments_nor_reasons() {
+        let mut r = record(
+            CycleOutcome::Committed,
+            &["desk"],
+            &[("lookup", r#"{"who":"the secret plan"}"#)],
+        );
+        r.reason = Some("Husam's words".into());
+        let report = Report {
+            cycles: vec![CycleResult::compared(&r, Decision::of(&r))],
+            summary: Summary::default(),
+        };
+        let shown = serde_json::to_string(&report.for_status()).unwrap();
+        assert!(
+            !shown.contains("secret") && !shown.contains("Husam"),
+            "{shown}"
+        );
+        assert!(shown.contains(r#""calls":["lookup"]"#), "{shown}");
     }
 
     #[test]

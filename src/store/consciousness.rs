@@ -27,9 +27,9 @@ pub trait ConsciousnessLog: Send + Sync {
     async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError>;
 
     /// The consciousness as it was after `cycle` (a retained checkpoint), read without
-    /// changing anything: its window, summary and counters (`tokens_used`, `restored` and
-    /// `last_cycle_ms` as the checkpoint knows them). `None` when no such checkpoint is
-    /// retained (or its messages were trimmed as it was read). Cycle 0 is the empty
+    /// changing anything: its window, summary, tokens, digest and time (`tokens_used` 0 and
+    /// `restored` none: a checkpoint does not know them). `None` when no such checkpoint is
+    /// retained (or the log kept changing as it was read). Cycle 0 is the empty
     /// consciousness before the first.
     async fn consciousness_at(
         &self,

@@ -85,7 +85,7 @@ pub use self::messages::{
 pub use self::notes::{Goal, Memories, NoteKind, Notes};
 pub use self::observe::{
     checkpoint_ref_cycle, AgentObservation, AgentWork, ModelHealth, Observe, REHEARSALS_KEPT,
-    TOOL_SPECS_BYTES,
+    REHEARSAL_REPORT_BYTES, TOOL_SPECS_BYTES,
 };
 pub use self::records::{LoopGuard, Member, MemberKind, Plan, Restored, ToolRecord, V1};
 pub use self::redis::{

@@ -31,6 +31,13 @@ impl NoteKind {
         }
     }
 
+    /// The kind [`NoteKind::as_str`] names.
+    pub fn parse(s: &str) -> Option<Self> {
+        [NoteKind::Memories, NoteKind::Goals, NoteKind::Plans]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+
     /// What reading the collection is called in errors.
     pub(super) fn read_op(self) -> &'static str {
         match self {

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// Rehearsal reports an agent keeps (the newest).
 pub const REHEARSALS_KEPT: usize = 20;
 
+/// The largest rehearsal report read back (bytes of JSON); a larger one is not read.
+pub const REHEARSAL_REPORT_BYTES: usize = 4 << 20;
+
 /// The most bytes of tool specs an agent's worker records ([`Observe::set_tool_specs`]).
 pub const TOOL_SPECS_BYTES: usize = 1 << 20;
 
@@ -40,9 +43,10 @@ pub trait Observe: Send + Sync {
     /// changes; the operator shows it in `status.tools` and the `ToolsReady` condition).
     async fn set_tools(&self, agent: &AgentKey, tools: &[ToolRecord]) -> Result<(), StoreError>;
 
-    /// Records what the worker offers the model of the tools it lists from servers (its MCP
-    /// servers' and A2A agents'), as JSON (the worker keeps it within [`TOOL_SPECS_BYTES`]):
-    /// what a rehearsal offers of them without asking any server.
+    /// Records what the worker offers the model of its tools outside the worker (HTTP,
+    /// interactive, its MCP servers' and A2A agents'), each with its source, as JSON (within
+    /// [`TOOL_SPECS_BYTES`]): what a rehearsal offers of the servers' tools without asking
+    /// any server.
     async fn set_tool_specs(&self, agent: &AgentKey, json: &str) -> Result<(), StoreError>;
 
     /// What [`Observe::set_tool_specs`] last recorded, if anything.

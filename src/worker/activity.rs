@@ -139,11 +139,15 @@ impl Agentlet {
                     return;
                 }
             }
-            Ok(json) => warn!(
-                agent = %self.key,
-                bytes = json.len(),
-                "tool specs not recorded for rehearsals: over 1 MiB"
-            ),
+            Ok(json) => {
+                // None rather than an outdated list: a rehearsal then says its calls were not
+                // replayed.
+                warn!(agent = %self.key, bytes = json.len(), "tool specs not recorded for rehearsals: over 1 MiB");
+                if let Err(e) = self.store.set_tool_specs(&self.key, "[]").await {
+                    warn!(agent = %self.key, error = %e, "tool specs not recorded");
+                    return;
+                }
+            }
             Err(e) => warn!(agent = %self.key, error = %e, "tool specs not recorded"),
         }
         *last = Some((tools, listed));

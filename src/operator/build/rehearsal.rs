@@ -8,20 +8,28 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use super::*;
 use crate::crd::Rehearsal;
 
+/// How long a finished rehearsal's Job (and its pod's log) stays.
+const JOB_KEPT_SECONDS: i32 = 24 * 3600;
+
 /// Label naming the Rehearsal a Job belongs to.
 pub const REHEARSAL_LABEL: &str = "agentfleet.dev/rehearsal";
 
-/// What every object of a rehearsal is named after: `NAME-rehearsal`, with a long name
-/// cut and a hash of it in its place, so that its Job's name (and the `job-name` label of
-/// its pod, at most 63 characters) stays valid.
-pub fn rehearsal_base(name: &str) -> String {
-    const KEPT: usize = 32;
-    if name.len() <= KEPT + 9 {
-        return format!("{name}-rehearsal");
+/// `name` within `max` characters: as it is when it fits, else its first characters and a
+/// hash of the whole (Kubernetes names are ASCII).
+fn within(name: &str, max: usize) -> String {
+    if name.len() <= max {
+        return name.to_string();
     }
     let digest = Sha256::digest(name.as_bytes());
-    let head = name[..KEPT].trim_end_matches(['-', '.']);
-    format!("{head}-{}-rehearsal", crate::hex(&digest[..4]))
+    let head = name[..max - 9].trim_end_matches(['-', '.']);
+    format!("{head}-{}", crate::hex(&digest[..4]))
+}
+
+/// What every object of a rehearsal is named after: `NAME-rehearsal`, a long name cut and
+/// hashed so that its Job's name (and the `job-name` label of its pod, at most 63
+/// characters) stays valid.
+pub fn rehearsal_base(name: &str) -> String {
+    format!("{}-rehearsal", within(name, 41))
 }
 
 /// The Job of a Rehearsal's generation (`NAME-rehearsal-GEN`; a new generation is run by a
@@ -130,6 +138,8 @@ pub fn rehearsal_objects(
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             active_deadline_seconds: Some(i64::from(rehearsal.spec.timeout_seconds)),
+            // Its result is in the Rehearsal's status by then; its pod's log stays a day.
+            ttl_seconds_after_finished: Some(JOB_KEPT_SECONDS),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(rehearsal_labels(&name, agent)),
@@ -149,7 +159,8 @@ pub fn rehearsal_objects(
 fn rehearsal_labels(name: &str, agent: &str) -> BTreeMap<String, String> {
     let mut labels = labels(agent);
     labels.insert("app.kubernetes.io/component".into(), "rehearsal".into());
-    labels.insert(REHEARSAL_LABEL.into(), name.into());
+    // A label's value is at most 63 characters; a Rehearsal's name may be longer.
+    labels.insert(REHEARSAL_LABEL.into(), within(name, 63));
     labels
 }
 
@@ -166,6 +177,8 @@ mod tests {
         let long = "a".repeat(63) + "-0123abcd";
         let job = rehearsal_job_name(&long, 123_456);
         assert!(job.len() <= 63, "{job}");
+        assert_eq!(within(&long, 63).len(), 63);
+        assert_eq!(within("short", 63), "short");
         assert_ne!(
             rehearsal_base(&long),
             rehearsal_base(&("a".repeat(63) + "-ffffffff"))

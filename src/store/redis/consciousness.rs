@@ -174,29 +174,38 @@ impl ConsciousnessLog for RedisStore {
             return Ok(None);
         };
         let mut conn = self.conns.shared().await?;
-        let base: Option<u64> = conn
-            .hget(keys.cmeta(), "base")
-            .await
-            .map_err(redis_err("read consciousness"))?;
-        let base = base.unwrap_or(0);
-        // Messages trimmed before `base` are gone: `at_checkpoint` then finds too few.
-        let messages: Vec<String> = if cp.end > cp.start && cp.start >= base {
-            let from = isize::try_from(cp.start - base).unwrap_or(isize::MAX);
-            let to = isize::try_from(cp.end - base).unwrap_or(isize::MAX) - 1;
-            conn.lrange(keys.clog(), from, to)
+        let base = async |conn: &mut super::conn::Conn| {
+            conn.hget::<_, _, Option<u64>>(keys.cmeta(), "base")
                 .await
-                .map_err(redis_err("read consciousness"))?
-        } else {
-            Vec::new()
+                .map_err(redis_err("read consciousness"))
         };
-        let summary: Option<String> = match cp.summary_cycle {
-            Some(c) => conn
-                .hget(keys.summaries(), c)
-                .await
-                .map_err(redis_err("read summary"))?,
-            None => None,
-        };
-        Ok(at_checkpoint(&cp, messages, summary))
+        // The log's start moves when a commit trims it: read again until the messages were
+        // read between two looks that saw the same start.
+        for _ in 0..3 {
+            let before = base(&mut conn).await?.unwrap_or(0);
+            // Messages trimmed before the start are gone: `at_checkpoint` then finds too few.
+            let messages: Vec<String> = if cp.end > cp.start && cp.start >= before {
+                let from = isize::try_from(cp.start - before).unwrap_or(isize::MAX);
+                let to = isize::try_from(cp.end - before).unwrap_or(isize::MAX) - 1;
+                conn.lrange(keys.clog(), from, to)
+                    .await
+                    .map_err(redis_err("read consciousness"))?
+            } else {
+                Vec::new()
+            };
+            if base(&mut conn).await?.unwrap_or(0) != before {
+                continue;
+            }
+            let summary: Option<String> = match cp.summary_cycle {
+                Some(c) => conn
+                    .hget(keys.summaries(), c)
+                    .await
+                    .map_err(redis_err("read summary"))?,
+                None => None,
+            };
+            return Ok(at_checkpoint(&cp, messages, summary));
+        }
+        Ok(None)
     }
 
     async fn checkpoints(&self, agent: &AgentKey) -> Result<Vec<Checkpoint>, StoreError> {

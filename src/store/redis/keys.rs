@@ -27,7 +27,7 @@
 //! | `agentfleet:{agent:NS/NAME}:tools` | string | the tools the worker has (JSON list of `ToolRecord`, written when it changes) |
 //! | `agentfleet:{agent:NS/NAME}:rehearsals` | hash | a Rehearsal's name → its report (JSON `Recorded` `{uid, generation, timeMs, report}` or `{…, error}`), written by the rehearsal's run; the operator puts it in the Rehearsal's status, the gateway shows it |
 //! | `agentfleet:{agent:NS/NAME}:rehearsalorder` | sorted set | the names of `rehearsals` by when each was written (ms); the newest 20 are kept |
-//! | `agentfleet:{agent:NS/NAME}:toolspecs` | string | what the worker offers the model of its MCP servers' and A2A agents' tools (JSON list of tool specs: name, description, parameters; at most 1 MiB), written when it changes; what a rehearsal offers of them |
+//! | `agentfleet:{agent:NS/NAME}:toolspecs` | string | what the worker offers the model of its tools outside the worker (JSON list of `ListedTool`: source, name, description, parameters; at most 1 MiB), written when it changes; what a rehearsal offers of its servers' tools |
 //! | `agentfleet:{agent:NS/NAME}:planmarks` | hash | plan id (`spec/NAME`, `agent/NAME`) → last due time handled (ms) |
 //! | `agentfleet:{agent:NS/NAME}:calls` | hash | asynchronous calls: call id → JSON `CallRecord` `{tool, tokenHash, expiresMs}`; `ID:done` → when its result was accepted (ms) |
 //! | `agentfleet:{agent:NS/NAME}:archive` | string | how archiving goes (JSON `ArchiveReport`, written by the worker) |

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
+use tracing::warn;
 
 use super::conn::{by_node, Conn};
 use super::keys::AgentKeys;
@@ -200,10 +201,18 @@ impl Observe for RedisStore {
     }
 
     async fn tool_specs(&self, agent: &AgentKey) -> Result<Option<String>, StoreError> {
+        let key = AgentKeys::new(agent).tool_specs();
         let mut conn = self.conns.shared().await?;
-        conn.get(AgentKeys::new(agent).tool_specs())
+        // Read back only within the bound it was written within.
+        let bytes: usize = conn
+            .strlen(&key)
             .await
-            .map_err(redis_err("read tool specs"))
+            .map_err(redis_err("read tool specs"))?;
+        if bytes > crate::store::TOOL_SPECS_BYTES {
+            warn!(%agent, bytes, "the recorded tool specs are over their bound: not read");
+            return Ok(None);
+        }
+        conn.get(&key).await.map_err(redis_err("read tool specs"))
     }
 
     async fn set_rehearsal_report(
@@ -250,8 +259,19 @@ impl Observe for RedisStore {
         agent: &AgentKey,
         name: &str,
     ) -> Result<Option<String>, StoreError> {
+        let key = AgentKeys::new(agent).rehearsals();
         let mut conn = self.conns.shared().await?;
-        conn.hget(AgentKeys::new(agent).rehearsals(), name)
+        let bytes: usize = redis::cmd("HSTRLEN")
+            .arg(&key)
+            .arg(name)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read a rehearsal's report"))?;
+        if bytes > crate::store::REHEARSAL_REPORT_BYTES {
+            warn!(%agent, rehearsal = name, bytes, "a rehearsal's report is over its bound: not read");
+            return Ok(None);
+        }
+        conn.hget(&key, name)
             .await
             .map_err(redis_err("read a rehearsal's report"))
     }
@@ -266,9 +286,26 @@ impl Observe for RedisStore {
         if names.is_empty() {
             return Ok(Vec::new());
         }
+        let mut sizes = redis::pipe();
+        for name in &names {
+            sizes.cmd("HSTRLEN").arg(keys.rehearsals()).arg(name);
+        }
+        let sizes: Vec<usize> = sizes
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("read the rehearsals' reports"))?;
+        let within: Vec<&String> = names
+            .iter()
+            .zip(sizes)
+            .filter(|(_, bytes)| *bytes <= crate::store::REHEARSAL_REPORT_BYTES)
+            .map(|(name, _)| name)
+            .collect();
+        if within.is_empty() {
+            return Ok(Vec::new());
+        }
         let reports: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(keys.rehearsals())
-            .arg(&names)
+            .arg(&within)
             .query_async(&mut conn)
             .await
             .map_err(redis_err("read the rehearsals' reports"))?;

@@ -349,13 +349,5 @@ fn count_tool(agentlet: &Agentlet, call: &ToolCall, ok: bool) {
 
 /// Whether a built-in changes the agent's notes (its record keeps what they were).
 fn changes_notes(tool: &str) -> bool {
-    matches!(
-        crate::crd::BuiltinTool::from_name(tool),
-        Some(
-            crate::crd::BuiltinTool::SetMemories
-                | crate::crd::BuiltinTool::DeleteMemories
-                | crate::crd::BuiltinTool::SetGoals
-                | crate::crd::BuiltinTool::SetPlans
-        )
-    )
+    crate::crd::BuiltinTool::from_name(tool).is_some_and(|t| t.long_memory())
 }

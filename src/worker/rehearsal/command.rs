@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{table, Criteria, Rehearsal, Report, MAX_CYCLES};
 use crate::crd::{Agent, ToolsSpec};
 use crate::identity::AgentKey;
-use crate::rehearsals::Recorded;
+use crate::rehearsals::{Recorded, DEFAULT_CYCLES};
 use crate::store::prelude::*;
 use crate::store::RedisArgs;
 use anyhow::{bail, Context as _};
@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub tools_file: Option<PathBuf>,
     /// How many of the agent's last recorded cycles to rehearse.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=MAX_CYCLES as u64))]
+    #[arg(long, default_value_t = u64::from(DEFAULT_CYCLES), value_parser = clap::value_parser!(u64).range(1..=MAX_CYCLES as u64))]
     pub cycles: u64,
     /// The least share of cycles (0 to 1) in which the candidate must reply or stay quiet
     /// as recorded.
@@ -121,6 +121,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         report: outcome.ok().map(Report::shown),
     };
     let json = serde_json::to_string(&recorded).context("writing the report")?;
+    if json.len() > crate::store::REHEARSAL_REPORT_BYTES {
+        bail!(
+            "the report is {} bytes, over the {} the data plane keeps",
+            json.len(),
+            crate::store::REHEARSAL_REPORT_BYTES
+        );
+    }
+    // An agent deleted meanwhile has nothing left to keep a report under.
+    if !store
+        .agent_registered(&key)
+        .await
+        .context("asking the data plane about the agent")?
+    {
+        bail!("{key} is no longer in the data plane: its rehearsal's report is not kept");
+    }
     store
         .set_rehearsal_report(&key, &to.name, &json, recorded.time_ms)
         .await
@@ -130,6 +145,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The exit status of a rehearsal that ran and failed its criteria.
+pub const FAILED_EXIT: u8 = 3;
 
 /// A rehearsal that ran and failed its criteria (said by the table already).
 #[derive(Debug)]
@@ -225,15 +243,6 @@ async fn candidate(args: &Args, key: &AgentKey) -> anyhow::Result<Agent> {
             .with_context(|| format!("{} is not an Agent's spec.tools", path.display()))?;
         agent.spec.tools = tools;
     }
-    let json = serde_json::to_value(&agent).context("the candidate's manifest")?;
-    if let Some(schema) = crate::crd::validate::schema_of("Agent") {
-        let problems = crate::crd::validate::check(schema, &json);
-        if !problems.is_empty() {
-            bail!(
-                "the candidate is not a valid Agent: {}",
-                problems.join("; ")
-            );
-        }
-    }
+    super::check_candidate(&agent).map_err(anyhow::Error::msg)?;
     Ok(agent)
 }

@@ -25,8 +25,8 @@ mod tests;
 
 use std::sync::Arc;
 
+use crate::rehearsals::Recorded;
 pub use crate::rehearsals::{Criteria, CycleResult, Decision, Report, Summary, MAX_CYCLES};
-use crate::rehearsals::{Recorded, RehearsalRequest};
 
 use crate::crd::Agent;
 use crate::cycles::{CycleOutcome, CycleRecord};
@@ -99,12 +99,15 @@ impl Rehearsal {
         mut progress: impl FnMut(&CycleResult),
     ) -> Result<Report, RehearsalError> {
         let key = &self.key;
+        // The notes first: a cycle committed between the two reads is then not among the
+        // records, and undoing a change the notes do not hold yet is harmless.
+        let now = crate::store::all_notes(source, key).await?;
         let records = last_records(source, key, self.cycles.clamp(1, MAX_CYCLES)).await?;
         if records.is_empty() {
             return Err(RehearsalError::NoRecords(key.clone()));
         }
         let start = self.start(source).await?;
-        let notes = notes_at_each(crate::store::all_notes(source, key).await?, &records);
+        let notes = notes_at_each(now, &records);
         let mut cycles = Vec::with_capacity(records.len());
         let mut spent = 0u64;
         let mut ended = None;
@@ -204,7 +207,14 @@ impl Rehearsal {
         let mut result = CycleResult::compared(record, Decision::of(&run.record));
         result.replayed = run.replayed.replayed;
         result.not_replayed = run.replayed.not_replayed;
-        result.inexact = run.inexact || run.replayed.cut > 0 || !whole;
+        // `enter_space` shows the space's recent messages, which the rehearsal does not hold.
+        let entered = run
+            .record
+            .steps
+            .iter()
+            .flat_map(|s| &s.calls)
+            .any(|c| c.tool == crate::crd::BuiltinTool::EnterSpace.name());
+        result.inexact = run.inexact || run.replayed.cut > 0 || !whole || entered;
         Ok((result, run.failed))
     }
 }
@@ -220,12 +230,10 @@ type Notes =
 fn notes_at_each(now: Notes, records: &[CycleRecord]) -> Vec<(Notes, bool)> {
     use crate::store::NoteKind;
     let changes_notes = |r: &CycleRecord| {
-        r.steps.iter().flat_map(|s| &s.calls).any(|c| {
-            matches!(
-                c.tool.as_str(),
-                "set_memories" | "delete_memories" | "set_goals" | "set_plans"
-            )
-        })
+        r.steps
+            .iter()
+            .flat_map(|s| &s.calls)
+            .any(|c| crate::crd::BuiltinTool::from_name(&c.tool).is_some_and(|t| t.long_memory()))
     };
     let mut current = now;
     let mut whole = true;
@@ -234,14 +242,9 @@ fn notes_at_each(now: Notes, records: &[CycleRecord]) -> Vec<(Notes, bool)> {
         .rev()
         .map(|r| {
             for (kind, keys) in &r.notes_before {
-                let kind = match kind.as_str() {
-                    "memories" => NoteKind::Memories,
-                    "goals" => NoteKind::Goals,
-                    "plans" => NoteKind::Plans,
-                    _ => {
-                        whole = false;
-                        continue;
-                    }
+                let Some(kind) = NoteKind::parse(kind) else {
+                    whole = false;
+                    continue;
                 };
                 let entries = current.entry(kind).or_default();
                 for (key, before) in keys {
@@ -286,19 +289,57 @@ async fn last_records(
     Ok(out)
 }
 
+/// Checks a candidate against the Agent schema, as the API server would: `Err` says every
+/// problem in one sentence.
+pub fn check_candidate(candidate: &Agent) -> Result<(), String> {
+    let json =
+        serde_json::to_value(candidate).map_err(|e| format!("the candidate's manifest: {e}"))?;
+    let problems = crate::crd::validate::schema_of("Agent")
+        .map(|schema| crate::crd::validate::check(schema, &json))
+        .unwrap_or_default();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the candidate is not a valid Agent: {}",
+            problems.join("; ")
+        ))
+    }
+}
+
+/// What [`in_place`] runs: a candidate's change, named, on so many cycles, against criteria.
+pub struct InPlace<'a> {
+    /// The name its report is kept under.
+    pub name: &'a str,
+    /// What the candidate changes of the agent.
+    pub change: &'a crate::crd::Candidate,
+    /// How many of the last recorded cycles.
+    pub cycles: u32,
+    /// What it must show to pass.
+    pub criteria: &'a Criteria,
+}
+
 /// Runs `request` on the recorded cycles of `live` (the agent's manifest as it runs) in
 /// `store`, with the model key `api_key`, and keeps the report there (how `agentfleet dev`
 /// rehearses in place). `Err` says in a sentence why it could not start.
 pub async fn in_place(
     store: &dyn Store,
     live: &Agent,
-    request: &RehearsalRequest,
+    request: InPlace<'_>,
     api_key: Option<String>,
 ) -> Result<Recorded, String> {
     let key = crate::worker::host::key_of(live);
     let mut candidate = live.clone();
     candidate.status = None;
-    request.candidate.apply(&mut candidate.spec);
+    request.change.apply(&mut candidate.spec);
+    check_candidate(&candidate)?;
+    let shares = [
+        request.criteria.min_reply_agreement,
+        request.criteria.min_tool_agreement,
+    ];
+    if shares.iter().any(|x| !(0.0..=1.0).contains(x)) {
+        return Err("criteria: the agreements are shares between 0 and 1".into());
+    }
     let model = crate::model::from_spec(&candidate.spec.model, &key.name, api_key)
         .map_err(|e| format!("the candidate's model: {e}"))?;
     let rehearsal = Rehearsal {
@@ -313,7 +354,7 @@ pub async fn in_place(
         .await
         .map_err(|e| e.to_string())?;
     let recorded = Recorded {
-        name: request.name.clone(),
+        name: request.name.to_string(),
         uid: live.metadata.uid.clone().unwrap_or_default(),
         generation: 0,
         time_ms: crate::store::now_ms(),
@@ -322,7 +363,7 @@ pub async fn in_place(
     };
     let json = serde_json::to_string(&recorded).map_err(|e| e.to_string())?;
     store
-        .set_rehearsal_report(&key, &request.name, &json, recorded.time_ms)
+        .set_rehearsal_report(&key, request.name, &json, recorded.time_ms)
         .await
         .map_err(|e| format!("the report was not kept: {e}"))?;
     Ok(recorded)
