@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 mod deadline;
+pub mod fallback;
 pub mod format;
 mod http;
 pub mod lenient;

@@ -1,0 +1,347 @@
+//! A model with fallbacks: an ordered list of models (each with its own endpoint and key),
+//! the next tried when one fails in a way another provider may not — it is unreachable,
+//! times out, answers 5xx, or still rate-limits after its own retries. A request the provider
+//! refused (4xx, credentials) or answered unusably fails as it is: another provider would
+//! refuse it too, or it is this request's problem.
+//!
+//! It stays on the model that last answered (a provider's prompt cache serves the requests
+//! that follow only if they go to it), and tries the first again once `retry_after` has
+//! passed since it left it. A model that has streamed part of an answer is not fallen over
+//! from: what it streamed has been shown. Each switch is told to `on_switch` (metrics, the
+//! cycle's record); [`Fallback::in_use`] says which answers now.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::{Delta, Failure, Model, ModelError, Request, Turn};
+use crate::sync::lock;
+
+/// One model of the list: its name (what metrics and records say) and its client.
+pub struct Link {
+    /// The name it is known by (a Model resource's).
+    pub name: String,
+    /// Its client, with its own endpoint and key.
+    pub model: Box<dyn Model>,
+}
+
+/// A change of the model in use: from, to, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Switch {
+    /// The model left.
+    pub from: String,
+    /// The model now in use.
+    pub to: String,
+    /// Why: the failure of the model left (`server_error`, …), or `recovered` when the
+    /// first answers again.
+    pub reason: &'static str,
+}
+
+/// What hears of every switch.
+pub type OnSwitch = Box<dyn Fn(&Switch) + Send + Sync>;
+
+/// Which model is in use, and since when.
+struct InUse {
+    index: usize,
+    since: Instant,
+}
+
+/// Models tried in order (see the module's description).
+pub struct Fallback {
+    links: Vec<Link>,
+    retry_after: Duration,
+    in_use: Mutex<InUse>,
+    on_switch: OnSwitch,
+}
+
+/// Whether another provider may answer where this one failed so.
+pub fn falls_over(failure: Failure) -> bool {
+    matches!(
+        failure,
+        Failure::Unreachable | Failure::TimedOut | Failure::ServerError | Failure::RateLimited
+    )
+}
+
+impl Fallback {
+    /// `links` in order (at least one), trying the first again `retry_after` after leaving
+    /// it, telling `on_switch` of every change.
+    pub fn new(links: Vec<Link>, retry_after: Duration, on_switch: OnSwitch) -> Self {
+        Self {
+            links,
+            retry_after,
+            in_use: Mutex::new(InUse {
+                index: 0,
+                since: Instant::now(),
+            }),
+            on_switch,
+        }
+    }
+
+    /// The name of the model in use now.
+    pub fn in_use(&self) -> Option<&str> {
+        let index = lock(&self.in_use).index;
+        self.links.get(index).map(|l| l.name.as_str())
+    }
+
+    /// The models a request tries, in order: from the one in use on, or first the first
+    /// again once it is time (then back to the one in use).
+    fn order(&self) -> (Vec<usize>, bool) {
+        let in_use = lock(&self.in_use);
+        let retrying = in_use.index > 0 && in_use.since.elapsed() >= self.retry_after;
+        let from_in_use = in_use.index..self.links.len();
+        if retrying {
+            (std::iter::once(0).chain(from_in_use).collect(), true)
+        } else {
+            (from_in_use.collect(), false)
+        }
+    }
+
+    /// The first failed again: the next try of it waits another `retry_after`.
+    fn still_failing(&self) {
+        lock(&self.in_use).since = Instant::now();
+    }
+
+    /// Notes that `index` answered, or that the request moved to it after `failure`.
+    fn moved(&self, index: usize, reason: &'static str) {
+        let mut in_use = lock(&self.in_use);
+        if in_use.index == index {
+            return;
+        }
+        let switch = Switch {
+            from: self.links[in_use.index].name.clone(),
+            to: self.links[index].name.clone(),
+            reason,
+        };
+        *in_use = InUse {
+            index,
+            since: Instant::now(),
+        };
+        drop(in_use);
+        (self.on_switch)(&switch);
+    }
+}
+
+#[async_trait]
+impl Model for Fallback {
+    async fn complete(
+        &self,
+        request: &Request,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<Turn, ModelError> {
+        let (order, retrying) = self.order();
+        let mut why: Option<Failure> = None;
+        let last = order.len().saturating_sub(1);
+        for (at, index) in order.into_iter().enumerate() {
+            let Some(link) = self.links.get(index) else {
+                break;
+            };
+            let mut streamed = false;
+            let mut forward = |d: Delta| {
+                streamed = true;
+                on_delta(d);
+            };
+            match link.model.complete(request, &mut forward).await {
+                Ok(turn) => {
+                    self.moved(index, why.map_or("recovered", Failure::as_str));
+                    return Ok(turn);
+                }
+                Err(e) => {
+                    if retrying && index == 0 {
+                        self.still_failing();
+                    }
+                    if streamed || !falls_over(e.failure) || at == last {
+                        return Err(ModelError::new(
+                            e.failure,
+                            format!("model {}: {}", link.name, e.detail),
+                        ));
+                    }
+                    why = Some(e.failure);
+                }
+            }
+        }
+        Err(ModelError::new(Failure::Refused, "no model to ask"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::testing::{MockModel, MockTurn};
+
+    fn request() -> Request {
+        Request {
+            system: "You are a test.".into(),
+            messages: vec![super::super::Message::user("hi")],
+            context: String::new(),
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+        }
+    }
+
+    /// A link to the model server at `url` (an OpenAI-compatible endpoint), retrying at once.
+    fn link(name: &str, url: &str, timeout_seconds: u32) -> Link {
+        let spec: crate::crd::ModelSpec = serde_yaml::from_str(&format!(
+            "{{provider: openai, name: {name}, baseUrl: '{url}', timeoutSeconds: {timeout_seconds}}}"
+        ))
+        .unwrap();
+        let client = super::super::openai::OpenAi::new(&spec, None)
+            .unwrap()
+            .with_backoff(Duration::from_millis(1));
+        let limit = Duration::from_secs(u64::from(timeout_seconds));
+        Link {
+            name: name.into(),
+            model: Box::new(super::super::deadline::Deadline::new(
+                Box::new(client),
+                limit,
+            )),
+        }
+    }
+
+    /// A fallback of `links`, and the switches it told.
+    fn chain(links: Vec<Link>, retry_after: Duration) -> (Fallback, Arc<Mutex<Vec<Switch>>>) {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let sink = told.clone();
+        let f = Fallback::new(
+            links,
+            retry_after,
+            Box::new(move |s| lock(&sink).push(s.clone())),
+        );
+        (f, told)
+    }
+
+    async fn ask(f: &Fallback) -> Result<String, ModelError> {
+        f.complete(&request(), &mut |_| {})
+            .await
+            .map(|t| t.text.unwrap_or_default())
+    }
+
+    fn failing(status: u16) -> impl Fn(&serde_json::Value) -> MockTurn {
+        move |_| MockTurn::Status(status, "down".into())
+    }
+
+    #[tokio::test]
+    async fn a_failing_provider_falls_over_and_the_next_stays_in_use() {
+        for (status, reason) in [(500, "server_error"), (429, "rate_limited")] {
+            let primary = MockModel::responding(failing(status)).await.unwrap();
+            let backup = MockModel::responding(|_| MockTurn::text("from backup"))
+                .await
+                .unwrap();
+            let (f, told) = chain(
+                vec![
+                    link("primary", &primary.base_url, 30),
+                    link("backup", &backup.base_url, 30),
+                ],
+                Duration::from_secs(3600),
+            );
+            assert_eq!(ask(&f).await.unwrap(), "from backup");
+            let tried = primary.request_count();
+            assert_eq!(tried, 4, "the primary's own retries first ({status})");
+            assert_eq!(
+                *lock(&told),
+                [Switch {
+                    from: "primary".into(),
+                    to: "backup".into(),
+                    reason
+                }]
+            );
+            // The next requests go straight to the backup: its prompt cache serves them.
+            assert_eq!(ask(&f).await.unwrap(), "from backup");
+            assert_eq!(primary.request_count(), tried);
+            assert_eq!(backup.request_count(), 2);
+            assert_eq!(f.in_use(), Some("backup"));
+        }
+    }
+
+    #[tokio::test]
+    async fn unreachable_and_timed_out_fall_over_and_a_refusal_does_not() {
+        let closed = format!(
+            "http://127.0.0.1:{}/v1",
+            crate::testing::free_port().unwrap()
+        );
+        let slow = MockModel::responding(|_| {
+            MockTurn::Slow(Duration::from_secs(5), Box::new(MockTurn::text("too late")))
+        })
+        .await
+        .unwrap();
+        let backup = MockModel::responding(|_| MockTurn::text("from backup"))
+            .await
+            .unwrap();
+        for (first, reason) in [
+            (closed.as_str(), "unreachable"),
+            (&slow.base_url, "timed_out"),
+        ] {
+            let (f, told) = chain(
+                vec![
+                    link("first", first, 1),
+                    link("backup", &backup.base_url, 30),
+                ],
+                Duration::from_secs(3600),
+            );
+            assert_eq!(ask(&f).await.unwrap(), "from backup");
+            assert_eq!(lock(&told)[0].reason, reason);
+        }
+        // A request the provider refused would be refused elsewhere too: it fails as it is.
+        let refusing = MockModel::responding(failing(400)).await.unwrap();
+        let before = backup.request_count();
+        let (f, told) = chain(
+            vec![
+                link("strict", &refusing.base_url, 30),
+                link("backup", &backup.base_url, 30),
+            ],
+            Duration::from_secs(3600),
+        );
+        let e = ask(&f).await.unwrap_err();
+        assert_eq!(e.failure, Failure::Refused);
+        assert!(e.detail.starts_with("model strict: "), "{}", e.detail);
+        assert_eq!(backup.request_count(), before);
+        assert!(lock(&told).is_empty());
+        // The last of the list failing fails the request, saying which.
+        let down = MockModel::responding(failing(503)).await.unwrap();
+        let (f, _) = chain(
+            vec![link("a", &down.base_url, 30), link("b", &down.base_url, 30)],
+            Duration::from_secs(3600),
+        );
+        let e = ask(&f).await.unwrap_err();
+        assert_eq!(e.failure, Failure::ServerError);
+        assert!(e.detail.starts_with("model b: "), "{}", e.detail);
+    }
+
+    #[tokio::test]
+    async fn the_first_is_tried_again_after_a_while_and_kept_once_it_answers() {
+        let mut turns: Vec<MockTurn> = (0..8)
+            .map(|_| MockTurn::Status(500, "down".into()))
+            .collect();
+        turns.push(MockTurn::text("primary is back"));
+        let primary = MockModel::start(turns).await.unwrap();
+        let backup = MockModel::responding(|_| MockTurn::text("from backup"))
+            .await
+            .unwrap();
+        let (f, told) = chain(
+            vec![
+                link("primary", &primary.base_url, 30),
+                link("backup", &backup.base_url, 30),
+            ],
+            Duration::from_millis(50),
+        );
+        assert_eq!(ask(&f).await.unwrap(), "from backup");
+        // Too soon: the backup answers, the primary is not asked.
+        assert_eq!(ask(&f).await.unwrap(), "from backup");
+        assert_eq!(primary.request_count(), 4);
+        // After a while the primary is tried again: still failing, the backup answers, and
+        // the next try of the primary waits another while.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(ask(&f).await.unwrap(), "from backup");
+        assert_eq!(primary.request_count(), 8);
+        assert_eq!(ask(&f).await.unwrap(), "from backup");
+        assert_eq!(primary.request_count(), 8);
+        // Then it answers, and stays in use.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(ask(&f).await.unwrap(), "primary is back");
+        assert_eq!(f.in_use(), Some("primary"));
+        let reasons: Vec<&str> = lock(&told).iter().map(|s| s.reason).collect();
+        assert_eq!(reasons, ["server_error", "recovered"]);
+    }
+}
