@@ -36,6 +36,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use serde_json::json;
 
+#[path = "e2e/rollout.rs"]
+mod rollout;
+
 const MANAGER: &str = "agentfleet-e2e";
 
 async fn client() -> Client {
@@ -703,6 +706,7 @@ async fn operator_on_a_real_api_server() {
     .await;
 
     scale_from_zero_and_back(&client, &ns, &store).await;
+    rollout::held_rollout(&client, &ns, &store, &redis.url()).await;
     budget_on_a_real_api_server(&client, &ns, &store).await;
     archive_on_a_real_api_server(&client, &ns, &store, &archive).await;
 
