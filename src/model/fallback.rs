@@ -324,7 +324,8 @@ mod tests {
                 link("primary", &primary.base_url, 30),
                 link("backup", &backup.base_url, 30),
             ],
-            Duration::from_millis(50),
+            // Long enough that a loaded machine asks twice within it.
+            Duration::from_millis(800),
         );
         assert_eq!(ask(&f).await.unwrap(), "from backup");
         // Too soon: the backup answers, the primary is not asked.
@@ -332,13 +333,13 @@ mod tests {
         assert_eq!(primary.request_count(), 4);
         // After a while the primary is tried again: still failing, the backup answers, and
         // the next try of the primary waits another while.
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::sleep(Duration::from_millis(900)).await;
         assert_eq!(ask(&f).await.unwrap(), "from backup");
         assert_eq!(primary.request_count(), 8);
         assert_eq!(ask(&f).await.unwrap(), "from backup");
         assert_eq!(primary.request_count(), 8);
         // Then it answers, and stays in use.
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::sleep(Duration::from_millis(900)).await;
         assert_eq!(ask(&f).await.unwrap(), "primary is back");
         assert_eq!(f.in_use(), Some("primary"));
         let reasons: Vec<&str> = lock(&told).iter().map(|s| s.reason).collect();
