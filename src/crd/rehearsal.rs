@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ModelSpec, ToolsSpec};
-use crate::rehearsals::{Criteria, CycleResult, Summary};
+use crate::rehearsals::{CycleResult, Summary};
 
 /// A change of an Agent (its model, instructions or tools) tried on the agent's own last
 /// recorded cycles before it goes live: each cycle run again by the candidate from the
@@ -41,19 +41,9 @@ pub struct RehearsalSpec {
     #[serde(default)]
     pub candidate: Candidate,
 
-    /// How many of the agent's last recorded cycles are rehearsed.
-    #[serde(default = "default_cycles")]
-    #[schemars(range(min = 1, max = 100))]
-    pub cycles: u32,
-
-    /// What the rehearsal must show to pass.
-    #[serde(default)]
-    pub criteria: Criteria,
-
-    /// The most the rehearsal may take, in seconds; past it, it fails.
-    #[serde(default = "default_timeout_seconds")]
-    #[schemars(range(min = 10, max = 86400))]
-    pub timeout_seconds: u32,
+    /// How many cycles, against what criteria, within how long.
+    #[serde(flatten)]
+    pub run: super::RehearseSpec,
 }
 
 /// What a candidate changes of an agent.
@@ -101,14 +91,6 @@ impl Candidate {
             spec.tools = tools.clone();
         }
     }
-}
-
-fn default_cycles() -> u32 {
-    crate::rehearsals::DEFAULT_CYCLES
-}
-
-fn default_timeout_seconds() -> u32 {
-    crate::rehearsals::DEFAULT_TIMEOUT_SECONDS
 }
 
 /// Where a rehearsal is.

@@ -18,7 +18,8 @@ pub struct RolloutSpec {
     pub rehearse: Option<RehearseSpec>,
 }
 
-/// The rehearsal a held change must pass.
+/// How a rehearsal runs: on how many cycles, against what, within how long (a
+/// Rehearsal's, and the one a held change must pass).
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RehearseSpec {
@@ -31,7 +32,7 @@ pub struct RehearseSpec {
     #[serde(default)]
     pub criteria: Criteria,
 
-    /// The most one rehearsal may take, in seconds.
+    /// The most the rehearsal may take, in seconds; past it, it fails.
     #[serde(default = "default_timeout_seconds")]
     #[schemars(range(min = 10, max = 86400))]
     pub timeout_seconds: u32,

@@ -222,27 +222,18 @@ impl Run<'_> {
                 "Rehearse",
                 format!(
                     "rehearsing the candidate on the last {} cycles of {} in Job {job_name}",
-                    r.spec.cycles, self.key
+                    r.spec.run.cycles, self.key
                 ),
             )
             .await;
         let status = RehearsalStatus {
-            phase: RehearsalPhase::Running,
-            job: Some(job_name.to_string()),
             started_at: Some(Time(Timestamp::now())),
             finished_at: None,
             summary: None,
             cycles: Vec::new(),
             ..self.base.clone()
         };
-        self.write(
-            status,
-            &[
-                Cond::unknown(COMPLETE, "Running", format!("Job {job_name} runs it")),
-                Cond::unknown(PASSED, "Running", "not known until it has run"),
-            ],
-        )
-        .await
+        self.write_running(status, job_name).await
     }
 
     /// Its Job runs.
@@ -252,10 +243,15 @@ impl Run<'_> {
         {
             return Ok(());
         }
+        self.write_running(self.base.clone(), job_name).await
+    }
+
+    /// Writes `status` as that of a rehearsal its Job `job_name` runs.
+    async fn write_running(&self, status: RehearsalStatus, job_name: &str) -> Result<(), Error> {
         let status = RehearsalStatus {
             phase: RehearsalPhase::Running,
             job: Some(job_name.to_string()),
-            ..self.base.clone()
+            ..status
         };
         self.write(
             status,

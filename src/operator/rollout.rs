@@ -290,9 +290,7 @@ async fn ensure_rehearsal(
                 instructions: Some(wanted.instructions.clone()),
                 tools: Some(wanted.tools.clone()),
             },
-            cycles: rehearse.cycles,
-            criteria: rehearse.criteria.clone(),
-            timeout_seconds: rehearse.timeout_seconds,
+            run: rehearse.clone(),
         },
     );
     rehearsal.metadata.namespace = Some(ns.clone());

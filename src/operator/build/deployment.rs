@@ -17,6 +17,32 @@ pub(super) fn selector_labels(agent: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// The volume of ConfigMap `configmap`'s rendered manifest, and its mount at [`AGENT_DIR`]
+/// (read-only): where a worker, or a rehearsal's Job, reads its Agent.
+pub(super) fn manifest_volume(configmap: String) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: "agent".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: configmap,
+                items: Some(vec![KeyToPath {
+                    key: AGENT_FILE_KEY.into(),
+                    path: AGENT_FILE_KEY.into(),
+                    ..KeyToPath::default()
+                }]),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: "agent".into(),
+            mount_path: AGENT_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
+}
+
 /// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent/agent.yaml`,
 /// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
 /// filesystem, no service-account token, the model key from the Agent's Secret, each
@@ -37,27 +63,7 @@ pub fn deployment(
         .iter()
         .map(|key_ref| secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key))
         .collect();
-    let config = (
-        Volume {
-            name: "agent".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: configmap_name(&name),
-                items: Some(vec![KeyToPath {
-                    key: AGENT_FILE_KEY.into(),
-                    path: AGENT_FILE_KEY.into(),
-                    ..KeyToPath::default()
-                }]),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        VolumeMount {
-            name: "agent".into(),
-            mount_path: AGENT_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
-    );
+    let config = manifest_volume(configmap_name(&name));
     let pod = pod::pod_spec(
         pod::Pod {
             base: &deployment_name(&name),

@@ -64,14 +64,14 @@ pub fn rehearsal_objects(
         ..ConfigMap::default()
     };
     let generation = rehearsal.metadata.generation.unwrap_or(0);
-    let criteria = &rehearsal.spec.criteria;
+    let criteria = &rehearsal.spec.run.criteria;
     let mut args = vec![
         "rehearse".to_string(),
         format!("{}/{agent}", rehearsal.namespace().unwrap_or_default()),
         "-f".into(),
         AGENT_FILE.into(),
         "--cycles".into(),
-        rehearsal.spec.cycles.to_string(),
+        rehearsal.spec.run.cycles.to_string(),
         "--min-reply-agreement".into(),
         criteria.min_reply_agreement.to_string(),
         "--min-tool-agreement".into(),
@@ -92,27 +92,7 @@ pub fn rehearsal_objects(
         .iter()
         .map(|key_ref| secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key))
         .collect();
-    let volume = (
-        Volume {
-            name: "agent".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: base.clone(),
-                items: Some(vec![KeyToPath {
-                    key: AGENT_FILE_KEY.into(),
-                    path: AGENT_FILE_KEY.into(),
-                    ..KeyToPath::default()
-                }]),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        VolumeMount {
-            name: "agent".into(),
-            mount_path: AGENT_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
-    );
+    let volume = super::deployment::manifest_volume(base.clone());
     let mut pod = pod::pod_spec(
         pod::Pod {
             base: &base,
@@ -137,7 +117,7 @@ pub fn rehearsal_objects(
         metadata: meta(rehearsal_job_name(&name, generation)),
         spec: Some(JobSpec {
             backoff_limit: Some(0),
-            active_deadline_seconds: Some(i64::from(rehearsal.spec.timeout_seconds)),
+            active_deadline_seconds: Some(i64::from(rehearsal.spec.run.timeout_seconds)),
             // Its result is in the Rehearsal's status by then; its pod's log stays a day.
             ttl_seconds_after_finished: Some(JOB_KEPT_SECONDS),
             template: PodTemplateSpec {

@@ -35,6 +35,9 @@ use crate::model::Model;
 use crate::store::{Store, StoreError};
 use crate::worker::tools::ListedTool;
 
+/// Where async tools would post results: never called (nothing is).
+const NO_CALLBACK: &str = "http://rehearsal.invalid";
+
 /// A rehearsal to run: the candidate on the agent's last recorded cycles.
 pub struct Rehearsal {
     /// The agent as the data plane names it (whose records are replayed).
@@ -157,12 +160,23 @@ impl Rehearsal {
         // The sandbox keeps the cycle's record, whatever the candidate keeps.
         candidate.spec.cycle.records.keep = candidate.spec.cycle.records.keep.max(1);
         let metrics = crate::telemetry::WorkerMetrics::new().map_err(RehearsalError::Metrics)?;
+        // Made once: asked only what they offer, never to call (the store is no one's).
+        let offered = replay::Offered::new(
+            key,
+            &candidate.spec.tools,
+            &listed,
+            &crate::worker::tools::ExternalContext {
+                store: Arc::new(crate::store::MemoryStore::new()),
+                secrets: Default::default(),
+                callback_url: Some(NO_CALLBACK.to_string()),
+            },
+        );
         Ok(sandbox::Start {
             key: key.clone(),
             candidate,
             model: self.model.clone(),
             spaces,
-            listed,
+            offered: Arc::new(offered),
             metrics,
         })
     }

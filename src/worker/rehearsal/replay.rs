@@ -6,7 +6,7 @@
 //! recorded call answers once); any other is answered "not replayed" and counted. The agent's
 //! `read_messages` is answered the same way: the spaces' history is not in the rehearsal.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
@@ -47,14 +47,19 @@ pub struct Replayed {
     pub cut: u32,
 }
 
-/// The candidate's tools outside the worker, for one rehearsed cycle.
-pub struct Replay {
+/// What the candidate is offered of its tools outside the worker: made once a rehearsal.
+pub struct Offered {
     /// Sources whose tools the spec declares (HTTP, interactive): asked only what they
     /// offer and how, never to call.
     http: Option<HttpTools>,
     interactive: Option<InteractiveTools>,
     /// Tools listed from servers, as recorded, with whether a call asks for approval.
     listed: Vec<(ListedTool, bool)>,
+}
+
+/// The candidate's tools outside the worker, for one rehearsed cycle.
+pub struct Replay {
+    offered: Arc<Offered>,
     recorded: Mutex<Vec<Recorded>>,
     counts: Mutex<Replayed>,
 }
@@ -73,14 +78,13 @@ fn source_patterns<'a>(tools: &'a ToolsSpec, source: &str) -> Option<(&'a str, &
     None
 }
 
-impl Replay {
-    /// The candidate's tools (`tools`, of agent `key`) with the calls of `record` to answer
-    /// from, and `listed` what the worker last listed of its servers' tools.
+impl Offered {
+    /// The candidate's tools (`tools`, of agent `key`), `listed` what the worker last listed
+    /// of its servers' tools; `context` is never used to call.
     pub fn new(
         key: &AgentKey,
         tools: &ToolsSpec,
         listed: &[ListedTool],
-        record: &CycleRecord,
         context: &ExternalContext,
     ) -> Self {
         let http = (!tools.http.is_empty()).then(|| HttpTools::new(key, &tools.http, context));
@@ -99,31 +103,11 @@ impl Replay {
                 Some((t.clone(), asks))
             })
             .collect();
-        let recorded = record
-            .steps
-            .iter()
-            .flat_map(|s| &s.calls)
-            .map(|c| Recorded {
-                tool: c.tool.clone(),
-                arguments: canonical(&c.arguments),
-                result: c.result.clone(),
-                ok: c.ok.unwrap_or(false),
-                whole: c.arguments_cut == 0 && c.result_cut == 0,
-                used: false,
-            })
-            .collect();
         Self {
             http,
             interactive,
             listed,
-            recorded: Mutex::new(recorded),
-            counts: Mutex::new(Replayed::default()),
         }
-    }
-
-    /// How its calls were answered so far.
-    pub fn counts(&self) -> Replayed {
-        *lock(&self.counts)
     }
 
     fn declared_by(&self, tool: &str) -> Option<&dyn External> {
@@ -140,13 +124,43 @@ impl Replay {
     }
 }
 
+impl Replay {
+    /// The `offered` tools, answering with the calls of `record`.
+    pub fn new(offered: Arc<Offered>, record: &CycleRecord) -> Self {
+        let recorded = record
+            .steps
+            .iter()
+            .flat_map(|s| &s.calls)
+            .map(|c| Recorded {
+                tool: c.tool.clone(),
+                arguments: canonical(&c.arguments),
+                result: c.result.clone(),
+                ok: c.ok.unwrap_or(false),
+                whole: c.arguments_cut == 0 && c.result_cut == 0,
+                used: false,
+            })
+            .collect();
+        Self {
+            offered,
+            recorded: Mutex::new(recorded),
+            counts: Mutex::new(Replayed::default()),
+        }
+    }
+
+    /// How its calls were answered so far.
+    pub fn counts(&self) -> Replayed {
+        *lock(&self.counts)
+    }
+}
+
 #[async_trait]
 impl External for Replay {
     fn specs(&self) -> Vec<ToolSpec> {
         // In the order the worker offers them: HTTP, the servers', interactive.
-        let mut out: Vec<ToolSpec> = self.http.iter().flat_map(External::specs).collect();
-        out.extend(self.listed.iter().map(|(t, _)| t.spec()));
-        out.extend(self.interactive.iter().flat_map(External::specs));
+        let o = &self.offered;
+        let mut out: Vec<ToolSpec> = o.http.iter().flat_map(External::specs).collect();
+        out.extend(o.listed.iter().map(|(t, _)| t.spec()));
+        out.extend(o.interactive.iter().flat_map(External::specs));
         out
     }
 
@@ -160,22 +174,28 @@ impl External for Replay {
     }
 
     fn owns(&self, tool: &str) -> bool {
-        tool == READ_MESSAGES || self.declared_by(tool).is_some() || self.listed_as(tool).is_some()
+        let o = &self.offered;
+        tool == READ_MESSAGES || o.declared_by(tool).is_some() || o.listed_as(tool).is_some()
     }
 
     fn continues(&self, tool: &str) -> bool {
-        self.declared_by(tool).is_some_and(|e| e.continues(tool))
+        self.offered
+            .declared_by(tool)
+            .is_some_and(|e| e.continues(tool))
     }
 
     fn asks(&self, tool: &str) -> Option<Ask> {
-        if let Some(e) = self.declared_by(tool) {
+        if let Some(e) = self.offered.declared_by(tool) {
             return e.asks(tool);
         }
-        self.listed_as(tool).filter(|(_, asks)| *asks).map(|_| Ask {
-            kind: crate::store::CallKind::Approval,
-            result_schema: None,
-            timeout_seconds: None,
-        })
+        self.offered
+            .listed_as(tool)
+            .filter(|(_, asks)| *asks)
+            .map(|_| Ask {
+                kind: crate::store::CallKind::Approval,
+                result_schema: None,
+                timeout_seconds: None,
+            })
     }
 
     async fn call(&self, call: &ExternalCall<'_>) -> Outcome {

@@ -20,15 +20,11 @@ use crate::store::{
 };
 use crate::telemetry::WorkerMetrics;
 use crate::worker::cycle::{Agentlet, Outcome};
-use crate::worker::tools::{ExternalContext, ListedTool};
 
-use super::replay::{Replay, Replayed};
+use super::replay::{Offered, Replay, Replayed};
 
 /// How long the sandbox's lease lasts: longer than any cycle (nobody else takes it).
 const LEASE: Duration = Duration::from_secs(24 * 3600);
-
-/// Where async tools would post results: never called (nothing is).
-const NO_CALLBACK: &str = "http://rehearsal.invalid";
 
 /// What every rehearsed cycle of one rehearsal starts from besides its own consciousness
 /// and events.
@@ -41,8 +37,8 @@ pub(super) struct Start {
     pub model: Arc<dyn Model>,
     /// The agent's spaces and what the data plane knows of each, as they are now.
     pub spaces: Vec<(String, SpaceRecord)>,
-    /// What its worker last listed of its servers' tools.
-    pub listed: Vec<ListedTool>,
+    /// What the candidate is offered of its tools outside the worker.
+    pub offered: Arc<Offered>,
     /// The rehearsal's own metrics (never the agent's).
     pub metrics: WorkerMetrics,
 }
@@ -128,17 +124,7 @@ impl Start {
         inexact |= record.events_cut > 0;
         let events = sandbox.take_inbox(key, &lease).await?;
         let store: Arc<dyn Store> = sandbox.clone();
-        let replay = Arc::new(Replay::new(
-            key,
-            &self.candidate.spec.tools,
-            &self.listed,
-            record,
-            &ExternalContext {
-                store: store.clone(),
-                secrets: Default::default(),
-                callback_url: Some(NO_CALLBACK.to_string()),
-            },
-        ));
+        let replay = Arc::new(Replay::new(self.offered.clone(), record));
         let agentlet = Agentlet::new(
             self.candidate.clone(),
             key.clone(),
