@@ -1612,6 +1612,35 @@ async fn budget_on_a_real_api_server(client: &Client, ns: &str, store: &Arc<Redi
         .unwrap();
 }
 
+/// What a worker's pod would run for `manifest` (scripted), on `store`: the switch that stops
+/// it, and its task.
+fn pod(
+    manifest: &Agent,
+    key: &AgentKey,
+    store: &Arc<RedisStore>,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let model = agentfleet::model::from_spec(&manifest.spec.model, &key.name, None).unwrap();
+    let agentlet = Arc::new(agentfleet::worker::cycle::Agentlet::new(
+        manifest.clone(),
+        key.clone(),
+        store.clone(),
+        Arc::from(model),
+        agentfleet::telemetry::WorkerMetrics::new().unwrap(),
+    ));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(agentfleet::worker::run_agent(
+        agentlet,
+        format!("{}-worker-pod", key.name),
+        Duration::from_secs(5),
+        Arc::new(agentfleet::worker::Health::default()),
+        stopped,
+    ));
+    (stop, worker)
+}
+
 async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
     deployments.get(name).await.ok()?.spec?.replicas
 }
@@ -1699,22 +1728,7 @@ async fn scale_from_zero_and_back(client: &Client, ns: &str, store: &Arc<RedisSt
     );
 
     // The "pod": a worker for the agent, on the same data plane.
-    let model = agentfleet::model::from_spec(&manifest.spec.model, "sleeper", None).unwrap();
-    let agentlet = Arc::new(agentfleet::worker::cycle::Agentlet::new(
-        manifest.clone(),
-        key.clone(),
-        store.clone(),
-        Arc::from(model),
-        agentfleet::telemetry::WorkerMetrics::new().unwrap(),
-    ));
-    let (stop_worker, worker_stop) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(agentfleet::worker::run_agent(
-        agentlet,
-        "sleeper-worker-pod".into(),
-        Duration::from_secs(5),
-        Arc::new(agentfleet::worker::Health::default()),
-        worker_stop,
-    ));
+    let (stop_worker, worker) = pod(&manifest, &key, store);
     let status = eventually(
         "sleeper: a cycle committed and its checkpoint in status",
         Duration::from_secs(20),

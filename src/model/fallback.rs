@@ -218,6 +218,28 @@ mod tests {
             .map(|t| t.text.unwrap_or_default())
     }
 
+    /// A backup that always answers.
+    async fn backup() -> MockModel {
+        MockModel::responding(|_| MockTurn::text("from backup"))
+            .await
+            .unwrap()
+    }
+
+    /// `primary`, then `backup`, trying the primary again `retry_after` after leaving it.
+    fn primary_then(
+        primary: &MockModel,
+        backup: &MockModel,
+        retry_after: Duration,
+    ) -> (Fallback, Arc<Mutex<Vec<Switch>>>) {
+        chain(
+            vec![
+                link("primary", &primary.base_url, 30),
+                link("backup", &backup.base_url, 30),
+            ],
+            retry_after,
+        )
+    }
+
     fn failing(status: u16) -> impl Fn(&serde_json::Value) -> MockTurn {
         move |_| MockTurn::Status(status, "down".into())
     }
@@ -226,16 +248,8 @@ mod tests {
     async fn a_failing_provider_falls_over_and_the_next_stays_in_use() {
         for (status, reason) in [(500, "server_error"), (429, "rate_limited")] {
             let primary = MockModel::responding(failing(status)).await.unwrap();
-            let backup = MockModel::responding(|_| MockTurn::text("from backup"))
-                .await
-                .unwrap();
-            let (f, told) = chain(
-                vec![
-                    link("primary", &primary.base_url, 30),
-                    link("backup", &backup.base_url, 30),
-                ],
-                Duration::from_secs(3600),
-            );
+            let backup = backup().await;
+            let (f, told) = primary_then(&primary, &backup, Duration::from_secs(3600));
             assert_eq!(ask(&f).await.unwrap(), "from backup");
             let tried = primary.request_count();
             assert_eq!(tried, 4, "the primary's own retries first ({status})");
@@ -266,9 +280,7 @@ mod tests {
         })
         .await
         .unwrap();
-        let backup = MockModel::responding(|_| MockTurn::text("from backup"))
-            .await
-            .unwrap();
+        let backup = backup().await;
         for (first, reason) in [
             (closed.as_str(), "unreachable"),
             (&slow.base_url, "timed_out"),
@@ -316,17 +328,9 @@ mod tests {
             .collect();
         turns.push(MockTurn::text("primary is back"));
         let primary = MockModel::start(turns).await.unwrap();
-        let backup = MockModel::responding(|_| MockTurn::text("from backup"))
-            .await
-            .unwrap();
-        let (f, told) = chain(
-            vec![
-                link("primary", &primary.base_url, 30),
-                link("backup", &backup.base_url, 30),
-            ],
-            // Long enough that a loaded machine asks twice within it.
-            Duration::from_millis(800),
-        );
+        let backup = backup().await;
+        // Long enough that a loaded machine asks twice within it.
+        let (f, told) = primary_then(&primary, &backup, Duration::from_millis(800));
         assert_eq!(ask(&f).await.unwrap(), "from backup");
         // Too soon: the backup answers, the primary is not asked.
         assert_eq!(ask(&f).await.unwrap(), "from backup");

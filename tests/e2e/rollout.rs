@@ -99,22 +99,7 @@ pub(super) async fn held_rollout(client: &Client, ns: &str, store: &Arc<RedisSto
 
     // Its life: three cycles, in a worker of its own on the same data plane.
     let key = AgentKey::new(ns, "rehearsed");
-    let model = agentfleet::model::from_spec(&manifest.spec.model, "rehearsed", None).unwrap();
-    let agentlet = Arc::new(agentfleet::worker::cycle::Agentlet::new(
-        manifest.clone(),
-        key.clone(),
-        store.clone(),
-        Arc::from(model),
-        agentfleet::telemetry::WorkerMetrics::new().unwrap(),
-    ));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(agentfleet::worker::run_agent(
-        agentlet,
-        "rehearsed-worker-pod".into(),
-        Duration::from_secs(5),
-        Arc::new(agentfleet::worker::Health::default()),
-        stopped,
-    ));
+    let (stop, worker) = super::pod(&manifest, &key, store);
     for (i, text) in [
         "rehearsed, please remember that dinner is at 8",
         "rehearsed, what do you remember?",

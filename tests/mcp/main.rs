@@ -542,23 +542,40 @@ impl Worker {
 
 /// The agent of `agent`, with its external tools as the worker builds them.
 fn agentlet(store: &Arc<RedisStore>, agent: Agent) -> Arc<Agentlet> {
-    let key = agent_key();
+    let external = external_tools(store, &agent, with_secret());
+    assert_eq!(external.len(), 1, "one source per MCP server");
+    agentlet_with(store, agent, external)
+}
+
+/// The tools outside the worker of `agent`, as the worker builds them with `secrets`.
+fn external_tools(
+    store: &Arc<RedisStore>,
+    agent: &Agent,
+    secrets: Secrets,
+) -> Vec<Arc<dyn External>> {
     let store_dyn: Arc<dyn Store> = store.clone();
-    let external = tools::external(
-        &key,
+    tools::external(
+        &agent_key(),
         &agent.spec.tools,
         &ExternalContext {
             store: store_dyn,
-            secrets: with_secret(),
+            secrets,
             callback_url: None,
         },
-    );
-    assert_eq!(external.len(), 1, "one source per MCP server");
+    )
+}
+
+/// The agent of `agent` (its model OpenAI-compatible), with `external` tools.
+fn agentlet_with(
+    store: &Arc<RedisStore>,
+    agent: Agent,
+    external: Vec<Arc<dyn External>>,
+) -> Arc<Agentlet> {
     let model = OpenAi::new(&agent.spec.model, None).unwrap();
     Arc::new(
         Agentlet::new(
             agent,
-            key,
+            agent_key(),
             store.clone(),
             Arc::new(model),
             WorkerMetrics::new().unwrap(),

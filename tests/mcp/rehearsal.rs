@@ -108,24 +108,8 @@ async fn a_rehearsal_replays_the_agents_cycles_and_reaches_no_tool_server() {
     let agent = rehearsed_manifest(&server.url, &weather, &live.base_url);
 
     // The agent lives three cycles: a look at the disk, a thank-you it skips, a hello.
-    let store_dyn: Arc<dyn Store> = store.clone();
-    let context = ExternalContext {
-        store: store_dyn,
-        secrets: no_secrets(),
-        callback_url: None,
-    };
-    let external = tools::external(&key, &agent.spec.tools, &context);
-    let model = OpenAi::new(&agent.spec.model, None).unwrap();
-    let sre = Arc::new(
-        Agentlet::new(
-            agent.clone(),
-            key.clone(),
-            store.clone(),
-            Arc::new(model),
-            WorkerMetrics::new().unwrap(),
-        )
-        .with_external(external),
-    );
+    let external = external_tools(&store, &agent, no_secrets());
+    let sre = agentlet_with(&store, agent.clone(), external);
     let worker = Worker::start(sre);
     until(
         "the tools to be ready",
