@@ -784,3 +784,134 @@ async fn operators_answer_paused_calls_from_a_terminal() {
         stdout(&o)
     );
 }
+
+/// Alice, scripted, lives three cycles in `fam/family` on `store`: she keeps a fact, says
+/// what she remembers, and says hello.
+async fn alice_lives(store: &std::sync::Arc<RedisStore>) {
+    let family = SpaceKey::new("fam", "family");
+    store
+        .apply_space(&family, &space_record("Family", &["alice"], &["Husam"]))
+        .await
+        .unwrap();
+    let key = AgentKey::new("fam", "alice");
+    store.register_agent(&key).await.unwrap();
+    let agent: agentfleet::crd::Agent = serde_yaml::from_str(ALICE).unwrap();
+    let model = agentfleet::model::from_spec(&agent.spec.model, "alice", None).unwrap();
+    let alice = agentfleet::worker::cycle::Agentlet::new(
+        agent,
+        key.clone(),
+        store.clone(),
+        std::sync::Arc::from(model),
+        agentfleet::telemetry::WorkerMetrics::new().unwrap(),
+    );
+    for text in [
+        "alice, please remember that dinner is at 8",
+        "alice, what do you remember?",
+        "hello alice",
+    ] {
+        store
+            .post_message(&family, &agentfleet::testing::human_message("Husam", text))
+            .await
+            .unwrap();
+        let lease = store
+            .acquire_lease(&key, "w", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        let events = store.take_inbox(&key, &lease).await.unwrap();
+        alice.cycle(&lease, &events).await.unwrap();
+        store.release_lease(&key, &lease).await.unwrap();
+    }
+}
+
+const ALICE: &str = "apiVersion: agentfleet.dev/v1alpha1
+kind: Agent
+metadata: {name: alice, namespace: fam}
+spec:
+  model: {provider: scripted, name: scripted}
+  instructions: You help the family.
+  spaces: [family]
+";
+
+/// `agentfleet rehearse` (issue 45): a line per recorded cycle and the summary; exit 0 when
+/// the candidate passes, 3 when it fails its criteria, 1 when it cannot run.
+#[tokio::test(flavor = "multi_thread")]
+async fn rehearse_prints_each_cycle_and_says_the_verdict_in_its_exit_status() {
+    let redis = RedisServer::start().unwrap();
+    let store = std::sync::Arc::new(RedisStore::new(&redis.url()).unwrap());
+    alice_lives(&store).await;
+    let dir = std::env::temp_dir().join(format!("agentfleet-cli-rehearse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+
+    // New instructions on the same model: it passes.
+    let brief = file("brief.txt", "You help the family, briefly.");
+    let same = file("alice.yaml", ALICE);
+    let out = run(
+        &redis.url(),
+        &[
+            "rehearse",
+            "fam/alice",
+            "-f",
+            &same,
+            "--instructions-file",
+            &brief,
+        ],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.starts_with(" CYCLE  RECORDED"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("replied family"))
+            .count(),
+        3,
+        "{text}"
+    );
+    assert!(text.contains("\nPASSED: over 3 cycles"), "{text}");
+
+    // A model that skips everything: each cycle said, the verdict, exit status 3.
+    let quiet = agentfleet::testing::MockModel::responding(|_| {
+        agentfleet::testing::MockTurn::tools(&[("skip", serde_json::json!({"reason": "quiet"}))])
+    })
+    .await
+    .unwrap();
+    let skipping = file(
+        "quiet.yaml",
+        &ALICE.replace(
+            "{provider: scripted, name: scripted}",
+            &format!(
+                "{{provider: openai, name: quiet, baseUrl: '{}'}}",
+                quiet.base_url
+            ),
+        ),
+    );
+    let out = run(&redis.url(), &["rehearse", "fam/alice", "-f", &skipping]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}{}", stderr(&out));
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" NO ")).count(),
+        3,
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\nFAILED: the candidate replied or stayed quiet as recorded in 0 of 3 cycles"
+        ),
+        "{text}"
+    );
+
+    // An agent without records cannot be rehearsed: exit status 1, said in one line.
+    let out = run(&redis.url(), &["rehearse", "fam/bob", "-f", &same]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("fam/bob has no cycle records to rehearse"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
