@@ -139,7 +139,7 @@ fn missing_keys(agents: &[Agent], api_key: Option<&str>) -> Vec<String> {
                 "Agent {}/{}: provider {} at its public endpoint needs an API key: set AGENTFLEET_MODEL_API_KEY, or give model.baseUrl (a local server that takes no key)",
                 a.namespace().unwrap_or_default(),
                 a.name_any(),
-                a.spec.model.provider.as_str()
+                a.spec.model.provider().as_str()
             )
         })
         .collect()

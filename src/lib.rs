@@ -18,6 +18,7 @@ pub mod identity;
 pub mod inspect;
 pub mod manifests;
 pub mod membership;
+pub mod models;
 pub mod names;
 pub mod operator;
 pub mod party;

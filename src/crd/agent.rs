@@ -6,7 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ConsciousnessSpec, ToolsSpec};
+use super::{ConsciousnessSpec, ModelSpec, ToolsSpec};
 
 /// An LLM agent that lives in a worker process: it sleeps on its inbox, wakes when humans or
 /// other agents write to it, thinks in one multi-step tool-calling cycle, persists its memory
@@ -107,94 +107,6 @@ pub struct AgentSpec {
     /// after a rehearsal on its own recorded cycles passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<super::RolloutSpec>,
-}
-
-/// The model an agent thinks with.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ModelSpec {
-    /// Who serves the model: `openai` (any OpenAI-compatible endpoint such as vLLM, Ollama or
-    /// LiteLLM), `anthropic` (Anthropic's Messages API, with prompt caching), or `scripted` (a
-    /// built-in deterministic model for demos and tests that needs no network and no key).
-    pub provider: ModelProvider,
-
-    /// The model's name as the provider knows it (for example `gpt-4o-mini` or
-    /// `claude-sonnet-4-5`).
-    #[schemars(length(min = 1, max = 256))]
-    pub name: String,
-
-    /// Base URL of the provider's API, for example `http://vllm.llm.svc:8000/v1`. Defaults to
-    /// the provider's public endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
-    pub base_url: Option<String>,
-
-    /// The Secret key that holds the API key. The worker gets it as the environment variable
-    /// `AGENTFLEET_MODEL_API_KEY`; it never appears in logs, status or events. Required for
-    /// `anthropic` and for `openai` without a `baseUrl`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key_secret_ref: Option<SecretKeyRef>,
-
-    /// Upper bound on the tokens the model may generate in one step.
-    #[serde(default = "default_max_output_tokens")]
-    #[schemars(range(min = 1, max = 1_000_000))]
-    pub max_output_tokens: u32,
-
-    /// Sampling temperature; the provider's default when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0.0, max = 2.0))]
-    pub temperature: Option<f64>,
-
-    /// The most one model call may take, from the request to the end of its answer (retries
-    /// of transient failures included). Past it the call fails as `TimedOut` and the cycle is
-    /// retried with backoff. A model that streams slowly never holds back other agents of
-    /// its pool (a cycle gives its slot to another while it waits on its model); this bounds
-    /// how long its own agent waits. Raise it for large answers of a slow local model.
-    #[serde(default = "default_model_timeout_seconds")]
-    #[schemars(range(min = 1, max = 3600))]
-    pub timeout_seconds: u32,
-}
-
-impl ModelSpec {
-    /// Whether calling the model needs an API key: `openai` and `anthropic` at their public
-    /// endpoints (no `baseUrl`); a `baseUrl` may be a local server or a proxy that takes none.
-    pub fn needs_api_key(&self) -> bool {
-        match self.provider {
-            ModelProvider::Scripted => false,
-            ModelProvider::Openai | ModelProvider::Anthropic => self.base_url.is_none(),
-        }
-    }
-}
-
-fn default_max_output_tokens() -> u32 {
-    4096
-}
-
-fn default_model_timeout_seconds() -> u32 {
-    300
-}
-
-/// The provider that serves an agent's model.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ModelProvider {
-    /// Any OpenAI-compatible chat completions endpoint.
-    Openai,
-    /// Anthropic's Messages API.
-    Anthropic,
-    /// The built-in deterministic model: no network, no key.
-    Scripted,
-}
-
-impl ModelProvider {
-    /// The name used in manifests.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ModelProvider::Openai => "openai",
-            ModelProvider::Anthropic => "anthropic",
-            ModelProvider::Scripted => "scripted",
-        }
-    }
 }
 
 /// A key in a Secret in the Agent's namespace.

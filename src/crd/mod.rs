@@ -1,5 +1,5 @@
-//! Custom resources of the `agentfleet.dev/v1alpha1` API: [`Agent`], [`Space`], [`Pool`] and
-//! [`Rehearsal`].
+//! Custom resources of the `agentfleet.dev/v1alpha1` API: [`Agent`], [`Space`], [`Pool`],
+//! [`Rehearsal`] and `Model` ([`ModelResource`]).
 //!
 //! The rustdoc on every field becomes the schema description that `kubectl explain` shows,
 //! and the YAML in `crds/` is generated from these types (`agentfleet crd`).
@@ -8,6 +8,7 @@ mod a2a;
 mod agent;
 mod budget;
 mod consciousness;
+mod model;
 mod pool;
 mod records;
 mod rehearsal;
@@ -21,6 +22,7 @@ pub use a2a::*;
 pub use agent::*;
 pub use budget::*;
 pub use consciousness::*;
+pub use model::*;
 pub use pool::*;
 pub use records::*;
 pub use rehearsal::*;
@@ -39,7 +41,13 @@ pub const GROUP: &str = "agentfleet.dev";
 /// Every CRD of the project, as the API server gets it: the generated schema with rustdoc
 /// paragraphs unwrapped (so `kubectl explain` reflows them) and the kind's own doc at the root.
 pub fn definitions() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![Agent::crd(), Space::crd(), Pool::crd(), Rehearsal::crd()];
+    let mut crds = vec![
+        Agent::crd(),
+        Space::crd(),
+        Pool::crd(),
+        Rehearsal::crd(),
+        ModelResource::crd(),
+    ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version
@@ -54,10 +62,26 @@ pub fn definitions() -> Vec<CustomResourceDefinition> {
                     .and_then(|spec| spec.description.clone());
                 schema.description = kind_doc;
                 unwrap_descriptions(schema);
+                if crd.spec.names.kind == "Model" {
+                    require_in_spec(schema, &["provider", "name"]);
+                }
             }
         }
     }
     crds
+}
+
+/// Marks `fields` of the spec required (flattened settings are optional where an Agent
+/// names a Model, required in the Model itself).
+fn require_in_spec(schema: &mut JSONSchemaProps, fields: &[&str]) {
+    if let Some(spec) = schema.properties.as_mut().and_then(|p| p.get_mut("spec")) {
+        let required = spec.required.get_or_insert_with(Vec::new);
+        for field in fields {
+            if !required.iter().any(|r| r == field) {
+                required.push((*field).to_string());
+            }
+        }
+    }
 }
 
 /// Joins the lines of each paragraph of every description below `schema`.

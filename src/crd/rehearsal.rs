@@ -171,7 +171,7 @@ mod tests {
         let mut same = spec(agent);
         change("{provider: openai, name: b, baseUrl: 'http://llm:8000/v1'}").apply(&mut same);
         assert_eq!(same.model.name, "b");
-        assert_eq!(same.model.api_key_secret_ref.unwrap().name, "llm");
+        assert_eq!(same.model.api_key_secret_ref.as_ref().unwrap().name, "llm");
         // Elsewhere, it has none unless it names its own.
         let mut elsewhere = spec(agent);
         change("{provider: openai, name: b, baseUrl: 'http://evil.example/v1'}")
@@ -179,7 +179,7 @@ mod tests {
         assert_eq!(elsewhere.model.api_key_secret_ref, None);
         let mut own = spec(agent);
         change("{provider: anthropic, name: c, apiKeySecretRef: {name: claude}}").apply(&mut own);
-        assert_eq!(own.model.api_key_secret_ref.unwrap().name, "claude");
+        assert_eq!(own.model.api_key_secret_ref.as_ref().unwrap().name, "claude");
         // What it leaves out is the agent's.
         assert_eq!(own.instructions, "Be kind.");
     }

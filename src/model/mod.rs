@@ -371,13 +371,13 @@ pub fn from_spec(
     agent_name: &str,
     api_key: Option<String>,
 ) -> Result<Box<dyn Model>, ModelError> {
-    let provider: Box<dyn Model> = match spec.provider {
+    let provider: Box<dyn Model> = match spec.provider() {
         ModelProvider::Scripted => Box::new(scripted::Scripted::new(agent_name)),
         ModelProvider::Openai => {
             Box::new(openai::OpenAi::new(spec, api_key)?.with_cache_key(agent_name))
         }
         ModelProvider::Anthropic => Box::new(anthropic::Anthropic::new(spec, api_key)?),
     };
-    let limit = std::time::Duration::from_secs(u64::from(spec.timeout_seconds));
+    let limit = spec.timeout();
     Ok(Box::new(deadline::Deadline::new(provider, limit)))
 }

@@ -52,7 +52,7 @@ impl OpenAi {
             endpoint: Endpoint::new(base, api_key)?,
             url: format!("{base}/chat/completions"),
             model: spec.name.clone(),
-            max_tokens: spec.max_output_tokens,
+            max_tokens: spec.max_output_tokens(),
             temperature: spec.temperature,
             backoff: Duration::from_millis(500),
             cache_key: None,

@@ -32,10 +32,10 @@ pub async fn check_model(secrets: &Api<Secret>, spec: &AgentSpec) -> Result<Cond
                 "ApiKeyRequired",
                 format!(
                     "provider {} at its public endpoint needs model.apiKeySecretRef",
-                    model.provider.as_str()
+                    model.provider().as_str()
                 ),
             )
-        } else if let (ModelProvider::Openai, Some(url)) = (model.provider, &model.base_url) {
+        } else if let (ModelProvider::Openai, Some(url)) = (model.provider(), &model.base_url) {
             Cond::ok(
                 MODEL_CONFIGURED,
                 "NoKeyNeeded",

@@ -189,7 +189,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         store.clone(),
         shutdown_rx.clone(),
     );
-    info!(agent = %key, model = %agent.spec.model.name, provider = agent.spec.model.provider.as_str(), "worker starting");
+    info!(agent = %key, model = %agent.spec.model.name, provider = agent.spec.model.provider().as_str(), "worker starting");
     let host = host::Host {
         store,
         metrics,

@@ -47,7 +47,7 @@ impl Anthropic {
             endpoint: Endpoint::new(base, api_key)?,
             url,
             model: spec.name.clone(),
-            max_tokens: spec.max_output_tokens,
+            max_tokens: spec.max_output_tokens(),
             temperature: spec.temperature,
             backoff: Duration::from_millis(500),
         })

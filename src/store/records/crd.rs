@@ -177,7 +177,7 @@ pub fn agent_facts(agent: &crd::Agent, problem: Option<String>) -> super::super:
     let budget = agent.spec.budget.clone().unwrap_or_default();
     super::super::AgentFacts {
         v: V1,
-        model_provider: agent.spec.model.provider.as_str().into(),
+        model_provider: agent.spec.model.provider().as_str().into(),
         model_name: agent.spec.model.name.clone(),
         tokens_per_day: budget.tokens_per_day,
         tokens_per_month: budget.tokens_per_month,

@@ -78,7 +78,7 @@ pub(super) fn summary(agentlet: &Agentlet) -> Span {
 /// The request's attributes of a model call.
 fn chat(span: &Span, agentlet: &Agentlet) {
     let model = &agentlet.agent.spec.model;
-    let provider = model.provider.as_str();
+    let provider = model.provider().as_str();
     span.set_attribute("gen_ai.operation.name", "chat");
     span.set_attribute("gen_ai.provider.name", provider);
     // The name before semantic conventions 1.37, which many backends still read.
@@ -86,7 +86,7 @@ fn chat(span: &Span, agentlet: &Agentlet) {
     span.set_attribute("gen_ai.request.model", model.name.clone());
     span.set_attribute(
         "gen_ai.request.max_tokens",
-        i64::from(model.max_output_tokens),
+        i64::from(model.max_output_tokens()),
     );
     if let Some(t) = model.temperature {
         span.set_attribute("gen_ai.request.temperature", t);

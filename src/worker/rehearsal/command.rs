@@ -171,7 +171,7 @@ async fn rehearse(
     if api_key.is_none() && candidate.spec.model.needs_api_key() {
         bail!(
             "the candidate's model ({} at its public endpoint) needs an API key: set {}",
-            candidate.spec.model.provider.as_str(),
+            candidate.spec.model.provider().as_str(),
             crate::model::API_KEY_ENV
         );
     }
