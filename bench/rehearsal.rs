@@ -86,7 +86,7 @@ async fn live(store: &Arc<RedisStore>, name: &str, model: &str) -> Duration {
     let family = SpaceKey::new("bench", "family");
     store.register_agent(&key).await.unwrap();
     let spec = agent(name, model);
-    let model = agentfleet::model::from_spec(&spec.spec.model, name, None).unwrap();
+    let model = agentfleet::model::client(&spec.spec.model, name, Default::default()).unwrap();
     let agentlet = Agentlet::new(
         spec,
         key.clone(),
@@ -150,7 +150,7 @@ async fn main() {
         let lived = live(&store, name, &model).await;
         let mut candidate = agent(name, &model);
         candidate.spec.instructions = "You help the family, briefly.".into();
-        let model = agentfleet::model::from_spec(&candidate.spec.model, name, None).unwrap();
+        let model = agentfleet::model::client(&candidate.spec.model, name, Default::default()).unwrap();
         let rehearsal = Rehearsal {
             key: AgentKey::new("bench", name),
             candidate,

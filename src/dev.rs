@@ -372,8 +372,7 @@ impl Dev {
                 continue;
             }
             // A model that cannot be made is refused now, not at the agent's first wake.
-            crate::model::from_spec(&agent.spec.model, &key.name, api_key.clone())
-                .with_context(|| format!("agent {key}: model"))?;
+            host.model(&agent)?;
             running.push(agent);
             agents.push(key);
         }

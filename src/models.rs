@@ -115,6 +115,13 @@ fn visit<'a>(
     Ok(())
 }
 
+/// The names of the Models `name` asks, in order (itself first); as far as they resolve.
+pub fn chain_names(name: &str, models: &Models<'_>) -> Vec<String> {
+    chain(name, models)
+        .map(|links| links.iter().map(|(n, _)| (*n).to_string()).collect())
+        .unwrap_or_else(|_| vec![name.to_string()])
+}
+
 /// What is wrong with Model `name` (its own fields and its fallback list), every problem at
 /// once; in the Model at fault (this one or a fallback) for a problem on the way.
 pub fn check(name: &str, spec: &ModelResourceSpec, models: &Models<'_>) -> Vec<Problem> {

@@ -796,7 +796,7 @@ async fn alice_lives(store: &std::sync::Arc<RedisStore>) {
     let key = AgentKey::new("fam", "alice");
     store.register_agent(&key).await.unwrap();
     let agent: agentfleet::crd::Agent = serde_yaml::from_str(ALICE).unwrap();
-    let model = agentfleet::model::from_spec(&agent.spec.model, "alice", None).unwrap();
+    let model = agentfleet::model::client(&agent.spec.model, "alice", Default::default()).unwrap();
     let alice = agentfleet::worker::cycle::Agentlet::new(
         agent,
         key.clone(),

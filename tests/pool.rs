@@ -506,7 +506,7 @@ async fn back_to_back_messages_need_no_sweep() {
         key.clone(),
         store.clone(),
         std::sync::Arc::new(
-            agentfleet::model::openai::OpenAi::new(&agent_model, None)
+            agentfleet::model::openai::OpenAi::new(&agent_model, Default::default())
                 .unwrap()
                 .with_backoff(Duration::from_millis(10)),
         ),

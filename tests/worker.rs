@@ -113,7 +113,7 @@ async fn say(store: &dyn Store, space: &str, human: &str, text: &str) {
 }
 
 fn agentlet(store: Arc<RedisStore>, agent: Agent) -> Arc<Agentlet> {
-    let model = OpenAi::new(&agent.spec.model, None)
+    let model = OpenAi::new(&agent.spec.model, Default::default())
         .unwrap()
         .with_backoff(Duration::from_millis(10));
     Arc::new(Agentlet::new(

@@ -314,8 +314,8 @@ mod tests {
                 "spec.cycle.maxSteps: must be integer, not string",
             ),
             (
-                json!({"model": {"provider": "scripted"}}),
-                "spec.model.name: Required value",
+                json!({"model": {"ref": "Big_Model"}}),
+                "spec.model.ref: \"Big_Model\" should match",
             ),
             (
                 json!({"model": {"provider": "scripted", "name": "a"}, "spaces": ["Family!"]}),

@@ -146,6 +146,9 @@ pub struct StepTrace {
     pub offset_ms: u64,
     /// How long the model took (ms).
     pub duration_ms: u64,
+    /// The model asked (its Model's name, else its own), when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// How long until the model's first streamed chunk (ms), when it streamed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_token_ms: Option<u64>,

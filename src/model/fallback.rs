@@ -53,7 +53,12 @@ pub struct Fallback {
     retry_after: Duration,
     in_use: Mutex<InUse>,
     on_switch: OnSwitch,
+    /// The switches not yet taken by [`Model::switches`] (the newest [`KEPT`]).
+    recent: Mutex<Vec<Switch>>,
 }
+
+/// Switches kept for the cycle to take.
+const KEPT: usize = 16;
 
 /// Whether another provider may answer where this one failed so.
 pub fn falls_over(failure: Failure) -> bool {
@@ -75,13 +80,8 @@ impl Fallback {
                 since: Instant::now(),
             }),
             on_switch,
+            recent: Mutex::new(Vec::new()),
         }
-    }
-
-    /// The name of the model in use now.
-    pub fn in_use(&self) -> Option<&str> {
-        let index = lock(&self.in_use).index;
-        self.links.get(index).map(|l| l.name.as_str())
     }
 
     /// The models a request tries, in order: from the one in use on, or first the first
@@ -119,6 +119,11 @@ impl Fallback {
         };
         drop(in_use);
         (self.on_switch)(&switch);
+        let mut recent = lock(&self.recent);
+        if recent.len() == KEPT {
+            recent.remove(0);
+        }
+        recent.push(switch);
     }
 }
 
@@ -162,6 +167,15 @@ impl Model for Fallback {
         }
         Err(ModelError::new(Failure::Refused, "no model to ask"))
     }
+
+    fn in_use(&self) -> Option<String> {
+        let index = lock(&self.in_use).index;
+        self.links.get(index).map(|l| l.name.clone())
+    }
+
+    fn switches(&self) -> Vec<Switch> {
+        std::mem::take(&mut *lock(&self.recent))
+    }
 }
 
 #[cfg(test)]
@@ -187,7 +201,7 @@ mod tests {
             "{{provider: openai, name: {name}, baseUrl: '{url}', timeoutSeconds: {timeout_seconds}}}"
         ))
         .unwrap();
-        let client = super::super::openai::OpenAi::new(&spec, None)
+        let client = super::super::openai::OpenAi::new(&spec, Default::default())
             .unwrap()
             .with_backoff(Duration::from_millis(1));
         let limit = Duration::from_secs(u64::from(timeout_seconds));
@@ -265,7 +279,7 @@ mod tests {
             assert_eq!(ask(&f).await.unwrap(), "from backup");
             assert_eq!(primary.request_count(), tried);
             assert_eq!(backup.request_count(), 2);
-            assert_eq!(f.in_use(), Some("backup"));
+            assert_eq!(f.in_use().as_deref(), Some("backup"));
         }
     }
 
@@ -345,7 +359,7 @@ mod tests {
         // Then it answers, and stays in use.
         tokio::time::sleep(Duration::from_millis(900)).await;
         assert_eq!(ask(&f).await.unwrap(), "primary is back");
-        assert_eq!(f.in_use(), Some("primary"));
+        assert_eq!(f.in_use().as_deref(), Some("primary"));
         let reasons: Vec<&str> = lock(&told).iter().map(|s| s.reason).collect();
         assert_eq!(reasons, ["server_error", "recovered"]);
     }

@@ -5,20 +5,20 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use super::{Failure, ModelError};
+use super::{ApiKey, Failure, ModelError};
 use crate::secrets::Redactor;
 
-/// A provider's way to its endpoint: the HTTP client, the key (none when empty), and what
-/// keeps secrets out of its errors (the key and any password in the base URL).
+/// A provider's way to its endpoint: the HTTP client, the key (read at each request), and
+/// what keeps secrets out of its errors (the key and any password in the base URL).
 pub struct Endpoint {
     pub http: reqwest::Client,
-    pub api_key: Option<String>,
-    pub redactor: Redactor,
+    api_key: ApiKey,
+    url_password: Option<String>,
 }
 
 impl Endpoint {
     /// The endpoint at `base` with `api_key`.
-    pub fn new(base: &str, api_key: Option<String>) -> Result<Self, ModelError> {
+    pub fn new(base: &str, api_key: ApiKey) -> Result<Self, ModelError> {
         crate::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -30,20 +30,32 @@ impl Endpoint {
                     format!("building the HTTP client: {e}"),
                 )
             })?;
-        let api_key = api_key.filter(|k| !k.is_empty());
         let url_password = reqwest::Url::parse(base)
             .ok()
             .and_then(|u| u.password().map(str::to_string));
         Ok(Self {
-            redactor: Redactor::new(api_key.iter().chain(url_password.iter())),
             http,
             api_key,
+            url_password,
+        })
+    }
+
+    /// The key to send now; a key that cannot be read refuses the call (its Secret is
+    /// not mounted, or lacks the key: no other endpoint's key is tried).
+    pub fn key(&self) -> Result<Option<String>, (ModelError, Option<Duration>)> {
+        self.api_key.current().map_err(|e| {
+            (
+                ModelError::new(Failure::Unauthorized, format!("the API key: {e}")),
+                None,
+            )
         })
     }
 
     /// An error whose text has every known secret masked (an endpoint may echo the key).
     pub fn error(&self, failure: Failure, detail: String) -> ModelError {
-        ModelError::new(failure, self.redactor.redact(&detail))
+        let key = self.api_key.current().ok().flatten();
+        let redactor = Redactor::new(key.iter().chain(self.url_password.iter()));
+        ModelError::new(failure, redactor.redact(&detail))
     }
 
     /// Sends `req` to `url`: the answer when its status is a success, else the error (with

@@ -7,17 +7,20 @@ mod deadline;
 pub mod fallback;
 pub mod format;
 mod http;
+pub mod key;
 pub mod lenient;
 pub mod openai;
+pub mod probe;
 pub mod scripted;
 mod tokens;
 
+pub use key::{ApiKey, ReadKey};
 pub use tokens::estimate_tokens;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::crd::{ModelProvider, ModelSpec};
+use crate::crd::{ModelProvider, ModelSettings, ModelSpec};
 
 /// One message of a conversation, as consciousness stores it (JSON, stable across providers).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -358,26 +361,71 @@ pub trait Model: Send + Sync {
         request: &Request,
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<Turn, ModelError>;
+
+    /// The name of the model of a list that answers now (a fallback's); none for a model
+    /// that is one.
+    fn in_use(&self) -> Option<String> {
+        None
+    }
+
+    /// The changes of the model in use since last asked, oldest first (a fallback's).
+    fn switches(&self) -> Vec<fallback::Switch> {
+        Vec::new()
+    }
 }
 
-/// The environment variable a process that runs agents reads their model's API key from
-/// (a worker's pod gets it from `spec.model.apiKeySecretRef`).
+/// The environment variable a process that runs agents by hand reads its model's API key
+/// from (`agentfleet dev`, `agentfleet worker` outside a pod): the first model's key when it
+/// names no Secret it can read. In a pod each model's key is read from its mounted Secret.
 pub const API_KEY_ENV: &str = "AGENTFLEET_MODEL_API_KEY";
 
-/// The model an Agent's spec names, each call bounded by `spec.model.timeoutSeconds`.
-/// `api_key` comes from [`API_KEY_ENV`].
+/// One model's client: its provider with its key, each call bounded by its `timeoutSeconds`.
+/// `agent_name` is the scripted model's identity and the prompt cache key.
+pub fn client(
+    settings: &ModelSettings,
+    agent_name: &str,
+    api_key: ApiKey,
+) -> Result<Box<dyn Model>, ModelError> {
+    let provider: Box<dyn Model> = match settings.provider() {
+        ModelProvider::Scripted => Box::new(scripted::Scripted::new(agent_name)),
+        ModelProvider::Openai => {
+            let openai = openai::OpenAi::new(settings, api_key)?;
+            Box::new(if settings.prompt_caching() {
+                openai.with_cache_key(agent_name)
+            } else {
+                openai
+            })
+        }
+        ModelProvider::Anthropic => Box::new(anthropic::Anthropic::new(settings, api_key)?),
+    };
+    Ok(Box::new(deadline::Deadline::new(provider, settings.timeout())))
+}
+
+/// The model a resolved `spec.model` ([`crate::models`]) names: its first model alone, or with
+/// fallbacks a [`fallback::Fallback`] over them in order, telling `on_switch` of each change.
+/// `key` gives each model's key (its index, its settings): its own, never another's.
 pub fn from_spec(
     spec: &ModelSpec,
     agent_name: &str,
-    api_key: Option<String>,
+    key: &dyn Fn(usize, &ModelSettings) -> ApiKey,
+    on_switch: fallback::OnSwitch,
 ) -> Result<Box<dyn Model>, ModelError> {
-    let provider: Box<dyn Model> = match spec.provider() {
-        ModelProvider::Scripted => Box::new(scripted::Scripted::new(agent_name)),
-        ModelProvider::Openai => {
-            Box::new(openai::OpenAi::new(spec, api_key)?.with_cache_key(agent_name))
-        }
-        ModelProvider::Anthropic => Box::new(anthropic::Anthropic::new(spec, api_key)?),
-    };
-    let limit = spec.timeout();
-    Ok(Box::new(deadline::Deadline::new(provider, limit)))
+    if spec.fallback.is_empty() {
+        return client(&spec.settings, agent_name, key(0, &spec.settings));
+    }
+    let links = crate::models::links(spec)
+        .enumerate()
+        .map(|(i, (name, settings))| {
+            let model = client(settings, agent_name, key(i, settings))
+                .map_err(|e| ModelError::new(e.failure, format!("model {name}: {}", e.detail)))?;
+            Ok(fallback::Link {
+                name: name.to_string(),
+                model,
+            })
+        })
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    let retry_after = std::time::Duration::from_secs(u64::from(
+        spec.retry_after_seconds.unwrap_or(300),
+    ));
+    Ok(Box::new(fallback::Fallback::new(links, retry_after, on_switch)))
 }

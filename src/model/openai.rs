@@ -19,10 +19,10 @@ use async_trait::async_trait;
 
 use super::http::Endpoint;
 use super::{
-    Delta, Failure, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn,
+    ApiKey, Delta, Failure, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn,
     Usage,
 };
-use crate::crd::ModelSpec;
+use crate::crd::ModelSettings;
 
 /// The public endpoint when an Agent names no `baseUrl`.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -42,7 +42,7 @@ pub struct OpenAi {
 
 impl OpenAi {
     /// A provider for the Agent's model spec.
-    pub fn new(spec: &ModelSpec, api_key: Option<String>) -> Result<Self, ModelError> {
+    pub fn new(spec: &ModelSettings, api_key: ApiKey) -> Result<Self, ModelError> {
         let base = spec
             .base_url
             .as_deref()
@@ -142,7 +142,7 @@ impl OpenAi {
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(json);
-        if let Some(key) = &self.endpoint.api_key {
+        if let Some(key) = self.endpoint.key()? {
             req = req.bearer_auth(key);
         }
         let resp = self.endpoint.send(req, &self.url).await?;
@@ -350,7 +350,7 @@ mod tests {
     use crate::testing::{MockModel, MockTurn};
     use serde_json::json;
 
-    fn spec(base_url: &str) -> ModelSpec {
+    fn spec(base_url: &str) -> ModelSettings {
         serde_yaml::from_str(&format!("{{provider: openai, name: mock-1, baseUrl: '{base_url}', maxOutputTokens: 256, temperature: 0.2}}")).unwrap()
     }
 
@@ -395,7 +395,7 @@ mod tests {
         .await
         .unwrap();
         mock.report_cached_tokens(256);
-        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-test-secret".into()))
+        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-test-secret".into()).into())
             .unwrap()
             .with_cache_key("assistant");
         let mut deltas = Vec::new();
@@ -478,7 +478,7 @@ mod tests {
         ])])
         .await
         .unwrap();
-        let model = OpenAi::new(&spec(&mock.base_url), None).unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), Default::default()).unwrap();
         let mut deltas = Vec::new();
         let turn = model
             .complete(&request(), &mut |d| deltas.push(d))
@@ -495,7 +495,7 @@ mod tests {
         let mock = MockModel::responding(move |_| MockTurn::Deltas(vec![far.clone()]))
             .await
             .unwrap();
-        let model = OpenAi::new(&spec(&mock.base_url), None).unwrap();
+        let model = OpenAi::new(&spec(&mock.base_url), Default::default()).unwrap();
         let turn = model.complete(&request(), &mut |_| {}).await.unwrap();
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.tool_calls[0].id, "x");
@@ -510,7 +510,7 @@ mod tests {
         let mock = MockModel::responding(move |_| MockTurn::Deltas(deltas.clone()))
             .await
             .unwrap();
-        let model = OpenAi::new(&spec(&mock.base_url), None)
+        let model = OpenAi::new(&spec(&mock.base_url), Default::default())
             .unwrap()
             .with_backoff(Duration::from_millis(1));
         let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
@@ -527,7 +527,7 @@ mod tests {
         ])
         .await
         .unwrap();
-        let model = OpenAi::new(&spec(&mock.base_url), None)
+        let model = OpenAi::new(&spec(&mock.base_url), Default::default())
             .unwrap()
             .with_backoff(Duration::from_millis(10));
         let turn = model.complete(&request(), &mut |_| {}).await.unwrap();
@@ -537,7 +537,7 @@ mod tests {
         let mock = MockModel::start(vec![MockTurn::Status(401, "invalid api key".into())])
             .await
             .unwrap();
-        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-live-123456".into()))
+        let model = OpenAi::new(&spec(&mock.base_url), Some("sk-live-123456".into()).into())
             .unwrap()
             .with_backoff(Duration::from_millis(10));
         let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
@@ -557,7 +557,7 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_endpoint_is_a_transient_error_after_the_retries() {
         let port = crate::testing::free_port().unwrap();
-        let model = OpenAi::new(&spec(&format!("http://127.0.0.1:{port}/v1")), None)
+        let model = OpenAi::new(&spec(&format!("http://127.0.0.1:{port}/v1")), Default::default())
             .unwrap()
             .with_backoff(Duration::from_millis(5));
         let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();

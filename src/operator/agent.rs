@@ -87,7 +87,7 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
     let key = AgentKey::new(ns.clone(), name.clone());
     let previous = agent.status.clone().unwrap_or_default();
 
-    let checks = check(&agent, &ctx, &ns).await?;
+    let mut checks = check(&agent, &ctx, &ns).await?;
 
     // The running worker is left as it was while the spec is invalid.
     let mut status = AgentStatus {
@@ -103,7 +103,16 @@ pub async fn reconcile(agent: Arc<Agent>, ctx: Arc<Context>) -> Result<Action, E
         None
     };
     let running = rollout::running(&agent, status.rollout.as_ref());
-    let agent = running.as_ref();
+    // What the worker reads: the running revision with its Models resolved (a held
+    // revision's Model gone since is refused like an invalid spec).
+    let resolved = super::model::resolve(running.as_ref(), &ctx.models.state());
+    if let Err(problem) = &resolved {
+        if checks.problems.is_empty() {
+            checks.problems.push(problem.to_string());
+        }
+    }
+    let resolved_agent = resolved.as_ref().ok();
+    let agent = resolved_agent.unwrap_or(running.as_ref());
     let pool = agent.spec.runtime.as_ref().map(|r| r.pool.as_str());
     let worker = match (checks.problems.is_empty(), pool) {
         (false, _) => Cond::unknown(
@@ -176,11 +185,18 @@ struct Checks {
 /// Checks the spec, the Secrets it names (existence and the model's key only: no value is
 /// ever read into a message) and its Spaces (never judged from a cache that has not synced).
 async fn check(agent: &Agent, ctx: &Context, ns: &str) -> Result<Checks, Error> {
-    let problems = validate(&agent.name_any(), &agent.spec);
+    let mut problems = validate(&agent.name_any(), &agent.spec);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let model = check_model(&secrets, &agent.spec).await?;
-    let tools = check_tools(&secrets, &agent.spec.tools).await?;
     ctx.caches_synced().await?;
+    // Its model as the worker will read it: the Models it names resolved.
+    let model = match super::model::resolve(agent, &ctx.models.state()) {
+        Ok(resolved) => check_model(&secrets, &resolved.spec.model).await?,
+        Err(problem) => {
+            problems.push(problem.to_string());
+            Cond::fail(MODEL_CONFIGURED, "ModelNotResolved", problem.to_string())
+        }
+    };
+    let tools = check_tools(&secrets, &agent.spec.tools).await?;
     let spaces = ctx.spaces.state();
     let space_refs: Vec<&Space> = spaces.iter().map(Arc::as_ref).collect();
     let missing = membership::missing_spaces(agent, &membership::existing(&space_refs));

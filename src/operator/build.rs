@@ -14,7 +14,7 @@ mod secrets;
 
 pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
 pub use self::config::{agent_config_hash, config_hash, configmap, render_manifest};
-pub use self::deployment::deployment;
+pub use self::deployment::{deployment, mounted_secrets};
 use self::deployment::log_format_value;
 pub use self::pool::{
     pool_configmap, pool_configmap_name, pool_deployment, pool_deployment_name,
@@ -302,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn deployment_runs_the_worker_safely_with_the_key_from_the_secret() {
+    fn deployment_runs_the_worker_safely_with_the_key_mounted_from_the_secret() {
         let agent = fixture("agent-openai.yaml");
         let d = deployment(&agent, &owner(&agent), &defaults(), "abc123", Some(1));
         assert_eq!(d.metadata.name.as_deref(), Some("assistant-worker"));
@@ -354,10 +354,16 @@ mod tests {
         assert_eq!(sc.read_only_root_filesystem, Some(true));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         let env = c.env.as_ref().unwrap();
-        assert_eq!(
-            secret_ref(&d, API_KEY_ENV),
-            ("openai-key".into(), "token".into()),
-            "the key is never inlined"
+        assert!(
+            env.iter().all(|e| e.name != API_KEY_ENV),
+            "the key is never in the environment: it is read from its mounted Secret"
+        );
+        let mounts = c.volume_mounts.as_ref().unwrap();
+        assert!(
+            mounts.iter().any(|m| m.mount_path
+                == format!("{SECRETS_DIR}/openai-key")
+                && m.read_only == Some(true)),
+            "the key's Secret is mounted (read at each request: rotated without a restart)"
         );
         assert!(env
             .iter()

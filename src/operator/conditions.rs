@@ -9,7 +9,7 @@ use kube::Api;
 
 use super::context::Error;
 use super::status::Cond;
-use crate::crd::{AgentSpec, ModelProvider, ToolsSpec};
+use crate::crd::{AgentSpec, ModelProvider, ModelSettings, ModelSpec, ToolsSpec};
 
 /// Condition: the agent can run and is running as asked.
 pub const READY: &str = "Ready";
@@ -22,9 +22,43 @@ pub const TOOLS_CONFIGURED: &str = "ToolsConfigured";
 /// Condition: every space the agent names exists.
 pub const SPACES_RESOLVED: &str = "SpacesResolved";
 
-/// `ModelConfigured`: whether the provider has what it needs.
-pub async fn check_model(secrets: &Api<Secret>, spec: &AgentSpec) -> Result<Cond, Error> {
-    let model = &spec.model;
+/// `ModelConfigured`: whether each model of the (resolved) list has what it needs; the
+/// first that has not says why (named by its Model when there are several).
+pub async fn check_model(secrets: &Api<Secret>, spec: &ModelSpec) -> Result<Cond, Error> {
+    let links: Vec<_> = crate::models::links(spec).collect();
+    let mut said = Vec::new();
+    for (name, settings) in &links {
+        let cond = check_link(secrets, settings).await?;
+        if cond.status != Some(true) {
+            return Ok(if links.len() > 1 {
+                Cond {
+                    message: format!("model {name}: {}", cond.message),
+                    ..cond
+                }
+            } else {
+                cond
+            });
+        }
+        said.push((name.to_string(), cond));
+    }
+    if said.len() == 1 {
+        if let Some((_, cond)) = said.pop() {
+            return Ok(cond);
+        }
+    }
+    let each: Vec<String> = said
+        .iter()
+        .map(|(name, c)| format!("{name}: {}", c.message))
+        .collect();
+    Ok(Cond::ok(
+        MODEL_CONFIGURED,
+        "ModelsConfigured",
+        format!("{} models in order; {}", said.len(), each.join("; ")),
+    ))
+}
+
+/// `ModelConfigured` of one model.
+async fn check_link(secrets: &Api<Secret>, model: &ModelSettings) -> Result<Cond, Error> {
     let Some(key_ref) = &model.api_key_secret_ref else {
         return Ok(if model.needs_api_key() {
             Cond::fail(

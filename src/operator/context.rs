@@ -16,7 +16,7 @@ use tracing::warn;
 use super::build::WorkerDefaults;
 use super::dataplane::{Scaler, Tuning};
 use crate::archive::Archive;
-use crate::crd::{Agent, Space};
+use crate::crd::{Agent, ModelResource, Space};
 use crate::store::{Store, StoreError};
 use crate::sync::lock;
 use crate::telemetry::OperatorMetrics;
@@ -162,6 +162,8 @@ pub struct Context {
     pub agents: Cache<Agent>,
     /// Cache of every Space.
     pub spaces: Cache<Space>,
+    /// Cache of every Model.
+    pub models: Cache<ModelResource>,
     /// Scaling, data-plane status and plans (the loop runs beside the controllers).
     pub scaler: Arc<Scaler>,
     /// The archive of checkpoints (`--archive`), if any.
@@ -180,6 +182,7 @@ impl Context {
         config: Config,
         agents: Cache<Agent>,
         spaces: Cache<Space>,
+        models: Cache<ModelResource>,
     ) -> Self {
         let Config {
             worker,
@@ -199,6 +202,7 @@ impl Context {
             worker,
             agents,
             spaces,
+            models,
             scaler: Arc::new(Scaler::new(tuning)),
             archive,
             failures: Mutex::new(HashMap::new()),

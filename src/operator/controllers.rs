@@ -1,4 +1,4 @@
-//! The controllers (Agents, Spaces, Pools, Rehearsals) wired to what they watch, and the loops that run beside them: the
+//! The controllers (Agents, Spaces, Pools, Models, Rehearsals) wired to what they watch, and the loops that run beside them: the
 //! cache-sync gate, the data-plane loop (after the caches synced) and the orphan sweep. A failed
 //! reconcile is counted and requeued after its backoff.
 
@@ -20,11 +20,12 @@ use super::dataplane::cluster::KubeCluster;
 use super::dataplane::Deps;
 use super::health::Health;
 use super::watches::{
-    agents_in_pool, agents_naming, pool_placement_changes, worker_changes, MembershipChanges,
-    PoolChanges,
+    agent_spec_changes, agents_in_pool, agents_naming, agents_with_models, model_spec_changes,
+    models_of_namespace, pool_placement_changes, pools_of_namespace, worker_changes,
+    MembershipChanges, PoolChanges,
 };
-use super::{agent, build, pool, rehearsal, space};
-use crate::crd::{Agent, Pool, Rehearsal, Space};
+use super::{agent, build, model, pool, rehearsal, space};
+use crate::crd::{Agent, ModelResource, Pool, Rehearsal, Space};
 use crate::store::Store;
 use crate::telemetry::OperatorMetrics;
 
@@ -71,6 +72,10 @@ pub async fn run_controllers(
     let space_ctl =
         Controller::new(spaces_api.clone(), wc.clone()).with_config(reconcilers.clone());
     let space_cache = space_ctl.store();
+    let models_api = Api::<ModelResource>::all(client.clone());
+    let model_ctl =
+        Controller::new(models_api.clone(), wc.clone()).with_config(reconcilers.clone());
+    let model_cache = model_ctl.store();
     let ctx = Arc::new(Context::new(
         client.clone(),
         store.clone(),
@@ -78,6 +83,7 @@ pub async fn run_controllers(
         config,
         agent_cache.clone(),
         space_cache.clone(),
+        model_cache.clone(),
     ));
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -93,6 +99,7 @@ pub async fn run_controllers(
     let agents = {
         let spaces_for_agents = agent_cache.clone();
         let pools_for_agents = agent_cache.clone();
+        let models_for_agents = agent_cache.clone();
         agent_ctl
             .owns_stream(worker_changes(
                 Api::<Deployment>::all(client.clone()),
@@ -108,6 +115,11 @@ pub async fn run_controllers(
             .watches_stream(
                 pool_placement_changes(pools_api.clone(), wc.clone()),
                 move |pool| agents_in_pool(&pools_for_agents, &pool),
+            )
+            // A Model's change reaches the manifests of the agents of its namespace.
+            .watches_stream(
+                model_spec_changes(models_api.clone(), wc.clone()),
+                move |model| agents_with_models(&models_for_agents, &model),
             )
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
@@ -134,6 +146,8 @@ pub async fn run_controllers(
             .for_each(|res| async move { report("space", res) })
     };
     let pool_changes = Arc::new(PoolChanges::default());
+    let pool_ctl = Controller::new(pools_api, wc.clone());
+    let pool_cache = pool_ctl.store();
     let pools = {
         let changes = pool_changes.clone();
         // Load changes the data-plane loop saw: the Pool's status to write.
@@ -142,15 +156,20 @@ pub async fn run_controllers(
             Some(rx) => rx.poll_recv(cx),
             None => std::task::Poll::Ready(None),
         });
+        let pools_for_models = pool_cache.clone();
         let pool_children = watcher::Config::default()
             .labels(build::POOL_LABEL)
             .any_semantic();
-        Controller::new(pools_api, wc.clone())
-            .with_config(reconcilers)
+        pool_ctl
+            .with_config(reconcilers.clone())
             .owns(Api::<Deployment>::all(client.clone()), pool_children)
-            .watches(agents_api, wc.clone(), move |agent| {
+            .watches(agents_api.clone(), wc.clone(), move |agent| {
                 changes.affected(&agent)
             })
+            .watches_stream(
+                model_spec_changes(models_api.clone(), wc.clone()),
+                move |model| pools_of_namespace(&pools_for_models, &model),
+            )
             .reconcile_on(load_changes)
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
@@ -159,6 +178,21 @@ pub async fn run_controllers(
                 ctx.clone(),
             )
             .for_each(|res| async move { report("pool", res) })
+    };
+    let models = {
+        let models_of_agents = model_cache.clone();
+        model_ctl
+            .watches_stream(
+                agent_spec_changes(agents_api, wc.clone()),
+                move |agent| models_of_namespace(&models_of_agents, &agent),
+            )
+            .graceful_shutdown_on(stopped(stop_rx.clone()))
+            .run(
+                |obj, ctx| instrumented("model", obj, ctx, model::reconcile),
+                error_policy("model"),
+                ctx.clone(),
+            )
+            .for_each(|res| async move { report("model", res) })
     };
     let rehearsals = {
         let jobs = watcher::Config::default()
@@ -180,10 +214,17 @@ pub async fn run_controllers(
     let synced = {
         let health = health.clone();
         let ctx = ctx.clone();
-        let (a, s) = (agent_cache.clone(), space_cache.clone());
+        let (a, s, m) = (
+            agent_cache.clone(),
+            space_cache.clone(),
+            model_cache.clone(),
+        );
         // The only task that awaits the stores themselves (see `Context::caches_synced`).
         async move {
-            if a.wait_until_ready().await.is_ok() && s.wait_until_ready().await.is_ok() {
+            if a.wait_until_ready().await.is_ok()
+                && s.wait_until_ready().await.is_ok()
+                && m.wait_until_ready().await.is_ok()
+            {
                 ctx.mark_caches_synced();
                 health.mark_caches_synced();
                 info!("caches synced");
@@ -225,7 +266,7 @@ pub async fn run_controllers(
             }
         }
     };
-    tokio::join!(agents, spaces, pools, rehearsals, synced, sweeper, data_plane);
+    tokio::join!(agents, spaces, pools, models, rehearsals, synced, sweeper, data_plane);
     health.mark_controllers_stopped();
 }
 

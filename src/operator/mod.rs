@@ -19,6 +19,7 @@ pub mod controllers;
 pub mod dataplane;
 pub mod health;
 pub mod leader;
+pub mod model;
 pub mod pool;
 pub mod pooled;
 pub mod rehearsal;

@@ -55,8 +55,14 @@ pub fn validate_pool(name: &str, pool: &Pool) -> Vec<String> {
 }
 
 /// The Agents `pool` runs: valid, not being deleted, of its namespace and naming it; each
-/// as it runs (a held change's running revision, [`super::rollout::running`]).
-pub fn members(agents: &[Arc<Agent>], namespace: &str, pool: &str) -> Vec<Arc<Agent>> {
+/// as it runs (a held change's running revision, [`super::rollout::running`]) with its Models
+/// resolved (one whose Models do not resolve is left out, as an invalid one is).
+pub fn members(
+    agents: &[Arc<Agent>],
+    models: &[Arc<crate::crd::ModelResource>],
+    namespace: &str,
+    pool: &str,
+) -> Vec<Arc<Agent>> {
     let mut out: Vec<Arc<Agent>> = agents
         .iter()
         .filter(|a| {
@@ -65,31 +71,22 @@ pub fn members(agents: &[Arc<Agent>], namespace: &str, pool: &str) -> Vec<Arc<Ag
                 && a.metadata.deletion_timestamp.is_none()
                 && validate(&a.name_any(), &a.spec).is_empty()
         })
-        .map(|a| {
+        .filter_map(|a| {
             let rollout = a.status.as_ref().and_then(|s| s.rollout.as_ref());
-            match super::rollout::running(a, rollout) {
-                std::borrow::Cow::Borrowed(_) => a.clone(),
-                std::borrow::Cow::Owned(held) => Arc::new(held),
-            }
+            let running = super::rollout::running(a, rollout);
+            super::model::resolve(&running, models).ok().map(Arc::new)
         })
         .collect();
     out.sort_by_key(|a| a.name_any());
     out
 }
 
-/// The Secrets `agents` reference: their models' keys and their tools' headers.
+/// The Secrets `agents` (their models resolved) reference: their models' keys and their
+/// tools' headers.
 pub fn referenced_secrets(agents: &[Arc<Agent>]) -> BTreeSet<String> {
     agents
         .iter()
-        .flat_map(|a| {
-            a.spec
-                .model
-                .api_key_secret_ref
-                .iter()
-                .map(|r| r.name.clone())
-                .chain(a.spec.tools.secrets().into_iter().map(str::to_string))
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|a| build::mounted_secrets(&a.spec).into_iter().map(str::to_string))
         .collect()
 }
 
@@ -108,7 +105,7 @@ pub async fn reconcile(pool: Arc<Pool>, ctx: Arc<Context>) -> Result<Action, Err
     }
     ctx.caches_synced().await?;
     let previous = pool.status.clone().unwrap_or_default();
-    let agents = members(&ctx.agents.state(), &ns, &name);
+    let agents = members(&ctx.agents.state(), &ctx.models.state(), &ns, &name);
     let problems = validate_pool(&name, &pool);
     let mut status = PoolStatus {
         observed_generation: pool.metadata.generation,

@@ -17,7 +17,7 @@ use kube::{Api, ResourceExt};
 
 use super::build;
 use super::dataplane::Scaler;
-use crate::crd::{Agent, Pool, Space};
+use crate::crd::{Agent, ModelResource, Pool, Space};
 use crate::identity::AgentKey;
 use crate::sync::lock;
 
@@ -79,6 +79,71 @@ impl MembershipChanges {
     pub(super) fn retain(&self, agents: &Cache<Agent>) {
         forget_gone(&self.seen, agents);
     }
+}
+
+/// Agents in `model`'s namespace that name a Model (a change of one may change the list of
+/// any of them, through fallbacks).
+pub(super) fn agents_with_models(
+    agents: &Cache<Agent>,
+    model: &ModelResource,
+) -> Vec<ObjectRef<Agent>> {
+    let ns = model.namespace();
+    agents
+        .state()
+        .iter()
+        .filter(|a| a.namespace() == ns && a.spec.model.model_ref.is_some())
+        .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .collect()
+}
+
+/// Pools in `model`'s namespace (their members' manifests carry its settings).
+pub(super) fn pools_of_namespace(pools: &Cache<Pool>, model: &ModelResource) -> Vec<ObjectRef<Pool>> {
+    let ns = model.namespace();
+    pools
+        .state()
+        .iter()
+        .filter(|p| p.namespace() == ns)
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// Models in `agent`'s namespace, when it names one (their status lists their agents).
+pub(super) fn models_of_namespace(
+    models: &Cache<ModelResource>,
+    agent: &Agent,
+) -> Vec<ObjectRef<ModelResource>> {
+    if agent.spec.model.model_ref.is_none() {
+        return Vec::new();
+    }
+    let ns = agent.namespace();
+    models
+        .state()
+        .iter()
+        .filter(|m| m.namespace() == ns)
+        .map(|m| ObjectRef::from_obj(m.as_ref()))
+        .collect()
+}
+
+/// Models whose spec changed (a new generation): not their status writes (a probe's).
+pub(super) fn model_spec_changes(
+    api: Api<ModelResource>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<ModelResource, watcher::Error>> + Send + 'static {
+    watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(kube::runtime::predicates::generation, Default::default())
+}
+
+/// Agents whose spec changed (a new generation): not their status writes.
+pub(super) fn agent_spec_changes(
+    api: Api<Agent>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<Agent, watcher::Error>> + Send + 'static {
+    watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(kube::runtime::predicates::generation, Default::default())
 }
 
 /// Agents in `pool`'s namespace that name it.

@@ -134,6 +134,10 @@ pub struct WorkerMetrics {
     /// Failed model calls, by reason (`unauthorized`, `unreachable`, `rate_limited`,
     /// `server_error`, `bad_request`, `bad_response`).
     pub model_errors: IntCounterVec,
+    /// Changes of the model an agent asks (its `Model`'s fallback list), by the model now
+    /// asked and why (`server_error`, `rate_limited`, `timed_out`, `unreachable`, or
+    /// `recovered` when the first answers again).
+    pub model_fallbacks: IntCounterVec,
     /// Agent tasks restarted after they stopped, by reason (`data_plane`, `lease_lost`,
     /// `panic`, `error`).
     pub agent_restarts: IntCounterVec,
@@ -180,9 +184,9 @@ impl WorkerMetrics {
         let tokens = IntCounterVec::new(
             Opts::new(
                 "agentfleet_model_tokens_total",
-                "Model tokens, by direction: input (prompt tokens billed in full), cache_read and cache_write (prompt tokens read from or written to the provider's prompt cache), output.",
+                "Model tokens, by the model that spent them (its Model's name, else its own) and direction: input (prompt tokens billed in full), cache_read and cache_write (prompt tokens read from or written to the provider's prompt cache), output.",
             ),
-            &["namespace", "agent", "direction"],
+            &["namespace", "agent", "model", "direction"],
         )?;
         let tool_calls = IntCounterVec::new(
             Opts::new(
@@ -264,6 +268,13 @@ impl WorkerMetrics {
             ),
             &["namespace", "agent", "reason"],
         )?;
+        let model_fallbacks = IntCounterVec::new(
+            Opts::new(
+                "agentfleet_model_fallbacks_total",
+                "Changes of the model an agent asks, by the model now asked and why (the failure of the one left, or recovered when the first answers again).",
+            ),
+            &["namespace", "agent", "model", "reason"],
+        )?;
         let agent_restarts = IntCounterVec::new(
             Opts::new(
                 "agentfleet_agent_restarts_total",
@@ -303,6 +314,7 @@ impl WorkerMetrics {
         registry.register(Box::new(cycle_nudges.clone()))?;
         registry.register(Box::new(model_readings.clone()))?;
         registry.register(Box::new(model_errors.clone()))?;
+        registry.register(Box::new(model_fallbacks.clone()))?;
         registry.register(Box::new(agent_restarts.clone()))?;
         registry.register(Box::new(agent_ready.clone()))?;
         registry.register(Box::new(cycles.clone()))?;
@@ -332,6 +344,7 @@ impl WorkerMetrics {
             cycle_nudges,
             model_readings,
             model_errors,
+            model_fallbacks,
             agent_restarts,
             agent_ready,
             archive_writes,

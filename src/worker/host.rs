@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::crd::Agent;
+use crate::crd::{Agent, ModelSettings};
+use crate::model::ApiKey;
 use crate::identity::AgentKey;
 use crate::store::Store;
 use crate::telemetry::WorkerMetrics;
@@ -33,6 +34,28 @@ pub struct Host {
     pub archive: Option<crate::archive::Archive>,
 }
 
+/// The key of the `index`th model of an agent's list: the process's own (`given`,
+/// `AGENTFLEET_MODEL_API_KEY` outside a pod) for the first model, else the model's Secret,
+/// read at each request (a rotated key is used without a restart). A model never gets
+/// another's key.
+pub fn model_key(
+    given: Option<&str>,
+    secrets: &Secrets,
+    index: usize,
+    settings: &ModelSettings,
+) -> ApiKey {
+    if let (0, Some(k)) = (index, given) {
+        return ApiKey::Given(k.to_string());
+    }
+    let Some(r) = settings.api_key_secret_ref.clone() else {
+        return ApiKey::None;
+    };
+    let secrets = secrets.clone();
+    ApiKey::Read(Arc::new(move || {
+        secrets.value(&r.name, &r.key).map_err(|e| format!("{e} (apiKeySecretRef)"))
+    }))
+}
+
 /// The key of the agent `agent` describes (`default` namespace when none is given).
 pub fn key_of(agent: &Agent) -> AgentKey {
     AgentKey::new(
@@ -46,6 +69,33 @@ pub fn key_of(agent: &Agent) -> AgentKey {
 }
 
 impl Host {
+    /// The model `agent` thinks with (its list resolved, see [`crate::models`]), each model
+    /// with its own key, every change of the model in use counted and logged.
+    pub fn model(&self, agent: &Agent) -> anyhow::Result<Box<dyn crate::model::Model>> {
+        let key = key_of(agent);
+        let secrets = self
+            .secrets
+            .get(&key.namespace)
+            .cloned()
+            .unwrap_or_default();
+        let given = self.api_key.as_deref();
+        let switched = self.metrics.model_fallbacks.clone();
+        let who = key.clone();
+        let on_switch: crate::model::fallback::OnSwitch = Box::new(move |s| {
+            switched
+                .with_label_values(&[&who.namespace, &who.name, &s.to, s.reason])
+                .inc();
+            tracing::warn!(agent = %who, from = %s.from, to = %s.to, reason = s.reason, "the agent's model changed");
+        });
+        Ok(crate::model::from_spec(
+            &agent.spec.model,
+            &key.name,
+            &|i, settings| model_key(given, &secrets, i, settings),
+            on_switch,
+        )
+        .with_context(|| format!("agent {key}: model"))?)
+    }
+
     /// The agent `agent` describes, ready to run cycles.
     pub fn agentlet(&self, agent: &Agent) -> anyhow::Result<Agentlet> {
         let key = key_of(agent);
@@ -54,24 +104,7 @@ impl Host {
             .get(&key.namespace)
             .cloned()
             .unwrap_or_default();
-        let api_key = match (&self.api_key, &agent.spec.model.api_key_secret_ref) {
-            (Some(k), _) => Some(k.clone()),
-            (None, Some(r)) => Some(
-                secrets
-                    .get(&r.name)
-                    .map_err(anyhow::Error::msg)?
-                    .remove(&r.key)
-                    .with_context(|| {
-                        format!(
-                            "Secret {:?} has no key {:?} (model.apiKeySecretRef)",
-                            r.name, r.key
-                        )
-                    })?,
-            ),
-            (None, None) => None,
-        };
-        let model = crate::model::from_spec(&agent.spec.model, &key.name, api_key)
-            .with_context(|| format!("agent {key}: model"))?;
+        let model = self.model(agent)?;
         let external = tools::external(
             &key,
             &agent.spec.tools,

@@ -78,6 +78,11 @@ pub struct RuntimeArgs {
     /// Where checkpoints are archived.
     #[command(flatten)]
     pub archive: crate::archive::ArchiveFlag,
+    /// Seconds between two looks at the manifests for changes (a mounted ConfigMap changes
+    /// in place: a new model, endpoint or fallback list reaches the agents at their next
+    /// cycle, without a restart).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub reload_seconds: u64,
 }
 
 /// Reads an Agent manifest.
@@ -198,15 +203,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         callback_url: args.runtime.callback_url.clone(),
         archive,
     };
-    let agentlet = Arc::new(host.agentlet(&agent)?);
-    run_agent(
-        agentlet,
-        holder,
-        Duration::from_secs(args.runtime.lease_seconds),
+    // A model that cannot be made is refused now, not at the agent's first wake.
+    host.model(&agent)?;
+    let pool = pool::Pool::new(
+        pool::PoolConfig::dedicated(&key, holder, Duration::from_secs(args.runtime.lease_seconds)),
+        host.store.clone(),
+        host.metrics.clone(),
         health,
+        Some(Arc::new(move |agent: &Agent| host.agentlet(agent))),
+        shutdown_rx.clone(),
+    );
+    pool.set_manifests(vec![agent]);
+    pool.look(&key);
+    // Its manifest changes in place (a mounted ConfigMap: a Model's new endpoint or fallback
+    // list); the next cycle runs the new one.
+    let path = args.agent.clone();
+    let reloading = pool::follow::follow(
+        pool.clone(),
+        args.agent.clone(),
+        Duration::from_secs(args.runtime.reload_seconds),
+        move || Ok(vec![load_manifest(&path)?]),
         shutdown_rx,
-    )
-    .await;
+    );
+    pool.run(DRAIN).await;
+    reloading.abort();
     server.abort();
     Ok(())
 }

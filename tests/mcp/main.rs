@@ -571,7 +571,7 @@ fn agentlet_with(
     agent: Agent,
     external: Vec<Arc<dyn External>>,
 ) -> Arc<Agentlet> {
-    let model = OpenAi::new(&agent.spec.model, None).unwrap();
+    let model = OpenAi::new(&agent.spec.model, Default::default()).unwrap();
     Arc::new(
         Agentlet::new(
             agent,

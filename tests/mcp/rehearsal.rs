@@ -83,7 +83,7 @@ fn rehearsal(agent: &Agent, base_url: &str) -> Rehearsal {
     candidate.spec.model.base_url = Some(base_url.to_string());
     Rehearsal {
         key: agent_key(),
-        model: Arc::new(OpenAi::new(&candidate.spec.model, None).unwrap()),
+        model: Arc::new(OpenAi::new(&candidate.spec.model, Default::default()).unwrap()),
         candidate,
         cycles: 10,
         criteria: Criteria::default(),

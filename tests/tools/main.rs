@@ -664,7 +664,7 @@ fn async_agentlet(store: &Arc<RedisStore>, agent: &Agent, gateway_base: &str) ->
             key,
             store.clone(),
             Arc::new(
-                OpenAi::new(&agent.spec.model, None)
+                OpenAi::new(&agent.spec.model, Default::default())
                     .unwrap()
                     .with_backoff(Duration::from_millis(10)),
             ),

@@ -12,8 +12,10 @@ use async_trait::async_trait;
 
 use self::wire::{BlockDelta, Body, Event, StartBlock, WireUsage};
 use super::http::{Endpoint, Retries};
-use super::{Delta, Failure, FinishReason, Model, ModelError, Request, ToolCall, Turn, Usage};
-use crate::crd::ModelSpec;
+use super::{
+    ApiKey, Delta, Failure, FinishReason, Model, ModelError, Request, ToolCall, Turn, Usage,
+};
+use crate::crd::ModelSettings;
 
 /// The public endpoint when an Agent names no `baseUrl`.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -29,11 +31,13 @@ pub struct Anthropic {
     max_tokens: u32,
     temperature: Option<f64>,
     backoff: Duration,
+    /// Whether requests carry cache breakpoints.
+    caching: bool,
 }
 
 impl Anthropic {
     /// A provider for the Agent's model spec (`baseUrl` with or without `/v1`).
-    pub fn new(spec: &ModelSpec, api_key: Option<String>) -> Result<Self, ModelError> {
+    pub fn new(spec: &ModelSettings, api_key: ApiKey) -> Result<Self, ModelError> {
         let base = spec
             .base_url
             .as_deref()
@@ -50,6 +54,7 @@ impl Anthropic {
             max_tokens: spec.max_output_tokens(),
             temperature: spec.temperature,
             backoff: Duration::from_millis(500),
+            caching: spec.prompt_caching(),
         })
     }
 
@@ -74,7 +79,7 @@ impl Anthropic {
             .post(&self.url)
             .header("anthropic-version", API_VERSION)
             .json(body);
-        if let Some(key) = &self.endpoint.api_key {
+        if let Some(key) = self.endpoint.key()? {
             req = req.header("x-api-key", key);
         }
         let resp = self.endpoint.send(req, &self.url).await?;
@@ -135,6 +140,7 @@ impl Model for Anthropic {
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<Turn, ModelError> {
         let body = Body::new(request, &self.model, self.max_tokens, self.temperature);
+        let body = if self.caching { body } else { body.uncached() };
         let mut retries = Retries::new(self.backoff);
         loop {
             match self.attempt(&body, on_delta).await {

@@ -122,7 +122,7 @@ fn provider(url: &str) -> Anthropic {
         "{{provider: anthropic, name: claude-sonnet-4-5, baseUrl: '{url}', maxOutputTokens: 512}}"
     ))
     .unwrap();
-    Anthropic::new(&spec, Some("sk-ant-test-secret-key".into()))
+    Anthropic::new(&spec, Some("sk-ant-test-secret-key".into()).into())
         .unwrap()
         .with_backoff(Duration::from_millis(10))
 }

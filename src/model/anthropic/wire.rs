@@ -42,11 +42,15 @@ pub enum Block {
 }
 
 impl Block {
-    fn mark(&mut self) {
+    fn breakpoint(&mut self) -> &mut Option<CacheControl> {
         let (Block::Text { cache_control, .. }
         | Block::ToolUse { cache_control, .. }
         | Block::ToolResult { cache_control, .. }) = self;
-        *cache_control = Some(EPHEMERAL);
+        cache_control
+    }
+
+    fn mark(&mut self) {
+        *self.breakpoint() = Some(EPHEMERAL);
     }
 }
 
@@ -84,6 +88,18 @@ pub struct Body {
 }
 
 impl Body {
+    /// The same body without cache breakpoints (`promptCaching: false`).
+    pub fn uncached(mut self) -> Self {
+        for tool in &mut self.tools {
+            tool.cache_control = None;
+        }
+        let blocks = self.messages.iter_mut().flat_map(|m| m.content.iter_mut());
+        for block in self.system.iter_mut().chain(blocks) {
+            *block.breakpoint() = None;
+        }
+        self
+    }
+
     /// The body of `request`, with cache breakpoints after the tools, after the system
     /// prompt and after the conversation (so the stable prefix and the consciousness are
     /// read from the cache by the next request).

@@ -31,19 +31,39 @@ pub fn render_manifest(agent: &Agent) -> Result<String, serde_yaml::Error> {
 
 /// The configuration hash of an Agent's own worker: what the worker reads of its manifest and
 /// what else shapes its pod ([`config_hash`]). Left out, so that changing them never replaces
-/// a running worker: `spec.scaling` (read by the operator alone, which scales the Deployment)
-/// and `metadata.generation` (it moves with every spec change, also those left out; a change
-/// the worker reads changes the spec's bytes anyway).
+/// a running worker: `spec.scaling` (read by the operator alone, which scales the Deployment),
+/// `metadata.generation` (it moves with every spec change, also those left out; a change
+/// the worker reads changes the spec's bytes anyway), and what a Model says
+/// ([`model_as_named`]).
 pub fn agent_config_hash(
     agent: &Agent,
     defaults: &WorkerDefaults,
 ) -> Result<String, serde_yaml::Error> {
     let spec = AgentSpec {
         scaling: ScalingSpec::default(),
+        model: model_as_named(&agent.spec.model),
         ..agent.spec.clone()
     };
     let read = render(agent, None, &spec)?;
-    Ok(config_hash(&read, defaults, &agent.spec.tools.secrets()))
+    Ok(config_hash(
+        &read,
+        defaults,
+        &super::deployment::mounted_secrets(&agent.spec),
+    ))
+}
+
+/// What of a (resolved) model rolls the worker: all of an inline model; only the name of a
+/// Model it names. The worker follows its manifest in place, so a Model's change (endpoint,
+/// key, fallbacks, the overrides beside `ref`) reaches it at its next cycle without a restart;
+/// a new Secret to mount changes the mounted Secrets, which roll it.
+fn model_as_named(model: &crate::crd::ModelSpec) -> crate::crd::ModelSpec {
+    match &model.model_ref {
+        Some(name) => crate::crd::ModelSpec {
+            model_ref: Some(name.clone()),
+            ..Default::default()
+        },
+        None => model.clone(),
+    }
 }
 
 fn render(

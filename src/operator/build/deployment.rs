@@ -43,10 +43,21 @@ pub(super) fn manifest_volume(configmap: String) -> (Volume, VolumeMount) {
     )
 }
 
+/// The Secrets a worker of `spec` (its model resolved) mounts at
+/// `/etc/agentfleet/secrets/NAME`: its models' keys (read at each request, so that a rotated
+/// key is used without a restart) and its tools' `headersFrom`.
+pub fn mounted_secrets(spec: &AgentSpec) -> Vec<&str> {
+    let mut names = crate::models::key_secrets(&spec.model);
+    names.extend(spec.tools.secrets());
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// The worker Deployment: one pod running `agentfleet worker --agent /etc/agentfleet/agent/agent.yaml`,
 /// strategy `Recreate` (two workers of one agent never overlap), non-root, read-only root
-/// filesystem, no service-account token, the model key from the Agent's Secret, each
-/// Secret of the tools' `headersFrom` mounted read-only at `/etc/agentfleet/secrets/NAME`, and
+/// filesystem, no service-account token, each Secret of its models' keys and of the tools'
+/// `headersFrom` mounted read-only at `/etc/agentfleet/secrets/NAME`, and
 /// with an archive its Secret's variables as environment.
 pub fn deployment(
     agent: &Agent,
@@ -57,12 +68,6 @@ pub fn deployment(
 ) -> Deployment {
     let name = agent.name_any();
     let spec = &agent.spec;
-    let env = spec
-        .model
-        .api_key_secret_ref
-        .iter()
-        .map(|key_ref| secret_env(API_KEY_ENV, &key_ref.name, &key_ref.key))
-        .collect();
     let config = manifest_volume(configmap_name(&name));
     let pod = pod::pod_spec(
         pod::Pod {
@@ -75,9 +80,9 @@ pub fn deployment(
                 "--metrics-addr".into(),
                 format!("0.0.0.0:{WORKER_METRICS_PORT}"),
             ],
-            env,
+            env: Vec::new(),
             config,
-            secrets: spec.tools.secrets(),
+            secrets: mounted_secrets(spec),
             secrets_optional: false,
             default_resources: pod::default_resources(),
         },

@@ -126,12 +126,10 @@ async fn missing_key_secret_is_a_false_condition_and_a_warning() {
         Action::requeue(Duration::from_secs(30)),
         "secrets are not watched: look again soon"
     );
-    let key_env = &bodies[2]["spec"]["template"]["spec"]["containers"][0]["env"];
+    let volumes = &bodies[2]["spec"]["template"]["spec"]["volumes"];
     assert!(
-        key_env
-            .to_string()
-            .contains("\"secretKeyRef\":{\"key\":\"apiKey\",\"name\":\"openai\""),
-        "{key_env}"
+        volumes.to_string().contains("\"secretName\":\"openai\""),
+        "the key's Secret is mounted: {volumes}"
     );
     let warning = &bodies[4];
     assert_eq!(

@@ -139,7 +139,7 @@ pub(super) struct Harness {
     pub(super) ctx: Arc<Context>,
     handle: Option<Handle>,
     store: Arc<MemoryStore>,
-    _writers: (Writer<Agent>, Writer<Space>),
+    _writers: (Writer<Agent>, Writer<Space>, Writer<crate::crd::ModelResource>),
 }
 
 /// A context over the given objects, its API client answered by the returned handle. The
@@ -160,6 +160,7 @@ fn context_on(
     let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (agents, aw) = cache(agents);
     let (spaces, sw) = cache(spaces);
+    let (models, mw) = cache(Vec::new());
     let store = Arc::new(MemoryStore::new());
     let ctx = Context::new(
         Client::new(svc, "default"),
@@ -182,6 +183,7 @@ fn context_on(
         },
         agents,
         spaces,
+        models,
     );
     if synced {
         ctx.mark_caches_synced();
@@ -190,7 +192,7 @@ fn context_on(
         ctx: Arc::new(ctx),
         handle: Some(handle),
         store,
-        _writers: (aw, sw),
+        _writers: (aw, sw, mw),
     }
 }
 

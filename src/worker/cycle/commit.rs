@@ -178,7 +178,7 @@ impl Agentlet {
             })
             .instrument(span.clone())
             .await;
-        super::trace::step_ended(&span, &turn, first_chunk);
+        super::trace::step_ended(&span, &turn, first_chunk, &self.model_in_use());
         let turn = turn?;
         let summary = turn.text.unwrap_or_default().trim().to_string();
         if summary.is_empty() {

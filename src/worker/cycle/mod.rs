@@ -154,6 +154,13 @@ struct Cached {
 }
 
 impl Agentlet {
+    /// The name of the model asked now: the one of its list that answers, else its own.
+    pub(crate) fn model_in_use(&self) -> String {
+        self.model
+            .in_use()
+            .unwrap_or_else(|| self.agent.spec.model.label().to_string())
+    }
+
     /// An agent ready to run cycles.
     pub fn new(
         agent: Agent,
@@ -179,7 +186,12 @@ impl Agentlet {
             spending: Default::default(),
             max_wait: crate::worker::tools::MAX_WAIT,
         };
-        zero_counters(&this.metrics, &this.key, this.enabled());
+        zero_counters(
+            &this.metrics,
+            &this.key,
+            this.agent.spec.model.label(),
+            this.enabled(),
+        );
         this
     }
 
@@ -322,7 +334,12 @@ impl Agentlet {
 
 /// Every bounded label set of an agent's counters at 0, so that its rates and ratios exist
 /// before the first cycle (a failure ratio of 0 is an answer; a missing series is not).
-fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool]) {
+fn zero_counters(
+    metrics: &WorkerMetrics,
+    key: &AgentKey,
+    model: &str,
+    builtin: &[BuiltinTool],
+) {
     let [ns, agent] = [key.namespace.as_str(), key.name.as_str()];
     for tool in builtin {
         for outcome in ["ok", "error"] {
@@ -338,7 +355,9 @@ fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, builtin: &[BuiltinTool
         metrics.cycle_stops.with_label_values(&[ns, agent, reason]);
     }
     for (direction, _) in crate::model::Usage::default().by_direction() {
-        metrics.tokens.with_label_values(&[ns, agent, direction]);
+        metrics
+            .tokens
+            .with_label_values(&[ns, agent, model, direction]);
     }
     metrics.compactions.with_label_values(&[ns, agent]);
     metrics.cycle_nudges.with_label_values(&[ns, agent]);

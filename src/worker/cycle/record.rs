@@ -123,6 +123,7 @@ impl Recorder {
         took: Duration,
         first_chunk: Option<Duration>,
         turn: &Turn,
+        model: &str,
     ) {
         let (text, text_cut) = match turn.text.as_deref() {
             Some(t) => {
@@ -136,6 +137,7 @@ impl Recorder {
             offset_ms: offset.as_millis() as u64,
             duration_ms: took.as_millis() as u64,
             first_token_ms: first_chunk.map(|d| d.as_millis() as u64),
+            model: Some(model.to_string()),
             tokens: tokens(&turn.usage),
             finish: turn.finish_reason.map(|f| f.as_str().to_string()),
             text,

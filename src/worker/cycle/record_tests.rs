@@ -126,7 +126,7 @@ fn the_agents_secrets_are_masked_in_every_text() {
         name: "fetch".into(),
         arguments: json!({"auth": secret}).to_string(),
     });
-    recorder.step(0, Default::default(), Default::default(), None, &turn);
+    recorder.step(0, Default::default(), Default::default(), None, &turn, "m");
     let outcome = crate::worker::tools::Outcome::error(format!("401 for {secret}"));
     recorder.call(0, &turn.tool_calls[0], Some(&outcome), None);
     let spec = crate::crd::CycleRecordsSpec::default();

@@ -229,10 +229,15 @@ impl Cycle<'_> {
             .stream(request, streams, &step_id)
             .instrument(span.clone());
         let (turn, first_chunk) = self.awaiting_model(call).await;
-        trace::step_ended(&span, &turn, first_chunk);
+        let model = agentlet.model_in_use();
+        trace::step_ended(&span, &turn, first_chunk, &model);
+        let switches = agentlet.model.switches();
         let mut turn = turn?;
         let took = began.elapsed();
-        self.recorder.step(step, offset, took, first_chunk, &turn);
+        self.recorder.step(step, offset, took, first_chunk, &turn, &model);
+        for switch in &switches {
+            self.recorder.note(fallback_note(switch));
+        }
         let dropped = super::oversize::bound(&mut turn);
         if dropped > 0 {
             warn!(agent = %agentlet.key, step, dropped, "the model's turn was over what a step keeps; the rest was not kept");
@@ -257,7 +262,7 @@ impl Cycle<'_> {
             agentlet
                 .metrics
                 .tokens
-                .with_label_values(&[ns, agent, direction])
+                .with_label_values(&[ns, agent, &model, direction])
                 .inc_by(n);
         }
         Ok(turn)
@@ -286,5 +291,17 @@ impl Cycle<'_> {
             return true;
         }
         self.agentlet.budget_spent().await.is_some()
+    }
+}
+
+/// What a step's record says of a change of the model asked.
+fn fallback_note(switch: &crate::model::fallback::Switch) -> String {
+    if switch.reason == "recovered" {
+        format!("{} answers again: back from {}", switch.to, switch.from)
+    } else {
+        format!(
+            "{} failed ({}): {} answered instead",
+            switch.from, switch.reason, switch.to
+        )
     }
 }

@@ -659,7 +659,7 @@ async fn tokens_are_counted_by_direction_with_what_the_cache_served() {
         r.agentlet
             .metrics
             .tokens
-            .with_label_values(&[NS, "assistant", direction])
+            .with_label_values(&[NS, "assistant", "played", direction])
             .get()
     };
     assert_eq!(

@@ -99,7 +99,10 @@ pub(super) fn step_ended(
     span: &Span,
     result: &Result<Turn, ModelError>,
     first_chunk: Option<Duration>,
+    model: &str,
 ) {
+    // The Model of its list that was asked last (the first, or a fallback).
+    span.set_attribute("agentfleet.model", model.to_string());
     if let Some(d) = first_chunk {
         span.set_attribute("agentfleet.time_to_first_chunk_ms", millis(d));
     }

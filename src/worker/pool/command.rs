@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{Pool, PoolConfig};
 use crate::store::{Store, WakeScope};
@@ -48,10 +48,6 @@ pub struct Args {
     /// lost).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub sweep_seconds: u64,
-    /// Seconds between two looks at the directory for changed manifests (a mounted ConfigMap
-    /// changes in place).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub reload_seconds: u64,
 }
 
 /// The Agents of the directory that the pool serves (its namespace's, not paused), and the
@@ -85,24 +81,6 @@ fn read(args: &Args) -> anyhow::Result<(Vec<crate::crd::Agent>, Secrets)> {
         .filter(|a| !a.spec.paused)
         .collect();
     Ok((agents, secrets))
-}
-
-/// What the directory holds now, cheaply: each file's name, size and modification time.
-fn fingerprint(dir: &std::path::Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
-    let mut out: Vec<_> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter_map(|e| {
-                    let meta = std::fs::metadata(e.path()).ok()?;
-                    meta.is_file()
-                        .then(|| (e.path(), meta.len(), meta.modified().ok()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
 }
 
 /// `agentfleet pool`.
@@ -150,34 +128,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     pool.set_manifests(agents);
     // The directory changes in place (a mounted ConfigMap): the pool follows it.
-    let reloading = {
-        let pool = pool.clone();
-        let mut seen = fingerprint(&args.agents);
-        let mut stop = shutdown;
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(args.reload_seconds)) => {}
-                    _ = stop.wait_for(|v| *v) => return,
-                }
-                let now = fingerprint(&args.agents);
-                if now == seen {
-                    continue;
-                }
-                match read(&args) {
-                    Ok((agents, _)) => {
-                        info!(pool = %args.name, agents = agents.len(), "the agents changed");
-                        pool.set_manifests(agents);
-                        seen = now;
-                    }
-                    Err(e) => {
-                        warn!(pool = %args.name, error = %crate::report::chain(&*e), "the changed agents are refused; the pool goes on with those it has");
-                        seen = now;
-                    }
-                }
-            }
-        })
-    };
+    let reloading = super::follow::follow(
+        pool.clone(),
+        args.agents.clone(),
+        Duration::from_secs(args.runtime.reload_seconds),
+        move || read(&args).map(|(agents, _)| agents),
+        shutdown,
+    );
     pool.run(crate::worker::DRAIN).await;
     reloading.abort();
     server.abort();

@@ -23,6 +23,7 @@
 
 pub(crate) mod activation;
 pub mod command;
+pub(crate) mod follow;
 mod waking;
 
 use std::collections::{BTreeSet, HashMap};
@@ -212,6 +213,11 @@ impl Pool {
         let warm = Warm::new(agentlet, true);
         self.inner.insert(key.clone(), Host::Made, Some(warm));
         self.inner.clone().poke(&key);
+    }
+
+    /// Looks at agent `key` now (its inbox, its timers), as if it was woken.
+    pub fn look(&self, key: &AgentKey) {
+        self.inner.clone().poke(key);
     }
 
     /// Hosts exactly `agents` from now on: new and changed ones are added (loaded anew when

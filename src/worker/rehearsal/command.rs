@@ -175,7 +175,7 @@ async fn rehearse(
             crate::model::API_KEY_ENV
         );
     }
-    let model = crate::model::from_spec(&candidate.spec.model, &key.name, api_key)
+    let model = crate::model::client(&candidate.spec.model.settings, &key.name, api_key.into())
         .context("the candidate's model")?;
     let rehearsal = Rehearsal {
         key: key.clone(),

@@ -354,7 +354,7 @@ pub async fn in_place(
     if shares.iter().any(|x| !(0.0..=1.0).contains(x)) {
         return Err("criteria: the agreements are shares between 0 and 1".into());
     }
-    let model = crate::model::from_spec(&candidate.spec.model, &key.name, api_key)
+    let model = crate::model::client(&candidate.spec.model.settings, &key.name, api_key.into())
         .map_err(|e| format!("the candidate's model: {e}"))?;
     let rehearsal = Rehearsal {
         key: key.clone(),

@@ -49,7 +49,7 @@ async fn lived() -> Arc<MemoryStore> {
         .unwrap();
     store.register_agent(&key()).await.unwrap();
     let agent = alice(SCRIPTED);
-    let model = crate::model::from_spec(&agent.spec.model, "alice", None).unwrap();
+    let model = crate::model::client(&agent.spec.model, "alice", Default::default()).unwrap();
     let agentlet = Agentlet::new(
         agent,
         key(),
@@ -79,7 +79,7 @@ async fn lived() -> Arc<MemoryStore> {
 }
 
 fn rehearsal(candidate: Agent, criteria: Criteria) -> Rehearsal {
-    let model = crate::model::from_spec(&candidate.spec.model, "alice", None).unwrap();
+    let model = crate::model::client(&candidate.spec.model, "alice", Default::default()).unwrap();
     Rehearsal {
         key: key(),
         candidate,

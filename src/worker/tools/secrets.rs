@@ -58,6 +58,33 @@ impl Secrets {
         }
     }
 
+    /// The value of key `key` of Secret `name`, read now; an error names what is missing.
+    pub fn value(&self, name: &str, key: &str) -> Result<String, String> {
+        let missing = || format!("Secret {name:?} has no key {key:?}");
+        match self {
+            Secrets::Map(map) => map
+                .get(name)
+                .ok_or_else(|| format!("Secret {name:?} is not available to the worker"))?
+                .get(key)
+                .cloned()
+                .ok_or_else(missing),
+            Secrets::Dir(dir) => {
+                let path = dir.join(name).join(key);
+                match std::fs::read_to_string(&path) {
+                    Ok(v) => Ok(v.trim_end_matches(['\n', '\r']).to_string()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        if dir.join(name).is_dir() {
+                            Err(missing())
+                        } else {
+                            Err(format!("Secret {name:?} is not mounted at {}", dir.join(name).display()))
+                        }
+                    }
+                    Err(e) => Err(format!("Secret {name:?}, key {key:?}: {e}")),
+                }
+            }
+        }
+    }
+
     /// Every value of every Secret that is available: what must never be shown.
     pub fn values(&self, names: &[&str]) -> Vec<String> {
         names
