@@ -150,7 +150,8 @@ async fn main() {
         let lived = live(&store, name, &model).await;
         let mut candidate = agent(name, &model);
         candidate.spec.instructions = "You help the family, briefly.".into();
-        let model = agentfleet::model::client(&candidate.spec.model, name, Default::default()).unwrap();
+        let model =
+            agentfleet::model::client(&candidate.spec.model, name, Default::default()).unwrap();
         let rehearsal = Rehearsal {
             key: AgentKey::new("bench", name),
             candidate,

@@ -71,13 +71,16 @@ pub struct Args {
 /// Reads the manifests of `dir` ([`manifests::read_dir`]) and refuses what the API server and
 /// the operator would: malformed documents, duplicate objects, invalid Agent specs, an Agent
 /// whose `headersFrom` names a Secret the directory does not hold (as the operator's
-/// `ToolsConfigured` does), an agent that needs an API key when `api_key` (the
+/// `ToolsConfigured` does), a Model whose fallbacks or key do not resolve and an Agent naming
+/// a Model that is not there (each Agent's model is resolved as the operator resolves it),
+/// an agent that needs an API key when `api_key` (the
 /// `AGENTFLEET_MODEL_API_KEY` dev gives every agent) is none. Every problem at once,
 /// so one run says what to fix.
 pub fn load_dir(dir: &Path, namespace: &str, api_key: Option<&str>) -> anyhow::Result<Manifests> {
-    let (out, mut problems) = manifests::read_dir(dir, namespace)?;
+    let (mut out, mut problems) = manifests::read_dir(dir, namespace)?;
+    problems.extend(out.resolve_models());
     problems.extend(check(&out));
-    problems.extend(missing_keys(&out.agents, api_key));
+    problems.extend(missing_keys(&out, api_key));
     if !problems.is_empty() {
         bail!("invalid manifests:\n  {}", problems.join("\n  "));
     }
@@ -126,17 +129,26 @@ fn check(m: &Manifests) -> Vec<String> {
 }
 
 /// The agents that would start and fail every cycle for want of an API key (`dev` gives
-/// every agent `AGENTFLEET_MODEL_API_KEY`; paused agents do not start).
-fn missing_keys(agents: &[Agent], api_key: Option<&str>) -> Vec<String> {
+/// every agent's first model `AGENTFLEET_MODEL_API_KEY`, else the key of the Secret it names
+/// in the directory; paused agents do not start).
+fn missing_keys(m: &Manifests, api_key: Option<&str>) -> Vec<String> {
     if api_key.is_some_and(|k| !k.is_empty()) {
         return Vec::new();
     }
-    agents
+    m.agents
         .iter()
         .filter(|a| !a.spec.paused && a.spec.model.needs_api_key())
+        .filter(|a| {
+            let ns = a.namespace().unwrap_or_default();
+            a.spec.model.api_key_secret_ref.as_ref().is_none_or(|r| {
+                !m.secrets
+                    .get(&(ns, r.name.clone()))
+                    .is_some_and(|data| data.contains_key(&r.key))
+            })
+        })
         .map(|a| {
             format!(
-                "Agent {}/{}: provider {} at its public endpoint needs an API key: set AGENTFLEET_MODEL_API_KEY, or give model.baseUrl (a local server that takes no key)",
+                "Agent {}/{}: provider {} at its public endpoint needs an API key: set AGENTFLEET_MODEL_API_KEY, add the Secret its model names to the directory, or give model.baseUrl (a local server that takes no key)",
                 a.namespace().unwrap_or_default(),
                 a.name_any(),
                 a.spec.model.provider().as_str()
@@ -185,7 +197,7 @@ impl Dev {
         archive: Option<crate::archive::Archive>,
     ) -> anyhow::Result<Self> {
         let api_key = std::env::var("AGENTFLEET_MODEL_API_KEY").ok();
-        let missing = missing_keys(&manifests.agents, api_key.as_deref());
+        let missing = missing_keys(&manifests, api_key.as_deref());
         if !missing.is_empty() {
             bail!("{}", missing.join("\n"));
         }
@@ -821,13 +833,13 @@ mod tests {
             "{err}"
         );
         let manifests = load_dir(&d, "default", Some("sk-ant")).unwrap();
-        let missing = missing_keys(&manifests.agents, None);
+        let missing = missing_keys(&manifests, None);
         assert_eq!(missing.len(), 1, "{missing:?}");
         assert!(
             missing[0].contains("AGENTFLEET_MODEL_API_KEY"),
             "{missing:?}"
         );
-        assert!(missing_keys(&manifests.agents, Some("sk-ant")).is_empty());
+        assert!(missing_keys(&manifests, Some("sk-ant")).is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -839,9 +851,13 @@ mod tests {
             ))
             .unwrap()
         };
-        let public = agent("{provider: openai, name: gpt-4o-mini}", false);
+        let of = |agents: Vec<Agent>| Manifests {
+            agents,
+            ..Manifests::default()
+        };
+        let public = of(vec![agent("{provider: openai, name: gpt-4o-mini}", false)]);
         for key in [None, Some("")] {
-            let p = missing_keys(std::slice::from_ref(&public), key);
+            let p = missing_keys(&public, key);
             assert_eq!(p.len(), 1, "{p:?}");
             assert!(
                 p[0].starts_with("Agent default/a: provider openai at its public endpoint")
@@ -850,7 +866,18 @@ mod tests {
                 "{p:?}"
             );
         }
-        assert!(missing_keys(std::slice::from_ref(&public), Some("sk-1")).is_empty());
+        assert!(missing_keys(&public, Some("sk-1")).is_empty());
+        // Its Secret in the directory gives it its key.
+        let mut named = of(vec![agent(
+            "{provider: openai, name: gpt-4o-mini, apiKeySecretRef: {name: llm}}",
+            false,
+        )]);
+        assert_eq!(missing_keys(&named, None).len(), 1, "no such Secret");
+        named.secrets.insert(
+            ("default".into(), "llm".into()),
+            [("apiKey".to_string(), "sk-2".to_string())].into(),
+        );
+        assert!(missing_keys(&named, None).is_empty());
         // A local server takes no key; the scripted model needs none; a paused agent
         // does not start.
         for fine in [
@@ -861,7 +888,7 @@ mod tests {
             agent("{provider: scripted, name: a}", false),
             agent("{provider: openai, name: gpt-4o-mini}", true),
         ] {
-            assert!(missing_keys(&[fine], None).is_empty());
+            assert!(missing_keys(&of(vec![fine]), None).is_empty());
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Manifests read from a directory, as `kubectl apply -f DIR` would take them: the Agents,
-//! Spaces and Secrets that `agentfleet dev` and `agentfleet pool --agents DIR` run.
+//! Spaces, Models and Secrets that `agentfleet dev` and `agentfleet pool --agents DIR` run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use tracing::warn;
 
-use crate::crd::{Agent, Pool, Space};
+use crate::crd::{Agent, ModelResource, Pool, Space};
 use crate::names;
 
 /// The manifests of a directory.
@@ -21,6 +21,8 @@ pub struct Manifests {
     pub spaces: Vec<Space>,
     /// Pools, by file order (`dev` runs every agent in one pool of its own).
     pub pools: Vec<Pool>,
+    /// Models, by file order (`dev` resolves its Agents' `spec.model.ref` with them).
+    pub models: Vec<ModelResource>,
     /// Secrets ((namespace, name) → key → value), for the tools' `headersFrom` of the agents
     /// of their namespace. Never printed.
     pub secrets: BTreeMap<NamespacedName, SecretData>,
@@ -32,6 +34,70 @@ pub type NamespacedName = (String, String);
 pub type SecretData = BTreeMap<String, String>;
 
 impl Manifests {
+    /// Resolves each Agent's `spec.model` against the Models of its namespace
+    /// ([`crate::models`]'s rule, as the operator does), and says what is wrong with the
+    /// Models: their fallbacks, a key Secret the directory does not hold, a name twice.
+    pub fn resolve_models(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for m in &self.models {
+            let ns = m.metadata.namespace.clone().unwrap_or_default();
+            let name = m.metadata.name.clone().unwrap_or_default();
+            if !seen.insert((ns.clone(), name.clone())) {
+                problems.push(format!("Model {ns}/{name} appears twice"));
+                continue;
+            }
+            let table = self.models_of(&ns);
+            for p in crate::models::check(&name, &m.spec, &table) {
+                problems.push(format!("Model {ns}/{name}: {p}"));
+            }
+            if let Some(r) = &m.spec.settings.api_key_secret_ref {
+                let found = self
+                    .secrets
+                    .get(&(ns.clone(), r.name.clone()))
+                    .map(|data| data.contains_key(&r.key));
+                match found {
+                    None => problems.push(format!(
+                        "Model {ns}/{name}: spec.apiKeySecretRef: Secret {:?} not found: add a `kind: Secret` document to the directory",
+                        r.name
+                    )),
+                    Some(false) => problems.push(format!(
+                        "Model {ns}/{name}: spec.apiKeySecretRef.key: Secret {:?} has no key {:?}",
+                        r.name, r.key
+                    )),
+                    Some(true) => {}
+                }
+            }
+        }
+        let mut resolved = Vec::with_capacity(self.agents.len());
+        for a in &self.agents {
+            let ns = a.metadata.namespace.clone().unwrap_or_default();
+            let name = a.metadata.name.clone().unwrap_or_default();
+            match crate::models::resolve(&a.spec.model, &self.models_of(&ns)) {
+                Ok(model) => resolved.push(Some(model)),
+                Err(p) => {
+                    problems.push(format!("Agent {name}: {p}"));
+                    resolved.push(None);
+                }
+            }
+        }
+        for (a, model) in self.agents.iter_mut().zip(resolved) {
+            if let Some(model) = model {
+                a.spec.model = model;
+            }
+        }
+        problems
+    }
+
+    /// The Models of `namespace`, by name.
+    fn models_of(&self, namespace: &str) -> crate::models::Models<'_> {
+        self.models
+            .iter()
+            .filter(|m| m.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
+            .collect()
+    }
+
     /// The Secrets an agent of `namespace` may read (name → key → value).
     pub fn secrets_of(&self, namespace: &str) -> BTreeMap<String, SecretData> {
         self.secrets
@@ -127,9 +193,19 @@ fn document(
         warn!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "not an agentfleet object; ignored");
         return Ok(());
     }
-    if matches!(meta.kind.as_str(), "Agent" | "Space" | "Pool") {
-        // What the API server would refuse, refused here too.
-        let json = serde_json::to_value(&value).with_context(at)?;
+    if matches!(meta.kind.as_str(), "Agent" | "Space" | "Pool" | "Model") {
+        // What the API server would refuse, refused here too; but for what the operator
+        // renders into a worker's manifest beside the schema (a resolved Model's list).
+        let mut json = serde_json::to_value(&value).with_context(at)?;
+        if meta.kind == "Agent" {
+            if let Some(model) = json
+                .pointer_mut("/spec/model")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                model.remove("fallback");
+                model.remove("retryAfterSeconds");
+            }
+        }
         let schema = crate::crd::validate::schema_of(&meta.kind)
             .with_context(|| format!("no schema for {}", meta.kind))?;
         let problems = crate::crd::validate::check(schema, &json);
@@ -153,6 +229,7 @@ fn document(
             out.spaces.push(space);
         }
         "Pool" => out.pools.push(object(value, namespace, "Pool", &at())?),
+        "Model" => out.models.push(object(value, namespace, "Model", &at())?),
         other => bail!("{}: unknown agentfleet kind {other:?}", at()),
     }
     Ok(())

@@ -80,7 +80,12 @@ fn visit<'a>(
         out.push((name, spec));
     }
     for (i, next) in spec.fallback.iter().enumerate() {
-        let at = |message: String| (name.to_string(), Problem::new(format!("spec.fallback[{i}]"), message));
+        let at = |message: String| {
+            (
+                name.to_string(),
+                Problem::new(format!("spec.fallback[{i}]"), message),
+            )
+        };
         if let Some(start) = path.iter().position(|p| *p == next.as_str()) {
             let mut ring: Vec<&str> = path[start..].to_vec();
             ring.push(next);
@@ -139,14 +144,14 @@ pub fn check(name: &str, spec: &ModelResourceSpec, models: &Models<'_>) -> Vec<P
     match chain(name, &all) {
         Err((_, problem)) => out.push(problem),
         Ok(links) => {
-            let scripted = |s: &ModelResourceSpec| s.settings.provider == Some(ModelProvider::Scripted);
+            let scripted =
+                |s: &ModelResourceSpec| s.settings.provider == Some(ModelProvider::Scripted);
             let first = scripted(spec);
             if let Some((other, _)) = links.iter().find(|(_, s)| scripted(s) != first) {
-                let at = spec
-                    .fallback
-                    .iter()
-                    .position(|f| f == other)
-                    .map_or_else(|| "spec.fallback".to_string(), |i| format!("spec.fallback[{i}]"));
+                let at = spec.fallback.iter().position(|f| f == other).map_or_else(
+                    || "spec.fallback".to_string(),
+                    |i| format!("spec.fallback[{i}]"),
+                );
                 out.push(Problem::new(
                     at,
                     format!(
@@ -168,7 +173,10 @@ fn own_problems(settings: &ModelSettings) -> Vec<Problem> {
     if settings.name.is_empty() {
         out.push(Problem::new("spec.name", "Required value"));
     }
-    if settings.provider.is_some() && settings.needs_api_key() && settings.api_key_secret_ref.is_none() {
+    if settings.provider.is_some()
+        && settings.needs_api_key()
+        && settings.api_key_secret_ref.is_none()
+    {
         out.push(Problem::new(
             "spec.apiKeySecretRef",
             format!(
@@ -261,8 +269,12 @@ fn overridden(model: &ModelSettings, agent: &ModelSettings) -> ModelSettings {
 /// The Models a resolved `spec.model` asks, in order: `(name, settings)`, the first named by
 /// its own name when it is inline.
 pub fn links(model: &ModelSpec) -> impl Iterator<Item = (&str, &ModelSettings)> {
-    std::iter::once((model.label(), &model.settings))
-        .chain(model.fallback.iter().map(|l| (l.model.as_str(), &l.settings)))
+    std::iter::once((model.label(), &model.settings)).chain(
+        model
+            .fallback
+            .iter()
+            .map(|l| (l.model.as_str(), &l.settings)),
+    )
 }
 
 /// The names of the Secrets holding the keys of a resolved `spec.model`'s models.

@@ -1622,7 +1622,8 @@ fn pod(
     tokio::sync::watch::Sender<bool>,
     tokio::task::JoinHandle<()>,
 ) {
-    let model = agentfleet::model::client(&manifest.spec.model, &key.name, Default::default()).unwrap();
+    let model =
+        agentfleet::model::client(&manifest.spec.model, &key.name, Default::default()).unwrap();
     let agentlet = Arc::new(agentfleet::worker::cycle::Agentlet::new(
         manifest.clone(),
         key.clone(),

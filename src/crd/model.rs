@@ -84,7 +84,8 @@ impl ModelSettings {
     /// How long one call may take.
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(u64::from(
-            self.timeout_seconds.unwrap_or(DEFAULT_MODEL_TIMEOUT_SECONDS),
+            self.timeout_seconds
+                .unwrap_or(DEFAULT_MODEL_TIMEOUT_SECONDS),
         ))
     }
 

@@ -179,7 +179,10 @@ mod tests {
         assert_eq!(elsewhere.model.api_key_secret_ref, None);
         let mut own = spec(agent);
         change("{provider: anthropic, name: c, apiKeySecretRef: {name: claude}}").apply(&mut own);
-        assert_eq!(own.model.api_key_secret_ref.as_ref().unwrap().name, "claude");
+        assert_eq!(
+            own.model.api_key_secret_ref.as_ref().unwrap().name,
+            "claude"
+        );
         // What it leaves out is the agent's.
         assert_eq!(own.instructions, "Be kind.");
     }

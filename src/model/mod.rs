@@ -398,7 +398,10 @@ pub fn client(
         }
         ModelProvider::Anthropic => Box::new(anthropic::Anthropic::new(settings, api_key)?),
     };
-    Ok(Box::new(deadline::Deadline::new(provider, settings.timeout())))
+    Ok(Box::new(deadline::Deadline::new(
+        provider,
+        settings.timeout(),
+    )))
 }
 
 /// The model a resolved `spec.model` ([`crate::models`]) names: its first model alone, or with
@@ -424,8 +427,11 @@ pub fn from_spec(
             })
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
-    let retry_after = std::time::Duration::from_secs(u64::from(
-        spec.retry_after_seconds.unwrap_or(300),
-    ));
-    Ok(Box::new(fallback::Fallback::new(links, retry_after, on_switch)))
+    let retry_after =
+        std::time::Duration::from_secs(u64::from(spec.retry_after_seconds.unwrap_or(300)));
+    Ok(Box::new(fallback::Fallback::new(
+        links,
+        retry_after,
+        on_switch,
+    )))
 }

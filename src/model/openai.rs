@@ -19,8 +19,8 @@ use async_trait::async_trait;
 
 use super::http::Endpoint;
 use super::{
-    ApiKey, Delta, Failure, FinishReason, Message, Model, ModelError, Request, ToolCall, ToolChoice, Turn,
-    Usage,
+    ApiKey, Delta, Failure, FinishReason, Message, Model, ModelError, Request, ToolCall,
+    ToolChoice, Turn, Usage,
 };
 use crate::crd::ModelSettings;
 
@@ -557,9 +557,12 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_endpoint_is_a_transient_error_after_the_retries() {
         let port = crate::testing::free_port().unwrap();
-        let model = OpenAi::new(&spec(&format!("http://127.0.0.1:{port}/v1")), Default::default())
-            .unwrap()
-            .with_backoff(Duration::from_millis(5));
+        let model = OpenAi::new(
+            &spec(&format!("http://127.0.0.1:{port}/v1")),
+            Default::default(),
+        )
+        .unwrap()
+        .with_backoff(Duration::from_millis(5));
         let err = model.complete(&request(), &mut |_| {}).await.unwrap_err();
         assert_eq!(err.category(), "unreachable", "{err}");
         assert!(err.is_transient());

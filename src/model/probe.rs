@@ -66,7 +66,12 @@ pub async fn probe(settings: &ModelSettings, key: ApiKey) -> Probe {
         },
         _ => format!("{base}/models"),
     };
-    match tokio::time::timeout(PROBE_TIMEOUT, ask(&base, &url, provider, key, &settings.name)).await {
+    match tokio::time::timeout(
+        PROBE_TIMEOUT,
+        ask(&base, &url, provider, key, &settings.name),
+    )
+    .await
+    {
         Ok(probe) => probe,
         Err(_) => Probe {
             ok: false,
@@ -148,5 +153,8 @@ async fn listed(resp: reqwest::Response, name: &str) -> Option<bool> {
     }
     let list: serde_json::Value = serde_json::from_slice(&body).ok()?;
     let data = list.get("data")?.as_array()?;
-    Some(data.iter().any(|m| m.get("id").and_then(|i| i.as_str()) == Some(name)))
+    Some(
+        data.iter()
+            .any(|m| m.get("id").and_then(|i| i.as_str()) == Some(name)),
+    )
 }

@@ -14,8 +14,8 @@ mod secrets;
 
 pub use self::archive::{archive_secret, archive_secret_name, WorkerArchive};
 pub use self::config::{agent_config_hash, config_hash, configmap, render_manifest};
-pub use self::deployment::{deployment, mounted_secrets};
 use self::deployment::log_format_value;
+pub use self::deployment::{deployment, mounted_secrets};
 pub use self::pool::{
     pool_configmap, pool_configmap_name, pool_deployment, pool_deployment_name,
     pool_network_policy, pool_pdb, pool_secrets, shard, PoolPods, MAX_SHARDS, POOL_AGENTS_DIR,
@@ -360,9 +360,10 @@ mod tests {
         );
         let mounts = c.volume_mounts.as_ref().unwrap();
         assert!(
-            mounts.iter().any(|m| m.mount_path
-                == format!("{SECRETS_DIR}/openai-key")
-                && m.read_only == Some(true)),
+            mounts
+                .iter()
+                .any(|m| m.mount_path == format!("{SECRETS_DIR}/openai-key")
+                    && m.read_only == Some(true)),
             "the key's Secret is mounted (read at each request: rotated without a restart)"
         );
         assert!(env

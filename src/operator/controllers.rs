@@ -182,10 +182,9 @@ pub async fn run_controllers(
     let models = {
         let models_of_agents = model_cache.clone();
         model_ctl
-            .watches_stream(
-                agent_spec_changes(agents_api, wc.clone()),
-                move |agent| models_of_namespace(&models_of_agents, &agent),
-            )
+            .watches_stream(agent_spec_changes(agents_api, wc.clone()), move |agent| {
+                models_of_namespace(&models_of_agents, &agent)
+            })
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(
                 |obj, ctx| instrumented("model", obj, ctx, model::reconcile),

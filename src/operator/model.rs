@@ -18,9 +18,9 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::instrument;
 
+use super::build::FIELD_MANAGER;
 use super::context::{Context, Error};
 use super::status::{self, Cond};
-use super::build::FIELD_MANAGER;
 use crate::crd::{Agent, ModelFailure, ModelResource, ModelSettings, ModelStatus};
 use crate::model::ApiKey;
 use crate::models::{self, Models, Problem};
@@ -89,15 +89,17 @@ pub async fn reconcile(model: Arc<ModelResource>, ctx: Arc<Context>) -> Result<A
 
     let accepted = if problems.is_empty() {
         let asks = models::chain_names(&name, &table(&all, &ns));
-        Cond::ok(ACCEPTED, "Resolved", format!("asks in order: {}", asks.join(", ")))
+        Cond::ok(
+            ACCEPTED,
+            "Resolved",
+            format!("asks in order: {}", asks.join(", ")),
+        )
     } else {
         let said: Vec<String> = problems.iter().map(ToString::to_string).collect();
         Cond::fail(ACCEPTED, "InvalidSpec", said.join("; "))
     };
     let ready = match key {
-        Some(key) if problems.is_empty() => {
-            ready(&model, &previous, &mut status, key).await
-        }
+        Some(key) if problems.is_empty() => ready(&model, &previous, &mut status, key).await,
         _ => Cond::fail(READY, "NotAccepted", "not probed until it is accepted"),
     };
     status.conditions = status::merge(
@@ -160,7 +162,13 @@ async fn read_key(
         .as_ref()
         .and_then(|d| d.get(key))
         .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key)).cloned());
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .cloned()
+        });
     Ok(match value {
         Some(v) => Ok(ApiKey::Given(v.trim_end_matches(['\n', '\r']).to_string())),
         None => Err(Problem {
@@ -192,7 +200,9 @@ async fn ready(
     };
     if !due {
         let known = kept.and_then(|c| {
-            let reason = crate::model::probe::REASONS.iter().find(|r| **r == c.reason)?;
+            let reason = crate::model::probe::REASONS
+                .iter()
+                .find(|r| **r == c.reason)?;
             Some(Cond {
                 type_: READY,
                 status: Some(c.status == "True"),
@@ -236,9 +246,7 @@ fn users(
     let mut names: Vec<String> = agents
         .iter()
         .filter(|a| a.namespace().as_deref() == Some(ns) && a.spec.model.model_ref.is_some())
-        .filter(|a| {
-            models::resolve(&a.spec.model, &table).is_ok_and(|m| models::uses(&m, name))
-        })
+        .filter(|a| models::resolve(&a.spec.model, &table).is_ok_and(|m| models::uses(&m, name)))
         .map(|a| a.name_any())
         .collect();
     names.sort();

@@ -86,7 +86,11 @@ pub fn members(
 pub fn referenced_secrets(agents: &[Arc<Agent>]) -> BTreeSet<String> {
     agents
         .iter()
-        .flat_map(|a| build::mounted_secrets(&a.spec).into_iter().map(str::to_string))
+        .flat_map(|a| {
+            build::mounted_secrets(&a.spec)
+                .into_iter()
+                .map(str::to_string)
+        })
         .collect()
 }
 

@@ -97,7 +97,10 @@ pub(super) fn agents_with_models(
 }
 
 /// Pools in `model`'s namespace (their members' manifests carry its settings).
-pub(super) fn pools_of_namespace(pools: &Cache<Pool>, model: &ModelResource) -> Vec<ObjectRef<Pool>> {
+pub(super) fn pools_of_namespace(
+    pools: &Cache<Pool>,
+    model: &ModelResource,
+) -> Vec<ObjectRef<Pool>> {
     let ns = model.namespace();
     pools
         .state()

@@ -125,6 +125,8 @@ type Responder = dyn Fn(&serde_json::Value) -> MockTurn + Send + Sync;
 struct MockState {
     turns: std::sync::Mutex<std::collections::VecDeque<MockTurn>>,
     requests: std::sync::Mutex<Vec<serde_json::Value>>,
+    /// The bearer token of every request (none: it had none).
+    keys: std::sync::Mutex<Vec<Option<String>>>,
     responder: Option<Box<Responder>>,
     /// `usage.prompt_tokens_details.cached_tokens` of every answer (0: not reported).
     cached: std::sync::atomic::AtomicU32,
@@ -160,6 +162,7 @@ impl MockModel {
         let state = std::sync::Arc::new(MockState {
             turns: std::sync::Mutex::new(turns.into()),
             requests: std::sync::Mutex::new(Vec::new()),
+            keys: std::sync::Mutex::new(Vec::new()),
             responder,
             cached: std::sync::atomic::AtomicU32::new(0),
         });
@@ -209,6 +212,15 @@ impl MockModel {
             .unwrap_or_default()
     }
 
+    /// The API key (bearer token) each request came with, in order.
+    pub fn keys(&self) -> Vec<Option<String>> {
+        self.state
+            .keys
+            .lock()
+            .map(|k| k.clone())
+            .unwrap_or_default()
+    }
+
     /// From now on every answer reports `cached` of its prompt tokens as read from the
     /// provider's cache (`usage.prompt_tokens_details.cached_tokens`).
     pub fn report_cached_tokens(&self, cached: u32) {
@@ -233,11 +245,20 @@ impl Drop for MockModel {
 
 async fn mock_completions(
     axum::extract::State(state): axum::extract::State<std::sync::Arc<MockState>>,
+    headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let request: serde_json::Value =
         serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let key = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    if let Ok(mut k) = state.keys.lock() {
+        k.push(key);
+    }
     if let Ok(mut r) = state.requests.lock() {
         r.push(request.clone());
     }

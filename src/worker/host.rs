@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::crd::{Agent, ModelSettings};
-use crate::model::ApiKey;
 use crate::identity::AgentKey;
+use crate::model::ApiKey;
 use crate::store::Store;
 use crate::telemetry::WorkerMetrics;
 use crate::worker::cycle::Agentlet;
@@ -52,7 +52,9 @@ pub fn model_key(
     };
     let secrets = secrets.clone();
     ApiKey::Read(Arc::new(move || {
-        secrets.value(&r.name, &r.key).map_err(|e| format!("{e} (apiKeySecretRef)"))
+        secrets
+            .value(&r.name, &r.key)
+            .map_err(|e| format!("{e} (apiKeySecretRef)"))
     }))
 }
 
@@ -78,6 +80,11 @@ impl Host {
             .get(&key.namespace)
             .cloned()
             .unwrap_or_default();
+        if let (Some(name), None) = (&agent.spec.model.model_ref, agent.spec.model.provider) {
+            anyhow::bail!(
+                "agent {key}: spec.model.ref names Model {name:?}, which the operator and `agentfleet dev` resolve: run it under either, or give its model's settings inline"
+            );
+        }
         let given = self.api_key.as_deref();
         let switched = self.metrics.model_fallbacks.clone();
         let who = key.clone();
@@ -87,13 +94,13 @@ impl Host {
                 .inc();
             tracing::warn!(agent = %who, from = %s.from, to = %s.to, reason = s.reason, "the agent's model changed");
         });
-        Ok(crate::model::from_spec(
+        crate::model::from_spec(
             &agent.spec.model,
             &key.name,
             &|i, settings| model_key(given, &secrets, i, settings),
             on_switch,
         )
-        .with_context(|| format!("agent {key}: model"))?)
+        .with_context(|| format!("agent {key}: model"))
     }
 
     /// The agent `agent` describes, ready to run cycles.

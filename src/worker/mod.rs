@@ -78,6 +78,10 @@ pub struct RuntimeArgs {
     /// Where checkpoints are archived.
     #[command(flatten)]
     pub archive: crate::archive::ArchiveFlag,
+    /// Where the Secrets its models' keys and tools' headers come from are mounted
+    /// (`DIR/NAME/KEY`), read at each use.
+    #[arg(long, env = "AGENTFLEET_SECRETS_DIR", default_value = crate::secrets::MOUNT_DIR)]
+    pub secrets_dir: PathBuf,
     /// Seconds between two looks at the manifests for changes (a mounted ConfigMap changes
     /// in place: a new model, endpoint or fallback list reaches the agents at their next
     /// cycle, without a restart).
@@ -199,14 +203,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         store,
         metrics,
         api_key,
-        secrets: Default::default(),
+        secrets: [(
+            key.namespace.clone(),
+            tools::secrets::Secrets::Dir(args.runtime.secrets_dir.clone()),
+        )]
+        .into(),
         callback_url: args.runtime.callback_url.clone(),
         archive,
     };
     // A model that cannot be made is refused now, not at the agent's first wake.
     host.model(&agent)?;
     let pool = pool::Pool::new(
-        pool::PoolConfig::dedicated(&key, holder, Duration::from_secs(args.runtime.lease_seconds)),
+        pool::PoolConfig::dedicated(
+            &key,
+            holder,
+            Duration::from_secs(args.runtime.lease_seconds),
+        ),
         host.store.clone(),
         host.metrics.clone(),
         health,

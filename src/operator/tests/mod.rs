@@ -139,7 +139,11 @@ pub(super) struct Harness {
     pub(super) ctx: Arc<Context>,
     handle: Option<Handle>,
     store: Arc<MemoryStore>,
-    _writers: (Writer<Agent>, Writer<Space>, Writer<crate::crd::ModelResource>),
+    _writers: (
+        Writer<Agent>,
+        Writer<Space>,
+        Writer<crate::crd::ModelResource>,
+    ),
 }
 
 /// A context over the given objects, its API client answered by the returned handle. The

@@ -334,12 +334,7 @@ impl Agentlet {
 
 /// Every bounded label set of an agent's counters at 0, so that its rates and ratios exist
 /// before the first cycle (a failure ratio of 0 is an answer; a missing series is not).
-fn zero_counters(
-    metrics: &WorkerMetrics,
-    key: &AgentKey,
-    model: &str,
-    builtin: &[BuiltinTool],
-) {
+fn zero_counters(metrics: &WorkerMetrics, key: &AgentKey, model: &str, builtin: &[BuiltinTool]) {
     let [ns, agent] = [key.namespace.as_str(), key.name.as_str()];
     for tool in builtin {
         for outcome in ["ok", "error"] {

@@ -234,7 +234,8 @@ impl Cycle<'_> {
         let switches = agentlet.model.switches();
         let mut turn = turn?;
         let took = began.elapsed();
-        self.recorder.step(step, offset, took, first_chunk, &turn, &model);
+        self.recorder
+            .step(step, offset, took, first_chunk, &turn, &model);
         for switch in &switches {
             self.recorder.note(fallback_note(switch));
         }

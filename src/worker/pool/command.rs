@@ -71,7 +71,7 @@ fn read(args: &Args) -> anyhow::Result<(Vec<crate::crd::Agent>, Secrets)> {
     }
     let given = manifests.secrets_of(&args.namespace);
     let secrets = if given.is_empty() {
-        Secrets::default()
+        Secrets::Dir(args.runtime.secrets_dir.clone())
     } else {
         Secrets::from_map(given)
     };

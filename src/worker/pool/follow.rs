@@ -17,7 +17,8 @@ use crate::crd::Agent;
 fn fingerprint(path: &std::path::Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     let one = |p: PathBuf| {
         let meta = std::fs::metadata(&p).ok()?;
-        meta.is_file().then(|| (p, meta.len(), meta.modified().ok()))
+        meta.is_file()
+            .then(|| (p, meta.len(), meta.modified().ok()))
     };
     if path.is_file() {
         return one(path.to_path_buf()).into_iter().collect();

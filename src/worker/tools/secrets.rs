@@ -76,7 +76,10 @@ impl Secrets {
                         if dir.join(name).is_dir() {
                             Err(missing())
                         } else {
-                            Err(format!("Secret {name:?} is not mounted at {}", dir.join(name).display()))
+                            Err(format!(
+                                "Secret {name:?} is not mounted at {}",
+                                dir.join(name).display()
+                            ))
                         }
                     }
                     Err(e) => Err(format!("Secret {name:?}, key {key:?}: {e}")),
