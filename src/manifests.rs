@@ -293,6 +293,81 @@ mod tests {
     use super::*;
 
     #[test]
+    fn models_of_the_directory_resolve_its_agents_and_their_faults_are_said_with_paths() {
+        let dir = std::env::temp_dir().join(format!(
+            "agentfleet-manifests-models-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let doc = |kind: &str, name: &str, spec: &str| {
+            format!("---\napiVersion: agentfleet.dev/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {spec}\n")
+        };
+        let fleet = [
+            doc(
+                "Model",
+                "fast",
+                "{provider: openai, name: gpt, apiKeySecretRef: {name: k}, fallback: [steady]}",
+            ),
+            doc(
+                "Model",
+                "steady",
+                "{provider: openai, name: local, baseUrl: 'http://llm/v1'}",
+            ),
+            doc("Agent", "ok", "{model: {ref: fast, temperature: 0.1}}"),
+            "---\napiVersion: v1\nkind: Secret\nmetadata: {name: k}\nstringData: {apiKey: sk-1}\n"
+                .to_string(),
+        ]
+        .concat();
+        std::fs::write(dir.join("fleet.yaml"), &fleet).unwrap();
+        let (mut m, problems) = read_dir(&dir, "default").unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(m.resolve_models().is_empty());
+        let model = &m.agents[0].spec.model;
+        assert_eq!((model.name.as_str(), model.temperature), ("gpt", Some(0.1)));
+        assert_eq!(model.fallback[0].model, "steady");
+
+        let broken = [
+            doc(
+                "Model",
+                "a",
+                "{provider: openai, name: a, baseUrl: 'http://a', fallback: [b]}",
+            ),
+            doc(
+                "Model",
+                "b",
+                "{provider: openai, name: b, baseUrl: 'http://b', fallback: [a]}",
+            ),
+            doc(
+                "Model",
+                "c",
+                "{provider: openai, name: c, apiKeySecretRef: {name: gone}}",
+            ),
+            doc("Agent", "lost", "{model: {ref: nowhere}}"),
+            doc(
+                "Agent",
+                "both",
+                "{model: {ref: c, baseUrl: 'http://elsewhere'}}",
+            ),
+        ]
+        .concat();
+        std::fs::write(dir.join("fleet.yaml"), broken).unwrap();
+        let (mut m, _) = read_dir(&dir, "default").unwrap();
+        let said = m.resolve_models();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            said,
+            [
+                "Model default/a: spec.fallback[0]: a loop: a → b → a",
+                "Model default/b: spec.fallback[0]: a loop: b → a → b",
+                "Model default/c: spec.apiKeySecretRef: Secret \"gone\" not found: add a `kind: Secret` document to the directory",
+                "Agent lost: spec.model.ref: no Model \"nowhere\" in this namespace",
+                "Agent both: spec.model.baseUrl: is the Model \"c\"'s to say: remove it beside spec.model.ref",
+            ]
+        );
+    }
+
+    #[test]
     fn a_space_member_no_one_can_be_is_refused_with_its_file_and_place() {
         let dir = std::env::temp_dir().join(format!("agentfleet-manifests-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
