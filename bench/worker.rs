@@ -9,6 +9,8 @@
 //! idle — twice in one sitting: without an archive, then with every checkpoint archived to a
 //! real S3-compatible server (s3s-fs, in this process) as it is committed. Messages follow each
 //! other at once, so the archiving of one cycle overlaps the next (what it costs shows).
+//! `AGENTFLEET_BENCH_MODEL=list` gives the agent a Model with a fallback list, as the operator
+//! renders it, its key read from a mounted Secret at each request.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark: fail loudly
 
@@ -57,6 +59,25 @@ async fn main() {
     }
 }
 
+/// With `AGENTFLEET_BENCH_MODEL=list`: the agent's model as the operator renders a Model with
+/// a fallback list (its key read from a mounted Secret at each request; the fallback, never
+/// asked, elsewhere). Returns the Secrets' directory.
+fn as_model_list(manifest: &std::path::Path, base_url: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let inline = format!("  model: {{provider: openai, name: instant, baseUrl: \"{base_url}\"}}\n");
+    assert!(text.contains(&inline), "{text}");
+    let listed = format!(
+        "  model:\n    ref: instant\n    provider: openai\n    name: instant\n    baseUrl: \"{base_url}\"\n    apiKeySecretRef: {{name: llm, key: apiKey}}\n    retryAfterSeconds: 300\n    fallback:\n      - {{model: steady, settings: {{provider: openai, name: steady, baseUrl: \"http://127.0.0.1:9/v1\", apiKeySecretRef: {{name: steady, key: apiKey}}}}}}\n"
+    );
+    std::fs::write(manifest, text.replace(&inline, &listed)).unwrap();
+    let secrets = manifest.parent().unwrap().join("secrets");
+    for name in ["llm", "steady"] {
+        std::fs::create_dir_all(secrets.join(name)).unwrap();
+        std::fs::write(secrets.join(name).join("apiKey"), format!("sk-{name}")).unwrap();
+    }
+    secrets
+}
+
 /// What one run measured.
 struct Run {
     p50: f64,
@@ -103,6 +124,10 @@ async fn run(archive: Option<(&S3Server, u32)>) -> Run {
         ),
     );
     let mut command = common::worker(&manifest, &redis.url());
+    if std::env::var("AGENTFLEET_BENCH_MODEL").as_deref() == Ok("list") {
+        let secrets = as_model_list(&manifest, &model.base_url);
+        command.arg("--secrets-dir").arg(secrets);
+    }
     if let Some((s3, _)) = archive {
         command
             .envs(s3.env())

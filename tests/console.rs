@@ -1156,6 +1156,10 @@ async fn an_agents_cycles_show_its_steps_calls_and_results_as_text() {
     );
     assert_eq!(shown["oks"], json!(["ok", "ok"]), "{shown}");
     assert!(
+        shown["heads"][0].as_str().unwrap().contains(" model mock "),
+        "each step says which model answered: {shown}"
+    );
+    assert!(
         shown["event"].as_str().unwrap().contains(hostile),
         "{shown}"
     );

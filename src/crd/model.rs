@@ -238,8 +238,9 @@ pub struct ModelResourceSpec {
     #[schemars(range(min = 1, max = 86_400))]
     pub retry_after_seconds: u32,
 
-    /// How often the operator asks the provider whether it answers (seconds; 0: never). The
-    /// probe lists the provider's models (`GET /models`): no tokens are spent.
+    /// How often the operator asks the provider whether it answers (seconds; 0: only when the
+    /// Model changes). The probe lists the provider's models (`GET /models`): no tokens are
+    /// spent.
     #[serde(default = "default_probe_seconds")]
     #[schemars(range(min = 0, max = 86_400))]
     pub probe_seconds: u32,

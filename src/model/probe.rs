@@ -76,7 +76,11 @@ pub async fn probe(settings: &ModelSettings, key: ApiKey) -> Probe {
         Err(_) => Probe {
             ok: false,
             reason: "TimedOut",
-            message: format!("{url} did not answer within {}s", PROBE_TIMEOUT.as_secs()),
+            message: format!(
+                "{} did not answer within {}s",
+                without_credentials(&url),
+                PROBE_TIMEOUT.as_secs()
+            ),
         },
     }
 }
@@ -87,6 +91,10 @@ async fn ask(base: &str, url: &str, provider: ModelProvider, key: ApiKey, name: 
         reason,
         message,
     };
+    // What is said names the endpoint without any credentials in its URL.
+    let shown = without_credentials(url);
+    let url = url.to_string();
+    let url = url.as_str();
     let endpoint = match Endpoint::new(base, key) {
         Ok(e) => e,
         Err(e) => return failed("Refused", e.detail),
@@ -121,7 +129,7 @@ async fn ask(base: &str, url: &str, provider: ModelProvider, key: ApiKey, name: 
                 return Probe {
                     ok: true,
                     reason: "Answers",
-                    message: format!("{url} answers (it lists no models)"),
+                    message: format!("{shown} answers (it lists no models)"),
                 };
             }
             return failed(reason, e.detail);
@@ -132,10 +140,22 @@ async fn ask(base: &str, url: &str, provider: ModelProvider, key: ApiKey, name: 
         ok: true,
         reason: "Answers",
         message: match listed {
-            Some(true) => format!("{url} lists {name}"),
-            Some(false) => format!("{url} answers, but does not list {name} among its models"),
-            None => format!("{url} answers"),
+            Some(true) => format!("{shown} lists {name}"),
+            Some(false) => format!("{shown} answers, but does not list {name} among its models"),
+            None => format!("{shown} answers"),
         },
+    }
+}
+
+/// `url` without the user and password it may carry.
+fn without_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => "the model's endpoint".to_string(),
     }
 }
 
@@ -157,4 +177,135 @@ async fn listed(resp: reqwest::Response, name: &str) -> Option<bool> {
         data.iter()
             .any(|m| m.get("id").and_then(|i| i.as_str()) == Some(name)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::get;
+
+    /// A provider's model list at `/v1/models` on a free port: `sk-right` is the only key it
+    /// takes (as a bearer or as `x-api-key`); `/broken/v1/models` answers 500, `/big/v1/models`
+    /// more than a probe reads.
+    async fn provider() -> String {
+        fn key(h: &HeaderMap) -> Option<&str> {
+            h.get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
+        }
+        let app = axum::Router::new()
+            .route(
+                "/v1/models",
+                get(|h: HeaderMap| async move {
+                    if key(&h) != Some("sk-right") {
+                        return (
+                            StatusCode::UNAUTHORIZED,
+                            r#"{"error":{"message":"bad key sk-wrong"}}"#.to_string(),
+                        );
+                    }
+                    (
+                        StatusCode::OK,
+                        r#"{"data":[{"id":"gpt-small"},{"id":"other"}]}"#.to_string(),
+                    )
+                }),
+            )
+            .route(
+                "/broken/v1/models",
+                get(|| async { (StatusCode::BAD_GATEWAY, "upstream gone".to_string()) }),
+            )
+            .route(
+                "/big/v1/models",
+                get(|| async { (StatusCode::OK, "x".repeat(MAX_LIST_BYTES + 10)) }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        format!("http://127.0.0.1:{port}")
+    }
+
+    fn settings(provider: &str, base: &str, name: &str) -> ModelSettings {
+        serde_yaml::from_str(&format!(
+            "{{provider: {provider}, name: {name}, baseUrl: '{base}'}}"
+        ))
+        .unwrap()
+    }
+
+    fn key(k: &str) -> ApiKey {
+        ApiKey::Given(k.into())
+    }
+
+    #[tokio::test]
+    async fn a_probe_lists_the_models_and_says_what_it_found_without_the_key() {
+        crate::install_crypto_provider();
+        let base = provider().await;
+        let openai = settings("openai", &format!("{base}/v1"), "gpt-small");
+        let p = probe(&openai, key("sk-right")).await;
+        assert_eq!((p.ok, p.reason), (true, "Answers"), "{p:?}");
+        assert!(p.message.ends_with("lists gpt-small"), "{p:?}");
+        let missing = settings("openai", &format!("{base}/v1"), "gpt-huge");
+        let p = probe(&missing, key("sk-right")).await;
+        assert!(
+            p.ok && p.message.contains("does not list gpt-huge"),
+            "{p:?}"
+        );
+        // Anthropic's header, at a base URL without `/v1`.
+        let anthropic = settings("anthropic", &base, "other");
+        let p = probe(&anthropic, key("sk-right")).await;
+        assert!(p.ok && p.message.ends_with("lists other"), "{p:?}");
+
+        let p = probe(&openai, key("sk-wrong")).await;
+        assert_eq!((p.ok, p.reason), (false, "KeyRefused"), "{p:?}");
+        assert!(!p.message.contains("sk-wrong"), "the key is masked: {p:?}");
+        let p = probe(&openai, ApiKey::None).await;
+        assert_eq!(p.reason, "KeyRefused");
+
+        let broken = settings("openai", &format!("{base}/broken/v1"), "gpt-small");
+        let p = probe(&broken, key("sk-right")).await;
+        assert_eq!((p.ok, p.reason), (false, "ServerError"), "{p:?}");
+        // A server without a model list answers all the same.
+        let bare = settings("openai", &format!("{base}/nothing/v1"), "gpt-small");
+        let p = probe(&bare, key("sk-right")).await;
+        assert!(p.ok && p.message.contains("lists no models"), "{p:?}");
+        // A list past what a probe reads is not read to its end.
+        let big = settings("openai", &format!("{base}/big/v1"), "gpt-small");
+        let p = probe(&big, key("sk-right")).await;
+        assert!(p.ok && p.message.ends_with("answers"), "{p:?}");
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let gone = settings(
+            "openai",
+            &format!("http://127.0.0.1:{port}/v1"),
+            "gpt-small",
+        );
+        let p = probe(&gone, key("sk-right")).await;
+        assert_eq!((p.ok, p.reason), (false, "Unreachable"), "{p:?}");
+        // A password in the base URL is said nowhere.
+        let secretive = settings(
+            "openai",
+            &base.replace("http://", "http://me:pa55word@"),
+            "gpt-small",
+        );
+        let p = probe(&secretive, key("sk-right")).await;
+        assert!(p.ok && !p.message.contains("pa55word"), "{p:?}");
+        let p = probe(
+            &settings(
+                "openai",
+                &format!("http://me:pa55word@127.0.0.1:{port}/v1"),
+                "x",
+            ),
+            ApiKey::None,
+        )
+        .await;
+        assert!(!p.ok && !p.message.contains("pa55word"), "{p:?}");
+        let scripted = settings("scripted", "http://unused", "s");
+        assert_eq!(probe(&scripted, ApiKey::None).await.reason, "Builtin");
+    }
 }

@@ -47,6 +47,7 @@ const WARNING_REASONS: &[&str] = &[
     "SecretNotFound",
     "SecretKeyNotFound",
     "SecretUnreadable",
+    "ModelNotResolved",
     "SpaceNotFound",
     "WorkerRejected",
     "PoolNotFound",

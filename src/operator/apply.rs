@@ -51,3 +51,27 @@ where
         Err(e) => Err(Error::Kube(e)),
     }
 }
+
+/// Server-side applies the status of `name` (kind `K`) in `ns`.
+pub(super) async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl Serialize,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(Error::Kube)
+}

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store as Cache;
 use kube::{Client, Resource};
@@ -229,6 +230,25 @@ impl Context {
         };
         if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
             warn!(error = %crate::report::chain(&e), reason, "cannot publish event");
+        }
+    }
+
+    /// Publishes an Event about `obj` for each condition of `now` that changed since
+    /// `before` (see [`super::status::notice`]; a Warning where `warning` says it is a
+    /// problem).
+    pub async fn announce<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        before: &[Condition],
+        now: &[Condition],
+        warning: impl Fn(&Condition) -> bool,
+    ) {
+        for c in now {
+            let previous = super::status::find(before, &c.type_);
+            if let Some(kind) = super::status::notice(previous, c, warning(c)) {
+                self.publish(obj, kind, &c.reason, "Reconcile", c.message.clone())
+                    .await;
+            }
         }
     }
 

@@ -13,12 +13,11 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::instrument;
 
-use super::build::FIELD_MANAGER;
+use super::apply::apply_status;
 use super::context::{Context, Error};
 use super::status::{self, Cond};
 use crate::crd::{Agent, ModelFailure, ModelResource, ModelSettings, ModelStatus};
@@ -72,6 +71,7 @@ pub async fn reconcile(model: Arc<ModelResource>, ctx: Arc<Context>) -> Result<A
         None => Ok(ApiKey::None),
         Some(r) => read_key(&secrets, &r.name, &r.key).await?,
     };
+    let waiting = key.is_err();
     let key = match key {
         Ok(key) => Some(key),
         Err(problem) => {
@@ -108,36 +108,25 @@ pub async fn reconcile(model: Arc<ModelResource>, ctx: Arc<Context>) -> Result<A
         model.metadata.generation,
         Timestamp::now(),
     );
-    for c in &status.conditions {
-        let warning = c.status != "True";
-        if let Some(kind) = status::notice(status::find(&previous.conditions, &c.type_), c, warning)
-        {
-            ctx.publish(&*model, kind, &c.reason, "Reconcile", c.message.clone())
-                .await;
-        }
-    }
+    ctx.announce(&*model, &previous.conditions, &status.conditions, |c| {
+        c.status != "True"
+    })
+    .await;
     if status != previous {
-        let patch = serde_json::json!({
-            "apiVersion": "agentfleet.dev/v1alpha1",
-            "kind": "Model",
-            "status": status,
-        });
-        Api::<ModelResource>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(patch),
-            )
-            .await
-            .map_err(Error::Kube)?;
+        let api = Api::<ModelResource>::namespaced(ctx.client.clone(), &ns);
+        apply_status(&api, &name, &status).await?;
     }
-    Ok(Action::requeue(next_look(&model.spec.probe_seconds)))
+    Ok(Action::requeue(next_look(
+        model.spec.probe_seconds,
+        waiting,
+    )))
 }
 
-/// When to look again: at the next probe (or in 5 minutes when it is never probed), and
-/// within 30 s while its Secret is missing (Secrets are not watched).
-fn next_look(probe_seconds: &u32) -> Duration {
-    match *probe_seconds {
+/// When to look again: within 30 s while its key's Secret is missing (Secrets are not
+/// watched), else at the next probe (in 5 minutes when it is probed only on changes).
+fn next_look(probe_seconds: u32, waiting_for_secret: bool) -> Duration {
+    match probe_seconds {
+        _ if waiting_for_secret => Duration::from_secs(30),
         0 => Duration::from_secs(300),
         s => Duration::from_secs(u64::from(s)),
     }

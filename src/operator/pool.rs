@@ -18,15 +18,15 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use tracing::instrument;
 
 use super::agent::{validate, MAX_NAME_LEN, READY};
-use super::apply::{apply, refused_as, remove};
-use super::build::{self, FIELD_MANAGER};
+use super::apply::{apply, apply_status, refused_as, remove};
+use super::build;
 use super::context::{Context, Error};
 use super::dataplane::pools::{PoolKey, PoolTracked};
 use super::status::{self, Cond};
@@ -148,28 +148,17 @@ pub async fn reconcile(pool: Arc<Pool>, ctx: Arc<Context>) -> Result<Action, Err
         pool.metadata.generation,
         Timestamp::now(),
     );
-    for c in &status.conditions {
-        let warning = c.status != "True" && WARNING_REASONS.contains(&c.reason.as_str());
-        if let Some(kind) = status::notice(status::find(&previous.conditions, &c.type_), c, warning)
-        {
-            ctx.publish(&*pool, kind, &c.reason, "Reconcile", c.message.clone())
-                .await;
-        }
-    }
+    ctx.announce(&*pool, &previous.conditions, &status.conditions, |c| {
+        c.status != "True" && WARNING_REASONS.contains(&c.reason.as_str())
+    })
+    .await;
     if status != previous {
-        let patch = serde_json::json!({
-            "apiVersion": "agentfleet.dev/v1alpha1",
-            "kind": "Pool",
-            "status": status,
-        });
-        Api::<Pool>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(patch),
-            )
-            .await
-            .map_err(Error::Kube)?;
+        apply_status(
+            &Api::<Pool>::namespaced(ctx.client.clone(), &ns),
+            &name,
+            &status,
+        )
+        .await?;
     }
     // The Deployment is watched; this is for what is not (Secrets) and for a drift.
     Ok(Action::requeue(Duration::from_secs(300)))

@@ -71,15 +71,16 @@ pub fn key_of(agent: &Agent) -> AgentKey {
 }
 
 impl Host {
+    /// The Secrets the agents of `namespace` may read.
+    fn secrets_of(&self, namespace: &str) -> Secrets {
+        self.secrets.get(namespace).cloned().unwrap_or_default()
+    }
+
     /// The model `agent` thinks with (its list resolved, see [`crate::models`]), each model
     /// with its own key, every change of the model in use counted and logged.
     pub fn model(&self, agent: &Agent) -> anyhow::Result<Box<dyn crate::model::Model>> {
         let key = key_of(agent);
-        let secrets = self
-            .secrets
-            .get(&key.namespace)
-            .cloned()
-            .unwrap_or_default();
+        let secrets = self.secrets_of(&key.namespace);
         if let (Some(name), None) = (&agent.spec.model.model_ref, agent.spec.model.provider) {
             anyhow::bail!(
                 "agent {key}: spec.model.ref names Model {name:?}, which the operator and `agentfleet dev` resolve: run it under either, or give its model's settings inline"
@@ -106,11 +107,7 @@ impl Host {
     /// The agent `agent` describes, ready to run cycles.
     pub fn agentlet(&self, agent: &Agent) -> anyhow::Result<Agentlet> {
         let key = key_of(agent);
-        let secrets = self
-            .secrets
-            .get(&key.namespace)
-            .cloned()
-            .unwrap_or_default();
+        let secrets = self.secrets_of(&key.namespace);
         let model = self.model(agent)?;
         let external = tools::external(
             &key,

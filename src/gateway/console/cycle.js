@@ -188,7 +188,8 @@ function step(s) {
   li.dataset.step = s.step;
   const head = el('div', undefined, 'step-head');
   head.append(el('strong', 'Step ' + (s.step + 1)));
-  const times = ['at +' + duration(s.offsetMs), 'model ' + duration(s.durationMs)];
+  // Which model answered: the Model of its list (a fallback's name shows it fell over).
+  const times = ['at +' + duration(s.offsetMs), 'model ' + (s.model ? s.model + ' ' : '') + duration(s.durationMs)];
   if (s.firstTokenMs !== undefined && s.firstTokenMs !== null) times.push('first token ' + duration(s.firstTokenMs));
   times.push(tokens(s.tokens));
   if (s.finish) times.push('finish: ' + s.finish);

@@ -408,7 +408,14 @@ async fn retain_on_delete_keeps_the_state_and_only_unregisters() {
 fn unreachable_harness() -> Harness {
     let port = crate::testing::free_port().unwrap();
     let store = crate::store::RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
-    context_on(vec![], vec![lobby(true)], true, Some(Arc::new(store)), None)
+    context_on(
+        vec![],
+        vec![lobby(true)],
+        true,
+        Some(Arc::new(store)),
+        None,
+        Vec::new(),
+    )
 }
 
 /// What deleting the echo agent asks of the API server: an Event, then the finalizer's

@@ -16,7 +16,14 @@ use crate::testing::{s3, S3Server};
 /// A harness whose operator has the archive `prod` of `server`.
 fn archived(server: &S3Server) -> (Harness, Archive) {
     let archive = Archive::open_with(&server.url("prod"), &server.env()).unwrap();
-    let h = context_on(vec![], vec![lobby(true)], true, None, Some(archive.clone()));
+    let h = context_on(
+        vec![],
+        vec![lobby(true)],
+        true,
+        None,
+        Some(archive.clone()),
+        Vec::new(),
+    );
     (h, archive)
 }
 

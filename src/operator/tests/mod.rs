@@ -4,6 +4,7 @@
 
 mod agents;
 mod archive;
+mod models;
 mod pools;
 mod spaces;
 mod tools;
@@ -149,7 +150,7 @@ pub(super) struct Harness {
 /// A context over the given objects, its API client answered by the returned handle. The
 /// caches are synced (and the gate open) only when `synced`.
 pub(super) fn context(agents: Vec<Agent>, spaces: Vec<Space>, synced: bool) -> Harness {
-    context_on(agents, spaces, synced, None, None)
+    context_on(agents, spaces, synced, None, None, Vec::new())
 }
 
 /// [`context`] on `data_plane` instead of the harness' memory store, and with `archive` (as
@@ -160,11 +161,12 @@ fn context_on(
     synced: bool,
     data_plane: Option<Arc<dyn Store>>,
     archive: Option<crate::archive::Archive>,
+    models: Vec<crate::crd::ModelResource>,
 ) -> Harness {
     let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (agents, aw) = cache(agents);
     let (spaces, sw) = cache(spaces);
-    let (models, mw) = cache(Vec::new());
+    let (models, mw) = cache(models);
     let store = Arc::new(MemoryStore::new());
     let ctx = Context::new(
         Client::new(svc, "default"),
@@ -236,6 +238,17 @@ impl Harness {
         let handle = self.handle.take().unwrap();
         let verifier = tokio::spawn(serve(handle, script, serde_json::to_value(&agent).unwrap()));
         let result = f(Arc::new(agent), self.ctx.clone()).await;
+        (result, verifier.await.unwrap())
+    }
+
+    async fn run_model(
+        &mut self,
+        model: crate::crd::ModelResource,
+        script: Vec<Expect>,
+    ) -> (Result<Action, Error>, Vec<Value>) {
+        let handle = self.handle.take().unwrap();
+        let verifier = tokio::spawn(serve(handle, script, serde_json::to_value(&model).unwrap()));
+        let result = super::model::reconcile(Arc::new(model), self.ctx.clone()).await;
         (result, verifier.await.unwrap())
     }
 
