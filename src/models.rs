@@ -247,11 +247,12 @@ pub fn resolve(model: &ModelSpec, models: &Models<'_>) -> Result<ModelSpec, Prob
         settings: overridden(&spec.settings, s),
     });
     let primary = resolved.next().map(|l| l.settings).unwrap_or_default();
+    let fallback: Vec<ModelLink> = resolved.collect();
     Ok(ModelSpec {
         model_ref: Some(name.to_string()),
         settings: primary,
-        fallback: resolved.collect(),
-        retry_after_seconds: Some(first.retry_after_seconds),
+        retry_after_seconds: (!fallback.is_empty()).then_some(first.retry_after_seconds),
+        fallback,
     })
 }
 

@@ -21,6 +21,7 @@ use super::{ConsciousnessSpec, ModelSpec, ToolsSpec};
     shortname = "ag",
     category = "agentfleet",
     printcolumn = r#"{"name":"Model","type":"string","jsonPath":".spec.model.name"}"#,
+    printcolumn = r#"{"name":"Model Ref","type":"string","jsonPath":".spec.model.ref"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Inbox","type":"integer","jsonPath":".status.inboxDepth"}"#,
     printcolumn = r#"{"name":"Cycles","type":"integer","jsonPath":".status.cycles"}"#,

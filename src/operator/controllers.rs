@@ -21,7 +21,7 @@ use super::dataplane::Deps;
 use super::health::Health;
 use super::watches::{
     agent_spec_changes, agents_in_pool, agents_naming, agents_with_models, model_spec_changes,
-    models_of_namespace, pool_placement_changes, pools_of_namespace, worker_changes,
+    models_of_namespace, other_models, pool_placement_changes, pools_of_namespace, worker_changes,
     MembershipChanges, PoolChanges,
 };
 use super::{agent, build, model, pool, rehearsal, space};
@@ -181,9 +181,14 @@ pub async fn run_controllers(
     };
     let models = {
         let models_of_agents = model_cache.clone();
+        let models_of_models = model_cache.clone();
         model_ctl
             .watches_stream(agent_spec_changes(agents_api, wc.clone()), move |agent| {
                 models_of_namespace(&models_of_agents, &agent)
+            })
+            // Another Model's list may now reach this one, or no longer (its agents).
+            .watches_stream(model_spec_changes(models_api, wc.clone()), move |model| {
+                other_models(&models_of_models, &model)
             })
             .graceful_shutdown_on(stopped(stop_rx.clone()))
             .run(

@@ -127,6 +127,21 @@ pub(super) fn models_of_namespace(
         .collect()
 }
 
+/// The other Models of `model`'s namespace (whose agents may come through its list).
+pub(super) fn other_models(
+    models: &Cache<ModelResource>,
+    model: &ModelResource,
+) -> Vec<ObjectRef<ModelResource>> {
+    let ns = model.namespace();
+    let name = model.name_any();
+    models
+        .state()
+        .iter()
+        .filter(|m| m.namespace() == ns && m.name_any() != name)
+        .map(|m| ObjectRef::from_obj(m.as_ref()))
+        .collect()
+}
+
 /// Models whose spec changed (a new generation): not their status writes (a probe's).
 pub(super) fn model_spec_changes(
     api: Api<ModelResource>,
