@@ -36,6 +36,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use serde_json::json;
 
+#[path = "e2e/models.rs"]
+mod models;
 #[path = "e2e/rollout.rs"]
 mod rollout;
 
@@ -707,6 +709,7 @@ async fn operator_on_a_real_api_server() {
 
     scale_from_zero_and_back(&client, &ns, &store).await;
     rollout::held_rollout(&client, &ns, &store, &redis.url()).await;
+    models::models_on_a_real_api_server(&client, &ns).await;
     budget_on_a_real_api_server(&client, &ns, &store).await;
     archive_on_a_real_api_server(&client, &ns, &store, &archive).await;
 
