@@ -25,6 +25,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A process killed and reaped when dropped (a test's or benchmark's child never outlives it).
+pub struct Kill(pub std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A `redis-server` process that lives as long as this value.
 pub struct RedisServer {
     child: Child,

@@ -8,26 +8,17 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use agentfleet::identity::{AgentKey, SpaceKey};
 use agentfleet::store::{prelude::*, ReadQuery, RedisStore};
-use agentfleet::testing::{human_message, space_record, MockModel, MockTurn, RedisServer};
+use agentfleet::testing::{human_message, space_record, Kill, MockModel, MockTurn, RedisServer};
 use serde_json::json;
 
 const NS: &str = "models";
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("agentfleet-models-{}-{name}", std::process::id()));

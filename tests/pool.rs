@@ -4,26 +4,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentfleet::identity::SpaceKey;
 use agentfleet::store::{prelude::*, ReadQuery, RedisStore};
-use agentfleet::testing::{human_message, space_record, MockModel, MockTurn, RedisServer};
+use agentfleet::testing::{human_message, space_record, Kill, MockModel, MockTurn, RedisServer};
 use serde_json::{json, Value};
 
 const NS: &str = "fam";
-
-/// Kills and reaps a child process when dropped.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Writes `n` Agents (`a000`…), each alone with Ann in its own Space, thinking with the model
 /// at `base_url`.

@@ -1,22 +1,12 @@
 //! Helpers shared by the benchmarks.
 #![allow(dead_code)] // each benchmark uses what it needs
 
-use std::process::Child;
-
 use agentfleet::identity::AgentKey;
 use agentfleet::store::{prelude::*, RedisStore};
 use serde_json::json;
 use std::time::Duration;
 
-/// Kills and reaps a child process when dropped.
-pub struct Kill(pub Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use agentfleet::testing::Kill;
 
 /// Resident memory of a process, in KiB (0 when unknown).
 pub fn rss_kib(pid: u32) -> u64 {
