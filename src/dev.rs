@@ -328,6 +328,7 @@ impl Dev {
                 .collect(),
             callback_url: Some(format!("http://{addr}")),
             archive,
+            lists: Default::default(),
         };
         gw.set_rehearser(Arc::new(DevRehearser {
             store: store.clone(),
@@ -336,6 +337,8 @@ impl Dev {
                 .iter()
                 .map(|a| (crate::worker::host::key_of(a), a.clone()))
                 .collect(),
+            models: manifests.models.clone(),
+            secrets: host.secrets.clone(),
             api_key: api_key.clone(),
         }));
         let keys: Vec<AgentKey> = manifests
@@ -534,6 +537,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 struct DevRehearser {
     store: Arc<dyn Store>,
     agents: BTreeMap<AgentKey, Agent>,
+    /// The directory's Models (a candidate may name one).
+    models: Vec<crate::crd::ModelResource>,
+    /// The directory's Secrets, by namespace (a candidate's key).
+    secrets: BTreeMap<String, Secrets>,
     api_key: Option<String>,
 }
 
@@ -553,8 +560,21 @@ impl gateway::rehearsals::Rehearser for DevRehearser {
             cycles: request.cycles,
             criteria: &request.criteria,
         };
-        crate::worker::rehearsal::in_place(self.store.as_ref(), live, run, self.api_key.clone())
-            .await
+        let models: crate::models::Models<'_> = self
+            .models
+            .iter()
+            .filter(|m| m.metadata.namespace.as_deref() == Some(agent.namespace.as_str()))
+            .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
+            .collect();
+        let secrets = self
+            .secrets
+            .get(&agent.namespace)
+            .cloned()
+            .unwrap_or_default();
+        let given = self.api_key.as_deref();
+        let key =
+            |s: &crate::crd::ModelSettings| crate::worker::host::model_key(given, &secrets, 0, s);
+        crate::worker::rehearsal::in_place(self.store.as_ref(), live, run, &models, &key).await
     }
 }
 

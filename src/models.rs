@@ -9,7 +9,7 @@
 //!   `baseUrl` and `apiKeySecretRef` beside `ref` are refused: where requests and keys go is
 //!   the Model's alone.
 //! - **Fallbacks**: the Model's `fallback` list in order, each followed by its own list
-//!   (depth first, each Model once, at most [`MAX_CHAIN`] in all), the agent's overrides
+//!   (depth first, each Model once, at most [`MAX_FALLBACKS`] after the first), the agent's overrides
 //!   applied to each. A loop (A → B → A) is refused, and so is a list that mixes the
 //!   `scripted` model with real providers (it calls none of an agent's HTTP, MCP or A2A tools:
 //!   it can stand in for no provider, nor one for it). Each keeps its own endpoint and key.
@@ -22,8 +22,9 @@ use std::fmt;
 
 use crate::crd::{ModelLink, ModelProvider, ModelResourceSpec, ModelSettings, ModelSpec};
 
-/// The most Models one agent's list holds, the first included.
-pub const MAX_CHAIN: usize = 8;
+/// The most fallbacks one agent's list holds, with the fallbacks' own lists (the schema's
+/// bound on one Model's `fallback`).
+pub const MAX_FALLBACKS: usize = 8;
 
 /// What is wrong, and where (a field path of the object at fault).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,12 +107,13 @@ fn visit<'a>(
                 format!("its fallback Model {fault:?} is refused: {problem}")
             }));
         }
-        if out.len() > MAX_CHAIN {
+        if out.len() > MAX_FALLBACKS + 1 {
+            // The first Model's list is too long, whichever of its fallbacks made it so.
             return Err((
-                name.to_string(),
+                path.first().copied().unwrap_or(name).to_string(),
                 Problem::new(
                     "spec.fallback",
-                    format!("more than {MAX_CHAIN} Models in all with their fallbacks"),
+                    format!("more than {MAX_FALLBACKS} fallbacks in all, with their own lists"),
                 ),
             ));
         }
@@ -276,6 +278,13 @@ pub fn links(model: &ModelSpec) -> impl Iterator<Item = (&str, &ModelSettings)> 
             .iter()
             .map(|l| (l.model.as_str(), &l.settings)),
     )
+}
+
+/// A resolved `spec.model` without its fallbacks: what a rehearsal asks (it judges the
+/// candidate's first model).
+pub fn first_only(model: &mut ModelSpec) {
+    model.fallback.clear();
+    model.retry_after_seconds = None;
 }
 
 /// The names of the Secrets holding the keys of a resolved `spec.model`'s models.

@@ -567,6 +567,7 @@ async fn a_flooded_agent_does_not_starve_the_quiet_ones() {
         secrets: Default::default(),
         callback_url: None,
         archive: None,
+        lists: Default::default(),
     };
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let pool = Pool::new(

@@ -246,8 +246,11 @@ pub struct ModelResourceSpec {
     pub probe_seconds: u32,
 }
 
+/// How long an agent stays on a fallback before asking the first model again (seconds).
+pub const DEFAULT_RETRY_AFTER_SECONDS: u32 = 300;
+
 fn default_retry_after_seconds() -> u32 {
-    300
+    DEFAULT_RETRY_AFTER_SECONDS
 }
 
 fn default_probe_seconds() -> u32 {
@@ -290,7 +293,8 @@ pub struct ModelStatus {
 pub struct ModelFailure {
     /// When.
     pub time: Time,
-    /// What kind (`unreachable`, `key_refused`, `server_error`, `rate_limited`, …).
+    /// What kind: the `Ready` condition's reason (`Unreachable`, `KeyRefused`,
+    /// `ServerError`, `RateLimited`, `TimedOut`, `Refused`).
     pub reason: String,
     /// What was seen, for people (never a key).
     pub message: String,

@@ -41,17 +41,49 @@ pub struct Switch {
 /// What hears of every switch.
 pub type OnSwitch = Box<dyn Fn(&Switch) + Send + Sync>;
 
-/// Which model is in use, and since when.
-struct InUse {
+/// Which model of a list is in use, and since when.
+pub struct InUse {
     index: usize,
     since: Instant,
+}
+
+impl Default for InUse {
+    fn default() -> Self {
+        Self {
+            index: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+/// Which model of each list answers, shared by the agents of a process that ask the same
+/// list: an outage one agent met is known to the others (none pays the failing model's
+/// retries again), and an agent loaded anew keeps it.
+#[derive(Clone, Default)]
+pub struct Lists(std::sync::Arc<Mutex<std::collections::HashMap<String, Shared>>>);
+
+/// One list's [`InUse`], shared.
+pub type Shared = std::sync::Arc<Mutex<InUse>>;
+
+/// Lists a process keeps (more are forgotten: a changed list is a new one).
+const LISTS: usize = 1024;
+
+impl Lists {
+    /// The state of the list `id` (its namespace and what it asks).
+    pub fn state(&self, id: &str) -> Shared {
+        let mut lists = lock(&self.0);
+        if lists.len() >= LISTS && !lists.contains_key(id) {
+            lists.clear();
+        }
+        lists.entry(id.to_string()).or_default().clone()
+    }
 }
 
 /// Models tried in order (see the module's description).
 pub struct Fallback {
     links: Vec<Link>,
     retry_after: Duration,
-    in_use: Mutex<InUse>,
+    in_use: Shared,
     on_switch: OnSwitch,
     /// The switches not yet taken by [`Model::switches`] (the newest [`KEPT`]).
     recent: Mutex<Vec<Switch>>,
@@ -64,7 +96,11 @@ const KEPT: usize = 16;
 pub fn falls_over(failure: Failure) -> bool {
     matches!(
         failure,
-        Failure::Unreachable | Failure::TimedOut | Failure::ServerError | Failure::RateLimited
+        Failure::Unreachable
+            | Failure::TimedOut
+            | Failure::ServerError
+            | Failure::RateLimited
+            | Failure::NoKey
     )
 }
 
@@ -75,13 +111,16 @@ impl Fallback {
         Self {
             links,
             retry_after,
-            in_use: Mutex::new(InUse {
-                index: 0,
-                since: Instant::now(),
-            }),
+            in_use: Shared::default(),
             on_switch,
             recent: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Shares which model is in use with the other agents asking the same list.
+    pub fn sharing(mut self, in_use: Shared) -> Self {
+        self.in_use = in_use;
+        self
     }
 
     /// The models a request tries, in order: from the one in use on, or first the first
@@ -89,7 +128,7 @@ impl Fallback {
     fn order(&self) -> (Vec<usize>, bool) {
         let in_use = lock(&self.in_use);
         let retrying = in_use.index > 0 && in_use.since.elapsed() >= self.retry_after;
-        let from_in_use = in_use.index..self.links.len();
+        let from_in_use = in_use.index.min(self.links.len().saturating_sub(1))..self.links.len();
         if retrying {
             (std::iter::once(0).chain(from_in_use).collect(), true)
         } else {
@@ -108,9 +147,15 @@ impl Fallback {
         if in_use.index == index {
             return;
         }
+        let name = |i: usize| {
+            self.links
+                .get(i)
+                .map(|l| l.name.clone())
+                .unwrap_or_default()
+        };
         let switch = Switch {
-            from: self.links[in_use.index].name.clone(),
-            to: self.links[index].name.clone(),
+            from: name(in_use.index),
+            to: name(index),
             reason,
         };
         *in_use = InUse {
@@ -152,10 +197,12 @@ impl Model for Fallback {
                     return Ok(turn);
                 }
                 Err(e) => {
-                    if retrying && index == 0 {
+                    let retried = retrying && index == 0;
+                    if retried {
                         self.still_failing();
                     }
-                    if streamed || !falls_over(e.failure) || at == last {
+                    // Trying the first again never costs the answer of the one in use.
+                    if streamed || !(retried || falls_over(e.failure)) || at == last {
                         return Err(ModelError::new(
                             e.failure,
                             format!("model {}: {}", link.name, e.detail),
@@ -362,5 +409,88 @@ mod tests {
         assert_eq!(f.in_use().as_deref(), Some("primary"));
         let reasons: Vec<&str> = lock(&told).iter().map(|s| s.reason).collect();
         assert_eq!(reasons, ["server_error", "recovered"]);
+    }
+
+    /// A link whose key cannot be read (its Secret is not mounted).
+    fn keyless(name: &str, url: &str) -> Link {
+        let spec: crate::crd::ModelSpec = serde_yaml::from_str(&format!(
+            "{{provider: openai, name: {name}, baseUrl: '{url}'}}"
+        ))
+        .unwrap();
+        let unreadable: crate::model::ReadKey =
+            Arc::new(|| Err("Secret \"gone\" is not mounted".to_string()));
+        let client =
+            super::super::openai::OpenAi::new(&spec, crate::model::ApiKey::Read(unreadable))
+                .unwrap()
+                .with_backoff(Duration::from_millis(1));
+        Link {
+            name: name.into(),
+            model: Box::new(client),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_that_cannot_be_read_falls_over_without_asking_its_model() {
+        let primary = backup().await;
+        let backup = MockModel::responding(|_| MockTurn::text("from the second"))
+            .await
+            .unwrap();
+        let (f, told) = chain(
+            vec![
+                keyless("first", &primary.base_url),
+                link("second", &backup.base_url, 30),
+            ],
+            Duration::from_secs(3600),
+        );
+        assert_eq!(ask(&f).await.unwrap(), "from the second");
+        assert_eq!(
+            primary.request_count(),
+            0,
+            "a model without its key is not asked"
+        );
+        assert_eq!(lock(&told)[0].reason, "no_key");
+    }
+
+    #[tokio::test]
+    async fn trying_the_first_again_never_costs_the_answer() {
+        // Down (500), then refusing the request (400): asked again, its refusal does not
+        // fail the request, which the model in use answers.
+        let mut turns: Vec<MockTurn> = (0..4)
+            .map(|_| MockTurn::Status(500, "down".into()))
+            .collect();
+        turns.push(MockTurn::Status(400, "not this".into()));
+        let primary = MockModel::start(turns).await.unwrap();
+        let backup = backup().await;
+        let (f, _) = primary_then(&primary, &backup, Duration::from_millis(1));
+        assert_eq!(ask(&f).await.unwrap(), "from backup");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(ask(&f).await.unwrap(), "from backup");
+        assert_eq!(primary.request_count(), 5, "the first was asked again");
+    }
+
+    #[tokio::test]
+    async fn agents_asking_one_list_share_which_model_answers() {
+        let primary = MockModel::responding(failing(500)).await.unwrap();
+        let backup = backup().await;
+        let lists = Lists::default();
+        let shared = || {
+            let (f, _) = primary_then(&primary, &backup, Duration::from_secs(3600));
+            f.sharing(lists.state("ns\nlist"))
+        };
+        let (first, second) = (shared(), shared());
+        assert_eq!(ask(&first).await.unwrap(), "from backup");
+        let tried = primary.request_count();
+        // Another agent of the list (or this one loaded anew) goes to the backup at once.
+        assert_eq!(ask(&second).await.unwrap(), "from backup");
+        assert_eq!(
+            primary.request_count(),
+            tried,
+            "the failing model is not asked again"
+        );
+        assert_eq!(second.in_use().as_deref(), Some("backup"));
+        // Another list is its own.
+        let (other, _) = primary_then(&primary, &backup, Duration::from_secs(3600));
+        let other = other.sharing(lists.state("ns\nanother"));
+        assert_eq!(other.in_use().as_deref(), Some("primary"));
     }
 }

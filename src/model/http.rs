@@ -14,6 +14,8 @@ pub struct Endpoint {
     pub http: reqwest::Client,
     api_key: ApiKey,
     url_password: Option<String>,
+    /// The key last sent (a rotated key echoed by a late error is masked too).
+    sent: std::sync::Mutex<Option<String>>,
 }
 
 impl Endpoint {
@@ -37,24 +39,35 @@ impl Endpoint {
             http,
             api_key,
             url_password,
+            sent: std::sync::Mutex::new(None),
         })
     }
 
     /// The key to send now; a key that cannot be read refuses the call (its Secret is
     /// not mounted, or lacks the key: no other endpoint's key is tried).
     pub fn key(&self) -> Result<Option<String>, (ModelError, Option<Duration>)> {
-        self.api_key.current().map_err(|e| {
+        let key = self.api_key.current().map_err(|e| {
             (
-                ModelError::new(Failure::Unauthorized, format!("the API key: {e}")),
+                ModelError::new(Failure::NoKey, format!("the API key: {e}")),
                 None,
             )
-        })
+        })?;
+        if key.is_some() {
+            *crate::sync::lock(&self.sent) = key.clone();
+        }
+        Ok(key)
     }
 
-    /// An error whose text has every known secret masked (an endpoint may echo the key).
+    /// An error whose text has every known secret masked (an endpoint may echo the key): the
+    /// key last sent, the key now, a password of the base URL.
     pub fn error(&self, failure: Failure, detail: String) -> ModelError {
-        let key = self.api_key.current().ok().flatten();
-        let redactor = Redactor::new(key.iter().chain(self.url_password.iter()));
+        let now = self.api_key.current().ok().flatten();
+        let sent = crate::sync::lock(&self.sent).clone();
+        let redactor = Redactor::new(
+            now.iter()
+                .chain(sent.iter())
+                .chain(self.url_password.iter()),
+        );
         ModelError::new(failure, redactor.redact(&detail))
     }
 
@@ -68,7 +81,10 @@ impl Endpoint {
         let resp = req.send().await.map_err(|e| {
             let detail = crate::report::chain(&e.without_url());
             (
-                self.error(Failure::Unreachable, format!("calling {url}: {detail}")),
+                self.error(
+                    Failure::Unreachable,
+                    format!("calling {}: {detail}", without_credentials(url)),
+                ),
                 None,
             )
         })?;
@@ -89,7 +105,7 @@ impl Endpoint {
         mut on_data: impl FnMut(&str) -> Result<Option<T>, (ModelError, Option<Duration>)>,
     ) -> Result<Option<T>, (ModelError, Option<Duration>)> {
         use futures::StreamExt as _;
-        let url = resp.url().to_string();
+        let url = without_credentials(resp.url().as_str());
         let mut stream = resp.bytes_stream();
         let mut buf: Vec<u8> = Vec::new();
         let mut read = 0usize;
@@ -143,8 +159,20 @@ impl Endpoint {
             .ok()
             .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
             .unwrap_or_else(|| text.chars().take(300).collect());
-        let msg = format!("{url} answered {status}: {detail}");
+        let msg = format!("{} answered {status}: {detail}", without_credentials(url));
         (self.error(failure_for(status.as_u16()), msg), wait)
+    }
+}
+
+/// `url` without the user and password it may carry: what messages name.
+pub fn without_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => "the model's endpoint".to_string(),
     }
 }
 

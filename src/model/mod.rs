@@ -14,6 +14,7 @@ pub mod probe;
 pub mod scripted;
 mod tokens;
 
+pub use http::without_credentials;
 pub use key::{ApiKey, ReadKey};
 pub use tokens::estimate_tokens;
 
@@ -255,11 +256,14 @@ pub enum Failure {
     BadResponse,
     /// The answer was not whole within the call's deadline (`spec.model.timeoutSeconds`).
     TimedOut,
+    /// Its API key could not be read (its Secret is not mounted, or lacks the key): it was
+    /// not asked.
+    NoKey,
 }
 
 impl Failure {
     /// Every failure, in a stable order.
-    pub const ALL: [Failure; 7] = [
+    pub const ALL: [Failure; 8] = [
         Failure::Unauthorized,
         Failure::Unreachable,
         Failure::RateLimited,
@@ -267,6 +271,7 @@ impl Failure {
         Failure::Refused,
         Failure::BadResponse,
         Failure::TimedOut,
+        Failure::NoKey,
     ];
 
     /// Worth retrying the same call soon.
@@ -287,6 +292,7 @@ impl Failure {
             Failure::Refused => "refused",
             Failure::BadResponse => "bad_response",
             Failure::TimedOut => "timed_out",
+            Failure::NoKey => "no_key",
         }
     }
 
@@ -300,6 +306,7 @@ impl Failure {
             Failure::Refused => "Refused",
             Failure::BadResponse => "BadResponse",
             Failure::TimedOut => "TimedOut",
+            Failure::NoKey => "NoKey",
         }
     }
 
@@ -312,6 +319,7 @@ impl Failure {
             Failure::Refused => "the model refused the request",
             Failure::BadResponse => "the model's answer was unusable",
             Failure::TimedOut => "the model did not answer in time",
+            Failure::NoKey => "the model's API key cannot be read",
         }
     }
 
@@ -404,15 +412,43 @@ pub fn client(
     )))
 }
 
+/// Refuses a `spec.model` that names a Model without having been resolved (by the operator
+/// or `agentfleet dev`): its settings are the Model's, and asking anything else would send a
+/// key where it does not belong.
+fn resolved(spec: &ModelSpec) -> Result<(), ModelError> {
+    match (&spec.model_ref, spec.provider) {
+        (Some(name), None) => Err(ModelError::new(
+            Failure::Refused,
+            format!(
+                "spec.model.ref names Model {name:?}, which the operator and `agentfleet dev` resolve: run the agent under either, or give its model's settings inline"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The first model of a `spec.model` alone (a rehearsal asks no fallback), with `api_key`.
+pub fn first_of(
+    spec: &ModelSpec,
+    agent_name: &str,
+    api_key: ApiKey,
+) -> Result<Box<dyn Model>, ModelError> {
+    resolved(spec)?;
+    client(&spec.settings, agent_name, api_key)
+}
+
 /// The model a resolved `spec.model` ([`crate::models`]) names: its first model alone, or with
-/// fallbacks a [`fallback::Fallback`] over them in order, telling `on_switch` of each change.
+/// fallbacks a [`fallback::Fallback`] over them in order, telling `on_switch` of each change
+/// and sharing which answers with other agents through `shared`.
 /// `key` gives each model's key (its index, its settings): its own, never another's.
 pub fn from_spec(
     spec: &ModelSpec,
     agent_name: &str,
     key: &dyn Fn(usize, &ModelSettings) -> ApiKey,
     on_switch: fallback::OnSwitch,
+    shared: Option<fallback::Shared>,
 ) -> Result<Box<dyn Model>, ModelError> {
+    resolved(spec)?;
     if spec.fallback.is_empty() {
         return client(&spec.settings, agent_name, key(0, &spec.settings));
     }
@@ -427,11 +463,13 @@ pub fn from_spec(
             })
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
-    let retry_after =
-        std::time::Duration::from_secs(u64::from(spec.retry_after_seconds.unwrap_or(300)));
-    Ok(Box::new(fallback::Fallback::new(
-        links,
-        retry_after,
-        on_switch,
-    )))
+    let retry_after = std::time::Duration::from_secs(u64::from(
+        spec.retry_after_seconds
+            .unwrap_or(crate::crd::DEFAULT_RETRY_AFTER_SECONDS),
+    ));
+    let list = fallback::Fallback::new(links, retry_after, on_switch);
+    Ok(Box::new(match shared {
+        Some(in_use) => list.sharing(in_use),
+        None => list,
+    }))
 }

@@ -63,6 +63,11 @@ impl OpenAi {
         self.endpoint.error(failure, detail)
     }
 
+    /// The endpoint as messages name it (no credentials).
+    fn shown(&self) -> String {
+        super::http::without_credentials(&self.url)
+    }
+
     /// Sends `key` as `prompt_cache_key` (the agent's identity), so that the provider routes
     /// the agent's requests to where their shared prefix is cached.
     pub fn with_cache_key(mut self, key: &str) -> Self {
@@ -158,7 +163,7 @@ impl OpenAi {
                         (
                             self.error(
                                 Failure::BadResponse,
-                                format!("malformed stream chunk from {}: {e}", self.url),
+                                format!("malformed stream chunk from {}: {e}", self.shown()),
                             ),
                             None,
                         )
@@ -173,7 +178,7 @@ impl OpenAi {
             Err((
                 self.error(
                     Failure::Unreachable,
-                    format!("{} closed the stream without an answer", self.url),
+                    format!("{} closed the stream without an answer", self.shown()),
                 ),
                 None,
             ))

@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
-use super::http::Endpoint;
+use super::http::{without_credentials, Endpoint};
 use super::{ApiKey, Failure};
 use crate::crd::{ModelProvider, ModelSettings};
 
 /// The most a probe takes.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of what a probe says (a server's error is cut to it).
+pub const MAX_MESSAGE: usize = 1024;
 /// The most of a model list read.
 pub const MAX_LIST_BYTES: usize = 1 << 20;
 
@@ -72,7 +74,11 @@ pub async fn probe(settings: &ModelSettings, key: ApiKey) -> Probe {
     )
     .await
     {
-        Ok(probe) => probe,
+        // A server's words, bounded: they go into a status and an Event.
+        Ok(probe) => Probe {
+            message: crate::names::cut(&probe.message, MAX_MESSAGE),
+            ..probe
+        },
         Err(_) => Probe {
             ok: false,
             reason: "TimedOut",
@@ -118,7 +124,7 @@ async fn ask(base: &str, url: &str, provider: ModelProvider, key: ApiKey, name: 
         Err((e, _)) => {
             let status_answered = e.failure != Failure::Unreachable;
             let reason = match e.failure {
-                Failure::Unauthorized => "KeyRefused",
+                Failure::Unauthorized | Failure::NoKey => "KeyRefused",
                 Failure::RateLimited => "RateLimited",
                 Failure::ServerError => "ServerError",
                 Failure::Unreachable => "Unreachable",
@@ -144,18 +150,6 @@ async fn ask(base: &str, url: &str, provider: ModelProvider, key: ApiKey, name: 
             Some(false) => format!("{shown} answers, but does not list {name} among its models"),
             None => format!("{shown} answers"),
         },
-    }
-}
-
-/// `url` without the user and password it may carry.
-fn without_credentials(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        Err(_) => "the model's endpoint".to_string(),
     }
 }
 

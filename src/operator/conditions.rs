@@ -73,7 +73,10 @@ async fn check_link(secrets: &Api<Secret>, model: &ModelSettings) -> Result<Cond
             Cond::ok(
                 MODEL_CONFIGURED,
                 "NoKeyNeeded",
-                format!("{url} is called without an API key"),
+                format!(
+                    "{} is called without an API key",
+                    crate::model::without_credentials(url)
+                ),
             )
         } else {
             Cond::ok(

@@ -84,13 +84,14 @@ pub async fn reconcile(rehearsal: Arc<Rehearsal>, ctx: Arc<Context>) -> Result<A
     let mut problems = validate(&key.name, &candidate.spec);
     // Its Job reads the candidate's model as a worker would: its Model resolved (a rehearsal
     // asks the first model of a list).
-    let candidate = match super::model::resolve(&candidate, &ctx.models.state()) {
+    let mut candidate = match super::model::resolve(&candidate, &ctx.models.state()) {
         Ok(resolved) => resolved,
         Err(problem) => {
             problems.push(problem.to_string());
             candidate
         }
     };
+    crate::models::first_only(&mut candidate.spec.model);
     if !problems.is_empty() {
         let why = format!("the candidate is not valid: {}", problems.join("; "));
         run.failed("InvalidCandidate", why).await?;

@@ -110,14 +110,12 @@ pub(super) fn pools_of_namespace(
         .collect()
 }
 
-/// Models in `agent`'s namespace, when it names one (their status lists their agents).
+/// Models in `agent`'s namespace (their status lists their agents; one that stopped naming
+/// a Model leaves its list too).
 pub(super) fn models_of_namespace(
     models: &Cache<ModelResource>,
     agent: &Agent,
 ) -> Vec<ObjectRef<ModelResource>> {
-    if agent.spec.model.model_ref.is_none() {
-        return Vec::new();
-    }
     let ns = agent.namespace();
     models
         .state()
@@ -142,25 +140,25 @@ pub(super) fn other_models(
         .collect()
 }
 
-/// Models whose spec changed (a new generation): not their status writes (a probe's).
+/// Models made, changed (a new generation) or deleted: not their status writes (a probe's).
 pub(super) fn model_spec_changes(
     api: Api<ModelResource>,
     config: watcher::Config,
 ) -> impl futures::Stream<Item = Result<ModelResource, watcher::Error>> + Send + 'static {
     watcher(api, config)
         .default_backoff()
-        .applied_objects()
+        .touched_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default())
 }
 
-/// Agents whose spec changed (a new generation): not their status writes.
+/// Agents made, changed (a new generation) or deleted: not their status writes.
 pub(super) fn agent_spec_changes(
     api: Api<Agent>,
     config: watcher::Config,
 ) -> impl futures::Stream<Item = Result<Agent, watcher::Error>> + Send + 'static {
     watcher(api, config)
         .default_backoff()
-        .applied_objects()
+        .touched_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default())
 }
 

@@ -32,29 +32,30 @@ pub struct Host {
     pub callback_url: Option<String>,
     /// Where checkpoints are archived.
     pub archive: Option<crate::archive::Archive>,
+    /// Which model of each fallback list answers, shared by the agents that ask it.
+    pub lists: crate::model::fallback::Lists,
 }
 
-/// The key of the `index`th model of an agent's list: the process's own (`given`,
-/// `AGENTFLEET_MODEL_API_KEY` outside a pod) for the first model, else the model's Secret,
-/// read at each request (a rotated key is used without a restart). A model never gets
-/// another's key.
+/// The key of the `index`th model of an agent's list: its Secret's, read at each request (a
+/// rotated key is used without a restart); for the first model, the process's own (`given`,
+/// `AGENTFLEET_MODEL_API_KEY` outside a pod) when it names no Secret it can read. A model
+/// never gets another's key.
 pub fn model_key(
     given: Option<&str>,
     secrets: &Secrets,
     index: usize,
     settings: &ModelSettings,
 ) -> ApiKey {
-    if let (0, Some(k)) = (index, given) {
-        return ApiKey::Given(k.to_string());
-    }
+    let given = given.filter(|_| index == 0).map(str::to_string);
     let Some(r) = settings.api_key_secret_ref.clone() else {
-        return ApiKey::None;
+        return given.map_or(ApiKey::None, ApiKey::Given);
     };
     let secrets = secrets.clone();
-    ApiKey::Read(Arc::new(move || {
-        secrets
-            .value(&r.name, &r.key)
-            .map_err(|e| format!("{e} (apiKeySecretRef)"))
+    ApiKey::Read(Arc::new(move || match secrets.value(&r.name, &r.key) {
+        Ok(key) => Ok(key),
+        Err(e) => given
+            .clone()
+            .ok_or_else(|| format!("{e} (apiKeySecretRef)")),
     }))
 }
 
@@ -81,11 +82,6 @@ impl Host {
     pub fn model(&self, agent: &Agent) -> anyhow::Result<Box<dyn crate::model::Model>> {
         let key = key_of(agent);
         let secrets = self.secrets_of(&key.namespace);
-        if let (Some(name), None) = (&agent.spec.model.model_ref, agent.spec.model.provider) {
-            anyhow::bail!(
-                "agent {key}: spec.model.ref names Model {name:?}, which the operator and `agentfleet dev` resolve: run it under either, or give its model's settings inline"
-            );
-        }
         let given = self.api_key.as_deref();
         let switched = self.metrics.model_fallbacks.clone();
         let who = key.clone();
@@ -95,11 +91,16 @@ impl Host {
                 .inc();
             tracing::warn!(agent = %who, from = %s.from, to = %s.to, reason = s.reason, "the agent's model changed");
         });
+        // The same list in the same namespace (its settings included) is one list.
+        let list = serde_json::to_string(&agent.spec.model).unwrap_or_default();
+        let shared = (!agent.spec.model.fallback.is_empty())
+            .then(|| self.lists.state(&format!("{}\n{list}", key.namespace)));
         crate::model::from_spec(
             &agent.spec.model,
             &key.name,
             &|i, settings| model_key(given, &secrets, i, settings),
             on_switch,
+            shared,
         )
         .with_context(|| format!("agent {key}: model"))
     }

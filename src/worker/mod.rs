@@ -210,6 +210,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .into(),
         callback_url: args.runtime.callback_url.clone(),
         archive,
+        lists: Default::default(),
     };
     // A model that cannot be made is refused now, not at the agent's first wake.
     host.model(&agent)?;

@@ -68,6 +68,11 @@ impl Anthropic {
         self.endpoint.error(failure, detail)
     }
 
+    /// The endpoint as messages name it (no credentials).
+    fn shown(&self) -> String {
+        super::http::without_credentials(&self.url)
+    }
+
     async fn attempt(
         &self,
         body: &Body,
@@ -91,7 +96,7 @@ impl Anthropic {
                     (
                         self.error(
                             Failure::BadResponse,
-                            format!("malformed stream event from {}: {e}", self.url),
+                            format!("malformed stream event from {}: {e}", self.shown()),
                         ),
                         None,
                     )
@@ -124,7 +129,7 @@ impl Anthropic {
             None => Err((
                 self.error(
                     Failure::Unreachable,
-                    format!("{} closed the stream before message_stop", self.url),
+                    format!("{} closed the stream before message_stop", self.shown()),
                 ),
                 None,
             )),

@@ -43,6 +43,15 @@ pub(super) fn manifest_volume(configmap: String) -> (Volume, VolumeMount) {
     )
 }
 
+/// The Secrets of the keys of `spec`'s models (resolved) that its tools do not mount too.
+fn key_secrets(spec: &AgentSpec) -> Vec<&str> {
+    let tools = spec.tools.secrets();
+    crate::models::key_secrets(&spec.model)
+        .into_iter()
+        .filter(|s| !tools.contains(s))
+        .collect()
+}
+
 /// The Secrets a worker of `spec` (its model resolved) mounts at
 /// `/etc/agentfleet/secrets/NAME`: its models' keys (read at each request, so that a rotated
 /// key is used without a restart) and its tools' `headersFrom`.
@@ -82,8 +91,9 @@ pub fn deployment(
             ],
             env: Vec::new(),
             config,
-            secrets: mounted_secrets(spec),
+            secrets: spec.tools.secrets(),
             secrets_optional: false,
+            optional_secrets: key_secrets(spec),
             default_resources: pod::default_resources(),
         },
         defaults,

@@ -37,6 +37,10 @@ pub(super) struct Pod<'a> {
     /// Whether the pod starts without them (a pool's: one agent's missing Secret must not
     /// keep the others from running).
     pub secrets_optional: bool,
+    /// More Secrets mounted at `SECRETS_DIR/NAME`, the pod starting without them (models'
+    /// keys: read at each request, a missing one fails only its model, which a fallback
+    /// stands in for; one created later is mounted in place).
+    pub optional_secrets: Vec<&'a str>,
     /// The resources unless the spec sets them.
     pub default_resources: ResourceRequirements,
 }
@@ -51,6 +55,7 @@ pub(super) fn pod_spec(pod: Pod<'_>, defaults: &WorkerDefaults) -> PodSpec {
         config: (config_volume, config_mount),
         secrets,
         secrets_optional,
+        optional_secrets,
         default_resources,
     } = pod;
     let mut env = vec![defaults.redis.env(name)];
@@ -99,7 +104,10 @@ pub(super) fn pod_spec(pod: Pod<'_>, defaults: &WorkerDefaults) -> PodSpec {
             ..EnvVar::default()
         });
     }
-    let (secret_volumes, secret_mounts) = secret_volumes(&secrets, secrets_optional);
+    let (mut secret_volumes, mut secret_mounts) = secret_volumes(&secrets, secrets_optional);
+    let (more_volumes, more_mounts) = self::secret_volumes(&optional_secrets, true);
+    secret_volumes.extend(more_volumes);
+    secret_mounts.extend(more_mounts);
     env.extend(worker.env.iter().cloned().map(|mut e| {
         // The API server's default, spelled out (see AGENTFLEET_POD_NAME above).
         if let Some(f) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {

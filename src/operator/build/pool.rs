@@ -233,6 +233,7 @@ pub fn pool_deployment(
             config,
             secrets: secrets.clone(),
             secrets_optional: true,
+            optional_secrets: Vec::new(),
             default_resources: pool_resources(),
         },
         defaults,

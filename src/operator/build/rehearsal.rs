@@ -103,6 +103,7 @@ pub fn rehearsal_objects(
             // Nothing is called: no tool's Secret is needed.
             secrets: Vec::new(),
             secrets_optional: false,
+            optional_secrets: Vec::new(),
             default_resources: pod::default_resources(),
         },
         defaults,

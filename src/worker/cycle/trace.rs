@@ -101,7 +101,7 @@ pub(super) fn step_ended(
     first_chunk: Option<Duration>,
     model: &str,
 ) {
-    // The Model of its list that was asked last (the first, or a fallback).
+    // The model of its list that was asked last (the first, or a fallback): its Model's name.
     span.set_attribute("agentfleet.model", model.to_string());
     if let Some(d) = first_chunk {
         span.set_attribute("agentfleet.time_to_first_chunk_ms", millis(d));

@@ -105,6 +105,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         secrets: [(args.namespace.clone(), secrets)].into(),
         callback_url: args.runtime.callback_url.clone(),
         archive: args.runtime.archive.open()?,
+        lists: Default::default(),
     };
     info!(pool = %args.name, namespace = %args.namespace, agents = agents.len(), "pool starting");
     let usize_of = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);

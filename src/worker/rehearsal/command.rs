@@ -175,7 +175,7 @@ async fn rehearse(
             crate::model::API_KEY_ENV
         );
     }
-    let model = crate::model::client(&candidate.spec.model.settings, &key.name, api_key.into())
+    let model = crate::model::first_of(&candidate.spec.model, &key.name, api_key.into())
         .context("the candidate's model")?;
     let rehearsal = Rehearsal {
         key: key.clone(),
@@ -211,6 +211,27 @@ async fn rehearse(
 
 /// The candidate: the file's manifest or the cluster's Agent, with the flags applied, and
 /// checked against the Agent schema.
+/// `model` (naming a Model) resolved with the Models of `namespace` in the cluster.
+async fn resolved_from_cluster(
+    model: &crate::crd::ModelSpec,
+    namespace: &str,
+) -> anyhow::Result<crate::crd::ModelSpec> {
+    let client = kube::Client::try_default()
+        .await
+        .context("the agent names a Model (spec.model.ref), and no cluster to read it from")?;
+    let api: kube::Api<crate::crd::ModelResource> = kube::Api::namespaced(client, namespace);
+    let listed = api
+        .list(&kube::api::ListParams::default())
+        .await
+        .with_context(|| format!("reading the Models of namespace {namespace}"))?;
+    let models: crate::models::Models<'_> = listed
+        .items
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
+        .collect();
+    crate::models::resolve(model, &models).map_err(|p| anyhow::anyhow!("the agent's model: {p}"))
+}
+
 async fn candidate(args: &Args, key: &AgentKey) -> anyhow::Result<Agent> {
     let mut agent = match &args.file {
         Some(path) => crate::worker::load_manifest(path)?,
@@ -226,6 +247,10 @@ async fn candidate(args: &Args, key: &AgentKey) -> anyhow::Result<Agent> {
     };
     agent.metadata.namespace = Some(key.namespace.clone());
     agent.metadata.name = Some(key.name.clone());
+    if agent.spec.model.model_ref.is_some() && agent.spec.model.provider.is_none() {
+        agent.spec.model = resolved_from_cluster(&agent.spec.model, &key.namespace).await?;
+    }
+    crate::models::first_only(&mut agent.spec.model);
     if let Some(model) = &args.model {
         agent.spec.model.name = model.clone();
     }

@@ -333,19 +333,28 @@ pub struct InPlace<'a> {
     pub criteria: &'a Criteria,
 }
 
-/// Runs `request` on the recorded cycles of `live` (the agent's manifest as it runs) in
-/// `store`, with the model key `api_key`, and keeps the report there (how `agentfleet dev`
+/// Runs `request` on the recorded cycles of `live` (the agent's manifest as it runs, its model
+/// resolved) in `store`, a candidate naming a Model resolved with `models`, its first model
+/// asked with the key `api_key` gives it, and keeps the report there (how `agentfleet dev`
 /// rehearses in place). `Err` says in a sentence why it could not start.
 pub async fn in_place(
     store: &dyn Store,
     live: &Agent,
     request: InPlace<'_>,
-    api_key: Option<String>,
+    models: &crate::models::Models<'_>,
+    api_key: &(dyn Fn(&crate::crd::ModelSettings) -> crate::model::ApiKey + Sync),
 ) -> Result<Recorded, String> {
     let key = crate::worker::host::key_of(live);
     let mut candidate = live.clone();
     candidate.status = None;
     request.change.apply(&mut candidate.spec);
+    let model = &candidate.spec.model;
+    if model.model_ref.is_some() && model.provider.is_none() {
+        // A candidate naming another Model: resolved as the agent's own was.
+        candidate.spec.model = crate::models::resolve(model, models)
+            .map_err(|p| format!("the candidate's model: {p}"))?;
+    }
+    crate::models::first_only(&mut candidate.spec.model);
     check_candidate(&candidate)?;
     let shares = [
         request.criteria.min_reply_agreement,
@@ -354,7 +363,8 @@ pub async fn in_place(
     if shares.iter().any(|x| !(0.0..=1.0).contains(x)) {
         return Err("criteria: the agreements are shares between 0 and 1".into());
     }
-    let model = crate::model::client(&candidate.spec.model.settings, &key.name, api_key.into())
+    let first = &candidate.spec.model;
+    let model = crate::model::first_of(first, &key.name, api_key(&first.settings))
         .map_err(|e| format!("the candidate's model: {e}"))?;
     let rehearsal = Rehearsal {
         key: key.clone(),

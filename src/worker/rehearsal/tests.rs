@@ -271,3 +271,52 @@ async fn an_agent_without_records_has_nothing_to_rehearse() {
         "fam/alice has no cycle records to rehearse (yet, or spec.cycle.records.keep is 0)"
     );
 }
+
+/// In place (as `agentfleet dev` rehearses): an agent whose model is a resolved Model list is
+/// rehearsed on its first model only; a candidate naming another Model is resolved with the
+/// Models given, and one naming a Model that is not there is refused saying so.
+#[tokio::test]
+async fn in_place_a_model_list_is_rehearsed_on_its_first_model_and_a_named_candidate_resolved() {
+    let store = lived().await;
+    let mut live = alice(SCRIPTED);
+    live.spec.model = serde_yaml::from_str(
+        "{ref: mind, provider: scripted, name: scripted, retryAfterSeconds: 60, fallback: [{model: spare, settings: {provider: scripted, name: spare}}]}",
+    )
+    .unwrap();
+    let other: crate::crd::ModelResourceSpec =
+        serde_yaml::from_str("{provider: scripted, name: scripted}").unwrap();
+    let models: crate::models::Models<'_> = [("other", &other)].into_iter().collect();
+    let criteria = Criteria::default();
+    let key = |_: &crate::crd::ModelSettings| crate::model::ApiKey::None;
+    let run = |name: &'static str, change: &'static str| {
+        let change: crate::crd::Candidate = serde_yaml::from_str(change).unwrap();
+        (name, change)
+    };
+    for (name, change) in [run("same", "{}"), run("named", "{model: {ref: other}}")] {
+        let request = super::InPlace {
+            name,
+            change: &change,
+            cycles: 3,
+            criteria: &criteria,
+        };
+        let recorded = super::in_place(store.as_ref(), &live, request, &models, &key)
+            .await
+            .unwrap();
+        let report = recorded.report.unwrap();
+        assert!(report.summary.passed, "{name}: {:?}", report.summary);
+    }
+    let (name, change) = run("lost", "{model: {ref: gone}}");
+    let request = super::InPlace {
+        name,
+        change: &change,
+        cycles: 3,
+        criteria: &criteria,
+    };
+    let refused = super::in_place(store.as_ref(), &live, request, &models, &key)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        "the candidate's model: spec.model.ref: no Model \"gone\" in this namespace"
+    );
+}
