@@ -27,6 +27,15 @@ use crate::crd::ModelSettings;
 /// The public endpoint when an Agent names no `baseUrl`.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
+/// The base URL of `spec`'s endpoint (without a trailing `/`).
+pub(crate) fn base_of(spec: &ModelSettings) -> String {
+    spec.base_url
+        .as_deref()
+        .unwrap_or(DEFAULT_BASE_URL)
+        .trim_end_matches('/')
+        .to_string()
+}
+
 /// An OpenAI-compatible provider.
 pub struct OpenAi {
     /// The client, the key, and what keeps secrets out of errors.
@@ -43,11 +52,8 @@ pub struct OpenAi {
 impl OpenAi {
     /// A provider for the Agent's model spec.
     pub fn new(spec: &ModelSettings, api_key: ApiKey) -> Result<Self, ModelError> {
-        let base = spec
-            .base_url
-            .as_deref()
-            .unwrap_or(DEFAULT_BASE_URL)
-            .trim_end_matches('/');
+        let base = base_of(spec);
+        let base = base.as_str();
         Ok(Self {
             endpoint: Endpoint::new(base, api_key)?,
             url: format!("{base}/chat/completions"),

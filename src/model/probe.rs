@@ -42,7 +42,7 @@ pub struct Probe {
 /// Asks the provider of `settings` for its models with `key`.
 pub async fn probe(settings: &ModelSettings, key: ApiKey) -> Probe {
     let provider = settings.provider();
-    let base = match provider {
+    let (base, url) = match provider {
         ModelProvider::Scripted => {
             return Probe {
                 ok: true,
@@ -50,23 +50,16 @@ pub async fn probe(settings: &ModelSettings, key: ApiKey) -> Probe {
                 message: "the scripted model is built in".into(),
             }
         }
-        ModelProvider::Openai => settings
-            .base_url
-            .as_deref()
-            .unwrap_or(super::openai::DEFAULT_BASE_URL),
-        ModelProvider::Anthropic => settings
-            .base_url
-            .as_deref()
-            .unwrap_or(super::anthropic::DEFAULT_BASE_URL),
-    }
-    .trim_end_matches('/')
-    .to_string();
-    let url = match provider {
-        ModelProvider::Anthropic => match base.strip_suffix("/v1") {
-            Some(root) => format!("{root}/v1/models"),
-            None => format!("{base}/v1/models"),
-        },
-        _ => format!("{base}/models"),
+        ModelProvider::Openai => {
+            let base = super::openai::base_of(settings);
+            let url = format!("{base}/models");
+            (base, url)
+        }
+        ModelProvider::Anthropic => {
+            let base = super::anthropic::base_of(settings);
+            let url = super::anthropic::url_of(&base, "models");
+            (base, url)
+        }
     };
     match tokio::time::timeout(
         PROBE_TIMEOUT,

@@ -35,21 +35,30 @@ pub struct Anthropic {
     caching: bool,
 }
 
+/// The base URL of `spec`'s endpoint (without a trailing `/`).
+pub(crate) fn base_of(spec: &ModelSettings) -> String {
+    spec.base_url
+        .as_deref()
+        .unwrap_or(DEFAULT_BASE_URL)
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// The URL of API `path` (`messages`, `models`) at `base`, which may end in `/v1` or not.
+pub(crate) fn url_of(base: &str, path: &str) -> String {
+    match base.strip_suffix("/v1") {
+        Some(root) => format!("{root}/v1/{path}"),
+        None => format!("{base}/v1/{path}"),
+    }
+}
+
 impl Anthropic {
     /// A provider for the Agent's model spec (`baseUrl` with or without `/v1`).
     pub fn new(spec: &ModelSettings, api_key: ApiKey) -> Result<Self, ModelError> {
-        let base = spec
-            .base_url
-            .as_deref()
-            .unwrap_or(DEFAULT_BASE_URL)
-            .trim_end_matches('/');
-        let url = match base.strip_suffix("/v1") {
-            Some(root) => format!("{root}/v1/messages"),
-            None => format!("{base}/v1/messages"),
-        };
+        let base = base_of(spec);
         Ok(Self {
-            endpoint: Endpoint::new(base, api_key)?,
-            url,
+            endpoint: Endpoint::new(&base, api_key)?,
+            url: url_of(&base, "messages"),
             model: spec.name.clone(),
             max_tokens: spec.max_output_tokens(),
             temperature: spec.temperature,
