@@ -164,6 +164,15 @@ impl Endpoint {
     }
 }
 
+/// The base URL of `spec`'s endpoint, `default` when it names none (without a trailing `/`).
+pub fn base_of(spec: &crate::crd::ModelSettings, default: &str) -> String {
+    spec.base_url
+        .as_deref()
+        .unwrap_or(default)
+        .trim_end_matches('/')
+        .to_string()
+}
+
 /// `url` without the user and password it may carry: what messages name.
 pub fn without_credentials(url: &str) -> String {
     match reqwest::Url::parse(url) {

@@ -29,11 +29,7 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// The base URL of `spec`'s endpoint (without a trailing `/`).
 pub(crate) fn base_of(spec: &ModelSettings) -> String {
-    spec.base_url
-        .as_deref()
-        .unwrap_or(DEFAULT_BASE_URL)
-        .trim_end_matches('/')
-        .to_string()
+    super::http::base_of(spec, DEFAULT_BASE_URL)
 }
 
 /// An OpenAI-compatible provider.

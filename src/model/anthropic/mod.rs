@@ -37,11 +37,7 @@ pub struct Anthropic {
 
 /// The base URL of `spec`'s endpoint (without a trailing `/`).
 pub(crate) fn base_of(spec: &ModelSettings) -> String {
-    spec.base_url
-        .as_deref()
-        .unwrap_or(DEFAULT_BASE_URL)
-        .trim_end_matches('/')
-        .to_string()
+    super::http::base_of(spec, DEFAULT_BASE_URL)
 }
 
 /// The URL of API `path` (`messages`, `models`) at `base`, which may end in `/v1` or not.
