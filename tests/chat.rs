@@ -457,6 +457,33 @@ fn draw_until(rx: &mpsc::Receiver<Vec<u8>>, screen: &mut vt100::Parser, want: &s
     }
 }
 
+/// Feeds output into `screen` until the cursor is two rows below its last written row (the
+/// blank line after it drawn).
+fn settle_below(rx: &mpsc::Receiver<Vec<u8>>, screen: &mut vt100::Parser, cols: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let last = screen
+            .screen()
+            .rows(0, cols)
+            .enumerate()
+            .filter(|(_, row)| !row.trim().is_empty())
+            .map(|(i, _)| i)
+            .last()
+            .and_then(|r| u16::try_from(r).ok());
+        if last.is_some_and(|r| screen.screen().cursor_position().0 >= r + 2) {
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(chunk) = rx.recv_timeout(left) else {
+            panic!(
+                "no blank line below the text within 20s:\n{}",
+                screen.screen().contents()
+            );
+        };
+        screen.process(&chunk);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_each_typed_line_shows_once() {
     let f = Fixture::start("tty", "Family", &[(HUSAM, "husam", "Husam")]).await;
@@ -469,6 +496,8 @@ async fn on_a_terminal_each_typed_line_shows_once() {
     let size = |n| std::num::NonZeroU16::new(n).unwrap();
     let mut screen = vt100::Parser::new(size(rows), size(cols), 0);
     draw_until(&rx, &mut screen, "Ctrl-D leaves");
+    // And the blank line after it: typed before it is drawn, the echo would land above it.
+    settle_below(&rx, &mut screen, cols);
 
     let short = "hello from the terminal";
     // Longer than the terminal is wide: its echo takes three rows.
