@@ -14,8 +14,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentfleet::identity::SpaceKey;
@@ -76,35 +75,19 @@ async fn main() {
             .await
             .unwrap();
     }
-    let mut child = common::Kill(
-        Command::new(&bin)
-            .args([
-                "pool",
-                "--namespace",
-                "default",
-                "--name",
-                "bench",
-                "--agents",
-            ])
-            .arg(&dir)
-            .args(["--metrics-addr", "127.0.0.1:0", "--redis", &url])
-            .env("RUST_LOG", "info")
-            .env("AGENTFLEET_LOG_FORMAT", "text")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let (tx, rx) = std::sync::mpsc::channel();
-    let err = child.0.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if line.contains("listening for wake signals") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
+    let mut command = Command::new(&bin);
+    command
+        .args([
+            "pool",
+            "--namespace",
+            "default",
+            "--name",
+            "bench",
+            "--agents",
+        ])
+        .arg(&dir)
+        .args(["--metrics-addr", "127.0.0.1:0", "--redis", &url]);
+    let child = agentfleet::testing::spawn_listening(&mut command, Duration::from_secs(60))
         .expect("never started");
 
     // Every slow agent wakes and waits on its model.

@@ -560,12 +560,7 @@ impl gateway::rehearsals::Rehearser for DevRehearser {
             cycles: request.cycles,
             criteria: &request.criteria,
         };
-        let models: crate::models::Models<'_> = self
-            .models
-            .iter()
-            .filter(|m| m.metadata.namespace.as_deref() == Some(agent.namespace.as_str()))
-            .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
-            .collect();
+        let models = crate::models::of_namespace(&self.models, &agent.namespace);
         let secrets = self
             .secrets
             .get(&agent.namespace)

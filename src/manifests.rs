@@ -91,11 +91,7 @@ impl Manifests {
 
     /// The Models of `namespace`, by name.
     fn models_of(&self, namespace: &str) -> crate::models::Models<'_> {
-        self.models
-            .iter()
-            .filter(|m| m.metadata.namespace.as_deref() == Some(namespace))
-            .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
-            .collect()
+        crate::models::of_namespace(&self.models, namespace)
     }
 
     /// The Secrets an agent of `namespace` may read (name → key → value).

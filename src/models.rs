@@ -20,7 +20,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::crd::{ModelLink, ModelProvider, ModelResourceSpec, ModelSettings, ModelSpec};
+use crate::crd::{
+    ModelLink, ModelProvider, ModelResource, ModelResourceSpec, ModelSettings, ModelSpec,
+};
 
 /// The most fallbacks one agent's list holds, with the fallbacks' own lists (the schema's
 /// bound on one Model's `fallback`).
@@ -52,6 +54,21 @@ impl fmt::Display for Problem {
 
 /// The Models of one namespace, by name.
 pub type Models<'a> = BTreeMap<&'a str, &'a ModelResourceSpec>;
+
+/// The Models of `namespace` among `models` (those being deleted are gone already).
+pub fn of_namespace<'a>(
+    models: impl IntoIterator<Item = &'a ModelResource>,
+    namespace: &str,
+) -> Models<'a> {
+    models
+        .into_iter()
+        .filter(|m| {
+            m.metadata.namespace.as_deref() == Some(namespace)
+                && m.metadata.deletion_timestamp.is_none()
+        })
+        .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
+        .collect()
+}
 
 /// The Models `name` asks in order, itself first; or the first problem on the way, with the
 /// path in the Model at fault (and that Model's name).

@@ -356,6 +356,37 @@ impl SseReader {
     }
 }
 
+/// Spawns `command` (`agentfleet worker` or `pool`), logging as text at `info`, and returns it
+/// once it says it listens for wake signals (within `within`).
+pub fn spawn_listening(command: &mut Command, within: std::time::Duration) -> Result<Kill, String> {
+    use std::io::BufRead as _;
+    let mut child = Kill(
+        command
+            .env("RUST_LOG", "info")
+            .env("AGENTFLEET_LOG_FORMAT", "text")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting {:?}: {e}", command.get_program()))?,
+    );
+    let err = child
+        .0
+        .stderr
+        .take()
+        .ok_or("the process has no standard error")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("listening for wake signals") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(within)
+        .map_err(|_| format!("the process never listened for wake signals within {within:?}"))?;
+    Ok(child)
+}
+
 /// `BIN worker` for the agent of `manifest` on the Redis at `redis_url`: a one-second lease
 /// (a killed worker's successor takes over at once), metrics on a free loopback port, stdout
 /// dropped. The caller decides stderr and spawns it.

@@ -6,11 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentfleet::identity::{AgentKey, SpaceKey};
@@ -82,19 +81,12 @@ async fn provider(failing: Arc<AtomicU16>) -> MockModel {
     .unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts `agentfleet ARGS` on Redis `url` with its Secrets mounted at `secrets`; returns it
 /// once it hears wake signals, and its metrics port.
 fn start(args: &[&str], path: &Path, url: &str, secrets: &Path) -> (Kill, u16) {
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentfleet"))
+    let port = agentfleet::testing::free_port().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentfleet"));
+    command
         .args(args)
         .arg(path)
         .args([
@@ -108,25 +100,9 @@ fn start(args: &[&str], path: &Path, url: &str, secrets: &Path) -> (Kill, u16) {
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .arg("--secrets-dir")
         .arg(secrets)
-        .env("RUST_LOG", "info")
-        .env("AGENTFLEET_LOG_FORMAT", "text")
-        .env_remove("AGENTFLEET_MODEL_API_KEY")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if line.contains("listening for wake signals") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the process never listened for wake signals");
-    (Kill(child), port)
+        .env_remove("AGENTFLEET_MODEL_API_KEY");
+    let process = agentfleet::testing::spawn_listening(&mut command, Duration::from_secs(30));
+    (process.unwrap(), port)
 }
 
 async fn replies(store: &RedisStore) -> usize {

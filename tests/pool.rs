@@ -3,9 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failing loudly is the point
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentfleet::identity::SpaceKey;
@@ -69,35 +67,17 @@ fn worker(manifest: &std::path::Path, url: &str, identity: &str) -> Kill {
 /// Starts `command` (a process that runs agents) on Redis `url` as `identity`; returns it once
 /// it hears wake signals.
 fn listening(mut command: Command, url: &str, identity: &str) -> Kill {
-    let mut child = command
-        .args([
-            "--redis",
-            url,
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--identity",
-            identity,
-            "--lease-seconds",
-            "2",
-        ])
-        .env("RUST_LOG", "info")
-        .env("AGENTFLEET_LOG_FORMAT", "text")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if line.contains("listening for wake signals") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the process never listened for wake signals");
-    Kill(child)
+    command.args([
+        "--redis",
+        url,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--identity",
+        identity,
+        "--lease-seconds",
+        "2",
+    ]);
+    agentfleet::testing::spawn_listening(&mut command, Duration::from_secs(30)).unwrap()
 }
 
 /// Stops a process as Kubernetes does (SIGTERM: the cycle under way finishes first).

@@ -33,13 +33,9 @@ const AGENTS_SHOWN: usize = 100;
 /// Failures a status keeps.
 const ERRORS_KEPT: usize = 5;
 
-/// The Models of namespace `ns` (those being deleted are gone already).
+/// The Models of namespace `ns`.
 pub fn table<'a>(models: &'a [Arc<ModelResource>], ns: &str) -> Models<'a> {
-    models
-        .iter()
-        .filter(|m| m.namespace().as_deref() == Some(ns) && m.metadata.deletion_timestamp.is_none())
-        .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
-        .collect()
+    models::of_namespace(models.iter().map(Arc::as_ref), ns)
 }
 
 /// `agent` with its model resolved against the Models of its namespace: what its worker or

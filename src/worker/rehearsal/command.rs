@@ -224,11 +224,7 @@ async fn resolved_from_cluster(
         .list(&kube::api::ListParams::default())
         .await
         .with_context(|| format!("reading the Models of namespace {namespace}"))?;
-    let models: crate::models::Models<'_> = listed
-        .items
-        .iter()
-        .filter_map(|m| Some((m.metadata.name.as_deref()?, &m.spec)))
-        .collect();
+    let models = crate::models::of_namespace(&listed.items, namespace);
     crate::models::resolve(model, &models).map_err(|p| anyhow::anyhow!("the agent's model: {p}"))
 }
 
