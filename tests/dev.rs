@@ -1601,3 +1601,86 @@ async fn a_models_megabytes_of_arguments_are_not_carried_through_its_cycle() {
         .collect();
     assert_eq!(texts, ["a short one"], "the call within the bound was made");
 }
+
+/// Models in `agentfleet dev` (issue 46): an Agent naming a Model of the directory thinks
+/// with it, each model with the key of its own Secret document, the second answering when
+/// the first fails; a fallback loop is refused before anything starts, with its path.
+#[tokio::test]
+async fn dev_resolves_the_directorys_models_and_falls_over_to_the_next() {
+    use agentfleet::testing::{MockModel, MockTurn};
+    agentfleet::install_crypto_provider();
+    let primary = MockModel::responding(|_| MockTurn::Status(503, "down".into()))
+        .await
+        .unwrap();
+    let backup = MockModel::responding(|req| {
+        let last = agentfleet::testing::conversation(req)
+            .last()
+            .and_then(|m| m["role"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        if last == "tool" {
+            MockTurn::text("done")
+        } else {
+            MockTurn::tools(&[("send_message", json!({"text": "from the fallback"}))])
+        }
+    })
+    .await
+    .unwrap();
+    let dir = ManifestDir::new(
+        "models",
+        "ops",
+        &[("sre", "  model: {ref: fast}".to_string())],
+    );
+    let models = format!(
+        "apiVersion: agentfleet.dev/v1alpha1\nkind: Model\nmetadata: {{name: fast}}\nspec: {{provider: openai, name: fast-1, baseUrl: '{}', apiKeySecretRef: {{name: fast-key}}, fallback: [steady]}}\n---\napiVersion: agentfleet.dev/v1alpha1\nkind: Model\nmetadata: {{name: steady}}\nspec: {{provider: openai, name: steady-1, baseUrl: '{}', apiKeySecretRef: {{name: steady-key}}}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: fast-key}}\nstringData: {{apiKey: sk-fast-dev}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: steady-key}}\nstringData: {{apiKey: sk-steady-dev}}\n",
+        primary.base_url, backup.base_url
+    );
+    std::fs::write(dir.0.join("models.yaml"), &models).unwrap();
+    {
+        let dev = Dev::start_in(dir.path(), &[]);
+        let http = reqwest::Client::new();
+        let husam = dev.token("default/ops", "Husam");
+        dev.post(&http, &husam, "ops", &json!({"text": "is the api up?"}))
+            .await;
+        let reply = wait_for_message(&http, &dev, &husam, "ops", |m| {
+            m["sender"]["kind"] == "agent"
+        })
+        .await;
+        assert_eq!(reply["text"], "from the fallback");
+        let keys = |m: &MockModel| {
+            let mut k: Vec<String> = m
+                .keys()
+                .into_iter()
+                .map(Option::unwrap_or_default)
+                .collect();
+            k.dedup();
+            k
+        };
+        assert_eq!(
+            keys(&primary),
+            ["sk-fast-dev"],
+            "the first model, with its key"
+        );
+        assert_eq!(keys(&backup), ["sk-steady-dev"], "the second, with its own");
+    }
+
+    // A loop: refused before anything starts, saying where.
+    std::fs::write(
+        dir.0.join("models.yaml"),
+        models.replace(
+            "apiKeySecretRef: {name: steady-key}}",
+            "apiKeySecretRef: {name: steady-key}, fallback: [fast]}",
+        ),
+    )
+    .unwrap();
+    let (status, out, err) = dev_exit(&dir.0, &[]);
+    assert!(!status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("Model default/fast: spec.fallback[0]: a loop: fast → steady → fast"),
+        "{err}"
+    );
+    assert!(
+        err.contains("Agent sre: spec.model.ref: Model \"fast\" is refused"),
+        "{err}"
+    );
+    assert!(!out.contains("agentfleet chat"), "no banner: {out}");
+}
